@@ -1,0 +1,205 @@
+"""The decoding loops: speculative decoding and plain autoregressive decoding, both generators that
+yield one event per target pass. Batch size 1. The loops know nothing about tokenization or display."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from .drafters import Draft, Drafter, DraftModelDrafter
+from .events import BONUS, RESAMPLED, Cycle, Step
+from .sampling import Sampler, top_tokens, validate_sampling, verify_greedy, verify_sampled
+
+
+class Clock:
+    """Wall-clock time that waits for the device to finish queued work first."""
+
+    def __init__(self, device: torch.device):
+        self.sync = {"cuda": torch.cuda.synchronize, "mps": getattr(torch.mps, "synchronize", None)}.get(device.type)
+
+    def __call__(self) -> float:
+        if self.sync is not None:
+            self.sync()
+        return time.perf_counter()
+
+
+def eos_ids(target: PreTrainedModel, eos_token_id: int | Iterable[int] | None) -> set[int]:
+    if eos_token_id is None:
+        eos_token_id = getattr(target.generation_config, "eos_token_id", None)
+    if eos_token_id is None:
+        return set()
+    return {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id)
+
+
+def _validate(input_ids: torch.Tensor, max_new_tokens: int, temperature: float, top_k: int, top_p: float) -> None:
+    validate_sampling(temperature, top_k, top_p)
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise ValueError(f"input_ids must have shape (1, T), got {tuple(input_ids.shape)}")
+    if input_ids.shape[1] == 0:
+        raise ValueError("the prompt is empty: input_ids has no tokens")
+
+
+def as_drafter(draft: PreTrainedModel | Drafter, target: PreTrainedModel) -> Drafter:
+    if isinstance(draft, Drafter):
+        return draft
+    if not isinstance(draft, PreTrainedModel):
+        raise ValueError(f"draft must be a causal LM or a Drafter, got {type(draft).__name__}")
+    target_vocab = target.config.get_text_config().vocab_size
+    draft_vocab = draft.config.get_text_config().vocab_size
+    if draft_vocab != target_vocab:
+        raise ValueError(
+            f"draft vocabulary ({draft_vocab} tokens) does not match the target's ({target_vocab}); "
+            "if both share one tokenizer and only the embedding padding differs, pass "
+            "DraftModelDrafter(draft, vocab_size=...)")
+    return DraftModelDrafter(draft)
+
+
+# ----------------------------------------------------------------------------- speculative
+
+def speculative_decode(target: PreTrainedModel, draft: PreTrainedModel | Drafter, input_ids: torch.Tensor,
+                       max_new_tokens: int = 64, k: int = 4, temperature: float = 0.0, top_k: int = 0,
+                       top_p: float = 1.0, seed: int | None = None, *, dynamic_k: bool = False,
+                       max_k: int | None = None, eos_token_id: int | Iterable[int] | None = None) -> Iterator[Cycle]:
+    """Speculative decoding of `target` with `draft` (a causal LM sharing the target's vocabulary,
+    the target itself, or a `Drafter`). Yields one `Cycle` per target pass; the concatenated
+    `emitted` tokens are the output. Greedy (temperature 0) output equals `target.generate`'s;
+    sampled output follows the target's warped distribution exactly.
+
+    dynamic_k: grow k by 2 after a fully accepted cycle and shrink it by 1 after a rejection
+    (transformers' heuristic), within [1, max_k] (default 2k)."""
+    _validate(input_ids, max_new_tokens, temperature, top_k, top_p)
+    if k < 1:
+        raise ValueError(f"k (draft length) must be >= 1, got {k}")
+    max_k = max_k or (2 * k if dynamic_k else k)
+    if max_k < k:
+        raise ValueError(f"max_k ({max_k}) must be >= k ({k})")
+    drafter = as_drafter(draft, target)
+    return _speculative_cycles(target, drafter, input_ids, max_new_tokens, k, temperature, top_k, top_p,
+                               seed, dynamic_k, max_k, eos_ids(target, eos_token_id))
+
+
+@torch.inference_mode()
+def _speculative_cycles(target, drafter: Drafter, input_ids, max_new_tokens, k, temperature, top_k, top_p,
+                        seed, dynamic_k, max_k, eos: set[int]) -> Iterator[Cycle]:
+    device = target.device
+    clock = Clock(device)
+    sampler = Sampler(temperature, top_k, top_p, seed, device)
+    prompt_length = input_ids.shape[1]
+    # One buffer for the whole sequence; `length` tokens of it are valid.
+    sequence = torch.empty(1, prompt_length + max_new_tokens + max_k + 1, dtype=torch.long, device=device)
+    sequence[:, :prompt_length] = input_ids
+    length = prompt_length
+
+    # Prefill both caches with every prompt token but the last: the last one opens the first
+    # verification pass, so the target sees [last] + drafted in a single forward.
+    start = clock()
+    target_cache = DynamicCache(config=target.config)
+    if prompt_length > 1:
+        target(sequence[:, : prompt_length - 1], cache=target_cache, logits_to_keep=1)
+    prefill_target = clock() - start
+    start = clock()
+    drafter.begin(sequence[:, :prompt_length])
+    prefill_draft = clock() - start
+
+    generated, index = 0, 0
+    while generated < max_new_tokens:
+        # 1. Draft up to k tokens (never past the length budget: the pass adds one more).
+        k_now = min(k, max_new_tokens - generated - 1)
+        start = clock()
+        draft = drafter.propose(sequence[:, :length], k_now, sampler) if k_now > 0 else Draft(sequence[0, :0], None)
+        drafted = draft.tokens.tolist()
+        # A draft never runs past an EOS token: cut it there.
+        stop_at = next((i + 1 for i, t in enumerate(drafted) if t in eos), len(drafted))
+        n = stop_at
+        drafted, tokens = drafted[:n], draft.tokens[:n]
+        draft_probs = None if draft.probs is None else draft.probs[:n]
+        draft_seconds = clock() - start + (prefill_draft if index == 0 else 0.0)
+
+        # 2. One target pass over [last token] + drafted: n + 1 next-token distributions.
+        start = clock()
+        sequence[0, length : length + n] = tokens
+        logits = target(sequence[:, length - 1 : length + n], cache=target_cache, logits_to_keep=n + 1).logits[0]
+        target_probs = sampler.probs(logits)
+
+        # 3. Accept a prefix, then add the target's own token (correction or bonus).
+        positions = torch.arange(n, device=device)
+        if sampler.greedy:
+            verdict = verify_greedy(logits, tokens)
+        else:
+            verdict = verify_sampled(target_probs, draft_probs, tokens, sampler.uniform(n, device), sampler.generator)
+        accepted = verdict.num_accepted
+        target_p = target_probs[positions, tokens].tolist()
+        if draft_probs is None:
+            draft_p = [1.0] * n
+        else:
+            draft_p = draft_probs[positions, tokens].tolist()
+        ended_on_eos = accepted == n and n > 0 and drafted[-1] in eos
+        if ended_on_eos:
+            correction, kind, correction_prob = None, None, None
+            emitted = drafted
+        else:
+            correction = verdict.correction
+            kind = BONUS if accepted == n else RESAMPLED
+            correction_prob = float(target_probs[accepted, correction]) if sampler.greedy else verdict.correction_prob
+            emitted = drafted[:accepted] + [correction]
+            sequence[0, length + accepted] = correction
+
+        # 4. Roll back both caches to the accepted prefix (the target cache keeps every token
+        # but the newest; the drafter keeps whatever of its cache is still a prefix).
+        rejected = n - accepted
+        if rejected:
+            target_cache.crop(-rejected)
+        drafter.rollback(length + accepted)
+        length += len(emitted)
+        generated += len(emitted)
+        verify_seconds = clock() - start + (prefill_target if index == 0 else 0.0)
+
+        residual = [] if verdict.residual is None else top_tokens(verdict.residual)
+        yield Cycle(index=index, k=k, drafted=drafted, num_accepted=accepted, emitted=emitted,
+                    correction=correction, correction_kind=kind, correction_prob=correction_prob,
+                    draft_probs=draft_p, target_probs=target_p, uniforms=verdict.uniforms,
+                    residual_top=residual, greedy=sampler.greedy, draft_seconds=draft_seconds,
+                    verify_seconds=verify_seconds, target_top=verdict.target_top)
+        index += 1
+        if emitted[-1] in eos:
+            return
+        if dynamic_k and n:
+            k = min(k + 2, max_k) if accepted == n else max(k - 1, 1)
+
+
+# ----------------------------------------------------------------------------- plain decoding
+
+def autoregressive_decode(target: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int = 64,
+                          temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                          seed: int | None = None, *, eos_token_id: int | Iterable[int] | None = None) -> Iterator[Step]:
+    """Plain decoding, one target forward per token, with the same sampling rules. The baseline
+    every speedup is measured against."""
+    _validate(input_ids, max_new_tokens, temperature, top_k, top_p)
+    return _steps(target, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_ids(target, eos_token_id))
+
+
+@torch.inference_mode()
+def _steps(target, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos: set[int]) -> Iterator[Step]:
+    device = target.device
+    clock = Clock(device)
+    sampler = Sampler(temperature, top_k, top_p, seed, device)
+    cache = DynamicCache(config=target.config)
+    pending = input_ids.to(device)
+    for index in range(max_new_tokens):
+        start = clock()
+        logits = target(pending, cache=cache, logits_to_keep=1).logits[0, -1:]
+        probs = sampler.probs(logits)
+        # Greedy takes the argmax of the raw logits, exactly as `generate` does.
+        token = logits.argmax(dim=-1) if sampler.greedy else sampler.sample(probs)
+        token_id = int(token)
+        prob = float(probs[0, token_id])
+        seconds = clock() - start
+        yield Step(index=index, token=token_id, prob=prob, seconds=seconds)
+        if token_id in eos:
+            return
+        pending = token[None]

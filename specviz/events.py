@@ -1,0 +1,62 @@
+"""What the decoding loops report: one frozen record per speculative cycle or plain step.
+
+Everything downstream (metrics, the token view, the charts, the command line, exports) is
+computed from these records; nothing downstream reaches back into the loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+ACCEPTED, REJECTED, RESAMPLED, BONUS = "accepted", "rejected", "resampled", "bonus"
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """One draft -> verify cycle of speculative decoding.
+
+    `emitted == drafted[:num_accepted] + [correction]`, except that `correction` is None
+    when the run ended on an accepted EOS token (drafts never run past an EOS).
+    """
+
+    index: int                      # 0-based cycle number
+    k: int                          # draft length asked for this cycle (dynamic k changes it)
+    drafted: list[int]              # tokens the drafter proposed (may be fewer than k)
+    num_accepted: int               # length of the accepted prefix of `drafted`
+    emitted: list[int]              # tokens this cycle appends to the output, in order
+    correction: int | None          # the target's own token after the accepted prefix
+    correction_kind: str | None     # "resampled" (after a rejection) or "bonus" (all accepted)
+    correction_prob: float | None   # probability of `correction` in the distribution it came from
+    draft_probs: list[float]        # draft probability of each drafted token (1.0 for one-hot drafters)
+    target_probs: list[float]       # target probability of each drafted token
+    uniforms: list[float]           # uniform draws consulted (sampling only; one per verified token)
+    residual_top: list[tuple[int, float]]  # top of the residual distribution after a rejection
+    greedy: bool                    # greedy verification (argmax match) instead of sampling
+    draft_seconds: float            # drafting time, device-synchronised
+    verify_seconds: float           # target pass plus acceptance, device-synchronised
+    target_top: list[int] = field(default_factory=list)  # greedy only: target argmax at each verified position
+
+    @property
+    def verdicts(self) -> list[str]:
+        """Per drafted token: accepted for the accepted prefix, rejected for the rest."""
+        return [ACCEPTED] * self.num_accepted + [REJECTED] * (len(self.drafted) - self.num_accepted)
+
+    @property
+    def seconds(self) -> float:
+        return self.draft_seconds + self.verify_seconds
+
+    def to_dict(self) -> dict:
+        record = asdict(self)
+        record["verdicts"] = self.verdicts
+        record["residual_top"] = [list(pair) for pair in self.residual_top]
+        return record
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of plain autoregressive decoding: one target forward, one token."""
+
+    index: int
+    token: int
+    prob: float                     # probability of `token` under the (warped) target distribution
+    seconds: float                  # forward plus sampling, device-synchronised

@@ -1,0 +1,143 @@
+"""Pure tensor functions: warped probabilities, sampling, and the two verification rules.
+
+Speculative sampling follows Leviathan et al. 2023 (Algorithm 1) and Chen et al. 2023. The papers
+call the target distribution p and the draft distribution q; here they are `target_probs` and
+`draft_probs`. A drafted token x is accepted with probability min(1, target(x) / draft(x)); at the
+first rejection a replacement is drawn from the normalised residual max(0, target - draft); when
+every drafted token is accepted, one bonus token is drawn from the target. The emitted sequence is
+then distributed exactly as the target's (warped) distribution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers.generation.logits_process import (
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+
+def validate_sampling(temperature: float, top_k: int, top_p: float) -> None:
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 means greedy), got {temperature}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 disables it), got {top_k}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+class Sampler:
+    """Temperature, top-k and top-p exactly as transformers' logits warpers apply them (same
+    classes, same order), plus a private `torch.Generator` so a seed never touches global RNG."""
+
+    def __init__(self, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                 seed: int | None = None, device: torch.device | str = "cpu"):
+        validate_sampling(temperature, top_k, top_p)
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        self.greedy = temperature == 0.0
+        self.warpers = []
+        if not self.greedy:
+            if temperature != 1.0:
+                self.warpers.append(TemperatureLogitsWarper(temperature))
+            if top_k:
+                self.warpers.append(TopKLogitsWarper(top_k))
+            if top_p < 1.0:
+                self.warpers.append(TopPLogitsWarper(top_p))
+        self.generator = torch.Generator(device=device)
+        if seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(seed)
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """(n, V) logits -> (n, V) float32 probabilities of the warped distribution.
+        Greedy runs report the plain softmax (temperature 1) so that probabilities stay informative."""
+        scores = logits.float()
+        for warper in self.warpers:
+            scores = warper(None, scores)
+        return torch.softmax(scores, dim=-1)
+
+    def sample(self, probs: torch.Tensor) -> torch.Tensor:
+        """(n, V) probabilities -> (n,) tokens; argmax when greedy."""
+        if self.greedy:
+            return probs.argmax(dim=-1)
+        return sample_from(probs, self.generator)
+
+    def uniform(self, n: int, device: torch.device) -> torch.Tensor:
+        return torch.rand(n, generator=self.generator, device=device)
+
+
+def sample_from(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    # Exponential race (Gumbel-max in disguise): argmax(probs / Exp(1)) is a draw from `probs`
+    # without torch.multinomial's host-device sync.
+    noise = torch.empty_like(probs).exponential_(1, generator=generator)
+    return (probs / noise).argmax(dim=-1)
+
+
+# ----------------------------------------------------------------------------- verification
+
+@dataclass(frozen=True)
+class Verification:
+    num_accepted: int
+    correction: int             # replacement after a rejection, or the bonus token
+    correction_prob: float      # its probability in the distribution it was drawn from
+    uniforms: list[float]       # draws consulted: one per verified token (sampling only)
+    residual: torch.Tensor | None  # normalised residual distribution after a rejection (sampling only)
+    target_top: list[int]       # greedy only: target argmax at each verified position
+
+
+def verify_greedy(target_logits: torch.Tensor, drafted: torch.Tensor) -> Verification:
+    """Accept the longest prefix of `drafted` that matches the target's argmax; the correction
+    (or bonus) is the target's argmax at the first mismatch. `target_logits` is (n + 1, V)."""
+    n = drafted.shape[0]
+    target_top = target_logits.argmax(dim=-1)
+    matches = (target_top[:n] == drafted).tolist()
+    num_accepted = matches.index(False) if False in matches else n
+    top = target_top.tolist()
+    return Verification(num_accepted, top[num_accepted], float("nan"), [], None, top[: num_accepted + 1])
+
+
+def verify_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, drafted: torch.Tensor,
+                   uniforms: torch.Tensor, generator: torch.Generator) -> Verification:
+    """Speculative sampling over n drafted tokens.
+
+    target_probs: (n + 1, V) warped target distribution at each drafted position plus the bonus one.
+    draft_probs:  (n, V) warped draft distribution, or None for a one-hot drafter (prompt lookup),
+                  whose draft probability of its own token is 1.
+    uniforms:     (n,) U[0, 1) draws, one per drafted token.
+    """
+    n = drafted.shape[0]
+    positions = torch.arange(n, device=drafted.device)
+    target_p = target_probs[positions, drafted]
+    draft_p = torch.ones_like(target_p) if draft_probs is None else draft_probs[positions, drafted]
+    # Accept drafted token i with probability min(1, target(x_i) / draft(x_i)).
+    accepted = (uniforms * draft_p < target_p).tolist()
+    num_accepted = accepted.index(False) if False in accepted else n
+    used_uniforms = uniforms[: min(num_accepted + 1, n)].tolist()
+
+    if num_accepted == n:
+        # Every draft accepted: the bonus token comes straight from the target.
+        dist, residual = target_probs[n], None
+    else:
+        # Rejected at position i: draw from the normalised residual max(0, target - draft).
+        i = num_accepted
+        if draft_probs is None:
+            residual = target_probs[i].clone()
+            residual[drafted[i]] = 0.0
+        else:
+            residual = (target_probs[i] - draft_probs[i]).clamp_(min=0.0)
+        total = residual.sum()
+        # Not in Algorithm 1: a rejection implies draft(x) > target(x), so the residual has mass;
+        # the guard only covers float round-off when the two distributions are equal.
+        residual = residual / total if total > 0 else target_probs[i]
+        dist = residual
+    correction = int(sample_from(dist[None], generator)[0])
+    return Verification(num_accepted, correction, float(dist[correction]), used_uniforms, residual, [])
+
+
+def top_tokens(probs: torch.Tensor, n: int = 10) -> list[tuple[int, float]]:
+    values, indices = probs.topk(min(n, probs.shape[-1]))
+    return [(int(i), float(v)) for i, v in zip(indices.tolist(), values.tolist()) if v > 0]

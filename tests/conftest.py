@@ -1,0 +1,63 @@
+"""Shared fixtures: tiny causal LMs built in-process from a config. Nothing is downloaded."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+VOCAB = 97
+
+
+def make_llama(seed: int, layers: int = 4, vocab: int = VOCAB, hidden: int = 64, eos: int | None = None):
+    # A larger initializer_range than the default spreads the logits out, so that greedy argmax
+    # is not decided by float round-off between one-token and multi-token forwards.
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, initializer_range=0.3,
+                         bos_token_id=None, eos_token_id=eos, pad_token_id=None)
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config.eos_token_id = eos
+    return model
+
+
+def make_gpt2(seed: int, layers: int = 3, vocab: int = VOCAB, hidden: int = 64, eos: int | None = None):
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=4, n_positions=512,
+                        initializer_range=0.3, bos_token_id=None, eos_token_id=eos, pad_token_id=None)
+    model = GPT2LMHeadModel(config).eval()
+    model.generation_config.eos_token_id = eos
+    return model
+
+
+def truncated_copy(model, layers: int):
+    """A smaller draft that shares the target's first layers' weights (copied), so it agrees with
+    the target part of the time, like a real small draft model."""
+    config = model.config.__class__(**model.config.to_dict())
+    if hasattr(config, "n_layer"):
+        config.n_layer = layers
+    else:
+        config.num_hidden_layers = layers
+    small = model.__class__(config).eval()
+    small.load_state_dict(model.state_dict(), strict=False)
+    small.generation_config.eos_token_id = model.generation_config.eos_token_id
+    return small
+
+
+@pytest.fixture(scope="session")
+def llama():
+    return make_llama(0)
+
+
+@pytest.fixture(scope="session")
+def gpt2():
+    return make_gpt2(0)
+
+
+@pytest.fixture
+def prompt():
+    return torch.tensor([[5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9]])

@@ -1,0 +1,228 @@
+"""Greedy losslessness against `target.generate`, cache reuse, event invariants and argument checks."""
+
+import pytest
+import torch
+
+from conftest import make_gpt2, make_llama, truncated_copy
+from specviz import DraftModelDrafter, PromptLookupDrafter, autoregressive_decode, early_exit_model, speculative_decode
+
+N = 40
+
+
+def reference(target, prompt, eos=None, n=N):
+    out = target.generate(prompt, do_sample=False, max_new_tokens=n, eos_token_id=eos, pad_token_id=0)
+    return out[0, prompt.shape[1]:].tolist()
+
+
+def run(target, draft, prompt, **kw):
+    cycles = list(speculative_decode(target, draft, prompt, **kw))
+    return [t for c in cycles for t in c.emitted], cycles
+
+
+def check_invariants(cycles, max_new_tokens, eos=None):
+    for c in cycles:
+        assert 0 <= c.num_accepted <= len(c.drafted) <= max(c.k, 0)
+        assert len(c.draft_probs) == len(c.target_probs) == len(c.drafted)
+        if c.correction is None:  # only an accepted EOS ends a cycle without the target's token
+            assert c.emitted == c.drafted and c.drafted[-1] == eos
+        else:
+            assert c.emitted == c.drafted[: c.num_accepted] + [c.correction]
+            assert c.correction_kind == ("bonus" if c.num_accepted == len(c.drafted) else "resampled")
+        assert c.verdicts == ["accepted"] * c.num_accepted + ["rejected"] * (len(c.drafted) - c.num_accepted)
+    total = sum(len(c.emitted) for c in cycles)
+    assert total <= max_new_tokens
+    if eos is None:
+        assert total == max_new_tokens
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    """(target, {name: draft}) for a Llama-like and a GPT-2 target: the same model (all accepted),
+    an unrelated model (almost nothing accepted) and a smaller model sharing the first layers."""
+    llama, gpt2 = make_llama(0), make_gpt2(0)
+    return {
+        "llama": (llama, {"same": llama, "unrelated": make_llama(1, layers=2),
+                          "smaller": truncated_copy(llama, 2)}),
+        "gpt2": (gpt2, {"same": gpt2, "unrelated": make_gpt2(1, layers=1),
+                        "smaller": truncated_copy(gpt2, 1)}),
+    }
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("draft_name", ["same", "unrelated", "smaller", "ngram"])
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 8])
+def test_greedy_equals_generate(pairs, prompt, arch, draft_name, k):
+    target, drafts = pairs[arch]
+    draft = PromptLookupDrafter() if draft_name == "ngram" else drafts[draft_name]
+    out, cycles = run(target, draft, prompt, max_new_tokens=N, k=k)
+    assert out == reference(target, prompt)
+    check_invariants(cycles, N)
+    if draft_name == "same":  # a draft identical to the target is always accepted
+        assert all(c.num_accepted == len(c.drafted) for c in cycles)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("draft_name", ["same", "unrelated", "smaller", "ngram"])
+def test_greedy_stops_on_eos_like_generate(pairs, prompt, arch, draft_name):
+    target, drafts = pairs[arch]
+    draft = PromptLookupDrafter() if draft_name == "ngram" else drafts[draft_name]
+    plain = reference(target, prompt)
+    eos = plain[12]  # a token greedy decoding reaches (maybe earlier than position 12)
+    expected = reference(target, prompt, eos=eos)
+    assert expected[-1] == eos and len(expected) <= 13
+    for k in (1, 4, 8):
+        out, cycles = run(target, draft, prompt, max_new_tokens=N, k=k, eos_token_id=eos)
+        assert out == expected
+        check_invariants(cycles, N, eos)
+
+
+def test_eos_from_generation_config(prompt):
+    target = make_llama(0)
+    eos = reference(target, prompt)[7]
+    target.generation_config.eos_token_id = eos
+    out, _ = run(target, make_llama(0), prompt, max_new_tokens=N, k=4)
+    assert out == reference(target, prompt, eos=eos)
+    steps = list(autoregressive_decode(target, prompt, max_new_tokens=N))
+    assert [s.token for s in steps] == out
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("draft_name", ["same", "smaller", "ngram"])
+def test_dynamic_k_greedy_equals_generate(pairs, prompt, arch, draft_name):
+    target, drafts = pairs[arch]
+    draft = PromptLookupDrafter() if draft_name == "ngram" else drafts[draft_name]
+    out, cycles = run(target, draft, prompt, max_new_tokens=N, k=2, dynamic_k=True, max_k=8)
+    assert out == reference(target, prompt)
+    check_invariants(cycles, N)
+    ks = [c.k for c in cycles]
+    assert all(1 <= k <= 8 for k in ks)
+    if draft_name == "same":  # everything accepted: k grows by 2 up to its bound
+        assert ks[:4] == [2, 4, 6, 8]
+
+
+def test_early_exit_draft_greedy_equals_generate(prompt):
+    target = make_llama(0, layers=4)
+    out, cycles = run(target, early_exit_model(target, 2), prompt, max_new_tokens=N, k=4)
+    assert out == reference(target, prompt)
+    # The view shares the target's weights: no new parameters.
+    view = early_exit_model(target, 2)
+    assert view.lm_head.weight is target.lm_head.weight
+    assert len(view.model.layers) == 2 and len(target.model.layers) == 4
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_autoregressive_equals_generate(pairs, prompt, arch):
+    target, _ = pairs[arch]
+    steps = list(autoregressive_decode(target, prompt, max_new_tokens=N))
+    assert [s.token for s in steps] == reference(target, prompt)
+    assert all(s.seconds > 0 and 0 < s.prob <= 1 for s in steps)
+
+
+def test_single_token_prompt(pairs):
+    target, drafts = pairs["llama"]
+    prompt = torch.tensor([[7]])
+    for draft in (drafts["smaller"], PromptLookupDrafter()):
+        out, _ = run(target, draft, prompt, max_new_tokens=20, k=3)
+        assert out == reference(target, prompt, n=20)
+
+
+def test_max_new_tokens_is_exact(pairs, prompt):
+    target, drafts = pairs["llama"]
+    for n in (1, 2, 3, 7):
+        out, cycles = run(target, drafts["same"], prompt, max_new_tokens=n, k=8)
+        assert out == reference(target, prompt, n=n)
+        assert len(out) == n
+
+
+def test_caches_are_reused_not_recomputed(pairs, prompt):
+    """The target sees every prompt token once, then [last] + drafted per cycle: no recomputation."""
+    target, drafts = pairs["llama"]
+    draft = drafts["smaller"]
+    seen = {"target": 0, "draft": 0}
+
+    def counter(name):
+        def hook(module, args, kwargs):
+            seen[name] += kwargs["input_ids"].shape[1] if "input_ids" in kwargs else args[0].shape[1]
+        return hook
+
+    handles = [target.register_forward_pre_hook(counter("target"), with_kwargs=True),
+               draft.register_forward_pre_hook(counter("draft"), with_kwargs=True)]
+    try:
+        _, cycles = run(target, draft, prompt, max_new_tokens=N, k=4)
+    finally:
+        for h in handles:
+            h.remove()
+    T = prompt.shape[1]
+    assert seen["target"] == (T - 1) + sum(len(c.drafted) + 1 for c in cycles)
+    # The draft feeds one token per drafted token, plus one extra after each fully accepted
+    # cycle (its last drafted token, which it never saw).
+    full = sum(1 for c in cycles[:-1] if c.num_accepted == len(c.drafted) and c.drafted)
+    assert seen["draft"] == (T - 1) + sum(len(c.drafted) for c in cycles) + full
+
+
+def test_padded_draft_vocabulary(prompt):
+    target = make_llama(0, vocab=97)
+    padded = make_llama(0, vocab=128)  # same seed, different embedding size: not the same model
+    with pytest.raises(ValueError, match="vocabulary"):
+        speculative_decode(target, padded, prompt)
+    out, _ = run(target, DraftModelDrafter(padded, vocab_size=97), prompt, max_new_tokens=N, k=4)
+    assert out == reference(target, prompt)
+    # Sampling: the draft's extra (padding) entries are cut off its distribution.
+    out, _ = run(target, DraftModelDrafter(make_llama(2, vocab=128), vocab_size=97), prompt,
+                 max_new_tokens=N, k=4, temperature=1.0, seed=0)
+    assert len(out) == N and max(out) < 97
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"k": 0}, "k"),
+    ({"temperature": -0.5}, "temperature"),
+    ({"top_p": 0.0}, "top_p"),
+    ({"top_p": 1.5}, "top_p"),
+    ({"top_k": -1}, "top_k"),
+    ({"max_new_tokens": 0}, "max_new_tokens"),
+])
+def test_bad_arguments_raise_before_model_work(pairs, prompt, kwargs, message):
+    target, drafts = pairs["llama"]
+    calls = []
+    handle = target.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        with pytest.raises(ValueError, match=message):
+            speculative_decode(target, drafts["smaller"], prompt, **kwargs)
+        if "k" not in kwargs:
+            with pytest.raises(ValueError, match=message):
+                autoregressive_decode(target, prompt, **kwargs)
+    finally:
+        handle.remove()
+    assert not calls
+
+
+def test_empty_prompt_and_bad_draft(pairs):
+    target, _ = pairs["llama"]
+    with pytest.raises(ValueError, match="empty"):
+        speculative_decode(target, PromptLookupDrafter(), torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="empty"):
+        autoregressive_decode(target, torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="vocabulary"):
+        speculative_decode(target, make_gpt2(0, vocab=50), torch.tensor([[1, 2]]))
+    with pytest.raises(ValueError, match="draft"):
+        speculative_decode(target, "ngram", torch.tensor([[1, 2]]))
+
+
+def test_prompt_lookup_matches_transformers_rule():
+    drafter = PromptLookupDrafter(max_ngram=3)
+    seq = torch.tensor([[1, 2, 3, 4, 5, 6, 9, 2, 3]])
+    # The last 2-gram [2, 3] occurred at position 1; propose what followed it.
+    assert drafter.propose(seq, 3, None).tokens.tolist() == [4, 5, 6]
+    # Proposals never run past the end of the sequence.
+    assert drafter.propose(torch.tensor([[7, 8, 7]]), 5, None).tokens.tolist() == [8, 7]
+    assert drafter.propose(torch.tensor([[1, 2, 3]]), 4, None).tokens.tolist() == []
+    assert drafter.propose(torch.tensor([[1, 2, 3]]), 4, None).probs is None
+
+
+def test_early_exit_bounds():
+    target = make_llama(0, layers=4)
+    for bad in (0, 4, 5):
+        with pytest.raises(ValueError, match="between 1 and 3"):
+            early_exit_model(target, bad)
+    with pytest.raises(ValueError, match="model.layers"):
+        early_exit_model(make_gpt2(0), 1)

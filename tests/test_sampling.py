@@ -1,0 +1,188 @@
+"""Speculative sampling is exact: unit tests of acceptance and residual resampling on hand-built
+probabilities, and chi-square tests of whole runs against the target's exact distribution."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from conftest import make_llama, truncated_copy
+from specviz import PromptLookupDrafter, speculative_decode
+from specviz.sampling import Sampler, sample_from, verify_greedy, verify_sampled
+
+
+def chi(observed, probs):
+    probs = np.asarray(probs, dtype=np.float64)
+    return chisquare(observed, observed.sum() * probs / probs.sum()).pvalue
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def test_identical_distributions_accept_everything():
+    probs = torch.tensor([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]])
+    drafted = torch.tensor([0, 2])
+    for seed in range(50):
+        g = gen(seed)
+        v = verify_sampled(probs, probs[:2], drafted, torch.rand(2, generator=g), g)
+        assert v.num_accepted == 2 and v.residual is None
+        assert v.correction_prob == pytest.approx(float(probs[2, v.correction]))
+        assert len(v.uniforms) == 2
+
+
+def test_disjoint_supports_always_reject_and_resample_from_target():
+    target = torch.tensor([[0.0, 0.0, 0.7, 0.3], [0.25, 0.25, 0.25, 0.25]])
+    draft = torch.tensor([[0.6, 0.4, 0.0, 0.0]])
+    counts = np.zeros(4)
+    for seed in range(400):
+        g = gen(seed)
+        v = verify_sampled(target, draft, torch.tensor([0]), torch.rand(1, generator=g), g)
+        assert v.num_accepted == 0 and len(v.uniforms) == 1
+        assert torch.allclose(v.residual, target[0])  # max(0, target - draft) normalised = target
+        counts[v.correction] += 1
+    assert counts[0] == counts[1] == 0
+    assert chi(counts[2:], [0.7, 0.3]) > 1e-3
+
+
+def test_one_hot_draft_accepts_with_target_probability():
+    target = torch.tensor([[0.2, 0.5, 0.3], [1 / 3, 1 / 3, 1 / 3]])
+    drafted = torch.tensor([1])
+    accepted, corrections = 0, np.zeros(3)
+    trials = 4000
+    for seed in range(trials):
+        g = gen(seed)
+        v = verify_sampled(target, None, drafted, torch.rand(1, generator=g), g)
+        if v.num_accepted:
+            accepted += 1
+        else:
+            # Residual of a one-hot draft: the target with the drafted token removed.
+            assert torch.allclose(v.residual, torch.tensor([0.4, 0.0, 0.6]))
+            corrections[v.correction] += 1
+    assert abs(accepted / trials - 0.5) < 0.03
+    assert corrections[1] == 0
+    assert chi(corrections[[0, 2]], [0.4, 0.6]) > 1e-3
+
+
+def test_first_token_follows_target_for_any_draft():
+    """x ~ draft, then verification: the emitted first token is distributed as the target."""
+    target = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25]])
+    draft = torch.tensor([[0.4, 0.3, 0.2, 0.1]])
+    counts = np.zeros(4)
+    trials = 6000
+    g = gen(1)
+    for _ in range(trials):
+        x = sample_from(draft, g)
+        v = verify_sampled(target, draft, x, torch.rand(1, generator=g), g)
+        counts[int(x[0]) if v.num_accepted else v.correction] += 1
+    assert chi(counts, target[0].numpy()) > 1e-3
+    # The test has power: the draft's own distribution is clearly rejected.
+    assert chi(counts, draft[0].numpy()) < 1e-6
+
+
+def test_greedy_verification_takes_argmax_prefix():
+    logits = torch.tensor([[0.0, 3.0, 1.0], [2.0, 0.0, 1.0], [0.0, 0.0, 5.0]])
+    v = verify_greedy(logits, torch.tensor([1, 2]))
+    assert (v.num_accepted, v.correction, v.target_top) == (1, 0, [1, 0])
+    v = verify_greedy(logits, torch.tensor([1, 0]))
+    assert (v.num_accepted, v.correction) == (2, 2)
+
+
+def test_sampler_matches_transformers_warpers():
+    from transformers.generation.logits_process import (LogitsProcessorList, TemperatureLogitsWarper,
+                                                        TopKLogitsWarper, TopPLogitsWarper)
+    logits = torch.randn(3, 50, generator=gen(0))
+    reference = LogitsProcessorList([TemperatureLogitsWarper(0.7), TopKLogitsWarper(10), TopPLogitsWarper(0.8)])
+    expected = torch.softmax(reference(None, logits.clone()), dim=-1)
+    assert torch.allclose(Sampler(0.7, 10, 0.8).probs(logits), expected)
+    assert (Sampler(0.7, 10, 0.8).probs(logits) > 0).sum(dim=-1).max() <= 10
+
+
+# ----------------------------------------------------------------------------- whole runs
+
+V, LENGTH = 6, 3
+
+
+@pytest.fixture(scope="module")
+def small_pair():
+    target = make_llama(0, layers=2, vocab=V, hidden=32)
+    return target, truncated_copy(target, 1), make_llama(5, layers=1, vocab=V, hidden=32)
+
+
+def exact_joint(target, prompt, sampler):
+    """P(first LENGTH tokens) under the target's warped distribution, by enumeration."""
+    probs = {}
+    with torch.inference_mode():
+        for prefix_len in range(LENGTH):
+            for prefix in itertools.product(range(V), repeat=prefix_len):
+                ids = torch.cat([prompt, torch.tensor([prefix], dtype=torch.long)], dim=1)
+                probs[prefix] = sampler.probs(target(ids).logits[0, -1:])[0]
+    joint = np.zeros(V ** LENGTH)
+    for i, seq in enumerate(itertools.product(range(V), repeat=LENGTH)):
+        joint[i] = np.prod([float(probs[seq[:j]][seq[j]]) for j in range(LENGTH)])
+    return joint
+
+
+def observed_joint(target, draft, prompt, runs, **kw):
+    counts = np.zeros(V ** LENGTH)
+    for seed in range(runs):
+        out = [t for c in speculative_decode(target, draft, prompt, max_new_tokens=LENGTH, seed=seed, **kw)
+               for t in c.emitted]
+        counts[int(np.ravel_multi_index(out, (V,) * LENGTH))] += 1
+    return counts
+
+
+def pooled_chisquare(observed, probs):
+    """Chi-square p-value, pooling the bins expected to hold fewer than 5 counts. Sequences the
+    warped distribution excludes (probability 0) must never occur."""
+    if observed[probs == 0].sum():
+        return 0.0
+    observed, probs = observed[probs > 0], probs[probs > 0]
+    expected = probs / probs.sum() * observed.sum()
+    small = expected < 5
+    obs, exp = observed[~small], expected[~small]
+    if small.any():
+        obs, exp = np.append(obs, observed[small].sum()), np.append(exp, expected[small].sum())
+    return chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
+
+
+@pytest.mark.parametrize("drafter, kw", [
+    ("smaller", dict(k=2, temperature=1.0)),
+    ("ngram", dict(k=2, temperature=1.0)),
+    pytest.param("unrelated", dict(k=3, temperature=0.8, top_k=3), marks=pytest.mark.slow),
+    pytest.param("smaller", dict(k=2, temperature=1.3, top_p=0.7), marks=pytest.mark.slow),
+    pytest.param("ngram", dict(k=3, temperature=1.0, top_p=0.8, top_k=4), marks=pytest.mark.slow),
+])
+def test_speculative_sampling_matches_target_distribution(small_pair, drafter, kw):
+    target, smaller, unrelated = small_pair
+    draft = {"smaller": smaller, "unrelated": unrelated, "ngram": PromptLookupDrafter()}[drafter]
+    prompt = torch.tensor([[1, 2, 3, 1, 2]])
+    sampler = Sampler(kw["temperature"], kw.get("top_k", 0), kw.get("top_p", 1.0))
+    exact = exact_joint(target, prompt, sampler)
+    observed = observed_joint(target, draft, prompt, 2500, **kw)
+    assert pooled_chisquare(observed, exact) > 1e-3
+    # Power check: the same counts against a wrong distribution (the target's at a different
+    # temperature) are rejected, so a broken sampler would fail this test.
+    wrong = exact_joint(target, prompt, Sampler(kw["temperature"] * 2.0, kw.get("top_k", 0), kw.get("top_p", 1.0)))
+    assert pooled_chisquare(observed, wrong) < 1e-4
+
+
+def test_seed_reproducible_and_global_rng_untouched(small_pair):
+    target, smaller, _ = small_pair
+    prompt = torch.tensor([[1, 2, 3, 1, 2]])
+    state = torch.get_rng_state()
+    runs = [[t for c in speculative_decode(target, smaller, prompt, max_new_tokens=30, k=3, temperature=1.0, seed=s)
+             for t in c.emitted] for s in (7, 7, 8)]
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_uniform_draws_recompute_verdicts(small_pair):
+    target, smaller, _ = small_pair
+    prompt = torch.tensor([[1, 2, 3, 1, 2]])
+    for c in speculative_decode(target, smaller, prompt, max_new_tokens=40, k=4, temperature=1.0, seed=3):
+        verdicts = [u < min(1.0, t / d) for u, t, d in zip(c.uniforms, c.target_probs, c.draft_probs)]
+        assert verdicts == [True] * c.num_accepted + [False] * (len(c.uniforms) - c.num_accepted)
+        assert len(c.uniforms) == min(c.num_accepted + 1, len(c.drafted))
