@@ -11,6 +11,18 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 
 VOCAB = 97
 
+# Tiny models are dominated by per-op overhead, where extra threads only add contention (and on a
+# loaded 2-core machine, oversubscription). Real-model tests ask for every core with `all_threads`.
+ALL_THREADS = torch.get_num_threads()
+torch.set_num_threads(1)
+
+
+@pytest.fixture
+def all_threads():
+    torch.set_num_threads(ALL_THREADS)
+    yield ALL_THREADS
+    torch.set_num_threads(1)
+
 
 def make_llama(seed: int, layers: int = 4, vocab: int = VOCAB, hidden: int = 64, eos: int | None = None):
     # A larger initializer_range than the default spreads the logits out, so that greedy argmax
