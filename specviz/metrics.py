@@ -52,8 +52,8 @@ class SpecStats:
     seconds: float
     tokens_per_second: float
     cost_ratio: float                    # c: one draft step's time / one target pass's time
-    expected_tokens_per_pass: float      # theory at measured alpha and mean k
-    expected_speedup: float              # theory at measured alpha, mean k and c
+    expected_tokens_per_pass: float      # theory at measured alpha and the draft lengths proposed
+    expected_speedup: float              # theory at measured alpha, those lengths and c
     best_k: int                          # k that maximises the theoretical speedup
 
     def to_dict(self) -> dict:
@@ -94,15 +94,19 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
     alpha = _ratio(accepted, accepted + rejections)
     mean_k = _ratio(sum(c.k for c in cycles), len(cycles))
     c = cost_ratio(cycles)
-    k_theory = max(1, round(mean_k))
+    # The theory is evaluated at the draft lengths actually proposed: prompt lookup often finds
+    # fewer than k tokens (or none), and a cycle that drafted n tokens can yield at most n + 1.
+    lengths = [len(cy.drafted) for cy in cycles] or [0]
+    tokens_per_pass = sum(expected_tokens_per_pass(alpha, n) for n in lengths) / len(lengths)
+    mean_drafted = sum(lengths) / len(lengths)
     return SpecStats(
         cycles=len(cycles), tokens=tokens, drafted=drafted, accepted=accepted,
         draft_acceptance_rate=_ratio(accepted, drafted), alpha=alpha,
         mean_acceptance_length=_ratio(tokens, len(cycles)), acceptance_histogram=histogram,
         acceptance_by_position=by_position, mean_k=mean_k, draft_seconds=draft_seconds,
         verify_seconds=verify_seconds, seconds=seconds, tokens_per_second=_ratio(tokens, seconds),
-        cost_ratio=c, expected_tokens_per_pass=expected_tokens_per_pass(alpha, k_theory),
-        expected_speedup=expected_speedup(alpha, k_theory, c), best_k=best_k(alpha, c))
+        cost_ratio=c, expected_tokens_per_pass=tokens_per_pass,
+        expected_speedup=tokens_per_pass / (mean_drafted * c + 1.0), best_k=best_k(alpha, c))
 
 
 @dataclass(frozen=True)
