@@ -1,0 +1,149 @@
+"""Events -> plotly figures. Pure functions of the cycles (and baseline steps) so far; the app calls
+them again after each cycle, so every chart is live.
+
+- `acceptance_figure`: acceptance per cycle, and cumulative.
+- `tokens_per_pass_figure`: tokens per target pass, its running mean, and the theory's value at
+  the measured acceptance.
+- `race_figure`: tokens against each method's own time, for both methods, and the running speedup.
+- `position_figure`: acceptance by draft position.
+
+Backgrounds are transparent so the page's light or dark theme shows through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import accumulate
+
+import plotly.graph_objects as go
+
+from .events import Cycle, Step
+from .metrics import summarize
+from .render import COLOURS
+
+SPEC_COLOUR, PLAIN_COLOUR, THEORY_COLOUR = "#0072B2", "#7f7f7f", "#CC79A7"
+ACCEPTED_COLOUR, RUNNING_COLOUR = COLOURS["accepted"], "#E69F00"
+
+
+def _layout(title: str, x_title: str, y_title: str, **extra) -> dict:
+    return dict(
+        title=dict(text=title, x=0.01, xanchor="left", font=dict(size=15)),
+        height=300, margin=dict(l=56, r=20, t=44, b=48),
+        paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
+        font=dict(size=13, color="#3f3f46"),   # the page's CSS lightens it in dark mode
+        legend=dict(orientation="h", yanchor="top", y=-0.22, x=0, bgcolor="rgba(0,0,0,0)"),
+        xaxis=dict(title=dict(text=x_title, standoff=4), gridcolor="rgba(128,128,128,0.25)", zeroline=False),
+        yaxis=dict(title=y_title, gridcolor="rgba(128,128,128,0.25)", zeroline=False),
+        hoverlabel=dict(bgcolor="white", font=dict(color="#222")),
+        hovermode="x unified", bargap=0.15, **extra)
+
+
+def _cycle_numbers(cycles: Sequence[Cycle]) -> list[int]:
+    return [c.index + 1 for c in cycles]
+
+
+def acceptance_figure(cycles: Sequence[Cycle]) -> go.Figure:
+    """Share of each cycle's drafts that was accepted, and the running acceptance rate."""
+    x = _cycle_numbers(cycles)
+    per_cycle = [c.num_accepted / len(c.drafted) if c.drafted else None for c in cycles]
+    drafted = list(accumulate(len(c.drafted) for c in cycles))
+    accepted = list(accumulate(c.num_accepted for c in cycles))
+    cumulative = [a / d if d else None for a, d in zip(accepted, drafted)]
+    return go.Figure(
+        [go.Bar(x=x, y=per_cycle, name="this cycle", marker_color=ACCEPTED_COLOUR,
+                customdata=[[c.num_accepted, len(c.drafted)] for c in cycles],
+                hovertemplate="%{customdata[0]} of %{customdata[1]} accepted<extra></extra>"),
+         go.Scatter(x=x, y=cumulative, name="cumulative", mode="lines", line=dict(color=RUNNING_COLOUR, width=3),
+                    hovertemplate="cumulative %{y:.1%}<extra></extra>")],
+        layout=_layout("Acceptance per cycle", "cycle", "accepted drafts",
+                       yaxis_range=[0, 1.05], yaxis_tickformat=".0%"))
+
+
+def tokens_per_pass_figure(cycles: Sequence[Cycle]) -> go.Figure:
+    """Tokens each target pass produced, their running mean, and the expectation
+    (1 - a^(k+1)) / (1 - a) at the acceptance measured so far."""
+    x = _cycle_numbers(cycles)
+    emitted = [len(c.emitted) for c in cycles]
+    running = [total / n for n, total in enumerate(accumulate(emitted), start=1)]
+    traces = [
+        go.Bar(x=x, y=emitted, name="this pass", marker_color=SPEC_COLOUR,
+               hovertemplate="%{y} tokens<extra></extra>"),
+        go.Scatter(x=x, y=running, name="running mean", mode="lines", line=dict(color=RUNNING_COLOUR, width=3),
+                   hovertemplate="mean %{y:.2f}<extra></extra>"),
+    ]
+    theory = None
+    if cycles:
+        stats = summarize(cycles)
+        theory = stats.expected_tokens_per_pass
+        traces.append(go.Scatter(
+            x=[0.5, len(cycles) + 0.5], y=[theory, theory], mode="lines",
+            name=f"theory at \u03b1 = {stats.alpha:.2f}", line=dict(color=THEORY_COLOUR, dash="dash", width=2),
+            hovertemplate="theory %{y:.2f}<extra></extra>"))
+    top = max(emitted + [theory or 0, 1]) + 0.5
+    return go.Figure(traces, layout=_layout("Tokens per target pass", "cycle", "tokens", yaxis_range=[0, top]))
+
+
+def _running_speedup(cycles: Sequence[Cycle], steps: Sequence[Step]) -> tuple[list[float], list[float | None]]:
+    """At the end of each cycle: speculative tokens/s over plain tokens/s, each over its own
+    time so far (the baseline up to the same amount of its own time, at least one step)."""
+    spec_time = list(accumulate(c.seconds for c in cycles))
+    spec_tokens = list(accumulate(len(c.emitted) for c in cycles))
+    plain_time = list(accumulate(s.seconds for s in steps))
+    out, j = [], 0
+    for t, n in zip(spec_time, spec_tokens):
+        while j < len(plain_time) and plain_time[j] <= t:
+            j += 1
+        done = max(j, 1) if plain_time else 0
+        if not done or not t or not plain_time[done - 1]:
+            out.append(None)
+            continue
+        out.append((n / t) / (done / plain_time[done - 1]))
+    return spec_time, out
+
+
+def race_figure(cycles: Sequence[Cycle], steps: Sequence[Step]) -> go.Figure:
+    """Tokens generated against time, each method on its own clock (the sum of its own step
+    times), and the running speedup on the right axis."""
+    spec_x = [0.0] + list(accumulate(c.seconds for c in cycles))
+    spec_y = [0] + list(accumulate(len(c.emitted) for c in cycles))
+    plain_x = [0.0] + list(accumulate(s.seconds for s in steps))
+    plain_y = list(range(len(steps) + 1))
+    speedup_x, speedup_y = _running_speedup(cycles, steps)
+    title = "Tokens against time"
+    if cycles and steps:
+        spec_rate, plain_rate = spec_y[-1] / spec_x[-1], plain_y[-1] / plain_x[-1]
+        title += f" \u2014 speedup {spec_rate / plain_rate:.2f}\u00d7"
+    traces = [
+        go.Scatter(x=spec_x, y=spec_y, name="speculative", mode="lines", line=dict(color=SPEC_COLOUR, width=3),
+                   line_shape="hv", hovertemplate="speculative: %{y} tokens at %{x:.2f} s<extra></extra>"),
+        go.Scatter(x=plain_x, y=plain_y, name="plain", mode="lines", line=dict(color=PLAIN_COLOUR, width=3, dash="dot"),
+                   line_shape="hv", hovertemplate="plain: %{y} tokens at %{x:.2f} s<extra></extra>"),
+        go.Scatter(x=speedup_x, y=speedup_y, name="running speedup (right)", mode="lines", yaxis="y2",
+                   line=dict(color=RUNNING_COLOUR, width=2), hovertemplate="speedup %{y:.2f}\u00d7<extra></extra>"),
+    ]
+    top = max([y for y in speedup_y if y is not None] + [1.0]) * 1.15
+    layout = _layout(title, "seconds (each method's own time)", "tokens",
+                     yaxis2=dict(title="speedup \u00d7", overlaying="y", side="right", range=[0, top],
+                                 showgrid=False, zeroline=False))
+    layout["margin"]["r"] = 56
+    layout["hovermode"] = "closest"
+    return go.Figure(traces, layout=layout)
+
+
+def position_figure(cycles: Sequence[Cycle]) -> go.Figure:
+    """For draft position i: the share of drafts reaching position i whose i-th token was accepted."""
+    by_position = summarize(cycles).acceptance_by_position if cycles else []
+    reached = [sum(len(c.drafted) > i for c in cycles) for i in range(len(by_position))]
+    x = list(range(1, len(by_position) + 1))
+    return go.Figure(
+        [go.Bar(x=x, y=by_position, name="accepted", marker_color=ACCEPTED_COLOUR, customdata=reached,
+                hovertemplate="position %{x}: %{y:.0%} of %{customdata} drafts<extra></extra>")],
+        layout=_layout("Acceptance by draft position", "draft position", "accepted",
+                       yaxis_range=[0, 1.05], yaxis_tickformat=".0%", showlegend=False,
+                       xaxis_dtick=1))
+
+
+def run_figures(cycles: Sequence[Cycle], steps: Sequence[Step]) -> tuple[go.Figure, go.Figure, go.Figure, go.Figure]:
+    """Every chart of the Run tab, in display order."""
+    return (acceptance_figure(cycles), tokens_per_pass_figure(cycles), race_figure(cycles, steps),
+            position_figure(cycles))

@@ -1,0 +1,294 @@
+"""Events -> HTML: the token view of a speculative run and the plain text of a baseline run.
+
+Pure functions, apart from `Detokenizer`, which holds the little state that incremental decoding
+needs. Every token is one `<span class="sv-tok" data-verdict=...>`: accepted, rejected, resampled
+or bonus. Verdicts are told apart by colour (the Okabe-Ito palette, which stays distinct under the
+common colour-vision deficiencies) and by a mark that needs no colour: rejected drafts are struck
+through, a resampled correction has a wavy underline, a bonus token a double underline. Cycles are
+separated by a thin bar. The page's stylesheet is `CSS`.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle
+
+VERDICTS = (ACCEPTED, REJECTED, RESAMPLED, BONUS)
+
+# Okabe-Ito. Bonus is blue rather than purple: under deuteranopia the bluish green and the
+# reddish purple both turn grey-blue of the same lightness, while green and blue stay apart.
+COLOURS = {ACCEPTED: "#009E73", REJECTED: "#D55E00", RESAMPLED: "#E69F00", BONUS: "#0072B2"}
+
+LEGEND_TEXT = {
+    ACCEPTED: "accepted draft",
+    REJECTED: "rejected draft (struck through)",
+    RESAMPLED: "target's correction (wavy underline)",
+    BONUS: "bonus: all drafts accepted (double underline)",
+}
+
+
+# ----------------------------------------------------------------------------- decoding
+
+class Detokenizer:
+    """Text of each token as it extends a sequence.
+
+    Byte-level BPE splits one character over several tokens, and SentencePiece drops a leading
+    space when a token is decoded alone, so a token's text is the growth of the decoded text of a
+    short window ending at it (as vLLM does). While the window ends inside a character the growth
+    is held back, and the token that completes the character carries all of it."""
+
+    def __init__(self, tokenizer, context: Sequence[int] = (), window: int = 6):
+        self.tokenizer = tokenizer
+        self.ids = list(context)[-window:]
+        self.prefix_offset = 0
+        self.read_offset = len(self.ids)
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False,
+                                     clean_up_tokenization_spaces=False)
+
+    def push(self, token: int) -> str:
+        """Append one token; return the text it adds ("" while a character is incomplete)."""
+        self.ids.append(token)
+        before = self._decode(self.ids[self.prefix_offset:self.read_offset])
+        after = self._decode(self.ids[self.prefix_offset:])
+        if len(after) > len(before) and not after.endswith("\ufffd"):
+            self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+            return after[len(before):]
+        return ""
+
+    def fork(self) -> Detokenizer:
+        """An independent copy (to decode rejected drafts without disturbing the real sequence)."""
+        other = Detokenizer.__new__(Detokenizer)
+        other.tokenizer, other.ids = self.tokenizer, list(self.ids)
+        other.prefix_offset, other.read_offset = self.prefix_offset, self.read_offset
+        return other
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One token as shown: its text, its verdict and the tooltip."""
+    text: str
+    verdict: str
+    title: str
+
+
+def _prob(p: float | None) -> str:
+    return "n/a" if p is None or p != p else f"{p:.3f}"  # p != p: NaN
+
+
+def cycle_pieces(cycle: Cycle, detok: Detokenizer) -> list[Piece]:
+    """The pieces of one cycle, in reading order: the accepted drafts, the rejected drafts where
+    they were proposed, then the target's own token. Advances `detok` over the emitted tokens."""
+    pieces = []
+    for i, token in enumerate(cycle.drafted[: cycle.num_accepted]):
+        title = (f"cycle {cycle.index + 1}, draft {i + 1}: accepted\n"
+                 f"draft p = {_prob(cycle.draft_probs[i])}, target p = {_prob(cycle.target_probs[i])}")
+        pieces.append(Piece(detok.push(token), ACCEPTED, title))
+    rejected = detok.fork()
+    for i in range(cycle.num_accepted, len(cycle.drafted)):
+        title = (f"cycle {cycle.index + 1}, draft {i + 1}: rejected\n"
+                 f"draft p = {_prob(cycle.draft_probs[i])}, target p = {_prob(cycle.target_probs[i])}")
+        pieces.append(Piece(rejected.push(cycle.drafted[i]), REJECTED, title))
+    if cycle.correction is not None:
+        if cycle.correction_kind == RESAMPLED:
+            what = "the target's correction after the rejection"
+        elif cycle.drafted:
+            what = "bonus: every draft accepted, the target adds one more"
+        else:
+            what = "bonus: nothing was drafted, the target adds its own token"
+        label = "target p" if cycle.greedy else "p in the distribution it was drawn from"
+        title = f"cycle {cycle.index + 1}: {what}\n{label} = {_prob(cycle.correction_prob)}"
+        pieces.append(Piece(detok.push(cycle.correction), cycle.correction_kind or BONUS, title))
+    return pieces
+
+
+# ----------------------------------------------------------------------------- HTML
+
+def token_text_html(text: str) -> str:
+    """Escaped token text with newlines made visible (a return mark, then the real break).
+    The container keeps other whitespace (white-space: pre-wrap)."""
+    return html.escape(text).replace("\n", '<span class="sv-nl">\u21b5</span>\n')
+
+
+def render_token(piece: Piece) -> str:
+    if piece.verdict not in VERDICTS:
+        raise ValueError(f"unknown verdict {piece.verdict!r}")
+    title = piece.title if piece.text else piece.title + "\n(part of a character that the next token completes)"
+    title = html.escape(title)
+    return (f'<span class="sv-tok sv-{piece.verdict}" data-verdict="{piece.verdict}" '
+            f'title="{title}">{token_text_html(piece.text)}</span>')
+
+
+def render_cycle(index: int, pieces: Sequence[Piece]) -> str:
+    """One cycle: its tokens inside a span that draws the boundary before it."""
+    tokens = "".join(render_token(p) for p in pieces)
+    return f'<span class="sv-cycle" data-cycle="{index}">{tokens}</span>'
+
+
+def legend_html() -> str:
+    items = "".join(
+        f'<span class="sv-legend-item"><span class="sv-tok sv-{v}" data-legend="{v}">token</span> '
+        f'{html.escape(LEGEND_TEXT[v])}</span>' for v in VERDICTS)
+    bar = ('<span class="sv-legend-item"><span class="sv-cycle sv-cycle-sample"></span> '
+           'one cycle (one target pass)</span>')
+    return f'<div class="sv-legend" aria-label="legend">{items}{bar}</div>'
+
+
+def panel_html(title: str, status: str, body: str, *, kind: str, legend: bool = False, placeholder: str = "") -> str:
+    """A titled panel with a status line and a body of token text."""
+    content = body or f'<span class="sv-placeholder">{html.escape(placeholder)}</span>'
+    return (f'<div class="sv-panel sv-{kind}"><div class="sv-panel-head"><span class="sv-panel-title">'
+            f'{html.escape(title)}</span><span class="sv-panel-status">{html.escape(status)}</span></div>'
+            f'{legend_html() if legend else ""}<div class="sv-text">{content}</div></div>')
+
+
+def token_view_html(cycle_html: Sequence[str], status: str = "") -> str:
+    """The speculative run: legend, then every cycle so far."""
+    return panel_html("Speculative decoding", status, "".join(cycle_html), kind="spec", legend=True,
+                      placeholder="Drafted tokens appear here, cycle by cycle.")
+
+
+def baseline_html(text: str, status: str = "") -> str:
+    """The plain run: its text, uncoloured."""
+    return panel_html("Plain decoding (baseline)", status, token_text_html(text), kind="plain",
+                      placeholder="The baseline's tokens appear here, one per target pass.")
+
+
+def race_status(tokens: int, seconds: float, done: bool) -> str:
+    parts = [f"{tokens} tokens", f"{seconds:.2f} s"]
+    if seconds > 0:
+        parts.append(f"{tokens / seconds:.1f} tokens/s")
+    if done:
+        parts.append("done")
+    return " \u00b7 ".join(parts)
+
+
+# ----------------------------------------------------------------------------- stylesheet
+
+def _tint(colour: str, alpha: float) -> str:
+    r, g, b = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r}, {g}, {b}, {alpha})"
+
+
+CSS = f"""
+.sv-panel {{ border: 1px solid var(--border-color-primary, #ccc); border-radius: 8px; padding: 10px 12px;
+  background: var(--block-background-fill, transparent); }}
+.sv-panel-head {{ display: flex; justify-content: space-between; gap: 12px; flex-wrap: wrap;
+  font-weight: 600; margin-bottom: 6px; }}
+.sv-panel-status {{ font-weight: 400; opacity: 0.8; font-variant-numeric: tabular-nums; }}
+.sv-text {{ white-space: pre-wrap; word-break: break-word; line-height: 1.9; font-size: 1.05em;
+  font-family: var(--font-mono, ui-monospace, monospace); max-height: 34em; overflow-y: auto; }}
+.sv-placeholder {{ opacity: 0.6; font-style: italic; font-family: var(--font, sans-serif); }}
+.sv-legend {{ display: flex; flex-wrap: wrap; gap: 2px 14px; font-size: 0.85em; margin: 2px 0 8px; }}
+.sv-legend-item {{ white-space: nowrap; }}
+.sv-tok {{ border-radius: 3px; padding: 1px 0; margin-right: 1px; text-decoration-thickness: 2px;
+  text-underline-offset: 3px; }}
+.sv-tok:empty {{ display: inline-block; min-width: 0.4em; min-height: 1em; vertical-align: middle; }}
+.sv-accepted {{ background: {_tint(COLOURS[ACCEPTED], 0.22)}; }}
+.sv-rejected {{ background: {_tint(COLOURS[REJECTED], 0.18)}; text-decoration: line-through;
+  text-decoration-color: {COLOURS[REJECTED]}; opacity: 0.85; }}
+.sv-resampled {{ background: {_tint(COLOURS[RESAMPLED], 0.35)}; text-decoration: underline wavy;
+  text-decoration-color: {COLOURS[RESAMPLED]}; font-weight: 700; }}
+.sv-bonus {{ background: {_tint(COLOURS[BONUS], 0.22)}; text-decoration: underline double;
+  text-decoration-color: {COLOURS[BONUS]}; font-weight: 700; }}
+.sv-nl {{ opacity: 0.55; }}
+.sv-cycle {{ border-left: 2px solid rgba(128, 128, 128, 0.55); margin-left: 3px; padding-left: 2px; }}
+.sv-cycle-sample {{ display: inline-block; height: 1em; vertical-align: middle; }}
+.sv-stats table {{ border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }}
+.sv-stats table, .sv-stats tr {{ border: none !important; }}
+.sv-stats td, .sv-stats th {{ padding: 3px 8px; border: none !important;
+  border-bottom: 1px solid var(--border-color-primary, #ddd) !important; text-align: left; }}
+.sv-stats th {{ font-weight: 600; }}
+.sv-stats td.sv-num {{ text-align: right; font-weight: 600; }}
+.sv-stats .sv-headline {{ font-size: 1.35em; font-weight: 700; margin: 2px 0 8px; }}
+.sv-stats .sv-note {{ margin-top: 8px; opacity: 0.9; }}
+.sv-error {{ border: 2px solid {COLOURS[REJECTED]}; border-radius: 8px; padding: 10px 12px;
+  background: {_tint(COLOURS[REJECTED], 0.1)}; }}
+.sv-error strong {{ color: {COLOURS[REJECTED]}; }}
+"""
+
+
+# ----------------------------------------------------------------------------- summary
+
+def _row(name: str, value: str, note: str = "") -> str:
+    return (f'<tr><th scope="row">{html.escape(name)}</th><td class="sv-num">{html.escape(value)}</td>'
+            f'<td>{html.escape(note)}</td></tr>')
+
+
+def summary_html(spec, plain, measured_speedup: float | None, *, state: str, notes: Sequence[str] = ()) -> str:
+    """The run's numbers. `spec` is a SpecStats, `plain` a PlainStats; `measured_speedup` is None
+    until the baseline has produced a token. `notes` are extra paragraphs (plain text)."""
+    if measured_speedup:
+        headline = f"Measured speedup {measured_speedup:.2f}\u00d7 over plain decoding"
+    else:
+        headline = "Measured speedup: waiting for the baseline"
+    rows = [
+        _row("Draft acceptance rate", f"{spec.draft_acceptance_rate:.1%}",
+             f"{spec.accepted} of {spec.drafted} drafted tokens accepted"),
+        _row("Per-token acceptance \u03b1", f"{spec.alpha:.3f}", "accepted / (accepted + rejections): the theory's a"),
+        _row("Tokens per target pass", f"{spec.mean_acceptance_length:.2f}",
+             f"{spec.tokens} tokens in {spec.cycles} passes; "
+             f"theory {spec.expected_tokens_per_pass:.2f} at the draft lengths proposed (mean k {spec.mean_k:.1f})"),
+        _row("Cost ratio c", f"{spec.cost_ratio:.3f}", "one draft step's time / one target pass's time, measured"),
+        _row("Measured speedup", f"{measured_speedup:.2f}\u00d7" if measured_speedup else "\u2013",
+             "speculative tokens/s \u00f7 plain tokens/s, each timed over its own steps"),
+        _row("Theoretical speedup", f"{spec.expected_speedup:.2f}\u00d7",
+             f"(1 \u2212 \u03b1^(n+1)) / ((1 \u2212 \u03b1)(n c + 1)) over the n drafted per cycle; best k for this \u03b1 and c: {spec.best_k}"),
+        _row("Speculative", f"{spec.tokens_per_second:.1f} tokens/s", f"{spec.tokens} tokens in {spec.seconds:.2f} s"),
+        _row("Plain", f"{plain.tokens_per_second:.1f} tokens/s", f"{plain.tokens} tokens in {plain.seconds:.2f} s"),
+    ]
+    paragraphs = "".join(f'<p class="sv-note">{html.escape(n)}</p>' for n in notes)
+    return (f'<div class="sv-stats"><div class="sv-state">{html.escape(state)}</div>'
+            f'<div class="sv-headline">{html.escape(headline)}</div>'
+            f'<table aria-label="acceptance and speedup">{"".join(rows)}</table>{paragraphs}</div>')
+
+
+def error_html(message: str) -> str:
+    return (f'<div class="sv-stats sv-error" role="alert"><strong>This run could not go ahead.</strong> '
+            f'{html.escape(message)}<br><span class="sv-note">Fix the settings and press Run again; '
+            f'the summary shows acceptance and speedup after a run.</span></div>')
+
+
+def idle_html() -> str:
+    return ('<div class="sv-stats sv-idle">Press <b>Run</b>: the prompt is decoded twice, by speculative '
+            'decoding and by plain decoding, interleaved on the same model. The summary shows the '
+            'acceptance rate and the measured speedup.</div>')
+
+
+def comparison_note(spec_tokens: Sequence[int], plain_tokens: Sequence[int], decode, dtype: str,
+                    greedy: bool, complete: bool) -> str | None:
+    """For greedy runs: whether both methods wrote the same tokens, and if not, where they part."""
+    from .metrics import first_divergence
+
+    if not greedy:
+        return ("Sampled run: the two outputs are independent draws from the same distribution, "
+                "so they are not expected to match.")
+    if not complete:
+        return None
+    at = first_divergence(spec_tokens, plain_tokens)
+    if at is None:
+        return f"Greedy: the speculative and plain outputs are identical ({len(spec_tokens)} tokens)."
+    shared = decode(list(spec_tokens[:at]))[-60:]
+    spec_next = decode(list(spec_tokens[at:at + 1])) if at < len(spec_tokens) else "(end)"
+    plain_next = decode(list(plain_tokens[at:at + 1])) if at < len(plain_tokens) else "(end)"
+    reduced = dtype in ("bfloat16", "float16", "torch.bfloat16", "torch.float16")
+    why = (f"In {dtype.replace('torch.', '')}, a forward over several tokens and a one-token step can "
+           "round differently, and where the top two logits nearly tie the argmax flips: both outputs "
+           "are valid greedy decodings of the model. Use float32 for exact equality.") if reduced else (
+           "Greedy decoding should agree exactly; numerical differences between one-token and "
+           "multi-token forwards at a near-tie of the top two logits are the usual cause.")
+    return (f"Greedy: the outputs diverge at token {at} (after \u201c{shared}\u201d: speculative wrote "
+            f"{spec_next!r}, plain wrote {plain_next!r}). {why}")
+
+
+def summary_loading_html(target: str | None, draft: str, progress: str = "") -> str:
+    name = target or "the built-in SmolLM2-135M-Instruct"
+    detail = f'<div class="sv-note">{html.escape(progress)}</div>' if progress else ""
+    return (f'<div class="sv-stats sv-loading" role="status">Loading {html.escape(name)} with drafter '
+            f'{html.escape(draft)}\u2026 A first load takes a while (the built-in model is converted from '
+            f'GGUF once); later runs reuse the loaded models. The summary shows acceptance and speedup '
+            f'once the run starts.{detail}</div>')

@@ -1,0 +1,169 @@
+"""The token view, the summary and the charts: pure functions of events."""
+
+import re
+
+import pytest
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+from specviz import charts, render
+from specviz.events import Cycle, Step
+from specviz.metrics import summarize
+
+TEXT = ["the cat sat on the mat", "héllo wörld, naïve café", "日本語のテキスト", "a <b> & \"c\"\nnew line"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """A byte-level BPE tokenizer small enough that accented and CJK characters span several tokens."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(TEXT * 5, trainers.BpeTrainer(
+        vocab_size=280, special_tokens=["<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>")
+
+
+def make_cycle(index=0, drafted=(1, 2, 3), accepted=1, correction=9, kind="resampled", greedy=True):
+    drafted = list(drafted)
+    emitted = drafted[:accepted] + ([correction] if correction is not None else [])
+    return Cycle(index=index, k=len(drafted), drafted=drafted, num_accepted=accepted, emitted=emitted,
+                 correction=correction, correction_kind=kind, correction_prob=0.5,
+                 draft_probs=[0.9] * len(drafted), target_probs=[0.4] * len(drafted), uniforms=[],
+                 residual_top=[], greedy=greedy, draft_seconds=0.01, verify_seconds=0.04)
+
+
+def verdicts(markup):
+    return re.findall(r'data-verdict="(\w+)"', markup)
+
+
+# ----------------------------------------------------------------------------- decoding
+
+def test_detokenizer_keeps_multibyte_characters_whole(tokenizer):
+    ids = tokenizer.encode("naïve café 日本語 ok")
+    assert len(ids) > len("naïve café 日本語 ok".split())  # some characters span several tokens
+    detok = render.Detokenizer(tokenizer)
+    pieces = [detok.push(t) for t in ids]
+    assert "".join(pieces) == tokenizer.decode(ids)
+    assert not any("\ufffd" in p for p in pieces)
+    assert "" in pieces  # a token that only starts a character shows nothing; the next carries it
+
+
+def test_detokenizer_fork_leaves_the_original_alone(tokenizer):
+    context = tokenizer.encode("the cat ")
+    detok = render.Detokenizer(tokenizer, context)
+    side = detok.fork()
+    side.push(tokenizer.encode("mat")[0])
+    assert "".join(detok.push(t) for t in tokenizer.encode("sat")) == "sat"
+
+
+def test_cycle_pieces_order_and_verdicts(tokenizer):
+    a, b, c, fix = (tokenizer.encode(w)[0] for w in ("the", " cat", " sat", " mat"))
+    pieces = render.cycle_pieces(make_cycle(drafted=(a, b, c), accepted=1, correction=fix), render.Detokenizer(tokenizer))
+    assert [p.verdict for p in pieces] == ["accepted", "rejected", "rejected", "resampled"]
+    assert [p.text for p in pieces] == [tokenizer.decode([a]), tokenizer.decode([b]), tokenizer.decode([c]),
+                                        tokenizer.decode([fix])]
+    assert "draft p = 0.900, target p = 0.400" in pieces[0].title
+
+
+def test_cycle_pieces_bonus_and_eos_end(tokenizer):
+    detok = render.Detokenizer(tokenizer)
+    bonus = render.cycle_pieces(make_cycle(drafted=(5, 6), accepted=2, correction=7, kind="bonus"), detok)
+    assert [p.verdict for p in bonus] == ["accepted", "accepted", "bonus"]
+    nothing_drafted = render.cycle_pieces(make_cycle(drafted=(), accepted=0, correction=8, kind="bonus"), detok)
+    assert [p.verdict for p in nothing_drafted] == ["bonus"] and "nothing was drafted" in nothing_drafted[0].title
+    eos_end = render.cycle_pieces(make_cycle(drafted=(5, 0), accepted=2, correction=None, kind=None), detok)
+    assert [p.verdict for p in eos_end] == ["accepted", "accepted"]
+
+
+# ----------------------------------------------------------------------------- HTML
+
+def test_render_token_escapes_text_and_title():
+    markup = render.render_token(render.Piece('<script>"x"</script>', "accepted", 'p = "1" <b>'))
+    assert "<script>" not in markup and "&lt;script&gt;" in markup
+    assert 'title="p = &quot;1&quot; &lt;b&gt;"' in markup
+    assert verdicts(markup) == ["accepted"]
+
+
+def test_render_token_shows_newlines_and_rejects_unknown_verdicts():
+    markup = render.render_token(render.Piece("a\nb", "bonus", ""))
+    assert "\u21b5" in markup and "\n" in markup
+    with pytest.raises(ValueError):
+        render.render_token(render.Piece("x", "maybe", ""))
+
+
+def test_every_verdict_has_a_mark_besides_colour():
+    css = render.CSS
+    for verdict in render.VERDICTS:
+        assert re.search(rf"\.sv-{verdict} \{{[^}}]*background: rgba", css)
+    assert re.search(r"\.sv-rejected \{[^}]*line-through", css)
+    assert re.search(r"\.sv-resampled \{[^}]*underline wavy", css)
+    assert re.search(r"\.sv-bonus \{[^}]*underline double", css)
+
+
+def test_legend_names_every_verdict_and_the_cycle_boundary():
+    legend = render.legend_html()
+    for verdict in render.VERDICTS:
+        assert f'data-legend="{verdict}"' in legend and f"sv-{verdict}" in legend
+    assert "sv-cycle-sample" in legend and "one cycle" in legend
+    assert "data-verdict" not in legend  # the legend's samples are not counted as tokens
+
+
+def test_cycles_are_wrapped_with_boundaries(tokenizer):
+    detok = render.Detokenizer(tokenizer)
+    cycles = [make_cycle(index=i, drafted=(5, 6), accepted=1, correction=7) for i in range(3)]
+    html_cycles = [render.render_cycle(c.index, render.cycle_pieces(c, detok)) for c in cycles]
+    view = render.token_view_html(html_cycles, "9 tokens")
+    assert view.count('class="sv-cycle"') == 3
+    assert re.findall(r'data-cycle="(\d+)"', view) == ["0", "1", "2"]
+    assert verdicts(view) == ["accepted", "rejected", "resampled"] * 3
+    assert "sv-legend" in view and "9 tokens" in view
+
+
+def test_summary_mentions_acceptance_and_speedup():
+    stats = summarize([make_cycle(index=i) for i in range(4)])
+    from specviz.metrics import PlainStats
+    markup = render.summary_html(stats, PlainStats(10, 1.0, 10.0), 1.7, state="Finished.", notes=["a <note>"])
+    text = markup.lower()
+    assert "acceptance" in text and "speedup" in text and "1.70\u00d7" in markup
+    assert "a &lt;note&gt;" in markup
+    assert "waiting for the baseline" in render.summary_html(stats, PlainStats(0, 0.0, 0.0), None, state="")
+
+
+def test_comparison_note():
+    decode = lambda ids: "".join(chr(97 + i) for i in ids)  # noqa: E731
+    assert "identical" in render.comparison_note([1, 2, 3], [1, 2, 3], decode, "float32", True, True)
+    note = render.comparison_note([1, 2, 3], [1, 4, 3], decode, "torch.bfloat16", True, True)
+    assert "diverge at token 1" in note and "bfloat16" in note and "near" in note
+    assert render.comparison_note([1], [2], decode, "float32", True, False) is None
+    assert "Sampled" in render.comparison_note([1], [2], decode, "float32", False, True)
+
+
+def test_error_box_is_escaped():
+    markup = render.error_html("no model <x>")
+    assert "no model &lt;x&gt;" in markup and 'role="alert"' in markup
+
+
+# ----------------------------------------------------------------------------- charts
+
+def test_charts_have_the_expected_traces():
+    cycles = [make_cycle(index=0, drafted=(1, 2, 3), accepted=3, correction=4, kind="bonus"),
+              make_cycle(index=1, drafted=(1, 2, 3), accepted=0, correction=4),
+              make_cycle(index=2, drafted=(), accepted=0, correction=4, kind="bonus")]
+    steps = [Step(index=i, token=1, prob=0.5, seconds=0.04) for i in range(5)]
+    acceptance, per_pass, race, positions = charts.run_figures(cycles, steps)
+    assert [t.name for t in acceptance.data] == ["this cycle", "cumulative"]
+    assert list(acceptance.data[0].y) == [1.0, 0.0, None]
+    assert list(acceptance.data[1].y) == [1.0, 0.5, 0.5]
+    assert [t.name for t in per_pass.data][:2] == ["this pass", "running mean"]
+    assert per_pass.data[2].name.startswith("theory")
+    assert list(per_pass.data[0].y) == [4, 1, 1]
+    assert [t.name for t in race.data] == ["speculative", "plain", "running speedup (right)"]
+    assert list(race.data[0].y) == [0, 4, 5, 6] and list(race.data[1].y) == list(range(6))
+    assert "speedup" in race.layout.title.text
+    assert list(positions.data[0].y) == [0.5, 0.5, 0.5]
+
+
+def test_charts_draw_empty():
+    for figure in charts.run_figures([], []):
+        assert figure.layout.title.text
