@@ -64,15 +64,15 @@ RICH_STYLES = {"accepted": "green", "rejected": "red strike", "resampled": "dark
                "bonus": "magenta bold underline"}
 
 
-def rich_text(pieces):
+def rich_text(pieces_per_cycle):
     from rich.text import Text
 
-    text, cycle = Text(), None
-    for piece in pieces:
-        if cycle is not None and piece.cycle != cycle:
+    text = Text()
+    for i, pieces in enumerate(pieces_per_cycle):
+        if i:
             text.append("|", style="dim")   # cycle boundary
-        cycle = piece.cycle
-        text.append(piece.text or "\u00b7", style=RICH_STYLES[piece.verdict])
+        for piece in pieces:
+            text.append(piece.text, style=RICH_STYLES[piece.verdict])
     return text
 
 

@@ -12,9 +12,9 @@ import torch
 
 from .decoding import autoregressive_decode, speculative_decode
 from .events import Cycle, Step
-from .sampling import validate_sampling
 from .metrics import PlainStats, SpecStats, first_divergence, speedup, summarize, summarize_plain
-from .text import Piece, cycle_pieces
+from .render import Detokenizer, Piece, cycle_pieces
+from .sampling import validate_sampling
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class RunResult:
     draft_parameters: int
     prompt_tokens: int
     cycles: list[Cycle]
-    pieces: list[Piece]
+    pieces: list[list[Piece]]       # per cycle, in reading order (render.cycle_pieces)
     text: str
     stats: SpecStats
     steps: list[Step] = field(default_factory=list)
@@ -106,9 +106,8 @@ class RunResult:
 
     def to_json(self) -> dict:
         return {"config": asdict(self.config), "text": self.text,
-                "cycles": [{**c.to_dict(), "drafted_text": [p.text for p in self.pieces
-                                                            if p.cycle == c.index and p.verdict in ("accepted", "rejected")]}
-                           for c in self.cycles],
+                "cycles": [{**c.to_dict(), "drafted_text": [p.text for p in pieces[: len(c.drafted)]]}
+                           for c, pieces in zip(self.cycles, self.pieces)],
                 "summary": self.summary()}
 
     def summary_lines(self) -> list[str]:
@@ -166,7 +165,8 @@ def execute(config: RunConfig, prompt: str, *, baseline: bool = False, pair=None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         raise RunFailed("out of memory: try a smaller model pair, a lower max new tokens, or --dtype bfloat16") from None
-    pieces = cycle_pieces(pair.tokenizer, cycles, input_ids[0].tolist())
+    detok = Detokenizer(pair.tokenizer, input_ids[0].tolist())
+    pieces = [cycle_pieces(c, detok) for c in cycles]
     tokens = [t for c in cycles for t in c.emitted]
     result = RunResult(config=config, target_name=pair.target_name, draft_name=pair.draft_name,
                        target_parameters=pair.target_parameters, draft_parameters=pair.draft_parameters,
