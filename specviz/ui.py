@@ -579,9 +579,18 @@ def build_demo(*, load: Callable | None = None, encode: Callable | None = None,
                 dark = gr.Button("Light / dark", size="sm", elem_id="dark-toggle")
         large.change(None, large, large, js=LARGE_TEXT_JS)
         dark.click(None, None, None, js=DARK_JS)
+        from . import tabs   # the other tabs build on this module's shared pieces
+
+        last_run = gr.State(None)  # the latest Compare or Teach run, for the Explain tab's numbers
         with gr.Tabs(elem_id="tabs"):
             with gr.Tab("Run", id="run-tab"):
                 build_run_tab(load=load, encode=encode, hosted=hosted)
+            with gr.Tab("Compare", id="compare-tab"):
+                tabs.build_compare_tab(hosted=hosted, last_run=last_run)
+            with gr.Tab("Teach", id="teach-tab"):
+                tabs.build_teach_tab(hosted=hosted, last_run=last_run)
+            with gr.Tab("Explain", id="explain-tab"):
+                tabs.build_explain_tab(last_run=last_run)
     demo.queue(max_size=QUEUE_MAX_SIZE)
     return demo
 

@@ -1,0 +1,179 @@
+"""Comparisons and the k sweep on a tiny in-process pair: shared baselines, the table, the winner
+line, the figures and the `compare` command line."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from tiny_pair import PROMPT, TinyModels
+
+from specviz import cli, compare
+from specviz.compare import Comparison, RunConfig
+from specviz.figures_compare import comparison_figures, sweep_figure
+from specviz.metrics import expected_speedup
+
+TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.set_grad_enabled(False)
+    return TinyModels()
+
+
+@pytest.fixture(scope="module")
+def comparison(tiny):
+    configs = [RunConfig(draft="ngram", max_new_tokens=TOKENS), RunConfig(draft="same", k=3, max_new_tokens=TOKENS),
+               RunConfig(draft="small", k=2, temperature=0.9, seed=3, max_new_tokens=TOKENS)]
+    return compare.compare(configs, PROMPT, load=tiny.for_config)
+
+
+def test_configurations_share_one_baseline_per_target_and_sampling(comparison):
+    greedy_ngram, greedy_same, sampled = comparison.results
+    assert comparison.done and comparison.labels == ["ngram k=4", "same k=3", "small k=2 T=0.9"]
+    # The two greedy configurations share one plain run; the sampled one needs its own.
+    assert greedy_same.steps is greedy_ngram.steps and greedy_same.plain is greedy_ngram.plain
+    assert sampled.steps is not greedy_ngram.steps and len(sampled.steps) == TOKENS
+    assert [name for name, _ in compare.baseline_labels(comparison)] == ["plain decoding (greedy)",
+                                                                         "plain decoding (T=0.9)"]
+    # Greedy speculative output equals plain greedy output (float32), whatever the drafter.
+    assert greedy_ngram.identical and greedy_same.identical
+    # A draft identical to the target has every draft accepted.
+    assert greedy_same.stats.draft_acceptance_rate == 1.0
+    assert all(r.speedup == pytest.approx(r.stats.tokens_per_second / r.plain.tokens_per_second)
+               for r in comparison.results)
+
+
+def test_iter_comparison_yields_after_each_configuration(tiny):
+    configs = [RunConfig(draft="ngram", max_new_tokens=8), RunConfig(draft="self:2", max_new_tokens=8)]
+    seen, messages = [], []
+    for partial in compare.iter_comparison(configs, PROMPT, load=tiny.for_config,
+                                           progress=lambda f, m: messages.append((f, m))):
+        seen.append(len(partial.results))
+    assert seen == [1, 2]
+    fractions = [f for f, _ in messages]
+    assert fractions == sorted(fractions) and fractions[-1] == pytest.approx(1.0)
+    assert "plain baseline" in messages[0][1] and "plain baseline" not in messages[2][1]
+
+
+def test_labels_are_distinct_and_name_the_target_only_when_targets_differ():
+    same = compare.config_labels([RunConfig(draft="ngram"), RunConfig(draft="ngram"), RunConfig(draft="ngram", k=8)])
+    assert same == ["ngram k=4", "ngram k=4 #2", "ngram k=8"]
+    mixed = compare.config_labels([RunConfig(target="a/b", draft="self:4", dynamic_k=True), RunConfig(draft="ngram")])
+    assert mixed == ["a/b: self:4 k=4..8 (dynamic)", "default: ngram k=4"]
+
+
+def test_table_has_a_row_per_configuration_and_per_baseline(comparison):
+    rows = compare.table_rows(comparison)
+    assert len(rows) == 3 + 2 and all(len(row) == len(compare.TABLE_HEADERS) for row in rows)
+    same = comparison.results[1]
+    assert rows[1] == ["same k=3", "100.0%", f"{same.stats.mean_acceptance_length:.2f}", f"{same.stats.cost_ratio:.3f}",
+                       f"{same.speedup:.2f}\u00d7", f"{same.stats.expected_speedup:.2f}\u00d7",
+                       f"{same.stats.tokens_per_second:.1f}"]
+    assert rows[3][0] == "plain decoding (greedy)" and rows[3][4] == "1.00\u00d7"
+    assert rows[3][6] == f"{same.plain.tokens_per_second:.1f}"
+    # Only the greedy configurations are checked against the plain output.
+    assert compare.identity_line(comparison) == "Greedy outputs: identical to plain decoding's (2 of 2)."
+
+
+def fake(speedup, per_pass, k, c, pass_ms=50):
+    cycles = [SimpleNamespace(verify_seconds=pass_ms / 1000)] * 3
+    return SimpleNamespace(speedup=speedup, cycles=cycles, stats=SimpleNamespace(
+        mean_acceptance_length=per_pass, mean_k=k, cost_ratio=c, drafted=3 * k, cycles=3))
+
+
+def fake_comparison(*results):
+    labels = [f"config {i + 1}" for i in range(len(results))]
+    return Comparison("p", [None] * len(results), labels, list(results))
+
+
+def test_winner_line_says_whether_acceptance_or_cost_won():
+    by_acceptance = compare.winner_line(fake_comparison(fake(1.4, 2.0, 4, 0.2), fake(2.1, 3.5, 4, 0.25)))
+    assert by_acceptance.startswith("config 2 won: 2.10\u00d7 over plain decoding against 1.40\u00d7 for config 1")
+    assert "on acceptance: 3.50 tokens per target pass against 2.00, although drafting costs 1.00" in by_acceptance
+    by_cost = compare.winner_line(fake_comparison(fake(2.5, 2.0, 4, 0.001), fake(1.2, 3.0, 4, 0.3)))
+    assert by_cost.startswith("config 1 won") and "on draft cost: drafting costs 0.00" in by_cost
+    assert "although 2.00 tokens per target pass against 3.00" in by_cost
+    both = compare.winner_line(fake_comparison(fake(2.5, 3.0, 4, 0.001), fake(1.2, 2.0, 4, 0.3)))
+    assert "on acceptance and draft cost" in both
+    # Same acceptance and draft cost, but the other drafts longer and pays for it in the target pass.
+    verify = compare.winner_line(fake_comparison(fake(2.7, 2.25, 4, 0.0, 60), fake(2.0, 2.25, 6, 0.0, 85)))
+    assert "on verification cost: a target pass took 60 ms against 85 ms, verifying 4.0 drafted tokens against 6.0" \
+        in verify
+    odd = compare.winner_line(fake_comparison(fake(2.7, 2.25, 6, 0.0, 60), fake(2.0, 2.25, 4, 0.0, 85)))
+    assert "as many drafted tokens or more (timing noise?)" in odd
+    noise = compare.winner_line(fake_comparison(fake(1.51, 2.0, 4, 0.1), fake(1.5, 2.0, 4, 0.1)))
+    assert "timing noise" in noise
+    contradiction = compare.winner_line(fake_comparison(fake(1.4, 1.9, 4, 0.7), fake(0.4, 2.6, 4, 0.0)))
+    assert contradiction.startswith("config 1 won") and "the timings contradict the counts" in contradiction
+    slower = compare.winner_line(fake_comparison(fake(0.8, 1.1, 4, 0.5), fake(0.9, 1.2, 4, 0.5)))
+    assert slower.startswith("No configuration beat plain decoding; config 2 came closest")
+    assert compare.winner_line(fake_comparison(fake(1.7, 2.0, 4, 0.1))) == "config 1: 1.70\u00d7 over plain decoding."
+
+
+def test_sweep_runs_each_k_against_one_baseline_and_marks_the_best(tiny):
+    config = RunConfig(draft="small", dynamic_k=True, max_new_tokens=TOKENS)
+    result = compare.sweep(config, PROMPT, ks=[1, 2, 3], load=tiny.for_config)
+    assert result.ks == [1, 2, 3] and [r.config.k for _, r in result.points] == [1, 2, 3]
+    assert not any(r.config.dynamic_k for _, r in result.points)      # a sweep fixes k
+    assert len({id(r.steps) for _, r in result.points}) == 1           # one shared baseline
+    accepted = sum(r.stats.accepted for _, r in result.points)
+    rejections = sum(c.num_accepted < len(c.drafted) for _, r in result.points for c in r.cycles)
+    assert result.alpha == pytest.approx(accepted / (accepted + rejections))
+    assert result.theory(2) == pytest.approx(expected_speedup(result.alpha, 2, result.cost_ratio))
+    assert result.best_measured_k == max(result.points, key=lambda p: p[1].speedup)[0]
+    assert result.best_theory_k == max([1, 2, 3], key=result.theory)
+    assert len(result.rows()) == 3 and f"k = {result.best_measured_k}" in result.line()
+
+    figure = sweep_figure(result)
+    names = [trace.name for trace in figure.data]
+    assert names[0] == "measured" and names[1].startswith("theory") and names[2].startswith("best measured k")
+    assert list(figure.data[0].y) == [r.speedup for _, r in result.points]
+    assert list(figure.data[2].x) == [result.best_measured_k]
+    assert any(shape.x0 == result.best_theory_k for shape in figure.layout.shapes)
+
+
+def test_comparison_figures_overlay_every_configuration(comparison):
+    figures = comparison_figures(comparison)
+    assert set(figures) == {"tokens_per_pass", "acceptance_by_position", "tokens_against_time"}
+    assert [t.name for t in figures["tokens_per_pass"].data] == comparison.labels
+    assert [t.name for t in figures["acceptance_by_position"].data] == comparison.labels
+    race = [t.name for t in figures["tokens_against_time"].data]
+    assert race == comparison.labels + ["plain decoding (greedy)", "plain decoding (T=0.9)"]
+    # The race's last point per configuration: all its tokens at its total time.
+    first = comparison.results[0]
+    assert figures["tokens_against_time"].data[0].y[-1] == first.stats.tokens
+    assert figures["tokens_against_time"].data[0].x[-1] == pytest.approx(first.stats.seconds)
+    assert comparison_figures(Comparison("", [], [], []))["tokens_per_pass"].data == ()
+
+
+def test_cli_compare_prints_the_table_and_exports(tiny, monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr("specviz.runs.load", lambda config, progress=None: tiny.for_config(config))
+    code = cli.entry(["compare", "--draft", "ngram", "--draft", "self:2", "--max-new-tokens", "12", "--no-color",
+                      "--export", str(tmp_path), "--no-png", PROMPT])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "ngram k=4" in out and "self:2 k=4" in out and "plain decoding" in out
+    assert ("won" in out or "came closest" in out) and "Greedy outputs" in out
+    written = {p.name for p in tmp_path.iterdir()}
+    assert {"cycles.jsonl", "cycles.csv", "summary.json", "tokens_per_pass.html"} <= written
+
+
+def test_cli_sweep(tiny, monkeypatch, capsys):
+    monkeypatch.setattr("specviz.runs.load", lambda config, progress=None: tiny.for_config(config))
+    assert cli.entry(["compare", "--draft", "ngram", "--sweep", "--max-new-tokens", "8", "--no-color", PROMPT]) == 0
+    out = capsys.readouterr().out
+    assert "k sweep of ngram" in out and "Best measured k" in out and "plain decoding:" in out
+    assert cli.entry(["compare", "--draft", "ngram", "--draft", "self:2", "--sweep", PROMPT]) == 2
+    assert "give one --draft" in capsys.readouterr().err
+
+
+def test_cli_reports_a_failed_load(tiny, monkeypatch, capsys):
+    from specviz.runs import RunFailed
+
+    def refuse(config, progress=None):
+        raise RunFailed("no such model")
+
+    monkeypatch.setattr("specviz.runs.load", refuse)
+    assert cli.entry(["compare", "--draft", "ngram", PROMPT]) == 2
+    assert "no such model" in capsys.readouterr().err

@@ -1,0 +1,168 @@
+"""Step mode: the numbers shown for each cycle recompute its verdicts; the residual and greedy
+views; the Explain tab's formulas filled with a run's numbers."""
+
+import pytest
+import torch
+from tiny_pair import PROMPT, WORDS, TinyModels
+
+from specviz import teach
+from specviz.events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle
+from specviz.metrics import expected_speedup, expected_tokens_per_pass, summarize
+from specviz.runs import RunConfig, execute
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.set_grad_enabled(False)
+    return TinyModels()
+
+
+def run(tiny, draft, **options):
+    config = RunConfig(draft=draft, max_new_tokens=40, **options)
+    return execute(config, PROMPT, pair=tiny.for_config(config))
+
+
+def text_of(token: int) -> str:
+    return WORDS[token]
+
+
+def check_rows_recompute_verdicts(cycle: Cycle) -> list[teach.TokenRow]:
+    rows = teach.token_rows(cycle, text_of)
+    assert [row.verdict for row in rows] == cycle.verdicts
+    assert teach.recomputed_num_accepted(rows) == cycle.num_accepted
+    for row in rows:
+        if row.position <= cycle.num_accepted:                       # the accepted prefix passed its test
+            assert row.checked and row.accepted
+        elif row.position == cycle.num_accepted + 1:                 # the first rejection failed it
+            assert row.checked and row.accepted is False
+        else:                                                        # the rest was never tested
+            assert not row.checked and row.accepted is None
+    return rows
+
+
+@pytest.mark.parametrize("draft", ["small", "random", "ngram"])
+def test_sampling_rows_recompute_each_verdict_from_the_uniform_draws(tiny, draft):
+    result = run(tiny, draft, k=4, temperature=1.0, seed=11)
+    rejected = accepted = 0
+    for cycle in result.cycles:
+        rows = check_rows_recompute_verdicts(cycle)
+        for row in rows:
+            assert row.ratio == pytest.approx(min(1.0, row.target_prob / row.draft_prob))
+            if row.checked:
+                # The rule itself: accepted exactly when u < min(1, target / draft).
+                assert (row.uniform < row.ratio) == (row.verdict == ACCEPTED)
+                accepted += row.accepted
+                rejected += not row.accepted
+    if draft != "ngram":   # prompt lookup may find few matches in 40 tokens; the others draft every cycle
+        assert accepted and rejected
+
+
+def test_a_draft_equal_to_the_target_is_always_accepted(tiny):
+    result = run(tiny, "same", k=3, temperature=0.8, seed=2)
+    for cycle in result.cycles:
+        rows = check_rows_recompute_verdicts(cycle)
+        assert all(row.ratio == pytest.approx(1.0, abs=1e-4) for row in rows)
+        assert cycle.correction_kind == BONUS and not cycle.residual_top
+
+
+def test_greedy_rows_compare_each_draft_with_the_target_argmax(tiny):
+    result = run(tiny, "small", k=4)
+    assert any(c.num_accepted for c in result.cycles) and any(c.num_accepted < len(c.drafted) for c in result.cycles)
+    for cycle in result.cycles:
+        rows = check_rows_recompute_verdicts(cycle)
+        for row in rows[: cycle.num_accepted]:
+            assert row.token == row.target_top and row.target_top_text == WORDS[row.token]
+        if cycle.num_accepted < len(cycle.drafted):
+            first_rejected = rows[cycle.num_accepted]
+            assert first_rejected.token != first_rejected.target_top == cycle.correction
+        assert all(row.uniform is None for row in rows)
+
+
+def make_cycle(**fields):
+    base = dict(index=2, k=3, drafted=[4, 5, 6], num_accepted=1, emitted=[4, 9], correction=9,
+                correction_kind=RESAMPLED, correction_prob=0.6, draft_probs=[0.5, 0.4, 0.3],
+                target_probs=[0.45, 0.1, 0.2], uniforms=[0.5, 0.9], residual_top=[(9, 0.6), (10, 0.3), (4, 0.1)],
+                greedy=False, draft_seconds=0.01, verify_seconds=0.02)
+    base.update(fields)
+    return Cycle(**base)
+
+
+def test_rows_table_and_narrative_of_a_known_cycle():
+    cycle = make_cycle()
+    rows = check_rows_recompute_verdicts(cycle)
+    assert [r.ratio for r in rows] == pytest.approx([0.9, 0.25, 2 / 3])
+    assert [r.uniform for r in rows] == [0.5, 0.9, None]
+    table = teach.rows_html(rows, greedy=False)
+    assert "0.500 &lt; 0.900" in table and "0.900 \u2265 0.250" in table and "not checked" in table
+    assert table.count('data-verdict="accepted"') == 1 and table.count('data-verdict="rejected"') == 2
+    text = teach.cycle_markdown(cycle, rows, text_of, total=7)
+    assert text.startswith("### Cycle 3 of 7: k = 3, speculative sampling")
+    assert r"$u = 0.500 < \min\left(1, \frac{0.450}{0.500}\right) = 0.900$ → **accepted**" in text
+    assert r"\ge" in text and "never checked" in text and f"`{WORDS[9]}`" in text      # the correction
+    assert "emitted 2 tokens" in text
+
+
+def test_residual_figure_shows_the_distribution_the_correction_came_from():
+    cycle = make_cycle()
+    figure = teach.residual_figure(cycle, text_of)
+    bars = figure.data[0]
+    assert list(bars.x) == [0.6, 0.3, 0.1] and bars.y[0] == f"{WORDS[9]} #9"
+    assert bars.marker.color[0] != bars.marker.color[1]          # the correction stands out
+    bonus = make_cycle(num_accepted=3, emitted=[4, 5, 6, 9], correction_kind=BONUS, uniforms=[0.1, 0.1, 0.1],
+                       target_probs=[0.9, 0.9, 0.9], residual_top=[])
+    note = teach.residual_figure(bonus, text_of)
+    assert not note.data and "every draft was accepted" in note.layout.annotations[0].text
+
+
+def test_verification_figure_puts_each_draw_against_its_ratio():
+    cycle = make_cycle()
+    figure = teach.verification_figure(cycle, teach.token_rows(cycle, text_of))
+    ratio, draws = figure.data
+    assert list(ratio.y) == pytest.approx([0.9, 0.25, 2 / 3]) and list(draws.y) == [0.5, 0.9]
+    greedy = make_cycle(greedy=True, uniforms=[], target_top=[4, 7], residual_top=[], correction=7, emitted=[4, 7])
+    figure = teach.verification_figure(greedy, check_rows_recompute_verdicts(greedy))
+    assert [t.name for t in figure.data] == ["draft p", "target p"]
+    assert "= argmax" in figure.layout.xaxis.ticktext[0] and "\u2260 argmax" in figure.layout.xaxis.ticktext[1]
+
+
+def test_step_view_walks_through_a_run(tiny):
+    result = run(tiny, "small", k=3, temperature=0.9, seed=4)
+    stepped = teach.teach_run(result, tiny.tokenizer, label="small k=3")
+    assert stepped.text_of(result.cycles[0].drafted[0]).strip() == WORDS[result.cycles[0].drafted[0]]
+    first = teach.step_view(stepped, 0)
+    assert first.position == f"Cycle 1 of {len(result.cycles)}"
+    assert first.tokens.count("data-cycle=") == 1 and "sv-current" in first.tokens
+    last = teach.step_view(stepped, 10_000)                       # clamped to the last cycle
+    assert last.position == f"Cycle {len(result.cycles)} of {len(result.cycles)}"
+    assert last.tokens.count("data-cycle=") == len(result.cycles)
+    assert last.tokens.count("data-verdict=") == sum(len(pieces) for pieces in result.pieces)
+
+
+def test_visible_whitespace():
+    assert teach.visible(" the") == "\u2423the" and teach.visible("a\n") == "a\u21b5"
+    assert teach.visible("  ") == "\u2423\u2423" and teach.visible("") == "\u2205"
+    assert teach.visible("\u00a0") == "U+00A0" and teach.visible("\r\n") == "\u240d\u21b5"
+    assert teach.number(0.000012) == "1.2e-5" and teach.number(0.000012, latex=True) == r"1.2\times10^{-5}"
+
+
+def test_formulas_are_filled_with_a_runs_numbers(tiny):
+    result = run(tiny, "small", k=4, temperature=1.0, seed=1)
+    stats = summarize(result.cycles)
+    text = teach.formulas_markdown(stats, measured_speedup=1.234, label="small k=4")
+    a, c = stats.alpha, stats.cost_ratio
+    assert f"$\\alpha = {a:.2f}$" in text and "$k = 4$" in text and f"$c = {c:.3f}$" in text
+    assert f"= {expected_tokens_per_pass(a, 4):.2f}" in text and f"= {expected_speedup(a, 4, c):.2f}\\times" in text
+    assert "**1.23\u00d7**" in text and f"**{stats.mean_acceptance_length:.2f}**" in text
+    numbers = teach.run_numbers("small k=4", stats, 1.234)
+    assert teach.explain_markdown(numbers) == text
+    assert "Example numbers" in teach.explain_markdown(None)
+    figure = teach.theory_figure(a, c, measured=(4, 1.234))
+    mine = next(t for t in figure.data if "this run" in t.name)
+    assert list(mine.y) == pytest.approx([expected_speedup(a, k, c) for k in range(1, 13)])
+    assert figure.data[-1].name == "measured" and list(figure.data[-1].y) == [1.234]
+
+
+def test_illustration_uses_the_token_styles():
+    page = teach.illustration_html()
+    for verdict in (ACCEPTED, REJECTED, RESAMPLED):
+        assert f'data-verdict="{verdict}"' in page
