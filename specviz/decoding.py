@@ -95,13 +95,10 @@ def _speculative_cycles(target, drafter: Drafter, input_ids, max_new_tokens, k, 
     sequence[:, :prompt_length] = input_ids
     length = prompt_length
 
-    # Prefill both caches with every prompt token but the last: the last one opens the first
-    # verification pass, so the target sees [last] + drafted in a single forward.
-    start = clock()
+    # The target cache holds every token but the newest: that one opens the next verification
+    # pass, so the target sees [last] + drafted in a single forward. It starts empty: the first
+    # pass is the prompt's prefill and the first verification at once (one forward, not two).
     target_cache = DynamicCache(config=target.config)
-    if prompt_length > 1:
-        target(sequence[:, : prompt_length - 1], cache=target_cache, logits_to_keep=1)
-    prefill_target = clock() - start
     start = clock()
     drafter.begin(sequence[:, :prompt_length])
     prefill_draft = clock() - start
@@ -114,38 +111,32 @@ def _speculative_cycles(target, drafter: Drafter, input_ids, max_new_tokens, k, 
         draft = drafter.propose(sequence[:, :length], k_now, sampler) if k_now > 0 else Draft(sequence[0, :0], None)
         drafted = draft.tokens.tolist()
         # A draft never runs past an EOS token: cut it there.
-        stop_at = next((i + 1 for i, t in enumerate(drafted) if t in eos), len(drafted))
-        n = stop_at
+        n = next((i + 1 for i, t in enumerate(drafted) if t in eos), len(drafted))
         drafted, tokens = drafted[:n], draft.tokens[:n]
         draft_probs = None if draft.probs is None else draft.probs[:n]
         draft_seconds = clock() - start + (prefill_draft if index == 0 else 0.0)
 
-        # 2. One target pass over [last token] + drafted: n + 1 next-token distributions.
+        # 2. One target pass over what its cache lacks: [last token] + drafted (the whole prompt
+        # too, the first time): n + 1 next-token distributions.
         start = clock()
         sequence[0, length : length + n] = tokens
-        logits = target(sequence[:, length - 1 : length + n], cache=target_cache, logits_to_keep=n + 1).logits[0]
-        target_probs = sampler.probs(logits)
+        cached = target_cache.get_seq_length()
+        logits = target(sequence[:, cached : length + n], cache=target_cache, logits_to_keep=n + 1).logits[0]
 
         # 3. Accept a prefix, then add the target's own token (correction or bonus).
-        positions = torch.arange(n, device=device)
         if sampler.greedy:
-            verdict = verify_greedy(logits, tokens)
+            verdict = verify_greedy(logits, tokens, draft_probs)
         else:
-            verdict = verify_sampled(target_probs, draft_probs, tokens, sampler.uniform(n, device), sampler.generator)
+            verdict = verify_sampled(sampler.probs(logits), draft_probs, tokens, sampler.uniform(n, device),
+                                     sampler.generator)
         accepted = verdict.num_accepted
-        target_p = target_probs[positions, tokens].tolist()
-        if draft_probs is None:
-            draft_p = [1.0] * n
-        else:
-            draft_p = draft_probs[positions, tokens].tolist()
         ended_on_eos = accepted == n and n > 0 and drafted[-1] in eos
         if ended_on_eos:
             correction, kind, correction_prob = None, None, None
             emitted = drafted
         else:
-            correction = verdict.correction
+            correction, correction_prob = verdict.correction, verdict.correction_prob
             kind = BONUS if accepted == n else RESAMPLED
-            correction_prob = float(target_probs[accepted, correction]) if sampler.greedy else verdict.correction_prob
             emitted = drafted[:accepted] + [correction]
             sequence[0, length + accepted] = correction
 
@@ -157,12 +148,12 @@ def _speculative_cycles(target, drafter: Drafter, input_ids, max_new_tokens, k, 
         drafter.rollback(length + accepted)
         length += len(emitted)
         generated += len(emitted)
-        verify_seconds = clock() - start + (prefill_target if index == 0 else 0.0)
+        verify_seconds = clock() - start
 
         residual = [] if verdict.residual is None else top_tokens(verdict.residual)
         yield Cycle(index=index, k=k, drafted=drafted, num_accepted=accepted, emitted=emitted,
                     correction=correction, correction_kind=kind, correction_prob=correction_prob,
-                    draft_probs=draft_p, target_probs=target_p, uniforms=verdict.uniforms,
+                    draft_probs=verdict.draft_probs, target_probs=verdict.target_probs, uniforms=verdict.uniforms,
                     residual_top=residual, greedy=sampler.greedy, draft_seconds=draft_seconds,
                     verify_seconds=verify_seconds, target_top=verdict.target_top)
         index += 1
@@ -193,11 +184,18 @@ def _steps(target, input_ids, max_new_tokens, temperature, top_k, top_p, seed, e
     for index in range(max_new_tokens):
         start = clock()
         logits = target(pending, cache=cache, logits_to_keep=1).logits[0, -1:]
-        probs = sampler.probs(logits)
-        # Greedy takes the argmax of the raw logits, exactly as `generate` does.
-        token = logits.argmax(dim=-1) if sampler.greedy else sampler.sample(probs)
-        token_id = int(token)
-        prob = float(probs[0, token_id])
+        if sampler.greedy:
+            # The argmax of the raw logits, exactly as `generate` takes it; its probability from
+            # one logsumexp rather than a full softmax.
+            scores = logits.float()
+            token = scores.argmax(dim=-1)
+            prob = (scores[0, token] - torch.logsumexp(scores[0], dim=-1)).exp()
+        else:
+            probs = sampler.probs(logits)
+            token = sampler.sample(probs)
+            prob = probs[0, token]
+        token_id, prob = torch.cat([token.double(), prob.double()]).tolist()   # one device sync
+        token_id = int(token_id)
         seconds = clock() - start
         yield Step(index=index, token=token_id, prob=prob, seconds=seconds)
         if token_id in eos:

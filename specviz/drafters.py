@@ -64,14 +64,20 @@ class DraftModelDrafter(Drafter):
         pending = sequence[:, self.cache.get_seq_length():].to(self.model.device)
         tokens, rows = [], []
         for _ in range(k):
-            logits = self.model(pending, cache=self.cache, logits_to_keep=1).logits[0, -1:]
-            logits = self._fit_vocab(logits)
-            probs = sampler.probs(logits)
-            token = sampler.sample(probs)
+            logits = self._fit_vocab(self.model(pending, cache=self.cache, logits_to_keep=1).logits[0, -1:])
+            if sampler.greedy:   # argmax needs no probabilities: one softmax over all rows at the end
+                token = logits.argmax(dim=-1)
+                rows.append(logits)
+            else:
+                probs = sampler.probs(logits)
+                token = sampler.sample(probs)
+                rows.append(probs)
             tokens.append(token)
-            rows.append(probs)
             pending = token[None]
-        return Draft(torch.cat(tokens).to(sequence.device), torch.cat(rows).to(sequence.device))
+        probs = torch.cat(rows)
+        if sampler.greedy:
+            probs = sampler.probs(probs)
+        return Draft(torch.cat(tokens).to(sequence.device), probs.to(sequence.device))
 
     def rollback(self, valid_length: int) -> None:
         excess = self.cache.get_seq_length() - valid_length

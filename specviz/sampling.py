@@ -10,7 +10,7 @@ then distributed exactly as the target's (warped) distribution.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers.generation.logits_process import (
@@ -87,17 +87,42 @@ class Verification:
     uniforms: list[float]       # draws consulted: one per verified token (sampling only)
     residual: torch.Tensor | None  # normalised residual distribution after a rejection (sampling only)
     target_top: list[int]       # greedy only: target argmax at each verified position
+    target_probs: list[float] = field(default_factory=list)  # target probability of each drafted token
+    draft_probs: list[float] = field(default_factory=list)   # draft probability of each drafted token
 
 
-def verify_greedy(target_logits: torch.Tensor, drafted: torch.Tensor) -> Verification:
+def _to_host(*columns: torch.Tensor) -> list[list[float]]:
+    # Every number a verification reports crosses to the host in one copy: one device sync per
+    # call instead of one per `.tolist()` / `float()`. float64 holds token ids exactly.
+    if not columns[0].numel():
+        return [[] for _ in columns]
+    return torch.stack([c.double() for c in columns]).tolist()
+
+
+def verify_greedy(target_logits: torch.Tensor, drafted: torch.Tensor,
+                  draft_probs: torch.Tensor | None = None) -> Verification:
     """Accept the longest prefix of `drafted` that matches the target's argmax; the correction
-    (or bonus) is the target's argmax at the first mismatch. `target_logits` is (n + 1, V)."""
+    (or bonus) is the target's argmax at the first mismatch. `target_logits` is (n + 1, V).
+
+    Reported probabilities are the plain softmax (temperature 1), computed only where needed:
+    exp(logit - logsumexp) at the drafted tokens and at each argmax, never a full (n + 1, V)
+    softmax. `draft_probs` (n, V), when given, is read at the drafted tokens in the same copy."""
     n = drafted.shape[0]
-    target_top = target_logits.argmax(dim=-1)
-    matches = (target_top[:n] == drafted).tolist()
-    num_accepted = matches.index(False) if False in matches else n
-    top = target_top.tolist()
-    return Verification(num_accepted, top[num_accepted], float("nan"), [], None, top[: num_accepted + 1])
+    scores = target_logits.float()
+    log_total = torch.logsumexp(scores, dim=-1)                           # (n + 1,)
+    top = scores.argmax(dim=-1)                                           # raw argmax, as `generate`
+    top_prob = (scores.gather(-1, top[:, None])[:, 0] - log_total).exp()
+    positions = torch.arange(n, device=scores.device)
+    drafted_prob = (scores[positions, drafted] - log_total[:n]).exp()
+    drafted_draft = torch.ones_like(drafted_prob) if draft_probs is None else draft_probs[positions, drafted]
+    pad_id, pad_prob = top.new_zeros(1), top_prob.new_zeros(1)   # drafted columns are one shorter
+    tops, top_probs, drafted_ids, target_p, draft_p = _to_host(
+        top, top_prob, torch.cat([drafted, pad_id]), torch.cat([drafted_prob, pad_prob]),
+        torch.cat([drafted_draft.float(), pad_prob]))
+    tops = [int(t) for t in tops]
+    num_accepted = next((i for i in range(n) if tops[i] != drafted_ids[i]), n)
+    return Verification(num_accepted, tops[num_accepted], top_probs[num_accepted], [], None,
+                        tops[: num_accepted + 1], target_p[:n], draft_p[:n])
 
 
 def verify_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, drafted: torch.Tensor,
@@ -114,9 +139,10 @@ def verify_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor | None,
     target_p = target_probs[positions, drafted]
     draft_p = torch.ones_like(target_p) if draft_probs is None else draft_probs[positions, drafted]
     # Accept drafted token i with probability min(1, target(x_i) / draft(x_i)).
-    accepted = (uniforms * draft_p < target_p).tolist()
-    num_accepted = accepted.index(False) if False in accepted else n
-    used_uniforms = uniforms[: min(num_accepted + 1, n)].tolist()
+    accepted, all_uniforms, target_list, draft_list = _to_host(uniforms * draft_p < target_p, uniforms,
+                                                                target_p, draft_p)
+    num_accepted = accepted.index(0.0) if 0.0 in accepted else n
+    used_uniforms = all_uniforms[: min(num_accepted + 1, n)]
 
     if num_accepted == n:
         # Every draft accepted: the bonus token comes straight from the target.
@@ -131,11 +157,14 @@ def verify_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor | None,
             residual = (target_probs[i] - draft_probs[i]).clamp_(min=0.0)
         total = residual.sum()
         # Not in Algorithm 1: a rejection implies draft(x) > target(x), so the residual has mass;
-        # the guard only covers float round-off when the two distributions are equal.
-        residual = residual / total if total > 0 else target_probs[i]
+        # the guard only covers float round-off when the two distributions are equal. (torch.where
+        # rather than `if total > 0`: no device sync.)
+        residual = torch.where(total > 0, residual / total, target_probs[i])
         dist = residual
-    correction = int(sample_from(dist[None], generator)[0])
-    return Verification(num_accepted, correction, float(dist[correction]), used_uniforms, residual, [])
+    token = sample_from(dist[None], generator)
+    correction, correction_prob = _to_host(token, dist[token])
+    return Verification(num_accepted, int(correction[0]), correction_prob[0], used_uniforms, residual, [],
+                        target_list, draft_list)
 
 
 def top_tokens(probs: torch.Tensor, n: int = 10) -> list[tuple[int, float]]:
