@@ -110,8 +110,12 @@ def _speculative_cycles(target, drafter: Drafter, input_ids, max_new_tokens, k, 
         start = clock()
         draft = drafter.propose(sequence[:, :length], k_now, sampler) if k_now > 0 else Draft(sequence[0, :0], None)
         drafted = draft.tokens.tolist()
-        # A draft never runs past an EOS token: cut it there.
-        n = next((i + 1 for i, t in enumerate(drafted) if t in eos), len(drafted))
+        # A draft never runs past an EOS token: cut it there. A one-hot draft (prompt lookup) stops
+        # just before it, as transformers' prompt lookup does: the EOS it copies mostly closes an
+        # earlier turn of the prompt, and leaving it out costs no pass, because when the target
+        # does end there it emits the EOS itself as the bonus token of the same pass.
+        stop_after = 0 if draft.probs is None else 1
+        n = next((i + stop_after for i, t in enumerate(drafted) if t in eos), len(drafted))
         drafted, tokens = drafted[:n], draft.tokens[:n]
         draft_probs = None if draft.probs is None else draft.probs[:n]
         draft_seconds = clock() - start + (prefill_draft if index == 0 else 0.0)
