@@ -206,7 +206,8 @@ def markdown(report: dict) -> str:
              f"{report['prompts']} prompts of {report['prompt_length']} tokens", ""]
     if report["pass_cost"]:
         max_q = max(len(costs["ms"]) for costs in report["pass_cost"].values())
-        lines += ["## Cost of one forward over q new tokens after a 512-token context (ms, and x the q=1 cost)", "",
+        lines += [f"## Cost of one forward over q new tokens after a {report['context']}-token context "
+                  "(ms, and x the q=1 cost)", "",
                   "| model | " + " | ".join(f"q={q}" for q in range(1, max_q + 1)) + " |",
                   "|---|" + "---:|" * max_q]
         for name, costs in report["pass_cost"].items():
@@ -268,7 +269,8 @@ def main(argv=None) -> int:
                 else f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads")
     report = {"hardware": hardware, "torch": torch.__version__, "transformers": transformers.__version__,
               "dtype": str(dtype).removeprefix("torch."), "max_new_tokens": max_new_tokens, "prompts": prompt_count,
-              "prompt_length": args.prompt_length, "pass_cost": {}, "pairs": [], "skipped": []}
+              "prompt_length": args.prompt_length, "context": 32 if args.small else 512,
+              "pass_cost": {}, "pairs": [], "skipped": []}
     print(f"{hardware}; {report['dtype']}; writing to {args.out}", flush=True)
 
     def over_budget() -> bool:
@@ -288,13 +290,13 @@ def main(argv=None) -> int:
             continue
         target = model(target_name)
         if target_name not in report["pass_cost"]:
-            costs = pass_costs(target, 512 if not args.small else 32, max_q, repeats=5 if args.small else 10)
+            costs = pass_costs(target, report["context"], max_q, repeats=5 if args.small else 10)
             report["pass_cost"][target_name] = {"ms": {str(q): 1e3 * s for q, s in costs.items()}}
             print(f"{target_name}: one forward over q=1..{max_q} new tokens: "
                   + ", ".join(f"{1e3 * s:.1f}" for s in costs.values()) + " ms", flush=True)
         draft_model = target if draft_name == "self" else None if draft_name == "ngram" else model(draft_name)
         if draft_model is not None and draft_name != "self" and draft_name not in report["pass_cost"]:
-            costs = pass_costs(draft_model, 512 if not args.small else 32, 1, repeats=5 if args.small else 10)
+            costs = pass_costs(draft_model, report["context"], 1, repeats=5 if args.small else 10)
             report["pass_cost"][draft_name] = {"ms": {str(q): 1e3 * s for q, s in costs.items()}}
         setup = make_setup(target, draft_name, draft_model, dtype)
         prompts = prompts_for(target.config.vocab_size, prompt_count, args.prompt_length, device)

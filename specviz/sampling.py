@@ -105,15 +105,17 @@ def verify_greedy(target_logits: torch.Tensor, drafted: torch.Tensor,
     (or bonus) is the target's argmax at the first mismatch. `target_logits` is (n + 1, V).
 
     Reported probabilities are the plain softmax (temperature 1), computed only where needed:
-    exp(logit - logsumexp) at the drafted tokens and at each argmax, never a full (n + 1, V)
+    at the drafted tokens and at each argmax, from one normaliser per row, never a full (n + 1, V)
     softmax. `draft_probs` (n, V), when given, is read at the drafted tokens in the same copy."""
     n = drafted.shape[0]
     scores = target_logits.float()
-    log_total = torch.logsumexp(scores, dim=-1)                           # (n + 1,)
-    top = scores.argmax(dim=-1)                                           # raw argmax, as `generate`
-    top_prob = (scores.gather(-1, top[:, None])[:, 0] - log_total).exp()
+    # max(dim) returns the first index of a tie, as argmax (and `generate`) do; its value also
+    # steadies the softmax normaliser, so the two share one pass over the vocabulary.
+    top_logit, top = scores.max(dim=-1)                                   # (n + 1,)
+    total = (scores - top_logit[:, None]).exp_().sum(dim=-1)              # softmax normaliser / e^max
+    top_prob = total.reciprocal()
     positions = torch.arange(n, device=scores.device)
-    drafted_prob = (scores[positions, drafted] - log_total[:n]).exp()
+    drafted_prob = (scores[positions, drafted] - top_logit[:n]).exp() / total[:n]
     drafted_draft = torch.ones_like(drafted_prob) if draft_probs is None else draft_probs[positions, drafted]
     pad_id, pad_prob = top.new_zeros(1), top_prob.new_zeros(1)   # drafted columns are one shorter
     tops, top_probs, drafted_ids, target_p, draft_p = _to_host(
