@@ -648,6 +648,20 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
 
 # ----------------------------------------------------------------------------- prompts and presets
 
+def check_context(pair, prompt_length: int, max_new_tokens: int) -> None:
+    """Refuse a run that would go past a model's context window."""
+    models = [("target", pair.target), ("draft", getattr(pair.draft, "model", pair.draft))]
+    for role, model in models:
+        config = getattr(model, "config", None)
+        if config is None:
+            continue
+        limit = getattr(config.get_text_config(), "max_position_embeddings", None)
+        if limit and prompt_length + max_new_tokens > limit:
+            raise ValueError(
+                f"The prompt ({prompt_length} tokens) plus {max_new_tokens} new tokens exceeds the {role} "
+                f"model's context of {limit} tokens. Shorten the prompt or lower max new tokens.")
+
+
 def encode_prompt(tokenizer, prompt: str, *, chat: bool = True) -> torch.LongTensor:
     """Token ids (1, T) of a prompt: as one user turn through the chat template (with the
     assistant's turn opened) when `chat` and the tokenizer has a template, else as raw text."""

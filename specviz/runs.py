@@ -140,18 +140,15 @@ def load(config: RunConfig, progress=None):
 
 def execute(config: RunConfig, prompt: str, *, baseline: bool = False, pair=None, progress=None) -> RunResult:
     """Decode `prompt` with `config` (speculatively, then plainly when `baseline`)."""
-    from .models import ModelLoadError, encode_prompt
+    from .models import ModelLoadError, check_context, encode_prompt
 
     config.validate()
     pair = pair or load(config, progress)
     try:
         input_ids = encode_prompt(pair.tokenizer, prompt, chat=config.chat).to(pair.device)
+        check_context(pair, input_ids.shape[1], config.max_new_tokens)
     except (ModelLoadError, ValueError) as exc:
         raise RunFailed(str(exc)) from None
-    limit = getattr(pair.target.config.get_text_config(), "max_position_embeddings", None)
-    if limit and input_ids.shape[1] + config.max_new_tokens > limit:
-        raise RunFailed(f"the prompt ({input_ids.shape[1]} tokens) plus max new tokens ({config.max_new_tokens}) "
-                        f"exceeds {pair.target_name}'s context of {limit} tokens; shorten the prompt or lower max new tokens")
     kwargs = dict(config.decoding(), eos_token_id=pair.eos_token_ids)
     try:
         if baseline:  # a short warm-up so neither method pays one-time costs

@@ -32,7 +32,7 @@ from . import charts, render
 from .decoding import autoregressive_decode, speculative_decode
 from .events import Cycle, Step
 from .metrics import speedup, summarize, summarize_plain
-from .models import ModelLoadError, encode_prompt, list_presets, load_pair
+from .models import ModelLoadError, check_context, encode_prompt, list_presets, load_pair
 from .spaces import GPU
 
 log = logging.getLogger("specviz.ui")
@@ -179,20 +179,6 @@ def user_message(exc: BaseException) -> str:
 def free_accelerator_memory() -> None:
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def check_context(pair, prompt_length: int, max_new_tokens: int) -> None:
-    """Refuse a run that would go past a model's context window."""
-    models = [("target", pair.target), ("draft", getattr(pair.draft, "model", pair.draft))]
-    for role, model in models:
-        config = getattr(model, "config", None)
-        if config is None:
-            continue
-        limit = getattr(config.get_text_config(), "max_position_embeddings", None)
-        if limit and prompt_length + max_new_tokens > limit:
-            raise RunError(
-                f"The prompt ({prompt_length} tokens) plus {max_new_tokens} new tokens exceeds the {role} "
-                f"model's context of {limit} tokens. Shorten the prompt or lower max new tokens.")
 
 
 # ----------------------------------------------------------------------------- the race
