@@ -2,8 +2,8 @@
 # The CPU benchmark behind the README's tables, in one command. Results go to $OUT (default
 # ./bench_out): one JSON and one markdown table per configuration, plus the log.
 #
-#   bash scripts/cpu_bench.sh                              # machine to itself: wall clock
-#   bash scripts/cpu_bench.sh --threads 1 --clock process  # shared machine: CPU time of one thread
+#   bash scripts/cpu_bench.sh               # machine to itself: wall clock, every core
+#   bash scripts/cpu_bench.sh --threads 1   # shared machine: one thread, timed by its own CPU time
 #
 # Extra arguments go to every `python -m specviz bench` call. About 45 minutes on 2 cores.
 set -euo pipefail

@@ -10,7 +10,8 @@ Three measurements, written to $OUT (or --out) as gpu_bench.json and gpu_bench.m
 1. per-pass cost against k: one target forward over q = 1..16 new tokens after a 512-token context,
    as a multiple of the one-token forward (the theory's assumption is that it stays ~1);
 2. throughput of plain decoding, specviz speculative decoding and transformers' assisted
-   generation (same drafter, fixed k, greedy), alternated, medians;
+   generation (same drafter, fixed k, greedy), measured as `python -m specviz bench` measures it
+   (`runs.bench.run_bench`: plain and speculative raced per prompt, transformers after), medians;
 3. engine overhead: wall time outside model forwards per generated token and per cycle, measured
    with forward hooks that synchronise the device (so measured in a separate, slower run).
 
@@ -38,10 +39,13 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig  # noqa: E402
 
-from specviz.bench import Setup, run_plain, run_specviz, run_transformers, transformers_settings  # noqa: E402
-from specviz.decoding import Clock  # noqa: E402
-from specviz.drafters import DraftModelDrafter, PromptLookupDrafter  # noqa: E402
-from specviz.metrics import first_divergence, summarize  # noqa: E402
+from specviz.catalog import BenchPrompt  # noqa: E402
+from specviz.core.decoding import Clock, autoregressive_decode, speculative_decode  # noqa: E402
+from specviz.models import ModelPair, make_drafter  # noqa: E402
+from specviz.models.tiny import ByteTokenizer  # noqa: E402
+from specviz.runs.bench import Setup, run_bench, run_transformers, summarize_rows, transformers_settings  # noqa: E402
+from specviz.runs.run import encode  # noqa: E402
+from specviz.settings import LOCAL, RunSettings, validate  # noqa: E402
 
 SHAPES = {   # Llama-architecture shapes of real models (weights random)
     "SmolLM2-1.7B": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=24, num_attention_heads=32,
@@ -129,70 +133,77 @@ class ForwardTimer:
         self.calls += 1
 
 
-def make_setup(target, draft_name: str, draft_model, dtype) -> Setup:
-    if draft_name == "ngram":
-        return Setup(target, PromptLookupDrafter(3), "ngram", None, [], "target", "ngram", dtype)
-    drafter = DraftModelDrafter(draft_model, name=draft_name)
-    return Setup(target, drafter, "model", None, [], "target", draft_name, dtype, assistant=draft_model)
+def make_setup(target, target_name: str, draft_name: str, draft_model, dtype, k: int, max_new_tokens: int) -> Setup:
+    """A `runs.bench.Setup` for random-weight models: prompts are bytes (`ByteTokenizer`), and the
+    target drafting for itself ("self") is a draft model that happens to be the target."""
+    spec = "ngram" if draft_name == "ngram" else "draft-model"   # "self" is not an early exit here
+    drafter = make_drafter(spec, target, draft_model=draft_model)
+    pair = ModelPair(target=target, tokenizer=ByteTokenizer(), draft=drafter, target_name=target_name,
+                     draft_name=draft_name, target_parameters=sum(p.numel() for p in target.parameters()),
+                     draft_parameters=drafter.parameters, device=target.device, dtype=dtype, eos_token_ids=[])
+    settings = validate(RunSettings(target=target_name, draft=spec, k=k, max_new_tokens=max_new_tokens,
+                                    chat=False), LOCAL)
+    return Setup(settings, pair)
 
 
-def prompts_for(vocab: int, count: int, length: int, device, seed: int = 0) -> list[torch.Tensor]:
-    """Random prompts whose second half repeats their first (so prompt lookup has something to find)."""
+def prompts_for(count: int, length: int, seed: int = 0) -> list[BenchPrompt]:
+    """Random lowercase prompts whose second half repeats their first (so prompt lookup has something
+    to find); one byte is one token."""
     generator = torch.Generator().manual_seed(seed)
     prompts = []
-    for _ in range(count):
-        half = torch.randint(0, vocab, (1, length // 2), generator=generator)
-        prompts.append(torch.cat([half, half], dim=1).to(device))
+    for i in range(count):
+        half = "".join(chr(97 + c) for c in torch.randint(0, 26, (length // 2,), generator=generator).tolist())
+        prompts.append(BenchPrompt(f"random-{i}", "random", half + half, chat=False))
     return prompts
 
 
-def throughput(setup: Setup, prompts, max_new_tokens: int, k: int) -> dict:
+def throughput(setup: Setup, prompts: list[BenchPrompt]) -> dict:
+    """The bench's own method (`runs.bench.run_bench`): warm-up, then per prompt specviz's race of
+    plain and speculative decoding, then transformers; medians over prompts."""
+    rows = run_bench(setup, prompts)
+    overall = summarize_rows(rows)[-1]
+    return {"plain_tokens_per_s": overall["baseline_tokens_per_s"],
+            "specviz_tokens_per_s": overall["specviz_tokens_per_s"],
+            "transformers_tokens_per_s": overall["transformers_tokens_per_s"],
+            "specviz_speedup": overall["specviz_speedup"], "transformers_speedup": overall["transformers_speedup"],
+            "specviz_vs_transformers": overall["specviz_vs_transformers"],
+            "acceptance_rate": overall["acceptance_rate"], "tokens_per_pass": overall["tokens_per_pass"],
+            "cost_ratio": overall["cost_ratio"], "expected_speedup": overall["expected_speedup"],
+            "identical_to_baseline": overall["identical"], "prompts": len(prompts),
+            "first_divergences": [row["first_divergence"] for row in rows],
+            "transformers_identical_to_baseline": overall["transformers_identical"]}
+
+
+def overhead(setup: Setup, prompt: BenchPrompt) -> dict:
+    """Wall time outside model forwards, per generated token, for each method (and per cycle for
+    specviz). The engine's loops run alone here (not raced), each timed as one call."""
+    pair, settings = setup.pair, setup.settings
     clock = Clock(setup.device)
-    methods = {"plain": lambda ids, n: run_plain(setup, ids, n, clock),
-               "specviz": lambda ids, n: run_specviz(setup, ids, n, k, clock),
-               "transformers": lambda ids, n: run_transformers(setup, ids, n, k, clock)}
-    for method in methods.values():   # warm-up: kernels, allocator, cuBLAS handles
-        method(prompts[0], min(16, max_new_tokens))
-    runs = {name: [] for name in methods}
-    for ids in prompts:               # alternated prompt by prompt
-        for name, method in methods.items():
-            runs[name].append(method(ids, max_new_tokens))
-    median = {name: statistics.median(t.tokens_per_s for t in timed) for name, timed in runs.items()}
-    stats = [summarize(t.cycles) for t in runs["specviz"]]   # per run: each run's first cycle carries its prefill
+    ids = encode(settings, prompt.prompt, pair)
+    models = [pair.target] + ([setup.assistant] if setup.assistant is not None else [])
 
-    def median_of(field: str) -> float:
-        return statistics.median(getattr(s, field) for s in stats)
+    def plain():
+        return [s.token for s in autoregressive_decode(pair.target, ids, settings.max_new_tokens)], []
 
-    identical = [s.tokens == p.tokens for s, p in zip(runs["specviz"], runs["plain"])]
-    divergences = [first_divergence(s.tokens, p.tokens) for s, p in zip(runs["specviz"], runs["plain"])]
-    return {"plain_tokens_per_s": median["plain"], "specviz_tokens_per_s": median["specviz"],
-            "transformers_tokens_per_s": median["transformers"],
-            "specviz_speedup": median["specviz"] / median["plain"],
-            "transformers_speedup": median["transformers"] / median["plain"],
-            "specviz_vs_transformers": median["specviz"] / median["transformers"],
-            "acceptance_rate": median_of("draft_acceptance_rate"), "tokens_per_pass": median_of("mean_acceptance_length"),
-            "cost_ratio": median_of("cost_ratio"), "expected_speedup": median_of("expected_speedup"),
-            "identical_to_baseline": sum(identical), "prompts": len(prompts), "first_divergences": divergences,
-            "transformers_identical_to_baseline": sum(t.tokens == p.tokens for t, p in
-                                                      zip(runs["transformers"], runs["plain"]))}
+    def specviz():
+        cycles = list(speculative_decode(pair.target, pair.draft, ids, settings.max_new_tokens, k=settings.k))
+        return [t for c in cycles for t in c.emitted], cycles
 
+    def transformers_():
+        return run_transformers(setup, ids, clock).tokens, []
 
-def overhead(setup: Setup, ids, max_new_tokens: int, k: int) -> dict:
-    """Wall time outside model forwards, per generated token, for each method (and per cycle for specviz)."""
-    clock = Clock(setup.device)
-    models = [setup.target] + ([setup.assistant] if setup.assistant is not None else [])
     result = {}
-    for name, run in (("plain", lambda: run_plain(setup, ids, max_new_tokens, clock)),
-                      ("specviz", lambda: run_specviz(setup, ids, max_new_tokens, k, clock)),
-                      ("transformers", lambda: run_transformers(setup, ids, max_new_tokens, k, clock))):
+    for name, method in (("plain", plain), ("specviz", specviz), ("transformers", transformers_)):
         with ForwardTimer(models) as timer:
-            timed = run()
-        outside = timed.seconds - timer.seconds
-        entry = {"seconds": timed.seconds, "forward_seconds": timer.seconds, "forward_calls": timer.calls,
-                 "tokens": len(timed.tokens), "outside_ms_per_token": 1e3 * outside / max(len(timed.tokens), 1)}
-        if timed.cycles:
-            entry["cycles"] = len(timed.cycles)
-            entry["outside_ms_per_cycle"] = 1e3 * outside / len(timed.cycles)
+            start = clock()
+            tokens, cycles = method()
+            seconds = clock() - start
+        outside = seconds - timer.seconds
+        entry = {"seconds": seconds, "forward_seconds": timer.seconds, "forward_calls": timer.calls,
+                 "tokens": len(tokens), "outside_ms_per_token": 1e3 * outside / max(len(tokens), 1)}
+        if cycles:
+            entry["cycles"] = len(cycles)
+            entry["outside_ms_per_cycle"] = 1e3 * outside / len(cycles)
         result[name] = entry
     return result
 
@@ -298,12 +309,12 @@ def main(argv=None) -> int:
         if draft_model is not None and draft_name != "self" and draft_name not in report["pass_cost"]:
             costs = pass_costs(draft_model, report["context"], 1, repeats=5 if args.small else 10)
             report["pass_cost"][draft_name] = {"ms": {str(q): 1e3 * s for q, s in costs.items()}}
-        setup = make_setup(target, draft_name, draft_model, dtype)
-        prompts = prompts_for(target.config.vocab_size, prompt_count, args.prompt_length, device)
+        setup = make_setup(target, target_name, draft_name, draft_model, dtype, k, max_new_tokens)
+        prompts = prompts_for(prompt_count, args.prompt_length)
         pair = {"target": target_name, "draft": draft_name, "k": k,
-                "transformers_settings": transformers_settings(setup, k)[2],
-                "throughput": throughput(setup, prompts, max_new_tokens, k),
-                "overhead": overhead(setup, prompts[0], max_new_tokens, k)}
+                "transformers_settings": transformers_settings(setup)[2],
+                "throughput": throughput(setup, prompts),
+                "overhead": overhead(setup, prompts[0])}
         report["pairs"].append(pair)
         t = pair["throughput"]
         print(f"{label} (k={k}): plain {t['plain_tokens_per_s']:.1f}, specviz {t['specviz_tokens_per_s']:.1f}, "

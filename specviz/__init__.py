@@ -1,8 +1,8 @@
 """specviz: speculative decoding on real language models, shown cycle by cycle."""
 
-from .decoding import autoregressive_decode, speculative_decode
-from .drafters import Draft, Drafter, DraftModelDrafter, PromptLookupDrafter, early_exit_model
-from .events import Cycle, Step
+from .core.decoding import autoregressive_decode, speculative_decode
+from .core.drafters import Draft, Drafter, DraftModelDrafter, PromptLookupDrafter, early_exit_model
+from .core.events import Cycle, Step
 
 __all__ = ["speculative_decode", "autoregressive_decode", "Cycle", "Step", "Draft", "Drafter",
            "DraftModelDrafter", "PromptLookupDrafter", "early_exit_model"]

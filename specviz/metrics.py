@@ -18,7 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from .events import Cycle, Step
+import random
+from itertools import accumulate
+import statistics
+
+from .core.events import Cycle, Step
 
 
 def expected_tokens_per_pass(a: float, k: int) -> float:
@@ -78,7 +82,7 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
     cycles = list(cycles)
     drafted = sum(len(c.drafted) for c in cycles)
     accepted = sum(c.num_accepted for c in cycles)
-    rejections = sum(1 for c in cycles if c.num_accepted < len(c.drafted))
+    rejected = rejections(cycles)
     tokens = sum(len(c.emitted) for c in cycles)
     longest = max([len(c.drafted) for c in cycles] + [c.k for c in cycles] + [0])
     histogram = [0] * (longest + 1)
@@ -91,7 +95,7 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
     draft_seconds = sum(c.draft_seconds for c in cycles)
     verify_seconds = sum(c.verify_seconds for c in cycles)
     seconds = draft_seconds + verify_seconds
-    alpha = _ratio(accepted, accepted + rejections)
+    alpha = _ratio(accepted, accepted + rejected)
     mean_k = _ratio(sum(c.k for c in cycles), len(cycles))
     c = cost_ratio(cycles)
     # The theory is evaluated at the draft lengths actually proposed: prompt lookup often finds
@@ -124,8 +128,107 @@ def summarize_plain(steps: Sequence[Step]) -> PlainStats:
     return PlainStats(tokens=len(steps), seconds=seconds, tokens_per_second=_ratio(len(steps), seconds))
 
 
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def rejections(cycles: Sequence[Cycle]) -> int:
+    return sum(1 for c in cycles if c.num_accepted < len(c.drafted))
+
+
+def pooled_alpha(runs: Sequence[Sequence[Cycle]]) -> float:
+    """The theory's per-token acceptance over several runs' cycles: accepted / (accepted + rejections)."""
+    accepted = sum(c.num_accepted for cycles in runs for c in cycles)
+    return _ratio(accepted, accepted + sum(rejections(cycles) for cycles in runs))
+
+
+# ----------------------------------------------------------------------------- speedup, measured
+
+MIN_PASSES = 8              # fewer decode passes (or steps) than this: too short to measure reliably
+BOOTSTRAP_SAMPLES = 400
+
+
+@dataclass(frozen=True)
+class Speed:
+    """Speculative against plain decoding, compared like with like: decode-only time per token. The
+    first event of each method carries the prompt's prefill, so it is reported apart and left out
+    of the ratio; this also keeps the comparison fair when the two wrote different numbers of tokens
+    (sampling, or an EOS). `low`..`high` is a 95% bootstrap interval over passes and steps."""
+    speedup: float                  # plain seconds per token / speculative seconds per token (decode only)
+    low: float
+    high: float
+    reliable: bool                  # enough passes and steps for the interval to mean something
+    spec_tokens: int
+    plain_tokens: int
+    spec_prefill_seconds: float     # the first cycle: prefill plus the first verification
+    plain_prefill_seconds: float    # the first step: prefill plus the first token
+    spec_decode_seconds: float
+    plain_decode_seconds: float
+    spec_decode_tokens: int
+    plain_decode_tokens: int
+    pass_cost: float                # median verification pass / median plain step (decode only)
+    same_length: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _per_token(samples: Sequence[tuple[float, int]]) -> float:
+    return _ratio(sum(s for s, _ in samples), sum(n for _, n in samples))
+
+
+def measure_speed(cycles: Sequence[Cycle], steps: Sequence[Step], *, seed: int = 0) -> Speed | None:
+    """None until both methods have at least one decode event past their prefill."""
+    if len(cycles) < 2 or len(steps) < 2:
+        return None
+    passes = [(c.seconds, len(c.emitted)) for c in cycles[1:]]
+    plain = [(s.seconds, 1) for s in steps[1:]]
+    ratio = _ratio(_per_token(plain), _per_token(passes))
+    # Bootstrap: resample passes and steps (each with replacement), recompute the ratio.
+    rng = random.Random(seed)
+    ratios = sorted(_ratio(_per_token(rng.choices(plain, k=len(plain))), _per_token(rng.choices(passes, k=len(passes))))
+                    for _ in range(BOOTSTRAP_SAMPLES))
+    low, high = ratios[int(0.025 * len(ratios))], ratios[int(0.975 * len(ratios)) - 1]
+    pass_cost = _ratio(median([c.verify_seconds for c in cycles[1:]]), median([s.seconds for s in steps[1:]]))
+    spec_tokens = sum(len(c.emitted) for c in cycles)
+    return Speed(speedup=ratio, low=low, high=high,
+                 reliable=len(passes) >= MIN_PASSES and len(plain) >= MIN_PASSES and high <= 1.5 * low,
+                 spec_tokens=spec_tokens, plain_tokens=len(steps),
+                 spec_prefill_seconds=cycles[0].seconds, plain_prefill_seconds=steps[0].seconds,
+                 spec_decode_seconds=sum(s for s, _ in passes), plain_decode_seconds=sum(s for s, _ in plain),
+                 spec_decode_tokens=sum(n for _, n in passes), plain_decode_tokens=len(plain),
+                 pass_cost=pass_cost, same_length=spec_tokens == len(steps))
+
+
+def running_speedup(cycles: Sequence[Cycle], steps: Sequence[Step]) -> tuple[list[float], list[float | None]]:
+    """At the end of each cycle: speculative tokens/s over plain tokens/s, each over its own
+    time so far (the baseline up to the same amount of its own time, at least one step)."""
+    spec_time = list(accumulate(c.seconds for c in cycles))
+    spec_tokens = list(accumulate(len(c.emitted) for c in cycles))
+    plain_time = list(accumulate(s.seconds for s in steps))
+    out, j = [], 0
+    for t, n in zip(spec_time, spec_tokens):
+        while j < len(plain_time) and plain_time[j] <= t:
+            j += 1
+        done = max(j, 1) if plain_time else 0
+        if not done or not t or not plain_time[done - 1]:
+            out.append(None)
+            continue
+        out.append((n / t) / (done / plain_time[done - 1]))
+    return spec_time, out
+
+
+
+def theory_at_pass_cost(spec: SpecStats, speed: Speed | None) -> float | None:
+    """The theory priced at this machine's measured cost of a verification pass (in plain steps):
+    the ideal assumes a pass over k + 1 tokens costs one step, which a GPU approaches and a CPU does not."""
+    if speed is None or not speed.pass_cost:
+        return None
+    return spec.expected_speedup / speed.pass_cost
+
+
 def speedup(spec: SpecStats, plain: PlainStats) -> float:
-    """Measured wall-clock speedup: speculative tokens/s over plain tokens/s."""
+    """Whole-run throughput ratio: speculative tokens/s over plain tokens/s (prefill included)."""
     return _ratio(spec.tokens_per_second, plain.tokens_per_second)
 
 

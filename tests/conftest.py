@@ -24,13 +24,14 @@ def all_threads():
     torch.set_num_threads(1)
 
 
-def make_llama(seed: int, layers: int = 4, vocab: int = VOCAB, hidden: int = 64, eos: int | None = None):
+def make_llama(seed: int, layers: int = 4, vocab: int = VOCAB, hidden: int = 64, eos: int | None = None,
+               context: int = 512):
     # A larger initializer_range than the default spreads the logits out, so that greedy argmax
     # is not decided by float round-off between one-token and multi-token forwards.
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=512, initializer_range=0.3,
+                         max_position_embeddings=context, initializer_range=0.3,
                          bos_token_id=None, eos_token_id=eos, pad_token_id=None)
     model = LlamaForCausalLM(config).eval()
     model.generation_config.eos_token_id = eos
@@ -73,3 +74,12 @@ def gpt2():
 @pytest.fixture
 def prompt():
     return torch.tensor([[5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9]])
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """The tiny model pair (tests/tiny_pair.py): stands in for `specviz.runs.load` as `tiny.loader`."""
+    from tiny_pair import TinyModels
+
+    torch.set_grad_enabled(False)
+    return TinyModels()

@@ -1,5 +1,5 @@
 """The bench: structure and correctness only (no timing is asserted; benchmarks print ratios).
-Everything runs on the tiny in-process pair; nothing is downloaded."""
+Everything runs on the tiny in-process pair (`models.tiny`); nothing is downloaded."""
 
 import json
 import subprocess
@@ -7,9 +7,17 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from specviz import bench
+from specviz.catalog import load_bench_prompts
 from specviz.cli import entry
+from specviz.core.decoding import Clock
+from specviz.errors import SpecvizError
+from specviz.models import Detokenizer, encode_prompt
+from specviz.models.tiny import ByteTokenizer, encode_bytes, tiny_pair
+from specviz.runs import bench
+from specviz.runs.run import execute
+from specviz.settings import RunSettings, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = {"specviz_tokens_per_s", "transformers_tokens_per_s", "baseline_tokens_per_s", "identical_to_baseline",
@@ -17,26 +25,63 @@ REQUIRED = {"specviz_tokens_per_s", "transformers_tokens_per_s", "baseline_token
             "specviz_vs_transformers", "expected_speedup", "category", "draft"}
 
 
+def tiny_setup(draft: str, max_new_tokens: int = 12, k: int | None = None) -> bench.Setup:
+    settings = validate(RunSettings(target="tiny", draft=draft, k=k or bench.default_k(draft),
+                                    max_new_tokens=max_new_tokens, device="cpu"))
+    return bench.Setup(settings, bench.load_bench_pair(settings))
+
+
 def test_prompt_set_has_six_categories_of_five():
-    prompts = bench.load_prompts()
+    prompts = load_bench_prompts()
     assert len(prompts) == 30 and len({p.id for p in prompts}) == 30
     counts = {c: sum(p.category == c for p in prompts) for c in {p.category for p in prompts}}
     assert counts == dict.fromkeys(["chat", "code", "rewrite", "summarisation", "translation", "maths"], 5)
 
 
 def test_category_filter_and_limit():
-    prompts = bench.load_prompts(categories=["code", "maths"], limit=2)
+    prompts = load_bench_prompts(categories=["code", "maths"], limit=2)
     assert [p.category for p in prompts] == ["code", "code", "maths", "maths"]
-    with pytest.raises(bench.BenchError, match="unknown category"):
-        bench.load_prompts(categories=["poetry"])
+    with pytest.raises(SpecvizError, match="unknown category"):
+        load_bench_prompts(categories=["poetry"])
+
+
+def test_byte_tokenizer_serves_the_run_path():
+    tokenizer = ByteTokenizer()
+    # The chat frame of the old tiny bench, through the one prompt encoder.
+    assert torch.equal(encode_prompt(tokenizer, "héllo", chat=True), encode_bytes("héllo"))
+    assert encode_prompt(tokenizer, "héllo", chat=False)[0].tolist() == list("héllo".encode())
+    # A two-byte character: the first byte adds nothing yet, the second carries the whole character.
+    detok = Detokenizer(tokenizer, list(b"h"))
+    assert [detok.push(b) for b in "é!".encode()] == ["", "é", "!"]
+    assert tokenizer.decode([104, 300, 105]) == "hi"   # ids past the bytes are the models' unused vocabulary
+
+
+def test_tiny_pair_drafters():
+    assert tiny_pair("tiny", device="cpu").draft_name == "tiny-draft"
+    assert tiny_pair("ngram", device="cpu").draft_parameters == 0
+    assert tiny_pair("self:3", device="cpu").draft_name == "self:3"
+    with pytest.raises(SpecvizError, match="'tiny'"):
+        tiny_pair("some/model", device="cpu")
+    with pytest.raises(SpecvizError, match="between 1 and 7"):
+        tiny_pair("self:9", device="cpu")
 
 
 @pytest.mark.parametrize("draft", ["tiny", "ngram", "self:3"])
-def test_tiny_bench_rows(draft):
-    setup = bench.tiny_setup(draft, device="cpu")
-    prompts = bench.load_prompts(categories=["rewrite", "maths"], limit=1)
-    k = bench.DEFAULT_K[setup.draft_kind]
-    rows = bench.run_bench(setup, prompts, k=k, max_new_tokens=12)
+def test_tiny_bench_rows(draft, monkeypatch):
+    # specviz's side is `runs.run.execute`: plain and speculative decoding raced, with no per-run
+    # warm-up (the bench warms every method up once).
+    calls = []
+
+    def recording_execute(settings, prompt, pair, **options):
+        calls.append(options)
+        return execute(settings, prompt, pair, **options)
+
+    monkeypatch.setattr(bench, "execute", recording_execute)
+    setup = tiny_setup(draft)
+    prompts = load_bench_prompts(categories=["rewrite", "maths"], limit=1)
+    k = bench.DEFAULT_K[setup.draft.kind]
+    rows = bench.run_bench(setup, prompts)
+    assert calls == [{"baseline": True, "warm_up": False}] * 3   # the warm-up, then one race per prompt
     assert [r["category"] for r in rows] == ["rewrite", "maths"]
     for row in rows:
         assert REQUIRED <= row.keys()
@@ -51,20 +96,42 @@ def test_tiny_bench_rows(draft):
     assert summary[-1]["prompts"] == 2 and summary[-1]["identical"] == 2
 
 
+def test_tokens_per_second_is_tokens_over_each_methods_own_event_time(monkeypatch):
+    runs = []
+
+    def keeping_execute(*args, **options):
+        runs.append(execute(*args, **options))
+        return runs[-1]
+
+    monkeypatch.setattr(bench, "execute", keeping_execute)
+    rows = bench.run_bench(tiny_setup("ngram", max_new_tokens=8), load_bench_prompts(categories=["code"], limit=1))
+    run = runs[-1]
+    assert rows[0]["specviz_tokens_per_s"] == pytest.approx(run.stats.tokens / run.stats.seconds)
+    assert rows[0]["baseline_tokens_per_s"] == pytest.approx(len(run.steps) / run.plain.seconds)
+    assert rows[0]["verify_pass_cost"] == pytest.approx(run.speed.pass_cost)
+
+
 def test_transformers_gets_the_same_drafter_with_fixed_k():
-    kwargs, config, _ = bench.transformers_settings(bench.tiny_setup("ngram", device="cpu"), 8)
+    kwargs, config, _ = bench.transformers_settings(tiny_setup("ngram", k=8))
     assert kwargs == {"prompt_lookup_num_tokens": 8, "max_matching_ngram_size": 3} and config == {}
-    kwargs, config, _ = bench.transformers_settings(bench.tiny_setup("self:2", device="cpu"), 4)
+    kwargs, config, _ = bench.transformers_settings(tiny_setup("self:2"))
     assert kwargs == {"assistant_early_exit": 2}
     assert config == {"num_assistant_tokens": 4, "num_assistant_tokens_schedule": "constant",
                       "assistant_confidence_threshold": 0.0}
-    setup = bench.tiny_setup("tiny", device="cpu")
-    kwargs, _, _ = bench.transformers_settings(setup, 4)
-    assert kwargs["assistant_model"] is setup.assistant
+    setup = tiny_setup("tiny", k=3)
+    kwargs, _, _ = bench.transformers_settings(setup)
+    assert kwargs["assistant_model"] is setup.assistant is setup.pair.draft.model
     # The settings are put on the assistant's generation_config for the call only.
     before = setup.assistant.generation_config.num_assistant_tokens
-    bench.run_transformers(setup, bench.encode_bytes("hello"), 4, 3, bench.clock_for(setup.device))
+    timed = bench.run_transformers(setup, encode_bytes("hello"), Clock(setup.device), 4)
+    assert len(timed.tokens) == 4 and timed.target_passes >= 1
     assert setup.assistant.generation_config.num_assistant_tokens == before
+
+
+def test_describe_names_the_clock():
+    meta = bench.describe(tiny_setup("ngram"))
+    assert meta["clock"] == Clock(torch.device("cpu")).name
+    assert meta["target"] == "tiny-llama" and meta["draft"] == "ngram" and meta["k"] == 8
 
 
 def test_markdown_table_renders():
@@ -87,16 +154,26 @@ def test_bench_command_writes_json_and_markdown(tmp_path, capsys):
     assert code == 0
     data = json.loads(out.read_text())
     assert [m["draft"] for m in data["meta"]] == ["tiny-draft", "ngram"]
+    assert [m["k"] for m in data["meta"]] == [4, 8]
     assert len(data["rows"]) == 4 and all(REQUIRED <= row.keys() for row in data["rows"])
     assert {row["category"] for row in data["rows"]} == {"code", "maths"}
     printed = capsys.readouterr().out
     assert "hardware:" in printed and "| draft | category |" in printed
+    assert f"clock: {data['meta'][0]['clock']}" in printed
     assert md.read_text().strip() in printed
 
 
-def test_bench_command_reports_bad_category(capsys):
-    assert entry(["bench", "--target", "tiny", "--category", "poetry", "--quiet"]) == 2
-    assert "unknown category" in capsys.readouterr().err
+@pytest.mark.parametrize("argv, message", [
+    (["--category", "poetry"], "unknown category"),
+    (["--clock", "process"], "unrecognized arguments: --clock"),   # gone: the core Clock chooses
+    (["--k", "0"], "k (tokens drafted per cycle)"),
+    (["--repeats", "0"], "--repeats must be at least 1"),
+    (["--draft", "gpt2"], "for the tiny target"),
+])
+def test_bench_command_reports_bad_input(capsys, argv, message):
+    assert entry(["bench", "--target", "tiny", "--quiet", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip().splitlines()[-1].startswith("error: ") and message in err
 
 
 def test_gpu_script_smoke_mode_runs_on_cpu_without_gradio(tmp_path):

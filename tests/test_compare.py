@@ -1,79 +1,96 @@
-"""Comparisons and the k sweep on a tiny in-process pair: shared baselines, the table, the winner
-line, the figures and the `compare` command line."""
+"""Comparisons and the k sweep on the tiny pair (`runs.compare`): shared baselines, the table and the
+winner line (`views.prose`), the figures (`views.figures`) and the `compare` command line."""
 
 from types import SimpleNamespace
 
 import pytest
-import torch
-from tiny_pair import PROMPT, TinyModels
+from tiny_pair import PROMPT
 
-from specviz import cli, compare
-from specviz.compare import Comparison, RunConfig
-from specviz.figures_compare import comparison_figures, sweep_figure
-from specviz.metrics import expected_speedup
+from specviz import cli
+from specviz.errors import SpecvizError
+from specviz.metrics import expected_speedup, measure_speed, pooled_alpha
+from specviz.runs.compare import Comparison, compare, config_labels, iter_comparison, sweep
+from specviz.settings import RunSettings, validate
+from specviz.views import prose
+from specviz.views.figures import comparison_figures, sweep_figure
 
 TOKENS = 24
+X = "\u00d7"
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    torch.set_grad_enabled(False)
-    return TinyModels()
+def settings(**values) -> RunSettings:
+    return validate(RunSettings(**values))
 
 
 @pytest.fixture(scope="module")
 def comparison(tiny):
-    configs = [RunConfig(draft="ngram", max_new_tokens=TOKENS), RunConfig(draft="same", k=3, max_new_tokens=TOKENS),
-               RunConfig(draft="small", k=2, temperature=0.9, seed=3, max_new_tokens=TOKENS)]
-    return compare.compare(configs, PROMPT, load=tiny.for_config)
+    configs = [settings(draft="ngram", max_new_tokens=TOKENS), settings(draft="same", k=3, max_new_tokens=TOKENS),
+               settings(draft="small", k=2, temperature=0.9, seed=3, max_new_tokens=TOKENS)]
+    return compare(configs, PROMPT, loader=tiny.loader)
 
 
 def test_configurations_share_one_baseline_per_target_and_sampling(comparison):
     greedy_ngram, greedy_same, sampled = comparison.results
     assert comparison.done and comparison.labels == ["ngram k=4", "same k=3", "small k=2 T=0.9"]
     # The two greedy configurations share one plain run; the sampled one needs its own.
-    assert greedy_same.steps is greedy_ngram.steps and greedy_same.plain is greedy_ngram.plain
+    assert greedy_same.steps is greedy_ngram.steps and greedy_same.plain == greedy_ngram.plain
     assert sampled.steps is not greedy_ngram.steps and len(sampled.steps) == TOKENS
-    assert [name for name, _ in compare.baseline_labels(comparison)] == ["plain decoding (greedy)",
-                                                                         "plain decoding (T=0.9)"]
+    assert [name for name, _ in prose.baseline_labels(comparison)] == ["plain decoding (greedy)",
+                                                                       "plain decoding (T=0.9)"]
     # Greedy speculative output equals plain greedy output (float32), whatever the drafter.
     assert greedy_ngram.identical and greedy_same.identical
     # A draft identical to the target has every draft accepted.
     assert greedy_same.stats.draft_acceptance_rate == 1.0
-    assert all(r.speedup == pytest.approx(r.stats.tokens_per_second / r.plain.tokens_per_second)
-               for r in comparison.results)
+    # The speedup is the decode-only one, against the configuration's own (or shared) baseline.
+    assert all(r.speedup == pytest.approx(measure_speed(r.cycles, r.steps).speedup) for r in comparison.results)
 
 
-def test_iter_comparison_yields_after_each_configuration(tiny):
-    configs = [RunConfig(draft="ngram", max_new_tokens=8), RunConfig(draft="self:2", max_new_tokens=8)]
-    seen, messages = [], []
-    for partial in compare.iter_comparison(configs, PROMPT, load=tiny.for_config,
+def test_iter_comparison_yields_as_it_goes_and_reports_progress(tiny):
+    configs = [settings(draft="ngram", max_new_tokens=8), settings(draft="self:2", max_new_tokens=8)]
+    finished, messages = [], []
+    for partial in iter_comparison(configs, PROMPT, loader=tiny.loader,
                                            progress=lambda f, m: messages.append((f, m))):
-        seen.append(len(partial.results))
-    assert seen == [1, 2]
+        finished.append(len(partial.results))
+    # Many yields (one per event), the finished count rising 0 -> 1 -> 2.
+    assert len(finished) > 4 and finished == sorted(finished) and finished[-1] == 2 and 0 in finished
     fractions = [f for f, _ in messages]
     assert fractions == sorted(fractions) and fractions[-1] == pytest.approx(1.0)
-    assert "plain baseline" in messages[0][1] and "plain baseline" not in messages[2][1]
+    assert messages[0][1].startswith("[1/2] ngram k=4") and messages[-1][1].startswith("[2/2] self:2 k=4")
+
+
+def test_a_consumer_that_stops_iterating_stops_the_work(tiny):
+    configs = [settings(draft="ngram", max_new_tokens=TOKENS), settings(draft="self:2", max_new_tokens=TOKENS)]
+    calls = len(tiny.calls)
+    for partial in iter_comparison(configs, PROMPT, loader=tiny.loader):
+        assert partial.current is not None and not partial.results
+        break
+    assert len(tiny.calls) == calls + 1   # the second configuration was never loaded
+
+
+def test_nothing_to_compare_is_a_user_error():
+    with pytest.raises(SpecvizError, match="Nothing to compare"):
+        compare([], PROMPT)
 
 
 def test_labels_are_distinct_and_name_the_target_only_when_targets_differ():
-    same = compare.config_labels([RunConfig(draft="ngram"), RunConfig(draft="ngram"), RunConfig(draft="ngram", k=8)])
+    same = config_labels([settings(draft="ngram"), settings(draft="ngram"), settings(draft="ngram", k=8)])
     assert same == ["ngram k=4", "ngram k=4 #2", "ngram k=8"]
-    mixed = compare.config_labels([RunConfig(target="a/b", draft="self:4", dynamic_k=True), RunConfig(draft="ngram")])
+    mixed = config_labels([settings(target="a/b", draft="self:4", dynamic_k=True), settings(draft="ngram")])
     assert mixed == ["a/b: self:4 k=4..8 (dynamic)", "default: ngram k=4"]
 
 
 def test_table_has_a_row_per_configuration_and_per_baseline(comparison):
-    rows = compare.table_rows(comparison)
-    assert len(rows) == 3 + 2 and all(len(row) == len(compare.TABLE_HEADERS) for row in rows)
+    rows = prose.table_rows(comparison)
+    assert len(rows) == 3 + 2 and all(len(row) == len(prose.TABLE_HEADERS) for row in rows)
     same = comparison.results[1]
-    assert rows[1] == ["same k=3", "100.0%", f"{same.stats.mean_acceptance_length:.2f}", f"{same.stats.cost_ratio:.3f}",
-                       f"{same.speedup:.2f}\u00d7", f"{same.stats.expected_speedup:.2f}\u00d7",
-                       f"{same.stats.tokens_per_second:.1f}"]
-    assert rows[3][0] == "plain decoding (greedy)" and rows[3][4] == "1.00\u00d7"
-    assert rows[3][6] == f"{same.plain.tokens_per_second:.1f}"
+    s = same.stats
+    assert rows[1][:5] == ["same k=3", "100.0%", f"{s.mean_acceptance_length:.2f}", f"{s.cost_ratio:.3f}",
+                           f"{same.speedup:.2f}{X}"]
+    assert rows[1][7:] == [f"{s.expected_speedup:.2f}{X}", f"{s.tokens_per_second:.1f}"]
+    assert rows[3][0] == "plain decoding (greedy)" and rows[3][4] == f"1.00{X}"
+    assert rows[3][-1] == f"{same.plain.tokens_per_second:.1f}"
     # Only the greedy configurations are checked against the plain output.
-    assert compare.identity_line(comparison) == "Greedy outputs: identical to plain decoding's (2 of 2)."
+    assert prose.identity_line(comparison) == "Greedy outputs: identical to plain decoding's (2 of 2)."
 
 
 def fake(speedup, per_pass, k, c, pass_ms=50):
@@ -88,42 +105,43 @@ def fake_comparison(*results):
 
 
 def test_winner_line_says_whether_acceptance_or_cost_won():
-    by_acceptance = compare.winner_line(fake_comparison(fake(1.4, 2.0, 4, 0.2), fake(2.1, 3.5, 4, 0.25)))
-    assert by_acceptance.startswith("config 2 won: 2.10\u00d7 over plain decoding against 1.40\u00d7 for config 1")
+    by_acceptance = prose.winner_line(fake_comparison(fake(1.4, 2.0, 4, 0.2), fake(2.1, 3.5, 4, 0.25)))
+    assert by_acceptance.startswith(f"config 2 won: 2.10{X} over plain decoding against 1.40{X} for config 1")
     assert "on acceptance: 3.50 tokens per target pass against 2.00, although drafting costs 1.00" in by_acceptance
-    by_cost = compare.winner_line(fake_comparison(fake(2.5, 2.0, 4, 0.001), fake(1.2, 3.0, 4, 0.3)))
+    by_cost = prose.winner_line(fake_comparison(fake(2.5, 2.0, 4, 0.001), fake(1.2, 3.0, 4, 0.3)))
     assert by_cost.startswith("config 1 won") and "on draft cost: drafting costs 0.00" in by_cost
     assert "although 2.00 tokens per target pass against 3.00" in by_cost
-    both = compare.winner_line(fake_comparison(fake(2.5, 3.0, 4, 0.001), fake(1.2, 2.0, 4, 0.3)))
+    both = prose.winner_line(fake_comparison(fake(2.5, 3.0, 4, 0.001), fake(1.2, 2.0, 4, 0.3)))
     assert "on acceptance and draft cost" in both
     # Same acceptance and draft cost, but the other drafts longer and pays for it in the target pass.
-    verify = compare.winner_line(fake_comparison(fake(2.7, 2.25, 4, 0.0, 60), fake(2.0, 2.25, 6, 0.0, 85)))
+    verify = prose.winner_line(fake_comparison(fake(2.7, 2.25, 4, 0.0, 60), fake(2.0, 2.25, 6, 0.0, 85)))
     assert "on verification cost: a target pass took 60 ms against 85 ms, verifying 4.0 drafted tokens against 6.0" \
         in verify
-    odd = compare.winner_line(fake_comparison(fake(2.7, 2.25, 6, 0.0, 60), fake(2.0, 2.25, 4, 0.0, 85)))
+    odd = prose.winner_line(fake_comparison(fake(2.7, 2.25, 6, 0.0, 60), fake(2.0, 2.25, 4, 0.0, 85)))
     assert "as many drafted tokens or more (timing noise?)" in odd
-    noise = compare.winner_line(fake_comparison(fake(1.51, 2.0, 4, 0.1), fake(1.5, 2.0, 4, 0.1)))
+    noise = prose.winner_line(fake_comparison(fake(1.51, 2.0, 4, 0.1), fake(1.5, 2.0, 4, 0.1)))
     assert "timing noise" in noise
-    contradiction = compare.winner_line(fake_comparison(fake(1.4, 1.9, 4, 0.7), fake(0.4, 2.6, 4, 0.0)))
+    contradiction = prose.winner_line(fake_comparison(fake(1.4, 1.9, 4, 0.7), fake(0.4, 2.6, 4, 0.0)))
     assert contradiction.startswith("config 1 won") and "the timings contradict the counts" in contradiction
-    slower = compare.winner_line(fake_comparison(fake(0.8, 1.1, 4, 0.5), fake(0.9, 1.2, 4, 0.5)))
+    slower = prose.winner_line(fake_comparison(fake(0.8, 1.1, 4, 0.5), fake(0.9, 1.2, 4, 0.5)))
     assert slower.startswith("No configuration beat plain decoding; config 2 came closest")
-    assert compare.winner_line(fake_comparison(fake(1.7, 2.0, 4, 0.1))) == "config 1: 1.70\u00d7 over plain decoding."
+    assert prose.winner_line(fake_comparison(fake(1.7, 2.0, 4, 0.1))) == f"config 1: 1.70{X} over plain decoding."
 
 
 def test_sweep_runs_each_k_against_one_baseline_and_marks_the_best(tiny):
-    config = RunConfig(draft="small", dynamic_k=True, max_new_tokens=TOKENS)
-    result = compare.sweep(config, PROMPT, ks=[1, 2, 3], load=tiny.for_config)
-    assert result.ks == [1, 2, 3] and [r.config.k for _, r in result.points] == [1, 2, 3]
-    assert not any(r.config.dynamic_k for _, r in result.points)      # a sweep fixes k
-    assert len({id(r.steps) for _, r in result.points}) == 1           # one shared baseline
+    config = settings(draft="small", dynamic_k=True, max_new_tokens=TOKENS)
+    result = sweep(config, PROMPT, ks=[1, 2, 3], loader=tiny.loader)
+    assert result.ks == [1, 2, 3] and [r.settings.k for _, r in result.points] == [1, 2, 3]
+    assert not any(r.settings.dynamic_k for _, r in result.points)      # a sweep fixes k
+    assert len({id(r.steps) for _, r in result.points}) == 1             # one shared baseline
+    assert result.alpha == pytest.approx(pooled_alpha([r.cycles for _, r in result.points]))
     accepted = sum(r.stats.accepted for _, r in result.points)
     rejections = sum(c.num_accepted < len(c.drafted) for _, r in result.points for c in r.cycles)
     assert result.alpha == pytest.approx(accepted / (accepted + rejections))
     assert result.theory(2) == pytest.approx(expected_speedup(result.alpha, 2, result.cost_ratio))
     assert result.best_measured_k == max(result.points, key=lambda p: p[1].speedup)[0]
     assert result.best_theory_k == max([1, 2, 3], key=result.theory)
-    assert len(result.rows()) == 3 and f"k = {result.best_measured_k}" in result.line()
+    assert len(prose.sweep_rows(result)) == 3 and f"k = {result.best_measured_k}" in prose.sweep_line(result)
 
     figure = sweep_figure(result)
     names = [trace.name for trace in figure.data]
@@ -147,20 +165,23 @@ def test_comparison_figures_overlay_every_configuration(comparison):
     assert comparison_figures(Comparison("", [], [], []))["tokens_per_pass"].data == ()
 
 
+# ----------------------------------------------------------------------------- command line
+
 def test_cli_compare_prints_the_table_and_exports(tiny, monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr("specviz.runs.load", lambda config, progress=None: tiny.for_config(config))
+    monkeypatch.setattr("specviz.cli.compare.load", tiny.loader)
     code = cli.entry(["compare", "--draft", "ngram", "--draft", "self:2", "--max-new-tokens", "12", "--no-color",
-                      "--export", str(tmp_path), "--no-png", PROMPT])
+                      "--export", str(tmp_path / "out"), "--no-png", PROMPT])
     out = capsys.readouterr().out
     assert code == 0
     assert "ngram k=4" in out and "self:2 k=4" in out and "plain decoding" in out
     assert ("won" in out or "came closest" in out) and "Greedy outputs" in out
-    written = {p.name for p in tmp_path.iterdir()}
-    assert {"cycles.jsonl", "cycles.csv", "summary.json", "tokens_per_pass.html"} <= written
+    assert f"wrote 4 files to {tmp_path / 'out'}" in out
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"cycles.jsonl", "cycles.csv", "summary.json",
+                                                              "charts.html"}
 
 
 def test_cli_sweep(tiny, monkeypatch, capsys):
-    monkeypatch.setattr("specviz.runs.load", lambda config, progress=None: tiny.for_config(config))
+    monkeypatch.setattr("specviz.cli.compare.load", tiny.loader)
     assert cli.entry(["compare", "--draft", "ngram", "--sweep", "--max-new-tokens", "8", "--no-color", PROMPT]) == 0
     out = capsys.readouterr().out
     assert "k sweep of ngram" in out and "Best measured k" in out and "plain decoding:" in out
@@ -168,12 +189,11 @@ def test_cli_sweep(tiny, monkeypatch, capsys):
     assert "give one --draft" in capsys.readouterr().err
 
 
-def test_cli_reports_a_failed_load(tiny, monkeypatch, capsys):
-    from specviz.runs import RunFailed
+def test_cli_reports_a_failed_load(monkeypatch, capsys):
+    def refuse(settings, progress=None):
+        raise SpecvizError("no such model")
 
-    def refuse(config, progress=None):
-        raise RunFailed("no such model")
-
-    monkeypatch.setattr("specviz.runs.load", refuse)
+    monkeypatch.setattr("specviz.cli.compare.load", refuse)
     assert cli.entry(["compare", "--draft", "ngram", PROMPT]) == 2
-    assert "no such model" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip().splitlines()[-1] == "error: no such model"

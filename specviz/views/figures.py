@@ -8,8 +8,8 @@ from itertools import accumulate
 
 import plotly.graph_objects as go
 
-from .charts import PLAIN_COLOUR, THEORY_COLOUR
-from .compare import baseline_labels
+from .charts import PLAIN_COLOUR, THEORY_COLOUR, layout
+from .prose import baseline_labels
 
 CONFIG_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
 BEST_COLOUR = "#E69F00"
@@ -21,14 +21,7 @@ def config_colour(i: int) -> str:
 
 
 def _layout(title: str, x_title: str, y_title: str, **extra) -> dict:
-    return dict(
-        title=dict(text=title, x=0.01, xanchor="left", font=dict(size=15)),
-        height=320, margin=dict(l=56, r=20, t=44, b=48),
-        paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", font=dict(size=13, color="#777"),
-        legend=dict(orientation="h", yanchor="top", y=-0.2, x=0, bgcolor="rgba(0,0,0,0)"),
-        xaxis=dict(title=dict(text=x_title, standoff=4), gridcolor="rgba(128,128,128,0.25)", zeroline=False),
-        yaxis=dict(title=y_title, gridcolor="rgba(128,128,128,0.25)", zeroline=False),
-        hovermode="closest", **extra)
+    return layout(title, x_title, y_title, height=320, hovermode="closest", **extra)
 
 
 # ----------------------------------------------------------------------------- comparison

@@ -20,7 +20,8 @@ from typing import NamedTuple
 import plotly.graph_objects as go
 
 from . import render
-from .events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle
+from .charts import layout
+from ..core.events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle
 
 TokenText = Callable[[int], str]
 NOT_CHECKED = "not checked"
@@ -214,12 +215,9 @@ def cycle_markdown(cycle: Cycle, rows: Sequence[TokenRow], text_of: TokenText, t
 # ----------------------------------------------------------------------------- figures
 
 def _layout(title: str, **extra) -> dict:
-    layout = dict(title=dict(text=title, x=0.01, xanchor="left", font=dict(size=15)), height=300,
-                  margin=dict(l=56, r=20, t=44, b=56), paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
-                  font=dict(size=13, color="#777"), showlegend=True,
-                  legend=dict(orientation="h", yanchor="top", y=-0.25, x=0, bgcolor="rgba(0,0,0,0)"))
-    layout.update(extra)
-    return layout
+    return layout(title, **{"margin": dict(l=56, r=20, t=44, b=56), "hovermode": "closest",
+                            "legend": dict(orientation="h", yanchor="top", y=-0.25, x=0, bgcolor="rgba(0,0,0,0)"),
+                            **extra})
 
 
 def _verdict_colour(row: TokenRow) -> str:
@@ -298,11 +296,11 @@ class TeachRun:
         return self.texts.get(token, f"#{token}")
 
 
-def teach_run(result, tokenizer, label: str = "") -> TeachRun:
-    """From a `runs.RunResult` and its tokenizer."""
-    texts = token_texts(result.cycles, lambda ids: tokenizer.decode(ids, skip_special_tokens=False,
-                                                                    clean_up_tokenization_spaces=False))
-    return TeachRun(label, list(result.cycles), cycle_html(result), texts)
+def teach_run(run, tokenizer, label: str = "") -> TeachRun:
+    """From a finished `runs.Run` and its tokenizer."""
+    texts = token_texts(run.cycles, lambda ids: tokenizer.decode(ids, skip_special_tokens=False,
+                                                                 clean_up_tokenization_spaces=False))
+    return TeachRun(label, list(run.cycles), render.run_cycles_html(run), texts)
 
 
 class StepView(NamedTuple):
@@ -332,126 +330,3 @@ def token_texts(cycles: Sequence[Cycle], decode: Callable[[list[int]], str]) -> 
     """Each token id the step views print, decoded on its own."""
     ids = {t for c in cycles for t in (*c.drafted, *c.emitted, *c.target_top, *(t for t, _ in c.residual_top))}
     return {t: decode([t]) for t in ids}
-
-
-def cycle_html(result) -> list[str]:
-    """A run's token view, one HTML string per cycle (from `RunResult.pieces`)."""
-    return [render.render_cycle(cycle.index, pieces) for cycle, pieces in zip(result.cycles, result.pieces)]
-
-
-# ----------------------------------------------------------------------------- Explain: the formulas, filled in
-
-LATEX_DELIMITERS = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]
-EXAMPLE_NUMBERS = dict(alpha=0.7, k=4, c=0.05)
-
-
-def run_numbers(label: str, stats, measured_speedup: float | None = None) -> dict:
-    """What the Explain tab needs of a run, as plain data (for a gr.State)."""
-    return {"label": label, "stats": stats.to_dict(), "speedup": measured_speedup}
-
-
-def formulas_markdown(stats=None, *, measured_speedup: float | None = None, label: str | None = None,
-                      alpha: float | None = None, k: int | None = None, c: float | None = None) -> str:
-    """The two formulas of the theory, with a run's numbers in them: tokens per pass
-    (1 - α^(k+1)) / (1 - α) and speedup over (k c + 1). `stats` is a SpecStats; without one,
-    `alpha`, `k`, `c` (or the example numbers) fill them."""
-    from .metrics import best_k, expected_speedup, expected_tokens_per_pass
-
-    if stats is not None:
-        alpha, k, c = stats.alpha, max(1, round(stats.mean_k)), stats.cost_ratio
-        source = f"the last run ({label})" if label else "the last run"
-    else:
-        alpha = EXAMPLE_NUMBERS["alpha"] if alpha is None else alpha
-        k = EXAMPLE_NUMBERS["k"] if k is None else int(k)
-        c = EXAMPLE_NUMBERS["c"] if c is None else c
-        source = "these numbers"
-    per_pass = expected_tokens_per_pass(alpha, k)
-    theory = expected_speedup(alpha, k, c)
-    if alpha >= 1:
-        per_pass_formula = rf"E = k + 1 = {per_pass:.2f}"
-    else:
-        per_pass_formula = (rf"E = \frac{{1 - {alpha:.2f}^{{{k + 1}}}}}{{1 - {alpha:.2f}}} = {per_pass:.2f}")
-    lines = [
-        f"#### With {source}: $\\alpha = {alpha:.2f}$, $k = {k}$, $c = {c:.3f}$",
-        "",
-        "$$" + per_pass_formula + r"\ \text{tokens per target pass}$$",
-        "",
-        rf"$$S = \frac{{E}}{{k c + 1}} = \frac{{{per_pass:.2f}}}{{{k} \times {c:.3f} + 1}} = {theory:.2f}\times$$",
-        "",
-    ]
-    if stats is not None:
-        lines.append(f"Measured: **{stats.mean_acceptance_length:.2f}** tokens per target pass "
-                     f"({stats.tokens} tokens in {stats.cycles} passes)"
-                     + (f", and a wall-clock speedup of **{measured_speedup:.2f}\u00d7** over plain decoding."
-                        if measured_speedup else "."))
-        lines.append("")
-    best = best_k(alpha, c)
-    if expected_speedup(alpha, best, c) < 1:
-        lines.append(f"At this $\\alpha$ and $c$ speculation does not pay: even the best k, {best}, gives "
-                     f"{expected_speedup(alpha, best, c):.2f}\u00d7. A cheaper drafter (smaller $c$) or a better "
-                     "matched one (larger $\\alpha$) would.")
-    else:
-        lines.append(f"The theory's best k for this $\\alpha$ and $c$ is **{best}** "
-                     f"({expected_speedup(alpha, best, c):.2f}\u00d7).")
-    return "\n".join(lines)
-
-
-def explain_markdown(numbers: dict | None = None) -> str:
-    """The formulas part of the Explain tab for a `run_numbers` payload (None: example numbers)."""
-    from .metrics import SpecStats
-
-    if not numbers:
-        return (formulas_markdown() + "\n\n*Example numbers: run a comparison or a step-through, and this "
-                "section fills in with that run's own.*")
-    return formulas_markdown(SpecStats(**numbers["stats"]), measured_speedup=numbers.get("speedup"),
-                             label=numbers.get("label"))
-
-
-def theory_figure(alpha: float, c: float, *, k_max: int = 12, measured: tuple[int, float] | None = None,
-                  label: str = "this run") -> go.Figure:
-    """Expected speedup against k at this α and c, beside curves for other acceptances, and the
-    measured point (k, speedup) when there is one."""
-    from .metrics import expected_speedup
-
-    ks = list(range(1, k_max + 1))
-    traces = []
-    for other in (0.5, 0.7, 0.9):
-        if abs(other - alpha) > 0.02:
-            traces.append(go.Scatter(x=ks, y=[expected_speedup(other, k, c) for k in ks], mode="lines",
-                                     name=f"\u03b1 = {other}", line=dict(color="#b0b7c0", width=1.5, dash="dot"),
-                                     hovertemplate=f"\u03b1 = {other}, k = %{{x}}: %{{y:.2f}}\u00d7<extra></extra>"))
-    traces.append(go.Scatter(x=ks, y=[expected_speedup(alpha, k, c) for k in ks], mode="lines+markers",
-                             name=f"\u03b1 = {alpha:.2f} ({label})", line=dict(color="#CC79A7", width=3),
-                             hovertemplate="k = %{x}: %{y:.2f}\u00d7<extra></extra>"))
-    if measured:
-        traces.append(go.Scatter(x=[measured[0]], y=[measured[1]], mode="markers", name="measured",
-                                 marker=dict(symbol="star", size=18, color="#E69F00", line=dict(color="#333", width=1)),
-                                 hovertemplate="measured: %{y:.2f}\u00d7 at k = %{x}<extra></extra>"))
-    layout = _layout(f"Theoretical speedup against k at c = {c:.3f}", xaxis=dict(title="k", dtick=1),
-                     yaxis=dict(title="speedup \u00d7", rangemode="tozero", gridcolor="rgba(128,128,128,0.25)"))
-    layout["shapes"] = [dict(type="line", xref="paper", x0=0, x1=1, y0=1, y1=1,
-                             line=dict(color="#7f7f7f", width=1, dash="dot"))]
-    return go.Figure(traces, layout=layout)
-
-
-def illustration_html() -> str:
-    """One cycle drawn with the app's own token styles: four drafts, two accepted, a rejection,
-    the target's correction, and the draft that was never checked."""
-    example = [("The", None), (" cat", ACCEPTED), (" sat", ACCEPTED), (" in", REJECTED), (" the", REJECTED),
-               (" on", RESAMPLED)]
-    spans = []
-    for text, verdict in example:
-        if verdict is None:
-            spans.append(f'<span class="sv-prompt">{html.escape(text)}</span>')
-        else:
-            spans.append(render.render_token(render.Piece(text, verdict, verdict)))
-    steps = [
-        ("Draft", "a cheap drafter proposes k = 4 tokens: \u201ccat sat in the\u201d."),
-        ("Verify", "one target forward over all of them gives the target's distribution at 5 positions."),
-        ("Accept", "\u201ccat\u201d and \u201csat\u201d pass; \u201cin\u201d fails, so it and everything after it is "
-                      "dropped."),
-        ("Correct", "the target supplies its own token, \u201con\u201d: 3 tokens for one target pass."),
-    ]
-    items = "".join(f"<li><b>{html.escape(a)}</b>: {html.escape(b)}</li>" for a, b in steps)
-    return (f'<div class="sv-panel sv-explain"><div class="sv-text">{"".join(spans)}</div>'
-            f'{render.legend_html()}<ol>{items}</ol></div>')

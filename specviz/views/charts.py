@@ -17,25 +17,29 @@ from itertools import accumulate
 
 import plotly.graph_objects as go
 
-from .events import Cycle, Step
-from .metrics import summarize
+from ..core.events import Cycle, Step
+from ..metrics import SpecStats, Speed, running_speedup
 from .render import COLOURS
 
 SPEC_COLOUR, PLAIN_COLOUR, THEORY_COLOUR = "#0072B2", "#7f7f7f", "#CC79A7"
 ACCEPTED_COLOUR, RUNNING_COLOUR = COLOURS["accepted"], "#E69F00"
 
 
-def _layout(title: str, x_title: str, y_title: str, **extra) -> dict:
-    return dict(
+def layout(title: str, x_title: str | None = None, y_title: str | None = None, **extra) -> dict:
+    """The look every specviz chart shares (transparent, so the page's theme shows through);
+    `extra` overrides or adds plotly layout keys."""
+    base = dict(
         title=dict(text=title, x=0.01, xanchor="left", font=dict(size=15)),
         height=300, margin=dict(l=56, r=20, t=44, b=48),
         paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
         font=dict(size=13, color="#3f3f46"),   # the page's CSS lightens it in dark mode
         legend=dict(orientation="h", yanchor="top", y=-0.22, x=0, bgcolor="rgba(0,0,0,0)"),
-        xaxis=dict(title=dict(text=x_title, standoff=4), gridcolor="rgba(128,128,128,0.25)", zeroline=False),
-        yaxis=dict(title=y_title, gridcolor="rgba(128,128,128,0.25)", zeroline=False),
+        xaxis=dict(title=dict(text=x_title or "", standoff=4), gridcolor="rgba(128,128,128,0.25)", zeroline=False),
+        yaxis=dict(title=y_title or "", gridcolor="rgba(128,128,128,0.25)", zeroline=False),
         hoverlabel=dict(bgcolor="white", font=dict(color="#222")),
-        hovermode="x unified", bargap=0.15, **extra)
+        hovermode="x unified", bargap=0.15)
+    base.update(extra)
+    return base
 
 
 def _cycle_numbers(cycles: Sequence[Cycle]) -> list[int]:
@@ -55,11 +59,11 @@ def acceptance_figure(cycles: Sequence[Cycle]) -> go.Figure:
                 hovertemplate="%{customdata[0]} of %{customdata[1]} accepted<extra></extra>"),
          go.Scatter(x=x, y=cumulative, name="cumulative", mode="lines", line=dict(color=RUNNING_COLOUR, width=3),
                     hovertemplate="cumulative %{y:.1%}<extra></extra>")],
-        layout=_layout("Acceptance per cycle", "cycle", "accepted drafts",
+        layout=layout("Acceptance per cycle", "cycle", "accepted drafts",
                        yaxis_range=[0, 1.05], yaxis_tickformat=".0%"))
 
 
-def tokens_per_pass_figure(cycles: Sequence[Cycle]) -> go.Figure:
+def tokens_per_pass_figure(cycles: Sequence[Cycle], stats: SpecStats | None) -> go.Figure:
     """Tokens each target pass produced, their running mean, and the expectation
     (1 - a^(k+1)) / (1 - a) at the acceptance measured so far."""
     x = _cycle_numbers(cycles)
@@ -72,47 +76,27 @@ def tokens_per_pass_figure(cycles: Sequence[Cycle]) -> go.Figure:
                    hovertemplate="mean %{y:.2f}<extra></extra>"),
     ]
     theory = None
-    if cycles:
-        stats = summarize(cycles)
+    if cycles and stats is not None:
         theory = stats.expected_tokens_per_pass
         traces.append(go.Scatter(
             x=[0.5, len(cycles) + 0.5], y=[theory, theory], mode="lines",
             name=f"theory at \u03b1 = {stats.alpha:.2f}", line=dict(color=THEORY_COLOUR, dash="dash", width=2),
             hovertemplate="theory %{y:.2f}<extra></extra>"))
     top = max(emitted + [theory or 0, 1]) + 0.5
-    return go.Figure(traces, layout=_layout("Tokens per target pass", "cycle", "tokens", yaxis_range=[0, top]))
+    return go.Figure(traces, layout=layout("Tokens per target pass", "cycle", "tokens", yaxis_range=[0, top]))
 
 
-def _running_speedup(cycles: Sequence[Cycle], steps: Sequence[Step]) -> tuple[list[float], list[float | None]]:
-    """At the end of each cycle: speculative tokens/s over plain tokens/s, each over its own
-    time so far (the baseline up to the same amount of its own time, at least one step)."""
-    spec_time = list(accumulate(c.seconds for c in cycles))
-    spec_tokens = list(accumulate(len(c.emitted) for c in cycles))
-    plain_time = list(accumulate(s.seconds for s in steps))
-    out, j = [], 0
-    for t, n in zip(spec_time, spec_tokens):
-        while j < len(plain_time) and plain_time[j] <= t:
-            j += 1
-        done = max(j, 1) if plain_time else 0
-        if not done or not t or not plain_time[done - 1]:
-            out.append(None)
-            continue
-        out.append((n / t) / (done / plain_time[done - 1]))
-    return spec_time, out
-
-
-def race_figure(cycles: Sequence[Cycle], steps: Sequence[Step]) -> go.Figure:
+def race_figure(cycles: Sequence[Cycle], steps: Sequence[Step], speed: Speed | None = None) -> go.Figure:
     """Tokens generated against time, each method on its own clock (the sum of its own step
     times), and the running speedup on the right axis."""
     spec_x = [0.0] + list(accumulate(c.seconds for c in cycles))
     spec_y = [0] + list(accumulate(len(c.emitted) for c in cycles))
     plain_x = [0.0] + list(accumulate(s.seconds for s in steps))
     plain_y = list(range(len(steps) + 1))
-    speedup_x, speedup_y = _running_speedup(cycles, steps)
+    speedup_x, speedup_y = running_speedup(cycles, steps)
     title = "Tokens against time"
-    if cycles and steps:
-        spec_rate, plain_rate = spec_y[-1] / spec_x[-1], plain_y[-1] / plain_x[-1]
-        title += f" \u2014 speedup {spec_rate / plain_rate:.2f}\u00d7"
+    if speed is not None:
+        title += f" \u2014 speedup {speed.speedup:.2f}\u00d7 (decode only)"
     traces = [
         go.Scatter(x=spec_x, y=spec_y, name="speculative", mode="lines", line=dict(color=SPEC_COLOUR, width=3),
                    line_shape="hv", hovertemplate="speculative: %{y} tokens at %{x:.2f} s<extra></extra>"),
@@ -122,28 +106,31 @@ def race_figure(cycles: Sequence[Cycle], steps: Sequence[Step]) -> go.Figure:
                    line=dict(color=RUNNING_COLOUR, width=2), hovertemplate="speedup %{y:.2f}\u00d7<extra></extra>"),
     ]
     top = max([y for y in speedup_y if y is not None] + [1.0]) * 1.15
-    layout = _layout(title, "seconds (each method's own time)", "tokens",
+    fig_layout = layout(title, "seconds (each method's own time)", "tokens",
                      yaxis2=dict(title="speedup \u00d7", overlaying="y", side="right", range=[0, top],
                                  showgrid=False, zeroline=False))
-    layout["margin"]["r"] = 56
-    layout["hovermode"] = "closest"
-    return go.Figure(traces, layout=layout)
+    fig_layout["margin"]["r"] = 56
+    fig_layout["hovermode"] = "closest"
+    return go.Figure(traces, layout=fig_layout)
 
 
-def position_figure(cycles: Sequence[Cycle]) -> go.Figure:
+def position_figure(cycles: Sequence[Cycle], stats: SpecStats | None) -> go.Figure:
     """For draft position i: the share of drafts reaching position i whose i-th token was accepted."""
-    by_position = summarize(cycles).acceptance_by_position if cycles else []
+    by_position = stats.acceptance_by_position if cycles and stats is not None else []
     reached = [sum(len(c.drafted) > i for c in cycles) for i in range(len(by_position))]
     x = list(range(1, len(by_position) + 1))
     return go.Figure(
         [go.Bar(x=x, y=by_position, name="accepted", marker_color=ACCEPTED_COLOUR, customdata=reached,
                 hovertemplate="position %{x}: %{y:.0%} of %{customdata} drafts<extra></extra>")],
-        layout=_layout("Acceptance by draft position", "draft position", "accepted",
+        layout=layout("Acceptance by draft position", "draft position", "accepted",
                        yaxis_range=[0, 1.05], yaxis_tickformat=".0%", showlegend=False,
                        xaxis_dtick=1))
 
 
-def run_figures(cycles: Sequence[Cycle], steps: Sequence[Step]) -> tuple[go.Figure, go.Figure, go.Figure, go.Figure]:
-    """Every chart of the Run tab, in display order."""
-    return (acceptance_figure(cycles), tokens_per_pass_figure(cycles), race_figure(cycles, steps),
-            position_figure(cycles))
+def run_figures(run=None) -> tuple[go.Figure, go.Figure, go.Figure, go.Figure]:
+    """Every chart of the Run tab for a `runs.Run` (None: empty charts), in display order."""
+    if run is None:
+        return (acceptance_figure([]), tokens_per_pass_figure([], None), race_figure([], []), position_figure([], None))
+    stats = run.stats if run.cycles else None
+    return (acceptance_figure(run.cycles), tokens_per_pass_figure(run.cycles, stats),
+            race_figure(run.cycles, run.steps, run.speed), position_figure(run.cycles, stats))

@@ -14,7 +14,8 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle
+from ..core.events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle
+from ..runs.run import CycleText
 
 VERDICTS = (ACCEPTED, REJECTED, RESAMPLED, BONUS)
 
@@ -30,44 +31,6 @@ LEGEND_TEXT = {
 }
 
 
-# ----------------------------------------------------------------------------- decoding
-
-class Detokenizer:
-    """Text of each token as it extends a sequence.
-
-    Byte-level BPE splits one character over several tokens, and SentencePiece drops a leading
-    space when a token is decoded alone, so a token's text is the growth of the decoded text of a
-    short window ending at it (as vLLM does). While the window ends inside a character the growth
-    is held back, and the token that completes the character carries all of it."""
-
-    def __init__(self, tokenizer, context: Sequence[int] = (), window: int = 6):
-        self.tokenizer = tokenizer
-        self.ids = list(context)[-window:]
-        self.prefix_offset = 0
-        self.read_offset = len(self.ids)
-
-    def _decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False,
-                                     clean_up_tokenization_spaces=False)
-
-    def push(self, token: int) -> str:
-        """Append one token; return the text it adds ("" while a character is incomplete)."""
-        self.ids.append(token)
-        before = self._decode(self.ids[self.prefix_offset:self.read_offset])
-        after = self._decode(self.ids[self.prefix_offset:])
-        if len(after) > len(before) and not after.endswith("\ufffd"):
-            self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-            return after[len(before):]
-        return ""
-
-    def fork(self) -> Detokenizer:
-        """An independent copy (to decode rejected drafts without disturbing the real sequence)."""
-        other = Detokenizer.__new__(Detokenizer)
-        other.tokenizer, other.ids = self.tokenizer, list(self.ids)
-        other.prefix_offset, other.read_offset = self.prefix_offset, self.read_offset
-        return other
-
-
 @dataclass(frozen=True)
 class Piece:
     """One token as shown: its text, its verdict and the tooltip."""
@@ -80,19 +43,15 @@ def _prob(p: float | None) -> str:
     return "n/a" if p is None or p != p else f"{p:.3f}"  # p != p: NaN
 
 
-def cycle_pieces(cycle: Cycle, detok: Detokenizer) -> list[Piece]:
+def cycle_pieces(cycle: Cycle, text: CycleText) -> list[Piece]:
     """The pieces of one cycle, in reading order: the accepted drafts, the rejected drafts where
-    they were proposed, then the target's own token. Advances `detok` over the emitted tokens."""
+    they were proposed, then the target's own token."""
     pieces = []
-    for i, token in enumerate(cycle.drafted[: cycle.num_accepted]):
-        title = (f"cycle {cycle.index + 1}, draft {i + 1}: accepted\n"
+    for i, token in enumerate(cycle.drafted):
+        verdict = ACCEPTED if i < cycle.num_accepted else REJECTED
+        title = (f"cycle {cycle.index + 1}, draft {i + 1}: {verdict}\n"
                  f"draft p = {_prob(cycle.draft_probs[i])}, target p = {_prob(cycle.target_probs[i])}")
-        pieces.append(Piece(detok.push(token), ACCEPTED, title))
-    rejected = detok.fork()
-    for i in range(cycle.num_accepted, len(cycle.drafted)):
-        title = (f"cycle {cycle.index + 1}, draft {i + 1}: rejected\n"
-                 f"draft p = {_prob(cycle.draft_probs[i])}, target p = {_prob(cycle.target_probs[i])}")
-        pieces.append(Piece(rejected.push(cycle.drafted[i]), REJECTED, title))
+        pieces.append(Piece(text.drafted[i], verdict, title))
     if cycle.correction is not None:
         if cycle.correction_kind == RESAMPLED:
             what = "the target's correction after the rejection"
@@ -102,8 +61,13 @@ def cycle_pieces(cycle: Cycle, detok: Detokenizer) -> list[Piece]:
             what = "bonus: nothing was drafted, the target adds its own token"
         label = "target p" if cycle.greedy else "p in the distribution it was drawn from"
         title = f"cycle {cycle.index + 1}: {what}\n{label} = {_prob(cycle.correction_prob)}"
-        pieces.append(Piece(detok.push(cycle.correction), cycle.correction_kind or BONUS, title))
+        pieces.append(Piece(text.correction, cycle.correction_kind or BONUS, title))
     return pieces
+
+
+def run_cycles_html(run) -> list[str]:
+    """A run's token view, one HTML string per cycle."""
+    return [render_cycle(c.index, cycle_pieces(c, t)) for c, t in zip(run.cycles, run.texts)]
 
 
 # ----------------------------------------------------------------------------- HTML
@@ -219,13 +183,20 @@ def _row(name: str, value: str, note: str = "") -> str:
             f'<td>{html.escape(note)}</td></tr>')
 
 
-def summary_html(spec, plain, measured_speedup: float | None, *, state: str, notes: Sequence[str] = ()) -> str:
-    """The run's numbers. `spec` is a SpecStats, `plain` a PlainStats; `measured_speedup` is None
-    until the baseline has produced a token. `notes` are extra paragraphs (plain text)."""
-    if measured_speedup:
-        headline = f"Measured speedup {measured_speedup:.2f}\u00d7 over plain decoding"
+def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
+    """A run's numbers (a `runs.Run`), with what each compares and how sure it is. `notes` are
+    extra paragraphs (plain text)."""
+    from .prose import compared_text, cost_ratio_text, speed_text, theory_lines
+
+    spec, plain, speed = run.stats, run.plain, run.speed
+    if speed is None:
+        headline = "Measured speedup: waiting for both methods to pass their prefill"
+    elif not speed.reliable:
+        headline = (f"Measured speedup about {speed.speedup:.2f}\u00d7 (95% range {speed.low:.2f}\u2013"
+                    f"{speed.high:.2f}\u00d7): too short to measure reliably")
     else:
-        headline = "Measured speedup: waiting for the baseline"
+        headline = (f"Measured speedup {speed.speedup:.2f}\u00d7 over plain decoding "
+                    f"(95% range {speed.low:.2f}\u2013{speed.high:.2f}\u00d7)")
     rows = [
         _row("Draft acceptance rate", f"{spec.draft_acceptance_rate:.1%}",
              f"{spec.accepted} of {spec.drafted} drafted tokens accepted"),
@@ -233,14 +204,13 @@ def summary_html(spec, plain, measured_speedup: float | None, *, state: str, not
         _row("Tokens per target pass", f"{spec.mean_acceptance_length:.2f}",
              f"{spec.tokens} tokens in {spec.cycles} passes; "
              f"theory {spec.expected_tokens_per_pass:.2f} at the draft lengths proposed (mean k {spec.mean_k:.1f})"),
-        _row("Cost ratio c", f"{spec.cost_ratio:.3f}", "one draft step's time / one target pass's time, measured"),
-        _row("Measured speedup", f"{measured_speedup:.2f}\u00d7" if measured_speedup else "\u2013",
-             "speculative tokens/s \u00f7 plain tokens/s, each timed over its own steps"),
-        _row("Theoretical speedup", f"{spec.expected_speedup:.2f}\u00d7",
-             f"(1 \u2212 \u03b1^(n+1)) / ((1 \u2212 \u03b1)(n c + 1)) over the n drafted per cycle; best k for this \u03b1 and c: {spec.best_k}"),
+        _row("Cost ratio c", cost_ratio_text(run), "one draft step's time / one target pass's time, measured"),
+        _row("Measured speedup", speed_text(run) if speed else "\u2013", compared_text(run)),
+        *(_row(name, value, note) for name, value, note in theory_lines(run)),
         _row("Speculative", f"{spec.tokens_per_second:.1f} tokens/s", f"{spec.tokens} tokens in {spec.seconds:.2f} s"),
-        _row("Plain", f"{plain.tokens_per_second:.1f} tokens/s", f"{plain.tokens} tokens in {plain.seconds:.2f} s"),
     ]
+    if plain is not None:
+        rows.append(_row("Plain", f"{plain.tokens_per_second:.1f} tokens/s", f"{plain.tokens} tokens in {plain.seconds:.2f} s"))
     paragraphs = "".join(f'<p class="sv-note">{html.escape(n)}</p>' for n in notes)
     return (f'<div class="sv-stats"><div class="sv-state">{html.escape(state)}</div>'
             f'<div class="sv-headline">{html.escape(headline)}</div>'
@@ -262,7 +232,7 @@ def idle_html() -> str:
 def comparison_note(spec_tokens: Sequence[int], plain_tokens: Sequence[int], decode, dtype: str,
                     greedy: bool, complete: bool) -> str | None:
     """For greedy runs: whether both methods wrote the same tokens, and if not, where they part."""
-    from .metrics import first_divergence
+    from ..metrics import first_divergence
 
     if not greedy:
         return ("Sampled run: the two outputs are independent draws from the same distribution, "

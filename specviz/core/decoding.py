@@ -15,15 +15,25 @@ from .sampling import Sampler, top_tokens, validate_sampling, verify_greedy, ver
 
 
 class Clock:
-    """Wall-clock time that waits for the device to finish queued work first."""
+    """The clock every event is timed with, chosen for the device.
+
+    GPU (and MPS): wall time, read after the device has finished its queued work. CPU with one torch
+    thread: this thread's own CPU time: every op of a forward then runs on the calling thread, so
+    other processes on the machine (the browser, the web server) cannot inflate it. CPU with more
+    threads: wall time (another thread's work would be missed by a thread clock)."""
 
     def __init__(self, device: torch.device):
         self.sync = {"cuda": torch.cuda.synchronize, "mps": getattr(torch.mps, "synchronize", None)}.get(device.type)
+        if device.type == "cpu" and torch.get_num_threads() == 1:
+            self.read, self.name = time.thread_time, "thread CPU time"
+        else:
+            self.read = time.perf_counter
+            self.name = "wall clock, device-synchronised" if self.sync else "wall clock"
 
     def __call__(self) -> float:
         if self.sync is not None:
             self.sync()
-        return time.perf_counter()
+        return self.read()
 
 
 def eos_ids(target: PreTrainedModel, eos_token_id: int | Iterable[int] | None) -> set[int]:

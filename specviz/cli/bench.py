@@ -1,0 +1,83 @@
+"""`python -m specviz bench`: the prompt set against plain decoding and transformers' assisted
+generation (`runs.bench`), one configuration per --draft, printed as a markdown table; `--json` and
+`--markdown` also write it to files. The clock is the one every event is timed with
+(`core.decoding.Clock`): this thread's CPU time with `--threads 1` on a CPU, wall clock otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..catalog import BENCH_PROMPTS_FILE, load_bench_prompts
+from ..errors import SpecvizError
+from ..runs.bench import (DEFAULT_K, TINY_TARGET, Setup, default_draft, default_k, describe, load_bench_pair,
+                          markdown_table, run_bench, summarize_rows)
+from . import DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, progress_printer, settings_from
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(
+        parser, draft_repeatable=True,
+        target_help=TARGET_HELP + f"; '{TINY_TARGET}': a tiny Llama pair built in-process (no model files)",
+        draft_help=DRAFT_HELP + f"; with --target {TINY_TARGET}: 'tiny' (its 2-layer draft model, the default), "
+                                "'ngram' or 'self:L'")
+    parser.add_argument("--k", default=None,
+                        help=f"draft length (default per drafter: ngram {DEFAULT_K['ngram']}, "
+                             f"self:L {DEFAULT_K['self']}, draft model {DEFAULT_K['model']})")
+    parser.add_argument("--max-new-tokens", default=128)
+    parser.add_argument("--category", action="append", default=None,
+                        help="only this category (repeat or comma-separate): chat, code, rewrite, summarisation, "
+                             "translation, maths")
+    parser.add_argument("--limit", type=int, default=None, help="at most this many prompts per category")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds over the prompt set (medians are reported)")
+    parser.add_argument("--prompts", type=Path, default=BENCH_PROMPTS_FILE, help="prompt set (JSON)")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="write meta, rows and summary as JSON")
+    parser.add_argument("--markdown", type=Path, default=None, metavar="FILE", help="also write the markdown table here")
+    parser.add_argument("--quiet", action="store_true", help="no per-prompt progress lines")
+
+
+def main(args: argparse.Namespace) -> int:
+    # Everything the user typed is checked before a model is loaded.
+    for flag, value in (("--limit", args.limit), ("--repeats", args.repeats)):
+        if value is not None and value < 1:
+            raise SpecvizError(f"{flag} must be at least 1, got {value}.")
+    drafts = args.draft or [default_draft(args.target)]
+    configs = [settings_from(args, draft=draft, k=args.k if args.k is not None else default_k(draft),
+                             temperature=0.0) for draft in drafts]
+    categories = [c.strip() for arg in (args.category or []) for c in arg.split(",") if c.strip()]
+    prompts = load_bench_prompts(args.prompts, categories or None, args.limit)
+    check_output_file(args.json, "--json")
+    check_output_file(args.markdown, "--markdown")
+
+    say = (lambda message: None) if args.quiet else (lambda message: print(message, file=sys.stderr, flush=True))
+    results = []
+    for settings in configs:
+        setup = Setup(settings, load_bench_pair(settings, None if args.quiet else progress_printer()))
+        meta = describe(setup)
+        say(f"{meta['target']} + {meta['draft']} (k={meta['k']}) on {meta['hardware']}, {meta['dtype']}, "
+            f"{len(prompts)} prompts, {settings.max_new_tokens} new tokens, timed by {meta['clock']}; "
+            f"transformers: {meta['transformers_settings']}")
+        rows = run_bench(setup, prompts, repeats=args.repeats, progress=say)
+        results.append({"meta": meta, "rows": rows, "summary": summarize_rows(rows)})
+
+    summary = [entry for result in results for entry in result["summary"]]
+    table = markdown_table(summary)
+    # The files first: a failed write leaves only the error line.
+    if args.markdown:
+        args.markdown.write_text(table + "\n", encoding="utf-8")
+    if args.json:
+        args.json.write_text(json.dumps({"meta": [r["meta"] for r in results],
+                                         "rows": [row for r in results for row in r["rows"]],
+                                         "summary": summary}, indent=2), encoding="utf-8")
+    meta = results[0]["meta"]
+    print(f"hardware: {meta['hardware']}; device {meta['device']}, {meta['dtype']}; torch {meta['torch']}, "
+          f"transformers {meta['transformers']}; {meta['max_new_tokens']} new tokens, greedy; clock: {meta['clock']}")
+    for result in results:
+        print(f"transformers for {result['meta']['draft']}: {result['meta']['transformers_settings']}")
+    print()
+    print(table)
+    if args.json:
+        print(f"\nwrote {args.json}")
+    return 0

@@ -1,0 +1,22 @@
+"""Models for a run: where they come from (hub ids, folders, .gguf files, the built-in offline
+models), loading and caching them, the drafter a draft spec names, and prompts as token ids.
+
+    sources   what a model string names; the built-in models, converted once from GGUF
+    devices   'auto' device and dtype for this machine
+    cache     loaded models kept in memory, least recently used first out
+    loading   one model and its tokenizer, with errors a user can act on
+    pairs     a target and its drafter (`load_pair`, `make_drafter`)
+    tokens    prompts as token ids, context checks, the text of each generated token
+    tiny      tiny random-weight Llama pairs built in-process (benchmarks without model files, tests)
+"""
+
+from .devices import DTYPES, auto_dtype, cpu_has_native_bf16, needs_device_map, resolve_device, resolve_dtype
+from .loading import LoadedModel, load_model, model_bytes
+from .pairs import ModelPair, end_of_turn_id, eos_token_ids, load_pair, make_drafter, vocabulary_mismatch
+from .sources import BUILTINS, DEFAULT_TARGET, Source, cache_folder, convert_once, display_name, resolve_source
+from .tokens import Detokenizer, check_context, encode_prompt
+
+__all__ = ["DTYPES", "auto_dtype", "cpu_has_native_bf16", "needs_device_map", "resolve_device", "resolve_dtype",
+           "LoadedModel", "load_model", "model_bytes", "ModelPair", "end_of_turn_id", "eos_token_ids", "load_pair",
+           "make_drafter", "vocabulary_mismatch", "BUILTINS", "DEFAULT_TARGET", "Source", "cache_folder",
+           "convert_once", "display_name", "resolve_source", "Detokenizer", "check_context", "encode_prompt"]

@@ -1,0 +1,87 @@
+"""Which device and dtype a run uses: 'auto' resolved for this machine, and clear refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..errors import SpecvizError
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
+
+
+def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
+    """True when the CPU computes in bf16 natively (AVX512-BF16 or AMX); elsewhere bf16 is emulated
+    and slower than fp32."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.partition(":")[2].split())
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def auto_dtype(device_type: str, *, cuda_bf16: bool = False, cpu_bf16: bool = False) -> torch.dtype:
+    """The dtype "auto" means on a device: bf16 on CUDA (fp16 on GPUs without it), fp16 on Apple
+    MPS, bf16 on CPUs with native bf16, fp32 on other CPUs."""
+    if device_type == "cuda":
+        return torch.bfloat16 if cuda_bf16 else torch.float16
+    if device_type == "mps":
+        return torch.float16
+    return torch.bfloat16 if cpu_bf16 else torch.float32
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    if isinstance(device, torch.device):
+        device = str(device)
+    device = device.strip().lower()
+    if device == "auto":
+        if torch.cuda.is_available():
+            device = "cuda"
+        elif torch.backends.mps.is_available():
+            device = "mps"
+        else:
+            device = "cpu"
+    try:
+        resolved = torch.device(device)
+    except RuntimeError:
+        raise SpecvizError(f"Unknown device {device!r}: use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'.") from None
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SpecvizError(f"Device {device!r} asked for, but CUDA is not available here "
+                                 f"(torch {torch.__version__}); use device='cpu' or 'auto'.")
+        index = torch.cuda.current_device() if resolved.index is None else resolved.index
+        if index >= torch.cuda.device_count():
+            raise SpecvizError(f"Device {device!r} asked for, but only {torch.cuda.device_count()} GPU(s) are visible.")
+        return torch.device("cuda", index)
+    if resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise SpecvizError("Device 'mps' asked for, but Apple MPS is not available here; use 'cpu' or 'auto'.")
+    if resolved.type not in ("cpu", "cuda", "mps"):
+        raise SpecvizError(f"Unsupported device {device!r}: use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'.")
+    return resolved
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = dtype.strip().lower()
+    if name == "auto":
+        return auto_dtype(device.type, cuda_bf16=device.type == "cuda" and torch.cuda.is_bf16_supported(),
+                          cpu_bf16=cpu_has_native_bf16())
+    if name not in DTYPES:
+        raise SpecvizError(f"Unknown dtype {dtype!r}: use 'auto', 'float32'/'fp32', 'bfloat16'/'bf16' "
+                             "or 'float16'/'fp16'.")
+    return DTYPES[name]
+
+
+def needs_device_map(model_bytes: int, free_bytes: int, headroom: float = 0.85) -> bool:
+    """Whether a model too large for the GPU's free memory (keeping some for the KV cache and
+    activations) should be spread by accelerate's device_map="auto"."""
+    return model_bytes > headroom * free_bytes
+

@@ -1,0 +1,142 @@
+"""A target and a drafter for one run: `make_drafter` turns a draft spec into a drafter for a loaded
+target, `load_pair` loads (or takes from the cache) both, checking that they share a vocabulary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel
+
+from ..core.drafters import Drafter, DraftModelDrafter, PromptLookupDrafter, early_exit_model
+from ..errors import SpecvizError
+from ..settings import parse_draft
+from .cache import lock as _lock
+from .devices import resolve_device, resolve_dtype
+from .loading import _load
+from .sources import DEFAULT_TARGET, Progress, Source, display_name, resolve_source, span
+
+@dataclass(frozen=True)
+class ModelPair:
+    target: PreTrainedModel
+    tokenizer: Any                # the target's tokenizer (the draft shares its vocabulary)
+    draft: Drafter                # pass as `draft` to speculative_decode
+    target_name: str
+    draft_name: str
+    target_parameters: int
+    draft_parameters: int         # what the draft runs: 0 for ngram, shared layers for self:L
+    device: torch.device
+    dtype: torch.dtype
+    eos_token_ids: list[int]      # generation_config's EOS plus the chat template's end of turn
+
+
+def vocabulary_mismatch(target_tokenizer, draft_tokenizer) -> str | None:
+    """None when both tokenizers map the same strings to the same ids, else an example difference."""
+    target_vocab, draft_vocab = target_tokenizer.get_vocab(), draft_tokenizer.get_vocab()
+    if target_vocab == draft_vocab:
+        return None
+    differing = [t for t in target_vocab if draft_vocab.get(t) != target_vocab[t]]
+    detail = (f"the target has {len(target_vocab)} tokens, the draft {len(draft_vocab)}; {len(differing)} of the "
+              "target's are missing from the draft or have another id there")
+    if differing:
+        token = min(differing, key=target_vocab.get)
+        where = "absent" if token not in draft_vocab else f"id {draft_vocab[token]}"
+        detail += f", e.g. {token!r} is id {target_vocab[token]} in the target and {where} in the draft"
+    else:
+        token = min((t for t in draft_vocab if t not in target_vocab), key=draft_vocab.get)
+        detail += f", and the draft has {token!r} (id {draft_vocab[token]}), which the target lacks"
+    return detail
+
+
+def end_of_turn_id(tokenizer) -> int | None:
+    """The token the chat template closes an assistant turn with (<|im_end|>, <|eot_id|>,
+    <end_of_turn>, ...), found by rendering a turn and reading what follows its text."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    marker = "SPECVIZ_END_OF_TURN_PROBE"
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "Hi"},
+                                              {"role": "assistant", "content": marker}], tokenize=False)
+    except Exception:   # templates may reject any conversation; then there is no such token
+        return None
+    if marker not in text:
+        return None
+    tail = text.split(marker, 1)[1].lstrip()
+    added = sorted((str(t) for t in getattr(tokenizer, "added_tokens_decoder", {}).values()), key=len, reverse=True)
+    token = next((t for t in added if t and tail.startswith(t)), None)
+    return None if token is None else tokenizer.convert_tokens_to_ids(token)
+
+
+def eos_token_ids(model: PreTrainedModel, tokenizer) -> list[int]:
+    configured = getattr(model.generation_config, "eos_token_id", None)
+    if configured is None:
+        configured = getattr(tokenizer, "eos_token_id", None)
+    ids = [] if configured is None else [configured] if isinstance(configured, int) else list(configured)
+    end_of_turn = end_of_turn_id(tokenizer)
+    if end_of_turn is not None and end_of_turn not in ids:
+        ids.append(end_of_turn)
+    return ids
+
+
+def make_drafter(spec: str | None, target: PreTrainedModel, *, target_name: str = "the target",
+                 draft_model: PreTrainedModel | None = None) -> Drafter:
+    """The drafter a draft spec names, for a loaded target: prompt lookup for 'ngram', the target's
+    first L layers for 'self:L', and for a model spec the already loaded `draft_model`. A draft
+    whose embedding matrix is padded to another size than the target's is fine: the drafter cuts or
+    pads its distribution to the target's vocabulary."""
+    draft = parse_draft(spec)
+    vocab_size = target.config.get_text_config().vocab_size
+    if draft.kind == "ngram":
+        return PromptLookupDrafter(max_ngram=3)
+    if draft.kind == "self":
+        try:
+            view = early_exit_model(target, draft.layers)
+        except ValueError as error:
+            raise SpecvizError(f"Draft {draft.name!r} for {target_name}: {error}.") from None
+        return DraftModelDrafter(view, vocab_size=vocab_size, name=draft.name)
+    if draft_model is None:
+        raise SpecvizError(f"Draft {draft.text!r} is a model: load it first (load_pair does).")
+    return DraftModelDrafter(draft_model, vocab_size=vocab_size, name=display_name(draft.text))
+
+
+def load_pair(target: str | None = None, draft: str | None = None, *, device: str | torch.device = "auto",
+              dtype: str | torch.dtype = "auto", allow_pickle: bool = False, trust_remote_code: bool = False,
+              progress: Progress | None = None) -> ModelPair:
+    """A target and a draft for `speculative_decode`. target: built-in name, hub id, folder or .gguf
+    (default: the built-in SmolLM2-135M-Instruct). draft: the same kinds of model, 'ngram' (prompt
+    lookup) or 'self:L' (the target's first L layers); default 'ngram'."""
+    target = target or DEFAULT_TARGET
+    if parse_draft(target).kind != "model":
+        raise SpecvizError(f"{target!r} is a kind of draft, not a model: the target must be a model "
+                           f"(e.g. {DEFAULT_TARGET!r}).")
+    spec = parse_draft(draft)
+    options = dict(allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
+    with _lock:
+        resolved_device = resolve_device(device)
+        resolved_dtype = resolve_dtype(dtype, resolved_device)
+        with_draft = spec.kind == "model"
+        (target_model, tokenizer), target_key = _load(
+            target, resolved_device, resolved_dtype, progress=span(progress, 0.0, 0.6 if with_draft else 1.0), **options)
+        target_name = resolve_source(target).name
+        draft_model = None
+        if with_draft:
+            def vet(draft_tokenizer, source: Source) -> None:
+                mismatch = vocabulary_mismatch(tokenizer, draft_tokenizer)
+                if mismatch:
+                    raise SpecvizError(
+                        f"The draft {source.name} does not share {target_name}'s tokenizer ({mismatch}). "
+                        "Speculative decoding compares token ids, so the draft must use the same vocabulary: "
+                        "pick a smaller model of the same family, or the draft 'ngram' or 'self:L'.")
+
+            (draft_model, _), _ = _load(spec.text, resolved_device, resolved_dtype, progress=span(progress, 0.6, 1.0),
+                                        vet=vet, keep={target_key}, **options)
+            draft_rows = draft_model.config.get_text_config().vocab_size
+            if draft_rows < len(tokenizer):
+                raise SpecvizError(f"The draft {display_name(spec.text)} has {draft_rows} embedding rows, fewer "
+                                   f"than the {len(tokenizer)} tokens of its tokenizer: the checkpoint is inconsistent.")
+        drafter = make_drafter(spec.text, target_model, target_name=target_name, draft_model=draft_model)
+        return ModelPair(target=target_model, tokenizer=tokenizer, draft=drafter, target_name=target_name,
+                         draft_name=drafter.name, target_parameters=sum(p.numel() for p in target_model.parameters()),
+                         draft_parameters=drafter.parameters, device=target_model.device, dtype=resolved_dtype,
+                         eos_token_ids=eos_token_ids(target_model, tokenizer))

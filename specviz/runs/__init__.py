@@ -1,0 +1,8 @@
+"""Running configurations: one (`run`), several on one prompt and the k sweep (`compare`), and the
+benchmark against transformers' assisted generation (`bench`). All of them go through `run.race`."""
+
+from .compare import Comparison, Sweep, compare, config_label, config_labels, iter_comparison, iter_sweep, sweep
+from .run import CycleText, Loader, Run, execute, load, race
+
+__all__ = ["Comparison", "Sweep", "compare", "config_label", "config_labels", "iter_comparison", "iter_sweep",
+           "sweep", "CycleText", "Loader", "Run", "execute", "load", "race"]

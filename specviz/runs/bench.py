@@ -1,0 +1,312 @@
+"""The benchmark: specviz's speculative decoding against plain decoding and against transformers' own
+assisted generation (`generate` with the same drafter), on the prompt set in
+assets/bench_prompts.json (`catalog.load_bench_prompts`: five prompts in each of Spec-Bench's six
+categories). The command line is `specviz.cli.bench`.
+
+Method: one short warm-up of every method, then the methods alternate prompt by prompt so that a
+change in the machine's load hits all of them alike. specviz's side is one `run.execute` per prompt:
+plain and speculative decoding interleaved event by event, exactly as `run` and the app race them;
+each method's tokens/s is its tokens over the sum of its own event times (the whole run, prompt
+prefill included). transformers' `generate` follows, timed as one call by the same `Clock`. Per
+category, every column is the median over prompts of the per-prompt value (a speedup is the median
+of per-prompt ratios, not a ratio of medians). Greedy only: the three methods must produce the same
+tokens (exactly so in float32; bf16 flips near-ties).
+
+Columns: accept = accepted / drafted tokens; tok/pass = tokens per target pass; c = draft time per
+drafted token / target pass time; theory = (1 - a^(k+1)) / ((1 - a)(k c + 1)) at the measured a and
+c (metrics.expected_speedup); pass cost = a verification pass's time / a plain step's time, which
+the theory takes to be 1; theory at pass cost = theory / pass cost.
+
+`tiny` as the target builds the tiny Llama pair in-process (`models.tiny`), so the bench runs with
+no model files at all; its forwards are so cheap that it measures mostly per-token overhead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel
+
+from ..catalog import BenchPrompt
+from ..core.decoding import Clock
+from ..metrics import median
+from ..models import ModelPair
+from ..models.sources import Progress
+from ..models.tiny import tiny_pair
+from ..settings import DraftSpec, RunSettings, parse_draft
+from .run import Run, encode, execute, load
+
+DEFAULT_K = {"ngram": 8, "self": 4, "model": 4}   # draft length per kind of drafter
+TINY_TARGET = "tiny"                               # the target name that builds models.tiny's pair
+WARM_UP_TOKENS = 16
+METHODS = ("plain", "specviz", "transformers")
+
+
+def default_draft(target: str | None) -> str:
+    """The tiny target drafts with its own 2-layer model; any other with prompt lookup."""
+    return "tiny" if target == TINY_TARGET else "ngram"
+
+
+def default_k(draft: str | None) -> int:
+    return DEFAULT_K[parse_draft(draft).kind]
+
+
+def load_bench_pair(settings: RunSettings, progress: Progress | None = None) -> ModelPair:
+    """`runs.load`, except that the target 'tiny' builds the in-process tiny pair."""
+    if settings.target == TINY_TARGET:
+        return tiny_pair(settings.draft, device=settings.device, dtype=settings.dtype)
+    return load(settings, progress)
+
+
+# ----------------------------------------------------------------------------- what is benchmarked
+
+@dataclass(frozen=True)
+class Setup:
+    """A loaded pair and the validated settings it runs with (greedy; `k` is the draft length)."""
+    settings: RunSettings
+    pair: ModelPair
+
+    @property
+    def draft(self) -> DraftSpec:
+        return parse_draft(self.settings.draft)
+
+    @property
+    def assistant(self) -> PreTrainedModel | None:
+        """The draft model, for transformers' assistant_model= (None for ngram and self:L)."""
+        return self.pair.draft.model if self.draft.kind == "model" else None
+
+    @property
+    def device(self) -> torch.device:
+        return self.pair.device
+
+
+@dataclass
+class Timed:
+    """One transformers `generate` call: the new tokens, its time and the target's passes."""
+    tokens: list[int]
+    seconds: float
+    target_passes: int = 0          # target forwards, prefill included
+
+    @property
+    def tokens_per_s(self) -> float:
+        return _ratio(len(self.tokens), self.seconds)
+
+
+def transformers_settings(setup: Setup) -> tuple[dict, dict, str]:
+    """(generate kwargs, settings to put on the assistant's generation_config, description) that
+    give transformers the same drafter with a fixed draft length k."""
+    k, draft = setup.settings.k, setup.draft
+    if draft.kind == "ngram":
+        ngram = setup.pair.draft.max_ngram
+        return ({"prompt_lookup_num_tokens": k, "max_matching_ngram_size": ngram}, {},
+                f"prompt_lookup_num_tokens={k}, max_matching_ngram_size={ngram}")
+    # transformers 5 defaults to 20 assistant tokens cut short by a confidence threshold (0.4,
+    # tuned as it runs); fix both to draft exactly k tokens, as specviz does.
+    fixed = {"num_assistant_tokens": k, "num_assistant_tokens_schedule": "constant",
+             "assistant_confidence_threshold": 0.0}
+    described = f"num_assistant_tokens={k}, num_assistant_tokens_schedule='constant', assistant_confidence_threshold=0"
+    if draft.kind == "self":
+        return {"assistant_early_exit": draft.layers}, fixed, f"assistant_early_exit={draft.layers}, {described}"
+    return {"assistant_model": setup.assistant}, fixed, f"assistant_model=<draft>, {described}"
+
+
+@contextlib.contextmanager
+def generation_config_set(model: PreTrainedModel, values: dict) -> Iterator[None]:
+    """Temporarily set attributes of `model.generation_config` (where transformers' candidate
+    generators read the assistant's settings)."""
+    config = model.generation_config
+    saved = {name: getattr(config, name, None) for name in values}
+    try:
+        for name, value in values.items():
+            setattr(config, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(config, name, value)
+
+
+def run_transformers(setup: Setup, input_ids: torch.Tensor, clock: Callable[[], float],
+                     max_new_tokens: int | None = None) -> Timed:
+    """transformers' assisted generation, greedy, timed as one call."""
+    kwargs, assistant_config, _ = transformers_settings(setup)
+    target = setup.pair.target
+    assistant = setup.assistant if setup.assistant is not None else target
+    eos = list(setup.pair.eos_token_ids) or None
+    # Count the target's own passes. Early exit drafts with the target itself, its layer count
+    # temporarily cut to L: those calls are drafts, not passes.
+    base = getattr(target, target.base_model_prefix, target)
+    layers, passes = base.config.num_hidden_layers, [0]
+
+    def count(module, args):
+        passes[0] += base.config.num_hidden_layers == layers
+
+    handle = target.register_forward_pre_hook(count)
+    try:
+        with generation_config_set(assistant, assistant_config), torch.inference_mode():
+            start = clock()
+            out = target.generate(input_ids, do_sample=False, num_beams=1,
+                                  max_new_tokens=max_new_tokens or setup.settings.max_new_tokens,
+                                  eos_token_id=eos, pad_token_id=(eos or [0])[0],
+                                  attention_mask=torch.ones_like(input_ids), **kwargs)
+            seconds = clock() - start
+    finally:
+        handle.remove()
+    return Timed(out[0, input_ids.shape[1]:].tolist(), seconds, target_passes=passes[0])
+
+
+# ----------------------------------------------------------------------------- one prompt, all prompts
+
+def prompt_settings(setup: Setup, prompt: BenchPrompt) -> RunSettings:
+    """The settings for one prompt: a prompt marked raw in the set is never wrapped in the template."""
+    return replace(setup.settings, chat=setup.settings.chat and prompt.chat)
+
+
+def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transformers: Sequence[Timed]) -> dict:
+    """One JSON row from the repeated runs of one prompt: the counts of the first, medians of tokens/s."""
+    run, hf = runs[0], transformers[0]
+    stats, speed = run.stats, run.speed
+    rates = {"plain": median([r.plain.tokens_per_second for r in runs]),
+             "specviz": median([r.stats.tokens_per_second for r in runs]),
+             "transformers": median([t.tokens_per_s for t in transformers])}
+    row = {
+        "id": prompt.id, "category": prompt.category, "target": run.target_name, "draft": run.draft_name,
+        "dtype": run.dtype, "k": setup.settings.k, "prompt_tokens": run.prompt_tokens, "new_tokens": stats.tokens,
+        "acceptance_rate": stats.draft_acceptance_rate, "alpha": stats.alpha,
+        "tokens_per_pass": stats.mean_acceptance_length, "target_passes": stats.cycles,
+        "transformers_target_passes": hf.target_passes,
+        "expected_tokens_per_pass": stats.expected_tokens_per_pass,
+        "mean_drafted": _ratio(stats.drafted, stats.cycles),
+        "cost_ratio": stats.cost_ratio, "expected_speedup": stats.expected_speedup,
+        "baseline_tokens_per_s": rates["plain"], "specviz_tokens_per_s": rates["specviz"],
+        "transformers_tokens_per_s": rates["transformers"],
+        "specviz_speedup": _ratio(rates["specviz"], rates["plain"]),
+        "transformers_speedup": _ratio(rates["transformers"], rates["plain"]),
+        "specviz_vs_transformers": _ratio(rates["specviz"], rates["transformers"]),
+        "identical_to_baseline": bool(run.identical),
+        "first_divergence": run.divergence,
+        "transformers_identical_to_baseline": hf.tokens == run.baseline_tokens,
+        "repeats": len(runs),
+        # The theory prices a verification pass like one plain step; this is what it really cost
+        # (medians, prefill left out), and the theory at that price: what is left between it and
+        # the measured speedup is the engine's own time and how far acceptance is from the
+        # theory's independent-tokens model.
+        "verify_pass_cost": speed.pass_cost if speed is not None and speed.pass_cost else None,
+        "expected_speedup_at_pass_cost": run.theory_at_pass_cost,
+    }
+    row["speedup_vs_theory"] = _ratio(row["specviz_speedup"], row["expected_speedup"])
+    return row
+
+
+def run_bench(setup: Setup, prompts: Sequence[BenchPrompt], *, repeats: int = 1, warmup: bool = True,
+              progress: Callable[[str], None] | None = None) -> list[dict]:
+    """Rows for `prompts`, `repeats` rounds; per prompt, specviz's race (plain and speculative) and
+    then transformers. `setup.settings` must have passed `settings.validate` (greedy)."""
+    pair, clock = setup.pair, Clock(setup.device)
+    encoded = [encode(prompt_settings(setup, p), p.prompt, pair) for p in prompts]
+    if warmup and prompts:   # one-time costs (allocator, lazy init, kernel choice) are paid here
+        short = replace(prompt_settings(setup, prompts[0]), max_new_tokens=min(setup.settings.max_new_tokens,
+                                                                             WARM_UP_TOKENS))
+        execute(short, prompts[0].prompt, pair, baseline=True, warm_up=False)
+        run_transformers(setup, encoded[0], clock, short.max_new_tokens)
+    runs: list[list[Run]] = [[] for _ in prompts]
+    hf: list[list[Timed]] = [[] for _ in prompts]
+    for round_ in range(repeats):
+        for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
+            runs[i].append(execute(prompt_settings(setup, prompt), prompt.prompt, pair, baseline=True, warm_up=False))
+            hf[i].append(run_transformers(setup, ids, clock))
+            if progress:
+                run = runs[i][-1]
+                progress(f"[{round_ + 1}/{repeats}] {prompt.id:<20} plain {run.plain.tokens_per_second:6.1f}  "
+                         f"specviz {run.stats.tokens_per_second:6.1f}  "
+                         f"transformers {hf[i][-1].tokens_per_s:6.1f} tokens/s")
+    return [bench_row(setup, prompt, r, t) for prompt, r, t in zip(prompts, runs, hf)]
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den else 0.0
+
+
+# ----------------------------------------------------------------------------- summaries
+
+SUMMARY_KEYS = ("acceptance_rate", "tokens_per_pass", "cost_ratio", "baseline_tokens_per_s", "specviz_tokens_per_s",
+                "transformers_tokens_per_s", "specviz_speedup", "transformers_speedup", "specviz_vs_transformers",
+                "expected_speedup", "speedup_vs_theory", "expected_tokens_per_pass", "verify_pass_cost",
+                "expected_speedup_at_pass_cost")
+
+
+def summarize_rows(rows: Sequence[dict]) -> list[dict]:
+    """Per (target, draft, category) and per (target, draft) overall: medians over prompts, and
+    how many outputs were identical to plain decoding."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["target"], row["draft"], row["category"]), []).append(row)
+    for row in rows:
+        groups.setdefault((row["target"], row["draft"], "overall"), []).append(row)
+    summary = []
+    for (target, draft, category), members in groups.items():
+        entry = {"target": target, "draft": draft, "category": category, "prompts": len(members),
+                 "k": members[0]["k"], "dtype": members[0]["dtype"]}
+        for key in SUMMARY_KEYS:
+            values = [m[key] for m in members if m.get(key) is not None]
+            entry[key] = median(values) if values else None
+        entry["identical"] = sum(m["identical_to_baseline"] for m in members)
+        entry["transformers_identical"] = sum(m["transformers_identical_to_baseline"] for m in members)
+        summary.append(entry)
+    return summary
+
+
+COLUMNS = [("draft", "draft", "{}"), ("category", "category", "{}"), ("accept", "acceptance_rate", "{:.0%}"),
+           ("tok/pass", "tokens_per_pass", "{:.2f}"), ("c", "cost_ratio", "{:.3f}"),
+           ("plain tok/s", "baseline_tokens_per_s", "{:.1f}"), ("specviz tok/s", "specviz_tokens_per_s", "{:.1f}"),
+           ("HF tok/s", "transformers_tokens_per_s", "{:.1f}"), ("specviz speedup", "specviz_speedup", "{:.2f}x"),
+           ("HF speedup", "transformers_speedup", "{:.2f}x"), ("specviz/HF", "specviz_vs_transformers", "{:.2f}"),
+           ("theory", "expected_speedup", "{:.2f}x"), ("pass cost", "verify_pass_cost", "{:.2f}"),
+           ("theory at pass cost", "expected_speedup_at_pass_cost", "{:.2f}x"),
+           ("identical to plain", None, None)]
+
+
+def markdown_table(summary: Sequence[dict]) -> str:
+    header = "| " + " | ".join(name for name, _, _ in COLUMNS) + " |"
+    lines = [header, "|" + "|".join("---" if key in ("draft", "category") else "---:" for _, key, _ in COLUMNS) + "|"]
+    for entry in summary:
+        cells = []
+        for _, key, fmt in COLUMNS:
+            if key is None:
+                cells.append(f"{entry['identical']}/{entry['prompts']} (HF {entry['transformers_identical']})")
+            elif key == "category" and entry[key] == "overall":
+                cells.append("**overall**")
+            elif entry.get(key) is None:
+                cells.append("")
+            else:
+                cells.append(fmt.format(entry[key]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def hardware() -> str:
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda})"
+    name = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.partition(":")[2].strip()
+                break
+    return f"{name}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+
+
+def describe(setup: Setup) -> dict:
+    import transformers
+
+    pair, settings = setup.pair, setup.settings
+    return {"target": pair.target_name, "draft": pair.draft_name, "device": str(pair.device),
+            "dtype": str(pair.dtype).removeprefix("torch."), "k": settings.k,
+            "max_new_tokens": settings.max_new_tokens, "hardware": hardware(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "clock": Clock(pair.device).name,
+            "transformers_settings": transformers_settings(setup)[2], "eos_token_ids": list(pair.eos_token_ids)}

@@ -1,0 +1,196 @@
+"""One description of a run, and one check of it.
+
+`RunSettings` is everything that decides what a run does (target, drafter, k, sampling, length,
+prompt format, dtype, device). Every entry point (the app's tabs, the command line, the benchmark)
+builds one and passes it through `validate(settings, limits)` before any model is loaded: values
+arrive from sliders, an HTTP API or argv, so `validate` also coerces them ("4" and 4.0 are k = 4)
+and refuses what is out of range with a `SpecvizError` that names the setting.
+
+`Limits` says what is allowed: `LOCAL` for someone on their own machine, `hosted(...)` for a
+public demo (capped lengths, and models only from an allow-list: nothing typed by a visitor ever
+reaches the filesystem or the hub). `parse_draft` is the one parser of draft specs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, fields, replace
+
+from .errors import SpecvizError
+
+DEFAULT_DRAFT = "ngram"
+MAX_SEED = 2**63 - 1
+
+
+# ----------------------------------------------------------------------------- the draft spec
+
+@dataclass(frozen=True)
+class DraftSpec:
+    kind: str               # "ngram" (prompt lookup), "self" (early exit) or "model"
+    text: str               # the spec as given (stripped): a model id or path for kind "model"
+    layers: int | None = None   # L of self:L
+
+    @property
+    def name(self) -> str:
+        return self.text if self.kind == "model" else self.text.lower()
+
+
+def parse_draft(spec: str | None) -> DraftSpec:
+    """'ngram', 'self:L' (the target's first L layers) or anything else as a draft model."""
+    text = (spec or DEFAULT_DRAFT).strip() or DEFAULT_DRAFT
+    lowered = text.lower()
+    if lowered == "ngram":
+        return DraftSpec("ngram", lowered)
+    if lowered.startswith("self"):
+        match = re.fullmatch(r"self:(\d{1,4})", lowered)
+        if not match:
+            raise SpecvizError(f"Draft {text!r}: an early-exit self-draft is written 'self:L' with L the number "
+                               "of the target's layers it runs, e.g. 'self:20'.")
+        return DraftSpec("self", lowered, int(match.group(1)))
+    return DraftSpec("model", text)
+
+
+# ----------------------------------------------------------------------------- settings and limits
+
+@dataclass(frozen=True)
+class RunSettings:
+    target: str | None = None       # hub id, folder or .gguf; None: the built-in default
+    draft: str = DEFAULT_DRAFT      # 'ngram', 'self:L' or a draft model (see parse_draft)
+    k: int = 4                      # tokens drafted per cycle
+    dynamic_k: bool = False         # +2 after a fully accepted cycle, -1 after a rejection
+    max_k: int | None = None        # upper bound for dynamic k (default 2k)
+    temperature: float = 0.0        # 0: greedy verification
+    top_k: int = 0                  # 0: off
+    top_p: float = 1.0
+    seed: int | None = None
+    max_new_tokens: int = 128
+    chat: bool = True               # wrap the prompt in the chat template
+    dtype: str = "auto"
+    device: str = "auto"
+
+    def decoding(self) -> dict:
+        """Keyword arguments shared by both decoding loops."""
+        return dict(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_k=self.top_k,
+                    top_p=self.top_p, seed=self.seed)
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_new_tokens: int = 4096
+    max_k: int = 64
+    max_temperature: float = 5.0
+    max_prompt_chars: int = 100_000
+    targets: frozenset | None = None    # allowed targets (None in the set: the built-in); None: any
+    draft_models: frozenset | None = None   # allowed draft models; None: any
+    hosted: bool = False
+
+
+LOCAL = Limits()
+HOSTED_MAX_NEW_TOKENS = 256
+
+
+def hosted(presets: list[dict]) -> Limits:
+    """A public demo's limits: preset models only, short runs."""
+    return Limits(max_new_tokens=HOSTED_MAX_NEW_TOKENS, max_k=16, max_temperature=2.0, max_prompt_chars=4000,
+                  targets=frozenset({p.get("target") or None for p in presets} | {None}),
+                  draft_models=frozenset(p["draft"] for p in presets
+                                         if p.get("draft") and parse_draft(p["draft"]).kind == "model"),
+                  hosted=True)
+
+
+def number(name: str, value, low: float, high: float) -> float:
+    """`value` (a number or numeric text) as a float in [low, high], or a SpecvizError naming `name`."""
+    try:
+        result = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        result = math.nan
+    if isinstance(value, bool) or not (math.isfinite(result) and low <= result <= high):
+        raise SpecvizError(f"{name} must be a number from {low:g} to {high:g}, got {value!r}.")
+    return result
+
+
+def whole_number(name: str, value, low: int, high: int) -> int:
+    """`value` as an int in [low, high] (4, 4.0 and "4" are 4), or a SpecvizError naming `name`."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        result = value                       # exact, however large
+    else:
+        try:
+            result = number(name, value, low, high)
+        except SpecvizError:
+            result = math.nan
+        result = int(result) if math.isfinite(result) and result == int(result) else None
+    if result is None or not low <= result <= high:
+        raise SpecvizError(f"{name} must be a whole number from {low} to {high}, got {value!r}.")
+    return result
+
+
+def _flag(value) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes", "y", "on", "x", "\u2713")
+    return bool(value)
+
+
+def _model(name: str, value) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise SpecvizError(f"{name} must be a model name, got {value!r}.")
+    return value.strip() or None
+
+
+def validate(settings: RunSettings, limits: Limits = LOCAL) -> RunSettings:
+    """`settings` with every value coerced to its type and checked against `limits`; raises
+    SpecvizError naming the first bad setting. Touches no file and loads nothing."""
+    k = whole_number("k (tokens drafted per cycle)", settings.k, 1, limits.max_k)
+    max_k = None if settings.max_k in (None, "") else whole_number("max k", settings.max_k, k, limits.max_k)
+    temperature = number("temperature", settings.temperature, 0.0, limits.max_temperature)
+    top_k = whole_number("top-k", settings.top_k, 0, 1_000_000)
+    top_p = number("top-p", settings.top_p, 0.0, 1.0)
+    if top_p == 0.0:
+        raise SpecvizError("top-p must be above 0 (1 turns it off).")
+    seed = None if settings.seed in (None, "") else whole_number("seed", settings.seed, 0, MAX_SEED)
+    max_new_tokens = whole_number("max new tokens", settings.max_new_tokens, 1, limits.max_new_tokens)
+    target = _model("target", settings.target)
+    draft = parse_draft(_model("draft", settings.draft))
+    if target is not None and parse_draft(target).kind != "model":
+        raise SpecvizError(f"{target!r} is a kind of draft, not a model: the target must be a model.")
+    in_demo = " in this hosted demo" if limits.hosted else ""
+    if limits.targets is not None and target not in limits.targets:
+        raise SpecvizError(f"This hosted demo only runs the preset models; {target!r} is not one of them.")
+    if (draft.kind == "model" and limits.draft_models is not None and draft.text not in limits.draft_models):
+        raise SpecvizError(f"This hosted demo only runs the preset draft models; {draft.text!r} is not one of them.")
+    for name in ("dtype", "device"):
+        value = getattr(settings, name)
+        if not isinstance(value, str) or not re.fullmatch(r"[a-z0-9:]{1,16}", value.strip().lower()):
+            raise SpecvizError(f"{name} must be a name such as 'auto', got {value!r}.")
+    if limits.hosted and (settings.dtype, settings.device) != ("auto", "auto"):
+        raise SpecvizError(f"dtype and device are chosen by the server{in_demo}.")
+    return replace(settings, target=target, draft=draft.name, k=k, dynamic_k=_flag(settings.dynamic_k),
+                   max_k=max_k, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                   max_new_tokens=max_new_tokens, chat=_flag(settings.chat),
+                   dtype=settings.dtype.strip().lower(), device=settings.device.strip().lower())
+
+
+def check_prompt(prompt, limits: Limits = LOCAL) -> str:
+    """The prompt as text, refused when empty, not text, or longer than the limits allow."""
+    if isinstance(prompt, bytes):
+        try:
+            prompt = prompt.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SpecvizError("The prompt is not valid UTF-8 text.") from None
+    if not isinstance(prompt, str):
+        raise SpecvizError(f"The prompt must be text, got {type(prompt).__name__}.")
+    if not prompt.strip():
+        raise SpecvizError("The prompt is empty: type a question, or text for the model to continue.")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError:   # lone surrogates, e.g. from undecodable command-line bytes
+        raise SpecvizError("The prompt is not valid UTF-8 text (it holds bytes that are not characters).") from None
+    if len(prompt) > limits.max_prompt_chars:
+        raise SpecvizError(f"The prompt has {len(prompt)} characters; at most {limits.max_prompt_chars} "
+                           f"are allowed{' in this hosted demo' if limits.hosted else ''}.")
+    return prompt

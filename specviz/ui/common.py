@@ -1,0 +1,187 @@
+"""What every tab shares: the one queue, hosted-mode limits, the drafter controls, loading with progress,
+and `streaming`, which turns a tab's work into a Gradio handler that a Stop or a closed browser
+really stops.
+
+A tab's work is a plain generator that yields a view (a tuple of outputs) when the page should
+change and `TICK` after every other decoding event. `streaming` runs it one step at a time in a
+worker thread and forwards only the views. A cancel (Stop, or the client going away) lands between
+two steps: the step in flight (at most one decoding cycle) finishes, the generator is closed, and
+only then does the queue slot free up, so nobody can stack decoding threads by cancelling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+
+import gradio as gr
+
+from ..catalog import list_presets
+from ..errors import SpecvizError, expected, user_message
+from ..models import ModelPair
+from ..runs import Loader, load
+from ..settings import LOCAL, Limits, RunSettings, hosted, whole_number
+from ..views import render
+from .spaces import GPU
+
+log = logging.getLogger("specviz.ui")
+
+CONCURRENCY_ID = "gpu"            # every event that runs a model (or writes exports) joins this one queue
+QUEUE_MAX_SIZE = 16               # users waiting beyond this are turned away
+MAX_NEW_TOKENS = 1024             # the sliders' range on one's own machine
+GPU_SECONDS = 120                 # ZeroGPU time asked for per run (both methods, one call)
+UPDATE_SECONDS = 0.25             # during a run the token views are redrawn at most this often,
+CHART_SECONDS = 1.0               # and the charts (heavier for the browser) this often
+
+PROMPT_LOOKUP, DRAFT_MODEL, EARLY_EXIT = "Prompt lookup (n-gram)", "Draft model", "Early exit (target's first layers)"
+DRAFTERS = [PROMPT_LOOKUP, DRAFT_MODEL, EARLY_EXIT]
+CHAT, RAW = "Chat template", "Raw completion"
+CUSTOM = "Custom"
+TICK = object()                   # yielded by a tab's work after an event that changes nothing on the page
+
+
+def is_hosted() -> bool:
+    """Hosted mode (a public demo): presets only, capped output, no local paths. On with
+    SPECVIZ_HOSTED=1, and on Hugging Face Spaces (SPACE_ID set) unless SPECVIZ_HOSTED=0."""
+    flag = os.environ.get("SPECVIZ_HOSTED", "").strip().lower()
+    if flag in ("1", "true", "yes", "on"):
+        return True
+    if flag in ("0", "false", "no", "off"):
+        return False
+    return bool(os.environ.get("SPACE_ID"))
+
+
+def presets() -> list[dict]:
+    """The presets from assets/presets.json, or none if unavailable (typed ids still work locally)."""
+    try:
+        return list(list_presets())
+    except SpecvizError:
+        log.warning("could not read the presets", exc_info=True)
+        return []
+
+
+def limits_for(hosted_mode: bool) -> Limits:
+    return hosted(presets()) if hosted_mode else LOCAL
+
+
+def slider_max_new_tokens(limits: Limits) -> int:
+    return min(limits.max_new_tokens, MAX_NEW_TOKENS)
+
+
+def draft_spec(drafter: str, draft_model: str | None, exit_layer) -> str:
+    """The drafter controls (radio, model box, layer slider) as a draft spec."""
+    if drafter == PROMPT_LOOKUP:
+        return "ngram"
+    if drafter == EARLY_EXIT:
+        return f"self:{whole_number('early-exit layer', exit_layer, 1, 1000)}"
+    if drafter == DRAFT_MODEL:
+        if not isinstance(draft_model, str) or not draft_model.strip():
+            raise SpecvizError("Type a draft model id (or pick a preset), or choose prompt lookup or early exit.")
+        return draft_model.strip()
+    raise SpecvizError(f"Unknown drafter {drafter!r}: choose one of {', '.join(DRAFTERS)}.")
+
+
+def seed_value(seed):
+    return None if seed is None or seed == "" else seed
+
+
+def gpu_task(fn: Callable | None = None, *, duration: int = GPU_SECONDS):
+    """Run `fn` inside one ZeroGPU allocation on Spaces; a no-op elsewhere."""
+    if fn is None:
+        return lambda function: GPU(function, duration=duration)
+    return GPU(fn, duration=duration)
+
+
+# ----------------------------------------------------------------------------- handlers that stop
+
+_DONE = object()
+
+
+def streaming(work: Callable[..., Iterator]) -> Callable:
+    """`work` (a generator function yielding views and TICKs) as an async-generator Gradio handler
+    that stops within one step of a cancel and frees the queue slot only after that step."""
+
+    @functools.wraps(work)
+    async def handler(*args):
+        loop = asyncio.get_running_loop()
+        steps = work(*args)
+        try:
+            while True:
+                step = loop.run_in_executor(None, next, steps, _DONE)
+                try:
+                    item = await asyncio.shield(step)
+                except asyncio.CancelledError:
+                    await asyncio.wait([step])   # the step in flight ends first; then the slot frees
+                    raise
+                if item is _DONE:
+                    return
+                if item is not TICK:
+                    yield item
+        finally:
+            steps.close()
+
+    return handler
+
+
+class Throttle:
+    """When a streaming view is due: at most every UPDATE_SECONDS, charts every CHART_SECONDS."""
+
+    def __init__(self):
+        self.last_view = self.last_charts = 0.0
+
+    def due(self) -> tuple[bool, bool]:
+        import time
+
+        now = time.monotonic()
+        if now - self.last_view < UPDATE_SECONDS:
+            return False, False
+        charts = now - self.last_charts >= CHART_SECONDS
+        self.last_view, self.last_charts = now, now if charts else self.last_charts
+        return True, charts
+
+
+def failure(exc: BaseException, what: str = "run") -> str:
+    """The message for the page; the traceback goes to the log when the error was not expected."""
+    if not expected(exc):
+        log.exception("%s failed", what)
+    return user_message(exc)
+
+
+def error_html(message: str) -> str:
+    gr.Warning(message)
+    return render.error_html(message)
+
+
+def load_in_background(settings: RunSettings, loader: Loader | None = None) -> Iterator[str | ModelPair]:
+    """The pair for `settings`, loaded in a worker thread: yields progress messages while it works
+    (a first load of the built-in model converts it and takes a while), then the pair."""
+    messages: list[str] = []
+    outcome: dict = {}
+
+    def work():
+        try:
+            outcome["pair"] = (loader or load)(settings, lambda _fraction, message: messages.append(message))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=work, name="specviz-load", daemon=True)
+    worker.start()
+    shown = 0
+    while worker.is_alive():
+        worker.join(0.5)
+        if len(messages) > shown:
+            shown = len(messages)
+            yield messages[-1]
+    if "error" in outcome:
+        raise outcome["error"]
+    yield outcome["pair"]
+
+
+def load_pair_quietly(settings: RunSettings, loader: Loader | None = None) -> Iterator[ModelPair | object]:
+    """`load_in_background` for tabs that show no loading progress: TICKs while loading, then the pair."""
+    for item in load_in_background(settings, loader):
+        yield TICK if isinstance(item, str) else item

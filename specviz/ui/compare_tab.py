@@ -1,0 +1,315 @@
+"""The Compare tab: 2 to 4 configurations on one prompt against one plain baseline, or a k sweep of
+the first, through `runs.compare`; and the export of the last comparison as files.
+
+Exports go to one fresh folder each under the system's temporary folder; folders older than
+EXPORT_MAX_AGE_SECONDS are removed whenever another export is made (Gradio's copies of them are
+removed by the app's `delete_cache`).
+"""
+
+from __future__ import annotations
+
+import html
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import gradio as gr
+
+from ..errors import SpecvizError
+from ..runs import Comparison, Loader, Sweep, config_label, iter_comparison, iter_sweep, load
+from ..settings import Limits, RunSettings, check_prompt, validate
+from ..views import explain, render
+from ..views.export import export_comparison
+from ..views.figures import comparison_figures, sweep_figure
+from ..views.prose import SWEEP_HEADERS, TABLE_HEADERS, sweep_line, sweep_rows, table_rows, winner_line
+from .common import (CHAT, CONCURRENCY_ID, RAW, TICK, Throttle, error_html, failure, gpu_task, seed_value,
+                     slider_max_new_tokens, streaming)
+
+MAX_CONFIGS = 4
+COMPARE_GPU_SECONDS = 300          # ZeroGPU time for a comparison or a sweep (several runs in one call)
+EXPORT_PREFIX = "specviz-export-"
+EXPORT_MAX_AGE_SECONDS = 3600
+CONFIG_HEADERS = ["use", "target (blank: built-in)", "draft", "k", "dynamic k", "temperature"]
+DEFAULT_CONFIGS = [
+    [True, "", "ngram", 4, False, 0.0],
+    [True, "", "self:20", 4, False, 0.0],
+    [True, "", "ngram", 4, True, 0.0],
+    [False, "", "self:12", 2, False, 0.0],
+]
+DRAFT_HELP = ("**draft**: `ngram` (prompt lookup), `self:L` (the target's first L layers, early exit) or a model "
+              "id / folder sharing the target's tokenizer. **dynamic k**: +2 after a fully accepted cycle, \u22121 "
+              "after a rejection. **temperature** 0 is greedy. Each configuration runs in turn on the same "
+              "device against one plain-decoding baseline.")
+DEFAULT_PROMPT = ("Rewrite this sentence in the passive voice, keeping every other word: The committee approved "
+                  "the new budget after a long debate, and the mayor signed the new budget the next morning.")
+
+
+def parse_configs(rows, *, max_new_tokens, seed, chat: bool, limits: Limits) -> list[RunSettings]:
+    """The configuration table's ticked rows as validated settings (SpecvizError names the row)."""
+    if hasattr(rows, "values") and hasattr(rows, "columns"):   # a pandas DataFrame
+        rows = rows.values.tolist()
+    if isinstance(rows, dict):                                   # the API's {"headers": ..., "data": ...}
+        rows = rows.get("data") or []
+    configs = []
+    for n, row in enumerate(rows or [], start=1):
+        if not isinstance(row, (list, tuple)):
+            raise SpecvizError(f"Row {n} of the configurations is not a row.")
+        row = list(row) + [None] * (len(CONFIG_HEADERS) - len(row))
+        use, target, draft, k, dynamic_k, temperature = row[: len(CONFIG_HEADERS)]
+        if not validate_flag(use):
+            continue
+        settings = RunSettings(target=target if target not in (None, "") else None,
+                               draft=draft if draft not in (None, "") else "ngram",
+                               k=4 if k in (None, "") else k, dynamic_k=dynamic_k or False,
+                               temperature=0.0 if temperature in (None, "") else temperature,
+                               seed=seed_value(seed), max_new_tokens=max_new_tokens, chat=chat)
+        try:
+            configs.append(validate(settings, limits))
+        except SpecvizError as exc:
+            raise SpecvizError(f"Row {n}: {exc}") from None
+    if not configs:
+        raise SpecvizError("Tick \u201cuse\u201d on at least one configuration.")
+    if len(configs) > MAX_CONFIGS:
+        raise SpecvizError(f"Compare at most {MAX_CONFIGS} configurations at once ({len(configs)} are ticked).")
+    return configs
+
+
+def validate_flag(value) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes", "y", "x", "\u2713")
+    return bool(value)
+
+
+# ----------------------------------------------------------------------------- views
+
+def table_html(headers: Sequence[str], rows: Sequence[Sequence[str]], *, label: str) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f'<td class="{"sv-num" if i else ""}">{html.escape(cell)}</td>'
+                                    for i, cell in enumerate(row)) + "</tr>" for row in rows)
+    return (f'<div class="sv-stats"><table aria-label="{html.escape(label)}"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{body}</tbody></table></div>')
+
+
+def column_html(label: str, run) -> str:
+    """One configuration's token view: its label, numbers, and every cycle's tokens."""
+    s = run.stats
+    status = (f"{s.tokens} tokens \u00b7 {s.mean_acceptance_length:.2f} per pass \u00b7 "
+              f"{s.tokens_per_second:.1f} tokens/s \u00b7 {run.speedup or 0:.2f}\u00d7")
+    return render.panel_html(label, status, "".join(render.run_cycles_html(run)), kind="spec")
+
+
+def pending_html(label: str, note: str = "waiting") -> str:
+    return render.panel_html(label, note, "", kind="spec", placeholder="Runs after the configurations before it.")
+
+
+class CompareView(NamedTuple):
+    """What the Compare and Sweep handlers yield, in the order of their outputs."""
+    status: str
+    table: str
+    columns: tuple          # MAX_CONFIGS column updates
+    tokens_per_pass: object
+    positions: object
+    race: object
+    sweep: object           # the sweep figure (hidden after a plain comparison)
+    result: object          # (Comparison, Sweep | None), for the export button
+    last_run: object
+
+
+def status_html(state: str, headline: str, note: str = "") -> str:
+    return (f'<div class="sv-stats"><div class="sv-state">{html.escape(state)}</div>'
+            f'<div class="sv-winner" role="status">{html.escape(headline)}</div>'
+            + (f'<p class="sv-note">{html.escape(note)}</p>' if note else "") + "</div>")
+
+
+def compare_view(comparison: Comparison, sweep: Sweep | None = None, *, state: str = "") -> CompareView:
+    figures = comparison_figures(comparison)
+    if comparison.done:
+        headline = winner_line(comparison)
+    else:
+        headline = f"{len(comparison.results)} of {len(comparison.configs)} done\u2026"
+    swept = sweep is not None and sweep.points
+    status = status_html(state, headline, sweep_line(sweep) if swept else "")
+    table = table_html(TABLE_HEADERS, table_rows(comparison), label="comparison summary")
+    if swept:
+        table += table_html(SWEEP_HEADERS, sweep_rows(sweep), label="k sweep")
+    columns = []
+    for i in range(MAX_CONFIGS):
+        if sweep is not None or i >= len(comparison.configs):
+            columns.append(gr.update(visible=False))
+        elif i < len(comparison.results):
+            columns.append(gr.update(value=column_html(comparison.labels[i], comparison.results[i]), visible=True))
+        else:
+            note = "running\u2026" if i == len(comparison.results) else "waiting"
+            columns.append(gr.update(value=pending_html(comparison.labels[i], note), visible=True))
+    best = max(comparison.results, key=lambda r: r.speedup or 0.0, default=None)
+    if best is not None:
+        label = comparison.labels[comparison.results.index(best)]
+        numbers = explain.run_numbers(label, best.stats, best.speedup, best.theory_at_pass_cost)
+    else:
+        numbers = gr.skip()
+    sweep_plot = gr.update(value=sweep_figure(sweep), visible=True) if sweep is not None else gr.update(visible=False)
+    return CompareView(status, table, tuple(columns), figures["tokens_per_pass"], figures["acceptance_by_position"],
+                       figures["tokens_against_time"], sweep_plot, (comparison, sweep), numbers)
+
+
+def _only_status(status: str) -> CompareView:
+    skip = gr.skip()
+    return CompareView(status, skip, (skip,) * MAX_CONFIGS, skip, skip, skip, skip, skip, skip)
+
+
+def compare_work(limits: Limits, loader: Loader | None = None, *, sweep: bool = False):
+    """The Compare (or, with `sweep`, the k sweep) button's work: a view after each finished
+    configuration, a progress line in between, TICKs after every other event."""
+
+    def work(prompt, rows, max_new_tokens, seed, prompt_format) -> Iterator[CompareView | object]:
+        try:
+            configs = parse_configs(rows, max_new_tokens=max_new_tokens, seed=seed, chat=prompt_format != RAW,
+                                    limits=limits)
+            prompt = check_prompt(prompt, limits)
+            if sweep:
+                state = f"k sweep of {config_label(configs[0])}: k = 1..8 against one plain baseline"
+                stream = iter_sweep(configs[0], prompt, loader=loader or load)
+            else:
+                state = (f"{len(configs)} configuration{'s' if len(configs) > 1 else ''}, one after another, "
+                         "against one plain baseline")
+                stream = iter_comparison(configs, prompt, loader=loader or load)
+            yield _only_status(status_html(state, "Running\u2026 (the first run also loads the models)"))
+            finished, throttle = 0, Throttle()
+            for item in stream:
+                comparison = item.comparison if sweep else item
+                if len(comparison.results) > finished:
+                    finished = len(comparison.results)
+                    yield compare_view(comparison, item if sweep else None, state=state)
+                elif comparison.current is not None and throttle.due()[0]:
+                    run = comparison.current
+                    label = comparison.labels[len(comparison.results)]
+                    yield _only_status(status_html(state, f"{len(comparison.results)} of {len(comparison.configs)} "
+                                                          f"done\u2026 {label}: {len(run.tokens)} tokens so far"))
+                else:
+                    yield TICK
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
+            yield _only_status(error_html(failure(exc, "comparison")))
+
+    return work
+
+
+# ----------------------------------------------------------------------------- export
+
+def sweep_old_exports(root: Path | None = None, max_age: float = EXPORT_MAX_AGE_SECONDS) -> None:
+    root = Path(root or tempfile.gettempdir())
+    cutoff = time.time() - max_age
+    for folder in root.glob(EXPORT_PREFIX + "*"):
+        try:
+            if folder.is_dir() and folder.stat().st_mtime < cutoff:
+                shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            continue
+
+
+def export_files(result, png=False) -> tuple[list[str], str]:
+    """The last comparison's files, in a fresh folder (older export folders are removed)."""
+    comparison, sweep = result if isinstance(result, tuple) and len(result) == 2 else (None, None)
+    if not isinstance(comparison, Comparison) or not comparison.results:
+        raise SpecvizError("Nothing to export yet: run a comparison or a k sweep first.")
+    sweep_old_exports()
+    figures = comparison_figures(comparison)
+    if sweep is not None:
+        figures["k_sweep"] = sweep_figure(sweep)
+    folder = tempfile.mkdtemp(prefix=EXPORT_PREFIX)
+    written, note = export_comparison(comparison, folder, figures=figures, sweep=sweep, png=bool(png))
+    return [str(path) for path in written], note
+
+
+def export_work(result, with_png):
+    try:
+        paths, note = export_files(result, png=with_png)
+    except Exception as exc:  # noqa: BLE001 - a message, not a traceback
+        gr.Warning(failure(exc, "export"))
+        return gr.skip()
+    if note:
+        gr.Info(note)
+    return gr.update(value=paths, visible=True)
+
+
+# ----------------------------------------------------------------------------- layout
+
+class CompareTab(NamedTuple):
+    prompt: gr.Textbox
+    configs: gr.Dataframe
+    compare: gr.Button
+    sweep: gr.Button
+    stop: gr.Button
+    status: gr.HTML
+    table: gr.HTML
+    columns: list
+    plots: list
+    sweep_plot: gr.Plot
+    result: gr.State
+    files: gr.File
+    events: list
+
+
+def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run: gr.State | None = None) -> CompareTab:
+    """Compare 2 to 4 configurations on one prompt, or sweep k for the first one."""
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3):
+            prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=4, max_lines=12, elem_id="cmp-prompt")
+            configs = gr.Dataframe(value=DEFAULT_CONFIGS, headers=CONFIG_HEADERS,
+                                   datatype=["bool", "str", "str", "number", "bool", "number"],
+                                   row_count=(MAX_CONFIGS, "fixed"), column_count=(len(CONFIG_HEADERS), "fixed"),
+                                   type="array", interactive=True, label="Configurations (tick up to four)",
+                                   elem_id="cmp-configs")
+            gr.Markdown(DRAFT_HELP + " **Sweep k** runs the first ticked row at k = 1..8.")
+        with gr.Column(scale=1, min_width=240):
+            max_new_tokens = gr.Slider(8, slider_max_new_tokens(limits), value=96, step=8, label="Max new tokens",
+                                       elem_id="cmp-max-new-tokens")
+            seed = gr.Number(0, precision=0, label="Seed (sampled configurations)")
+            prompt_format = gr.Radio([CHAT, RAW], value=CHAT, label="Prompt format")
+            run = gr.Button("Compare", variant="primary", elem_id="cmp-run")
+            run_sweep = gr.Button("Sweep k = 1..8", elem_id="cmp-sweep")
+            stop = gr.Button("Stop", variant="stop", elem_id="cmp-stop")
+    status = gr.HTML('<div class="sv-stats sv-idle">Press <b>Compare</b>: each ticked configuration decodes the '
+                     'prompt in turn, and all are measured against one plain-decoding run.</div>', elem_id="cmp-status")
+    table = gr.HTML("", elem_id="cmp-table")
+    gr.HTML(render.legend_html(), padding=False)
+    with gr.Row(equal_height=False, elem_classes=["sv-compare"]):
+        columns = [gr.HTML(pending_html(config_label(RunSettings(draft=row[2], k=row[3], dynamic_k=row[4]))),
+                           visible=bool(row[0]), elem_id=f"cmp-column-{i}") for i, row in enumerate(DEFAULT_CONFIGS)]
+    sweep_plot = gr.Plot(show_label=False, visible=False, elem_id="cmp-sweep-chart")
+    empty = comparison_figures(Comparison("", [], []))
+    with gr.Row():
+        per_pass = gr.Plot(empty["tokens_per_pass"], show_label=False, elem_id="cmp-chart-per-pass")
+        positions = gr.Plot(empty["acceptance_by_position"], show_label=False, elem_id="cmp-chart-positions")
+    race = gr.Plot(empty["tokens_against_time"], show_label=False, elem_id="cmp-chart-race")
+    with gr.Row():
+        png = gr.Checkbox(False, label="PNG charts too (slower; needs kaleido and Chrome or Chromium)")
+        export = gr.Button("Export cycles, summary and charts", elem_id="cmp-export")
+    files = gr.File(label="Exported files", file_count="multiple", interactive=False, visible=False,
+                    elem_id="cmp-files")
+    result = gr.State(None)
+    numbers = last_run if last_run is not None else gr.State(None)
+
+    inputs = [prompt, configs, max_new_tokens, seed, prompt_format]
+    outputs = [status, table, *columns, per_pass, positions, race, sweep_plot, result, numbers]
+
+    def flat(work):
+        def flat_work(*args):
+            for view in work(*args):
+                yield view if view is TICK else [view.status, view.table, *view.columns, view.tokens_per_pass,
+                                                 view.positions, view.race, view.sweep, view.result, view.last_run]
+        return flat_work
+
+    events = []
+    for button, is_sweep, name in ((run, False, "compare"), (run_sweep, True, "sweep")):
+        handler = streaming(gpu_task(flat(compare_work(limits, loader, sweep=is_sweep)), duration=COMPARE_GPU_SECONDS))
+        events.append(button.click(handler, inputs, outputs, concurrency_limit=1, concurrency_id=CONCURRENCY_ID,
+                                   show_progress="minimal", api_name=name))
+    stop.click(lambda: gr.Info("Stopped."), None, None, cancels=events, queue=False, api_visibility="private")
+    export.click(export_work, [result, png], files, concurrency_limit=1, concurrency_id=CONCURRENCY_ID,
+                 api_name="export")
+    return CompareTab(prompt, configs, run, run_sweep, stop, status, table, columns, [per_pass, positions, race],
+                      sweep_plot, result, files, events)
+

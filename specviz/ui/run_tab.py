@@ -1,0 +1,257 @@
+"""The Run tab: speculative decoding races plain decoding of the same model, live, cycle by cycle.
+
+`run_work` is the whole of the Run button: validate the controls into `RunSettings`, load the pair
+(with progress), then `runs.race`, rendering a view at most every UPDATE_SECONDS. Handlers never
+raise into the page: failures become a message in the summary box and a toast.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import gradio as gr
+
+from ..catalog import load_examples
+from ..runs import Loader, Run, race
+from ..settings import Limits, RunSettings, check_prompt, validate
+from ..views import charts, render
+from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP, RAW, TICK,
+                     Throttle, draft_spec, error_html, failure, gpu_task, load_in_background, presets, seed_value,
+                     slider_max_new_tokens, streaming)
+
+
+class RunView(NamedTuple):
+    """What the run handler yields, in the order of its outputs."""
+    tokens: str
+    baseline: str
+    acceptance: object
+    per_pass: object
+    race: object
+    positions: object
+    stats: str
+    last_stats: str       # a copy of `stats` kept in session state, for the Stop button
+
+
+def empty_view(stats: str = "") -> RunView:
+    return RunView(render.token_view_html([]), render.baseline_html(""), *charts.run_figures(), stats, stats)
+
+
+def describe(run: Run) -> str:
+    s = run.settings
+    sampling = ("greedy" if s.temperature == 0 else
+                f"temperature {s.temperature:g}, top-p {s.top_p:g}, top-k {s.top_k}, seed {s.seed}")
+    k = f"k = {s.k}" + (" (dynamic)" if s.dynamic_k else "")
+    return (f"{run.target_name} with {run.draft_name} \u00b7 {k} \u00b7 {sampling} \u00b7 {s.max_new_tokens} new "
+            f"tokens \u00b7 {run.dtype} on {run.device} \u00b7 timed by {run.clock}")
+
+
+class RunRenderer:
+    """A run's views; each cycle's HTML is rendered once, when it arrives."""
+
+    def __init__(self, decode):
+        self.decode = decode      # token ids -> text with special tokens, for the divergence note
+        self.cycle_html: list[str] = []
+
+    def view(self, run: Run, state: str, *, final: bool = False, with_charts: bool = True) -> RunView:
+        for cycle, text in zip(run.cycles[len(self.cycle_html):], run.texts[len(self.cycle_html):]):
+            self.cycle_html.append(render.render_cycle(cycle.index, render.cycle_pieces(cycle, text)))
+        spec_seconds = sum(c.seconds for c in run.cycles)
+        plain_seconds = sum(s.seconds for s in run.steps)
+        tokens = render.token_view_html(self.cycle_html, render.race_status(len(run.tokens), spec_seconds, run.spec_done))
+        baseline = render.baseline_html("".join(run.step_texts),
+                                        render.race_status(len(run.steps), plain_seconds, run.plain_done))
+        figures = charts.run_figures(run) if with_charts else (gr.skip(),) * 4
+        if not run.cycles:
+            stats = render.idle_html()
+        else:
+            notes = [describe(run)]
+            if final:
+                note = render.comparison_note(run.tokens, run.baseline_tokens, self.decode, run.dtype,
+                                              run.settings.temperature == 0, run.done)
+                if note:
+                    notes.append(note)
+            stats = render.summary_html(run, state=state, notes=notes)
+        return RunView(tokens, baseline, *figures, stats, stats)
+
+
+def settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
+                           max_new_tokens, seed, prompt_format, limits: Limits) -> RunSettings:
+    return validate(RunSettings(target=target, draft=draft_spec(drafter, draft_model, exit_layer), k=k,
+                                dynamic_k=dynamic_k, temperature=temperature, top_p=top_p, top_k=top_k,
+                                max_new_tokens=max_new_tokens, seed=seed_value(seed), chat=prompt_format != RAW),
+                    limits)
+
+
+def run_work(limits: Limits, loader: Loader | None = None):
+    """The Run button's work (see `common.streaming`), taking the controls in wiring order."""
+
+    def work(prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
+             max_new_tokens, seed, prompt_format) -> Iterator[RunView | object]:
+        run = renderer = None
+        try:
+            settings = settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature,
+                                              top_p, top_k, max_new_tokens, seed, prompt_format, limits)
+            prompt = check_prompt(prompt, limits)
+            loading = render.summary_loading_html(settings.target, settings.draft)
+            yield empty_view(loading)
+            for pair in load_in_background(settings, loader):
+                if isinstance(pair, str):
+                    yield empty_view(render.summary_loading_html(settings.target, settings.draft, pair))
+            renderer = RunRenderer(lambda ids: pair.tokenizer.decode(ids, skip_special_tokens=False))
+            throttle = Throttle()
+            for run in race(settings, prompt, pair, baseline=True):
+                show, with_charts = throttle.due()
+                if not show:
+                    yield TICK
+                    continue
+                yield renderer.view(run, "Running: speculative and plain decoding take turns on the same model\u2026",
+                                    with_charts=with_charts)
+            yield renderer.view(run, "Finished.", final=True)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
+            error = error_html(failure(exc))
+            view = renderer.view(run, "Stopped by an error.") if run is not None else empty_view()
+            yield view._replace(stats=error, last_stats=error)
+
+    return work
+
+
+def stopped(last_stats: str) -> str:
+    """The Stop button's summary: the last one shown, marked as stopped."""
+    banner = ('<div class="sv-stopped" role="status"><b>Stopped.</b> The numbers below cover the run up to '
+              'the stop.</div>')
+    last_stats = re.sub(r'<div class="sv-state">.*?</div>', "", last_stats or render.idle_html(), count=1)
+    return banner + last_stats
+
+
+# ----------------------------------------------------------------------------- presets and examples
+
+def preset_choices(presets_list: list[dict], hosted: bool) -> list[str]:
+    names = [p["name"] for p in presets_list if p.get("name")]
+    return names if hosted else names + [CUSTOM]
+
+
+def preset_settings(name: str, presets_list: list[dict]) -> dict:
+    """A preset's fields for the controls: target, drafter, draft model, exit layer, k."""
+    preset = next((p for p in presets_list if p.get("name") == name), None)
+    if preset is None:
+        return {}
+    draft = preset.get("draft") or "ngram"
+    fields = dict(target=preset.get("target") or "", draft_model="", exit_layer=None, k=preset.get("k"))
+    if draft == "ngram":
+        fields["drafter"] = PROMPT_LOOKUP
+    elif draft.startswith("self:"):
+        fields.update(drafter=EARLY_EXIT, exit_layer=int(draft.split(":", 1)[1]))
+    else:
+        fields.update(drafter=DRAFT_MODEL, draft_model=draft)
+    return fields
+
+
+def default_example(examples: list[dict]) -> int:
+    """The example the tab opens with: the first rewrite (prompt lookup shines there, and its
+    answer is long enough to measure)."""
+    return next((i for i, e in enumerate(examples) if e["category"].startswith("rewrite")), 0)
+
+
+# ----------------------------------------------------------------------------- layout
+
+class RunTab(NamedTuple):
+    prompt: gr.Textbox
+    run: gr.Button
+    stop: gr.Button
+    tokens: gr.HTML
+    stats: gr.HTML
+    run_event: object     # the Run click's Dependency (for `cancels=`)
+
+
+def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
+    """The Run tab's components and events (call inside a `gr.Tab`)."""
+    presets_list = presets()
+    examples = load_examples()
+    first = default_example(examples)
+    choices = preset_choices(presets_list, limits.hosted)
+    initial = preset_settings(choices[0], presets_list) if choices else {}
+
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3):
+            prompt = gr.Textbox(label="Prompt", value=examples[first]["prompt"], lines=6, max_lines=16, elem_id="prompt")
+            with gr.Row():
+                run = gr.Button("Run", variant="primary", elem_id="run")
+                stop = gr.Button("Stop", variant="stop", elem_id="stop")
+            example_table = gr.Dataset(
+                label="Example prompts (click one)", components=["textbox"],
+                samples=[[f"{e['category']}: {e['title']}"] for e in examples], type="index", layout="gallery",
+                samples_per_page=len(examples), elem_id="examples")
+        with gr.Column(scale=2):
+            preset = gr.Dropdown(choices, value=choices[0] if choices else None, label="Model pair preset",
+                                 elem_id="preset")
+            target = gr.Textbox(label="Target model (hub id or local folder; blank = built-in SmolLM2-135M-Instruct)",
+                                value=initial.get("target", ""), visible=not limits.hosted, elem_id="target")
+            drafter = gr.Radio(DRAFTERS, value=initial.get("drafter", PROMPT_LOOKUP), label="Drafter", elem_id="drafter")
+            draft_model = gr.Textbox(label="Draft model (same tokenizer as the target)",
+                                     value=initial.get("draft_model", ""), visible=initial.get("drafter") == DRAFT_MODEL,
+                                     interactive=not limits.hosted, elem_id="draft-model")
+            exit_layer = gr.Slider(1, 63, value=initial.get("exit_layer") or 8, step=1,
+                                   label="Early-exit layer (the draft runs the target's first N layers)",
+                                   visible=initial.get("drafter") == EARLY_EXIT, elem_id="exit-layer")
+            with gr.Row():
+                k = gr.Slider(1, 16, value=initial.get("k") or 8, step=1, label="k (tokens drafted per cycle)",
+                              elem_id="k")
+                dynamic_k = gr.Checkbox(False, label="Dynamic k", info="+2 after a full accept, \u22121 after a rejection")
+            max_new_tokens = gr.Slider(8, slider_max_new_tokens(limits), value=128, step=8, label="Max new tokens",
+                                       elem_id="max-new-tokens")
+            prompt_format = gr.Radio([CHAT, RAW], value=CHAT if examples[first]["chat"] else RAW, label="Prompt format")
+            with gr.Accordion("Sampling (temperature 0 = greedy)", open=False):
+                temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature")
+                top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+                top_k = gr.Slider(0, 200, value=0, step=1, label="Top-k (0 = off)")
+                seed = gr.Number(0, precision=0, label="Seed")
+            if limits.hosted:
+                gr.Markdown(f"Hosted demo: preset models only, at most {limits.max_new_tokens} new tokens.")
+
+    with gr.Row(equal_height=False):
+        tokens = gr.HTML(render.token_view_html([]), elem_id="tokens")
+        baseline = gr.HTML(render.baseline_html(""), elem_id="baseline")
+    stats = gr.HTML(render.idle_html(), elem_id="stats")
+    last_stats = gr.State("")
+    with gr.Column(elem_id="charts"):
+        empty = charts.run_figures()
+        with gr.Row():
+            acceptance = gr.Plot(empty[0], show_label=False, elem_id="chart-acceptance")
+            per_pass = gr.Plot(empty[1], show_label=False, elem_id="chart-per-pass")
+        with gr.Row():
+            race_plot = gr.Plot(empty[2], show_label=False, elem_id="chart-race")
+            positions = gr.Plot(empty[3], show_label=False, elem_id="chart-positions")
+
+    # --- events
+    def on_preset(name):
+        fields = preset_settings(name, presets_list)
+        if not fields:
+            return [gr.skip()] * 5
+        chosen = fields["drafter"]
+        return [fields["target"], chosen, gr.update(value=fields["draft_model"], visible=chosen == DRAFT_MODEL),
+                gr.update(value=fields["exit_layer"] or 8, visible=chosen == EARLY_EXIT), fields["k"] or gr.skip()]
+
+    private = dict(queue=False, api_visibility="private")
+    preset.change(on_preset, preset, [target, drafter, draft_model, exit_layer, k], **private)
+    if not limits.hosted:
+        target.input(lambda: CUSTOM, None, preset, **private)
+        draft_model.input(lambda: CUSTOM, None, preset, **private)
+    drafter.change(lambda d: (gr.update(visible=d == DRAFT_MODEL), gr.update(visible=d == EARLY_EXIT)),
+                   drafter, [draft_model, exit_layer], **private)
+
+    def on_example(index):
+        example = examples[index]
+        return example["prompt"], CHAT if example.get("chat", True) else RAW
+
+    example_table.click(on_example, example_table, [prompt, prompt_format], **private)
+
+    handler = streaming(gpu_task(run_work(limits, loader)))
+    inputs = [prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
+              max_new_tokens, seed, prompt_format]
+    outputs = [tokens, baseline, acceptance, per_pass, race_plot, positions, stats, last_stats]
+    run_event = run.click(handler, inputs, outputs, concurrency_limit=1, concurrency_id=CONCURRENCY_ID,
+                          show_progress="minimal", api_name="run")
+    stop.click(stopped, last_stats, stats, cancels=[run_event], **private)
+    return RunTab(prompt, run, stop, tokens, stats, run_event)

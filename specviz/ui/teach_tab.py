@@ -1,0 +1,157 @@
+"""The Teach tab: decode a short answer once, then step through it one cycle at a time, with every
+number that decided each verdict (views from `views.teach`). Decoding goes through `runs.race`,
+cycle by cycle, so Stop ends it within one cycle."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import gradio as gr
+
+from ..runs import Loader, config_label, race
+from ..settings import Limits, RunSettings, check_prompt, validate
+from ..views import explain, render, teach
+from .common import (CHAT, CONCURRENCY_ID, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, RAW, TICK, draft_spec, error_html,
+                     failure, gpu_task, load_pair_quietly, seed_value, streaming)
+
+TEACH_PROMPT = "Write a short poem about the sea."
+TEACH_MAX_NEW_TOKENS = 128
+
+
+class TeachView(NamedTuple):
+    run: object             # teach.TeachRun in session state
+    index: int
+    tokens: str
+    narrative: str
+    table: str
+    verification: object
+    residual: object
+    position: str
+    last_run: object
+
+
+def teach_view(run: teach.TeachRun, index: int, numbers=None) -> TeachView:
+    view = teach.step_view(run, index)
+    index = max(0, min(index, len(run.cycles) - 1))
+    return TeachView(run, index, view.tokens, view.narrative, view.table, view.verification, view.residual,
+                     view.position, gr.skip() if numbers is None else numbers)
+
+
+def teach_work(limits: Limits, loader: Loader | None = None):
+    """The Teach tab's decode button: decode once (a TICK per cycle), keep the run in state, show its
+    first cycle."""
+
+    def work(prompt, drafter, draft_model, exit_layer, k, temperature, seed, max_new_tokens,
+             prompt_format) -> Iterator[TeachView | object]:
+        try:
+            settings = validate(RunSettings(draft=draft_spec(drafter, draft_model, exit_layer), k=k,
+                                            temperature=temperature, seed=seed_value(seed),
+                                            max_new_tokens=max_new_tokens, chat=prompt_format != RAW), limits)
+            prompt = check_prompt(prompt, limits)
+            for pair in load_pair_quietly(settings, loader):
+                if pair is TICK:
+                    yield TICK
+            run = None
+            for run in race(settings, prompt, pair, baseline=False, warm_up=False):
+                yield TICK
+            label = config_label(settings)
+            yield teach_view(teach.teach_run(run, pair.tokenizer, label=label), 0,
+                             explain.run_numbers(label, run.stats))
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
+            skip = gr.skip()
+            yield TeachView(skip, skip, skip, error_html(failure(exc, "teach run")), skip, skip, skip, skip, skip)
+
+    return work
+
+
+def step(run: teach.TeachRun | None, index: int, delta: int) -> TeachView | None:
+    """Next (+1) or previous (-1) cycle of the run in state; None when there is no run."""
+    if not isinstance(run, teach.TeachRun) or not run.cycles:
+        return None
+    return teach_view(run, int(index) + delta)
+
+
+class TeachTab(NamedTuple):
+    run: gr.Button
+    previous: gr.Button
+    next: gr.Button
+    stop: gr.Button
+    state: gr.State
+    index: gr.State
+    tokens: gr.HTML
+    narrative: gr.Markdown
+    table: gr.HTML
+    verification: gr.Plot
+    residual: gr.Plot
+    position: gr.Markdown
+    run_event: object
+
+
+def build_teach_tab(*, limits: Limits, loader: Loader | None = None, last_run: gr.State | None = None) -> TeachTab:
+    """Step mode: decode once, then walk through the cycles one at a time."""
+    gr.Markdown("Decode a short answer once, then step through it **one cycle at a time**: every drafted token "
+                "with its draft and target probabilities, the acceptance test and its verdict, and after a rejection "
+                "the distribution the correction was drawn from. A temperature above 0 shows speculative "
+                "sampling (with its uniform draws); 0 shows greedy verification.")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3):
+            prompt = gr.Textbox(TEACH_PROMPT, label="Prompt", lines=3, elem_id="teach-prompt")
+            with gr.Row():
+                run = gr.Button("Decode, then step through", variant="primary", elem_id="teach-run")
+                stop = gr.Button("Stop", variant="stop", elem_id="teach-stop")
+            with gr.Row():
+                previous = gr.Button("\u25c0 Previous cycle", elem_id="teach-previous")
+                position = gr.Markdown("No run yet.", elem_id="teach-position")
+                next_ = gr.Button("Next cycle \u25b6", variant="primary", elem_id="teach-next")
+        with gr.Column(scale=2):
+            drafter = gr.Radio(DRAFTERS, value=EARLY_EXIT, label="Drafter", elem_id="teach-drafter")
+            draft_model = gr.Textbox(label="Draft model (same tokenizer as the target)", visible=False,
+                                     interactive=not limits.hosted)
+            exit_layer = gr.Slider(1, 63, value=24, step=1, label="Early-exit layer", elem_id="teach-exit-layer")
+            with gr.Row():
+                k = gr.Slider(1, 8, value=4, step=1, label="k", elem_id="teach-k")
+                temperature = gr.Slider(0.0, 2.0, value=0.8, step=0.05, label="Temperature", elem_id="teach-temperature")
+            with gr.Row():
+                max_new_tokens = gr.Slider(8, min(TEACH_MAX_NEW_TOKENS, limits.max_new_tokens), value=48, step=8,
+                                           label="Max new tokens", elem_id="teach-max-new-tokens")
+                seed = gr.Number(0, precision=0, label="Seed")
+            prompt_format = gr.Radio([CHAT, RAW], value=CHAT, label="Prompt format")
+    tokens = gr.HTML(render.token_view_html([]), elem_id="teach-tokens")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=2):
+            narrative = gr.Markdown("", latex_delimiters=explain.LATEX_DELIMITERS, elem_id="teach-narrative")
+        with gr.Column(scale=3):
+            table = gr.HTML("", elem_id="teach-table")
+    with gr.Row():
+        verification = gr.Plot(show_label=False, elem_id="teach-verification")
+        residual = gr.Plot(show_label=False, elem_id="teach-residual")
+    state = gr.State(None)
+    index = gr.State(0)
+    numbers = last_run if last_run is not None else gr.State(None)
+
+    private = dict(queue=False, api_visibility="private")
+    drafter.change(lambda d: (gr.update(visible=d == DRAFT_MODEL), gr.update(visible=d == EARLY_EXIT)),
+                   drafter, [draft_model, exit_layer], **private)
+    view_outputs = [state, index, tokens, narrative, table, verification, residual, position]
+    run_event = run.click(streaming(gpu_task(teach_work(limits, loader))),
+                          [prompt, drafter, draft_model, exit_layer, k, temperature, seed, max_new_tokens,
+                           prompt_format],
+                          view_outputs + [numbers], concurrency_limit=1, concurrency_id=CONCURRENCY_ID,
+                          show_progress="minimal", api_name="teach")
+    stop.click(None, None, None, cancels=[run_event], **private)
+
+    def stepper(delta: int):
+        def on_click(run_value, index_value):
+            view = step(run_value, index_value, delta)
+            if view is None:
+                gr.Warning(html.escape("Decode first: press \u201cDecode, then step through\u201d."))
+                return [gr.skip()] * len(view_outputs)
+            return list(view)[: len(view_outputs)]
+        return on_click
+
+    next_.click(stepper(+1), [state, index], view_outputs, **private)
+    previous.click(stepper(-1), [state, index], view_outputs, **private)
+    return TeachTab(run, previous, next_, stop, state, index, tokens, narrative, table, verification, residual,
+                    position, run_event)

@@ -1,0 +1,218 @@
+"""Runs and comparisons in words: the lines the command line prints and the app shows (summary lines,
+the speedup with its range and clock, the winner sentence, table cells). Pure functions of `Run`,
+`Comparison` and `Sweep`; every number comes from `metrics`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..runs.compare import Comparison, Sweep, ranked
+from ..runs.run import Run
+
+X = "\u00d7"
+
+
+def cost_ratio_text(run: Run) -> str:
+    """c, with a meaning for a drafter that runs no model (prompt lookup costs next to nothing)."""
+    c = run.stats.cost_ratio
+    if run.draft_parameters == 0 and c < 0.001:
+        return "< 0.001 (prompt lookup runs no model)"
+    return f"{c:.3f}"
+
+
+def speed_text(run: Run) -> str:
+    """'2.31x (95% range 2.10-2.52x)', or why there is no trustworthy figure yet."""
+    speed = run.speed
+    if speed is None:
+        return "waiting for both methods to pass their prefill"
+    figure = f"{speed.speedup:.2f}{X} (95% range {speed.low:.2f}\u2013{speed.high:.2f}{X})"
+    if not speed.reliable:
+        return figure + ": too short to measure reliably"
+    return figure
+
+
+def compared_text(run: Run) -> str:
+    """What the speedup compares, on which clock."""
+    speed = run.speed
+    if speed is None:
+        return ""
+    lengths = (f"both wrote {speed.spec_tokens} tokens" if speed.same_length else
+               f"speculative wrote {speed.spec_tokens} tokens, plain {speed.plain_tokens}")
+    return (f"decode-only time per token ({lengths}; prefill apart: speculative {speed.spec_prefill_seconds:.3f} s, "
+            f"plain {speed.plain_prefill_seconds:.3f} s), timed by {run.clock}")
+
+
+def theory_lines(run: Run) -> list[tuple[str, str, str]]:
+    """(name, value, note) rows for the theory: at this machine's measured pass cost, and the ideal."""
+    s, speed = run.stats, run.speed
+    rows = []
+    if speed is not None:
+        rows.append(("Verification pass cost", f"{speed.pass_cost:.2f} plain steps",
+                     "median time of a pass over the drafted tokens \u00f7 median plain step, measured"))
+        rows.append(("Theory at this pass cost", f"{run.theory_at_pass_cost:.2f}{X}",
+                     "the ideal below divided by the pass cost: what this machine should give"))
+    rows.append(("Ideal theory (pass cost 1)", f"{s.expected_speedup:.2f}{X}",
+                 f"(1 \u2212 \u03b1^(n+1)) / ((1 \u2212 \u03b1)(n c + 1)): what a GPU approaches, where a pass over "
+                 f"k + 1 tokens costs about one step; best k for this \u03b1 and c: {s.best_k}"))
+    return rows
+
+
+def summary_lines(run: Run) -> list[str]:
+    """The command line's summary of one run."""
+    s = run.stats
+    lines = [f"{run.target_name} drafted by {run.draft_name}: {s.tokens} tokens in {s.cycles} target passes "
+             f"({run.dtype} on {run.device})",
+             f"acceptance: {s.draft_acceptance_rate:.1%} of drafted tokens (alpha {s.alpha:.2f}), "
+             f"{s.mean_acceptance_length:.2f} tokens per target pass, mean k {s.mean_k:.1f}",
+             f"cost ratio c = {cost_ratio_text(run)}",
+             f"speculative: {s.tokens_per_second:.1f} tokens/s"]
+    if run.steps:
+        lines.append(f"plain:       {run.plain.tokens_per_second:.1f} tokens/s")
+        lines.append(f"measured speedup: {speed_text(run)}")
+        lines.append(f"  compared: {compared_text(run)}")
+    for name, value, note in theory_lines(run):
+        lines.append(f"{name.lower()}: {value}")
+    if run.steps and run.settings.temperature == 0 and run.done:
+        if run.identical:
+            lines.append("greedy outputs identical: yes")
+        else:
+            lines.append(f"greedy outputs identical: no, they diverge at token {run.divergence} (reduced precision "
+                         "such as bf16 can flip near-tied logits; use --dtype float32 for exact equality)")
+    return lines
+
+
+# ----------------------------------------------------------------------------- comparisons
+
+def baseline_labels(comparison: Comparison) -> list[tuple[str, Run]]:
+    """Each plain baseline with a name that tells it apart from the others (by target, then by
+    sampling settings), and the first run that ran it."""
+    firsts = comparison.baselines()
+    many_targets = len({r.target_name for r in firsts}) > 1
+    named = []
+    for run in firsts:
+        details = [run.target_name] if many_targets else []
+        if len(firsts) > len({r.target_name for r in firsts}):   # same target, other sampling settings
+            t = run.settings.temperature
+            details.append("greedy" if t == 0 else f"T={t:g}")
+        named.append(("plain decoding" + (f" ({', '.join(details)})" if details else ""), run))
+    return named
+
+
+def draft_cost(run: Run) -> float:
+    """Drafting time per cycle in target passes: k c, the term the theory divides by (1 + k c)."""
+    return run.stats.mean_k * run.stats.cost_ratio
+
+
+def pass_seconds(run: Run) -> float:
+    """Mean time of one verification pass, leaving out the first (it carries the prompt's prefill)."""
+    steady = run.cycles[1:] or run.cycles
+    return sum(c.verify_seconds for c in steady) / len(steady) if steady else 0.0
+
+
+def drafted_per_cycle(run: Run) -> float:
+    return run.stats.drafted / run.stats.cycles if run.stats.cycles else 0.0
+
+
+def winner_line(comparison: Comparison) -> str:
+    """One sentence: which configuration was fastest, and why: more tokens per target pass
+    (acceptance), cheaper drafting (k c), or cheaper target passes (verifying fewer tokens)."""
+    order = ranked(comparison)
+    if not order:
+        return "No configuration has finished yet."
+    (label, best) = order[0]
+    if len(order) == 1:
+        return f"{label}: {best.speedup or 0:.2f}{X} over plain decoding."
+    runner_label, runner = order[1]
+    head = (f"{label} won: {best.speedup or 0:.2f}{X} over plain decoding against {runner.speedup or 0:.2f}{X} "
+            f"for {runner_label}")
+    if (best.speedup or 0) < 1.0:
+        head = (f"No configuration beat plain decoding; {label} came closest: {best.speedup or 0:.2f}{X} against "
+                f"{runner.speedup or 0:.2f}{X} for {runner_label}")
+    a, b = best.stats.mean_acceptance_length, runner.stats.mean_acceptance_length
+    d, e = draft_cost(best), draft_cost(runner)
+    v, w = pass_seconds(best), pass_seconds(runner)
+    factors = [
+        ("acceptance", a > 1.05 * b, b > 1.05 * a, f"{a:.2f} tokens per target pass against {b:.2f}"),
+        ("draft cost", d < e - 0.05, d > e + 0.05, f"drafting costs {d:.2f} of a target pass per cycle against {e:.2f}"),
+        ("verification cost", v < 0.9 * w, w < 0.9 * v, f"a target pass took {1000 * v:.0f} ms against {1000 * w:.0f} ms"),
+    ]
+    # A pass verifies the drafted tokens: fewer of them is the one reason for cheaper passes.
+    n, m = drafted_per_cycle(best), drafted_per_cycle(runner)
+    if v < 0.9 * w:
+        extra = (f", verifying {n:.1f} drafted tokens against {m:.1f}" if n < m
+                 else ", although it verified as many drafted tokens or more (timing noise?)")
+        factors[2] = factors[2][:3] + (factors[2][3] + extra,)
+    better = [f for f in factors if f[1]]
+    worse = [f for f in factors if f[2]]
+    if better:
+        why = (f"on {' and '.join(f[0] for f in better)}: " + "; ".join(f[3] for f in better)
+               + (", although " + "; ".join(f[3] for f in worse) if worse else ""))
+    elif worse:
+        # Behind on some count and ahead on none: the clock disagrees with the counts.
+        why = ("although " + "; ".join(f[3] for f in worse) + ": the timings contradict the counts, so the "
+               "machine was probably busy during one of the runs; run it again")
+    else:
+        why = "with similar acceptance, draft cost and verification cost: a margin this small can be timing noise"
+    return f"{head}, {why}."
+
+
+TABLE_HEADERS = ["configuration", "accepted", "per pass", "c", "speedup", "95% range", "theory here", "ideal theory",
+                 "tokens/s"]
+
+
+def _range(run: Run) -> str:
+    speed = run.speed
+    return "" if speed is None else f"{speed.low:.2f}\u2013{speed.high:.2f}{X}" + ("" if speed.reliable else " (short)")
+
+
+def table_rows(comparison: Comparison) -> list[list[str]]:
+    """The summary table as text cells (headers: TABLE_HEADERS): one row per configuration, then
+    one per plain baseline. speedup: decode-only, against the configuration's baseline; theory here:
+    at the measured pass cost; ideal theory: at pass cost 1."""
+    rows = []
+    for label, run in comparison.pairs():
+        s = run.stats
+        here = run.theory_at_pass_cost
+        rows.append([label, f"{s.draft_acceptance_rate:.1%}", f"{s.mean_acceptance_length:.2f}", f"{s.cost_ratio:.3f}",
+                     f"{run.speedup or 0:.2f}{X}", _range(run), "" if here is None else f"{here:.2f}{X}",
+                     f"{s.expected_speedup:.2f}{X}", f"{s.tokens_per_second:.1f}"])
+    for name, run in baseline_labels(comparison):
+        rows.append([name, "", "1.00", "", f"1.00{X}", "", "", "", f"{run.plain.tokens_per_second:.1f}"])
+    return rows
+
+
+def identity_line(comparison: Comparison) -> str:
+    """Whether the greedy configurations wrote exactly the plain greedy output ("" if none is greedy)."""
+    greedy = [(label, r) for label, r in comparison.pairs() if r.settings.temperature == 0 and r.steps]
+    if not greedy:
+        return ""
+    differ = [f"{label} from token {r.divergence}" for label, r in greedy if not r.identical]
+    if not differ:
+        return f"Greedy outputs: identical to plain decoding's ({len(greedy)} of {len(greedy)})."
+    return ("Greedy outputs: " + "; ".join(differ) + " differs from plain decoding's (reduced precision such as "
+            "bfloat16 can flip near-tied logits; float32 gives exact equality).")
+
+
+SWEEP_HEADERS = ["k", "accepted", "per pass", "c", "speedup", "theory", "tokens/s"]
+
+
+def sweep_rows(sweep: Sweep) -> list[list[str]]:
+    """One row per k (headers: SWEEP_HEADERS); theory is at the pooled alpha and median c."""
+    return [[str(k), f"{r.stats.draft_acceptance_rate:.1%}", f"{r.stats.mean_acceptance_length:.2f}",
+             f"{r.stats.cost_ratio:.3f}", f"{r.speedup or 0:.2f}{X}", f"{sweep.theory(k):.2f}{X}",
+             f"{r.stats.tokens_per_second:.1f}"] for k, r in sweep.points]
+
+
+def sweep_line(sweep: Sweep) -> str:
+    if not sweep.points:
+        return "No k has finished yet."
+    k = sweep.best_measured_k
+    measured = dict(sweep.points)[k].speedup or 0.0
+    return (f"Best measured k = {k} ({measured:.2f}{X}); the theory, at the measured \u03b1 = {sweep.alpha:.2f} "
+            f"and c = {sweep.cost_ratio:.3f}, puts the best k at {sweep.best_theory_k} "
+            f"({sweep.theory(sweep.best_theory_k):.2f}{X}).")
+
+
+def plain_rate_line(runs: Sequence[Run]) -> str:
+    first = next((r for r in runs if r.plain), None)
+    return "" if first is None else f"plain decoding: {first.plain.tokens_per_second:.1f} tokens/s"

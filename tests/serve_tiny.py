@@ -1,0 +1,34 @@
+"""A specviz app on tiny in-process models, for the API and cancellation tests: `python
+tests/serve_tiny.py PORT [slow]`. Hosted mode: every allowed target name runs the tiny target.
+`slow` uses a wider target (about 20-40 ms a token on one thread) so that a run lasts seconds."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+
+from conftest import make_llama  # noqa: E402
+from tiny_pair import WORDS, TinyModels  # noqa: E402
+
+from specviz.ui import build_demo, configure_torch  # noqa: E402
+
+
+def main() -> None:
+    port, slow = int(sys.argv[1]), "slow" in sys.argv[2:]
+    configure_torch()
+    tiny = TinyModels()
+    if slow:
+        tiny.target = make_llama(0, layers=8, vocab=len(WORDS), hidden=1024)
+
+    def loader(settings, progress=None):
+        return tiny.pair(None, settings.draft, progress)
+
+    demo = build_demo(loader=loader, hosted=True)
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=False)
+
+
+if __name__ == "__main__":
+    torch.set_grad_enabled(False)
+    main()

@@ -1,0 +1,168 @@
+"""The app as an API client sees it ("Use via API"): a hosted-mode server on tiny models in a
+subprocess, every public endpoint called with out-of-range values, and a cancel that must really
+stop the server's work."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+CHAT = "Chat template"
+EARLY_EXIT = "Early exit (target's first layers)"
+PROMPT_LOOKUP = "Prompt lookup (n-gram)"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def serve(*options):
+    port = free_port()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", OMP_NUM_THREADS="1",
+               PYTHONPATH=str(HERE.parent))
+    process = subprocess.Popen([sys.executable, str(HERE / "serve_tiny.py"), str(port), *options], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the server exited: {process.stderr.read().decode()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return process, url
+        except OSError:
+            time.sleep(0.5)
+    process.kill()
+    pytest.fail("the server did not start")
+
+
+def stop(process) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+@pytest.fixture(scope="module")
+def client():
+    from gradio_client import Client
+
+    process, url = serve()
+    try:
+        yield Client(url, verbose=False)
+    finally:
+        stop(process)
+
+
+def run_inputs(**changes):
+    values = dict(prompt="the cat sat on the mat and the cat sat on the", target="", drafter=PROMPT_LOOKUP,
+                  draft_model="", exit_layer=1, k=4, dynamic_k=False, temperature=0.0, top_p=1.0, top_k=0,
+                  max_new_tokens=16, seed=0, prompt_format=CHAT)
+    values.update(changes)
+    return list(values.values())
+
+
+def test_the_api_lists_exactly_the_public_endpoints(client):
+    named = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
+    assert named == {"/run", "/compare", "/sweep", "/teach", "/export"}
+
+
+def answer(client, *args, api_name, output=0):
+    """The text a refused call shows: our message in an output, or Gradio's own refusal of a value
+    outside a slider's range (it checks those before the handler runs)."""
+    from gradio_client.exceptions import AppError
+
+    try:
+        result = client.predict(*args, api_name=api_name)
+    except AppError as error:
+        return str(error)
+    return result[output].replace("&#x27;", "'")
+
+
+def test_run_through_the_api(client):
+    result = client.predict(*run_inputs(), api_name="/run")
+    assert "Finished" in result[6] and "data-verdict" in result[0]
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(k=1000), "greater than maximum value 16"),
+    (dict(max_new_tokens=100000), "greater than maximum value 256"),
+    (dict(temperature=50), "greater than maximum value 2"),
+    (dict(seed=2**80), "seed must be a whole number"),
+    (dict(target="/etc"), "only runs the preset models"),
+    (dict(drafter="Draft model", draft_model="someone/huge-model"), "only runs the preset draft models"),
+    (dict(prompt="x" * 5000), "at most 4000"),
+])
+def test_run_refuses_out_of_range_values(client, changes, message):
+    assert message in answer(client, *run_inputs(**changes), api_name="/run", output=6)
+
+
+@pytest.mark.parametrize("api_name", ["/compare", "/sweep"])
+def test_compare_and_sweep_refuse_out_of_range_values(client, api_name):
+    table = {"headers": ["use", "target", "draft", "k", "dynamic k", "temperature"],
+             "data": [[True, "", "ngram", 1000, False, 0.0]]}
+    assert "Row 1: k (tokens drafted per cycle) must be a whole number from 1 to 16" in \
+        answer(client, "the cat sat", table, 16, 0, CHAT, api_name=api_name)
+    table["data"] = [[True, "/etc/passwd", "ngram", 4, False, 0.0]]
+    assert "only runs the preset models" in answer(client, "the cat sat", table, 16, 0, CHAT, api_name=api_name)
+    table["data"] = [[True, "", "ngram", 4, False, 0.0]]
+    assert "greater than maximum value 256" in answer(client, "the cat sat", table, 100000, 0, CHAT,
+                                                      api_name=api_name)
+
+
+def test_teach_refuses_out_of_range_values(client):
+    assert "greater than maximum value 128" in answer(client, "the cat", EARLY_EXIT, "", 1, 4, 0.5, 0, 100000, CHAT,
+                                                      api_name="/teach", output=1)
+    assert "only runs the preset draft models" in answer(client, "the cat", "Draft model", "org/x", 1, 4, 0.5, 0, 16,
+                                                         CHAT, api_name="/teach", output=1)
+    assert "seed must be a whole number" in answer(client, "the cat", EARLY_EXIT, "", 1, 4, 0.5, 2**80, 16, CHAT,
+                                                   api_name="/teach", output=1)
+
+
+def test_export_without_a_comparison_exports_nothing(client):
+    assert client.predict(False, api_name="/export") == {"__type__": "update"}   # skip: no files
+
+
+# ----------------------------------------------------------------------------- cancellation
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def busy_fraction(pid: int, seconds: float) -> float:
+    start = cpu_seconds(pid)
+    time.sleep(seconds)
+    return (cpu_seconds(pid) - start) / seconds
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_a_cancelled_teach_run_stops_the_servers_work():
+    from gradio_client import Client
+
+    process, url = serve("slow")
+    try:
+        client = Client(url, verbose=False)
+        # A warm-up run (loads the models), then three runs, each cancelled once it is decoding:
+        # with a handler that ignores the cancel, they would go on decoding side by side.
+        client.predict("the cat", EARLY_EXIT, "", 1, 4, 0.8, 0, 8, CHAT, api_name="/teach")
+        for _ in range(3):
+            job = client.submit("the cat sat on the", EARLY_EXIT, "", 1, 4, 0.8, 0, 128, CHAT, api_name="/teach")
+            deadline = time.monotonic() + 30
+            while busy_fraction(process.pid, 0.5) < 0.5:
+                assert time.monotonic() < deadline, "the run never started"
+            job.cancel()
+        time.sleep(2.0)             # a cycle in flight, the cancel round trip
+        assert busy_fraction(process.pid, 3.0) < 0.15
+    finally:
+        stop(process)
