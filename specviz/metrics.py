@@ -11,16 +11,21 @@ probability a. Then one target pass yields (1 - a^(k+1)) / (1 - a) tokens in exp
 c = (time of one draft step) / (time of one target pass) the expected speedup over plain decoding
 is (1 - a^(k+1)) / ((1 - a)(k c + 1)). We estimate a as accepted / (accepted + rejections): each
 verified token is one Bernoulli trial, and tokens after a rejection are never tested.
+
+The measured speedup (`measure_speed`) compares like with like: decode-only time per token of each
+method (each method's first event carries the prompt's prefill and is reported apart), with a 95%
+range from resampling the passes' and steps' durations. The theory is priced at this machine's
+measured cost of a verification pass (`theory_at_pass_cost`): the ideal formula assumes a pass over
+k + 1 tokens costs one plain step, which a GPU approaches and a CPU does not.
 """
 
 from __future__ import annotations
 
+import random
+import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-
-import random
 from itertools import accumulate
-import statistics
 
 from .core.events import Cycle, Step
 
@@ -145,6 +150,7 @@ def pooled_alpha(runs: Sequence[Sequence[Cycle]]) -> float:
 # ----------------------------------------------------------------------------- speedup, measured
 
 MIN_PASSES = 8              # fewer decode passes (or steps) than this: too short to measure reliably
+MAX_SPREAD = 1.25           # a 95% range wider than this ratio (high / low): not measured reliably
 BOOTSTRAP_SAMPLES = 400
 
 
@@ -153,11 +159,13 @@ class Speed:
     """Speculative against plain decoding, compared like with like: decode-only time per token. The
     first event of each method carries the prompt's prefill, so it is reported apart and left out
     of the ratio; this also keeps the comparison fair when the two wrote different numbers of tokens
-    (sampling, or an EOS). `low`..`high` is a 95% bootstrap interval over passes and steps."""
+    (sampling, or an EOS). `low`..`high` is a 95% bootstrap range of the timing noise: the run's
+    token counts and draft lengths are what they are; the steps' durations and the passes' deviations
+    from the cost their draft length predicts are resampled."""
     speedup: float                  # plain seconds per token / speculative seconds per token (decode only)
     low: float
     high: float
-    reliable: bool                  # enough passes and steps for the interval to mean something
+    reliable: bool                  # enough passes and steps, and a range narrower than MAX_SPREAD
     spec_tokens: int
     plain_tokens: int
     spec_prefill_seconds: float     # the first cycle: prefill plus the first verification
@@ -173,31 +181,46 @@ class Speed:
         return asdict(self)
 
 
-def _per_token(samples: Sequence[tuple[float, int]]) -> float:
-    return _ratio(sum(s for s, _ in samples), sum(n for _, n in samples))
+def _linear_fit(x: Sequence[float], y: Sequence[float]) -> list[float]:
+    """Least-squares line through (x, y), evaluated at each x (the mean when x does not vary)."""
+    mean_x, mean_y = sum(x) / len(x), sum(y) / len(y)
+    spread = sum((a - mean_x) ** 2 for a in x)
+    slope = sum((a - mean_x) * (b - mean_y) for a, b in zip(x, y)) / spread if spread else 0.0
+    return [mean_y + slope * (a - mean_x) for a in x]
 
 
 def measure_speed(cycles: Sequence[Cycle], steps: Sequence[Step], *, seed: int = 0) -> Speed | None:
     """None until both methods have at least one decode event past their prefill."""
     if len(cycles) < 2 or len(steps) < 2:
         return None
-    passes = [(c.seconds, len(c.emitted)) for c in cycles[1:]]
-    plain = [(s.seconds, 1) for s in steps[1:]]
-    ratio = _ratio(_per_token(plain), _per_token(passes))
-    # Bootstrap: resample passes and steps (each with replacement), recompute the ratio.
+    pass_seconds = [c.seconds for c in cycles[1:]]
+    step_seconds = [s.seconds for s in steps[1:]]
+    spec_tokens = sum(len(c.emitted) for c in cycles[1:])
+    plain_tokens = len(step_seconds)
+
+    def ratio(spec_seconds: float, plain_seconds: float) -> float:
+        return _ratio(plain_seconds / plain_tokens, _ratio(spec_seconds, spec_tokens))
+
+    # Bootstrap the timing noise. A pass's duration depends on how many tokens it drafted and
+    # verified, so passes are resampled as (the cost a least-squares line predicts for their draft
+    # length) + (a residual drawn with replacement); steps, all alike, are drawn with replacement.
+    predicted = _linear_fit([len(c.drafted) for c in cycles[1:]], pass_seconds)
+    residuals = [t - f for t, f in zip(pass_seconds, predicted)]
+    spec_fit = sum(predicted)
     rng = random.Random(seed)
-    ratios = sorted(_ratio(_per_token(rng.choices(plain, k=len(plain))), _per_token(rng.choices(passes, k=len(passes))))
-                    for _ in range(BOOTSTRAP_SAMPLES))
-    low, high = ratios[int(0.025 * len(ratios))], ratios[int(0.975 * len(ratios)) - 1]
-    pass_cost = _ratio(median([c.verify_seconds for c in cycles[1:]]), median([s.seconds for s in steps[1:]]))
-    spec_tokens = sum(len(c.emitted) for c in cycles)
-    return Speed(speedup=ratio, low=low, high=high,
-                 reliable=len(passes) >= MIN_PASSES and len(plain) >= MIN_PASSES and high <= 1.5 * low,
-                 spec_tokens=spec_tokens, plain_tokens=len(steps),
+    samples = sorted(ratio(spec_fit + sum(rng.choices(residuals, k=len(residuals))),
+                           sum(rng.choices(step_seconds, k=len(step_seconds)))) for _ in range(BOOTSTRAP_SAMPLES))
+    low, high = samples[int(0.025 * BOOTSTRAP_SAMPLES)], samples[int(0.975 * BOOTSTRAP_SAMPLES) - 1]
+    emitted = sum(len(c.emitted) for c in cycles)
+    return Speed(speedup=ratio(sum(pass_seconds), sum(step_seconds)), low=low, high=high,
+                 reliable=(len(pass_seconds) >= MIN_PASSES and plain_tokens >= MIN_PASSES
+                           and high <= MAX_SPREAD * low),
+                 spec_tokens=emitted, plain_tokens=len(steps),
                  spec_prefill_seconds=cycles[0].seconds, plain_prefill_seconds=steps[0].seconds,
-                 spec_decode_seconds=sum(s for s, _ in passes), plain_decode_seconds=sum(s for s, _ in plain),
-                 spec_decode_tokens=sum(n for _, n in passes), plain_decode_tokens=len(plain),
-                 pass_cost=pass_cost, same_length=spec_tokens == len(steps))
+                 spec_decode_seconds=sum(pass_seconds), plain_decode_seconds=sum(step_seconds),
+                 spec_decode_tokens=spec_tokens, plain_decode_tokens=plain_tokens,
+                 pass_cost=_ratio(median([c.verify_seconds for c in cycles[1:]]), median(step_seconds)),
+                 same_length=emitted == len(steps))
 
 
 def running_speedup(cycles: Sequence[Cycle], steps: Sequence[Step]) -> tuple[list[float], list[float | None]]:

@@ -128,7 +128,8 @@ def whole_number(name: str, value, low: int, high: int) -> int:
     return result
 
 
-def _flag(value) -> bool:
+def flag(value) -> bool:
+    """A checkbox's value, also as text from a table or an API call ("true", "1", "yes", "x", ...)."""
     if isinstance(value, str):
         return value.strip().lower() in ("true", "1", "yes", "y", "on", "x", "\u2713")
     return bool(value)
@@ -169,9 +170,9 @@ def validate(settings: RunSettings, limits: Limits = LOCAL) -> RunSettings:
             raise SpecvizError(f"{name} must be a name such as 'auto', got {value!r}.")
     if limits.hosted and (settings.dtype, settings.device) != ("auto", "auto"):
         raise SpecvizError(f"dtype and device are chosen by the server{in_demo}.")
-    return replace(settings, target=target, draft=draft.name, k=k, dynamic_k=_flag(settings.dynamic_k),
+    return replace(settings, target=target, draft=draft.name, k=k, dynamic_k=flag(settings.dynamic_k),
                    max_k=max_k, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                   max_new_tokens=max_new_tokens, chat=_flag(settings.chat),
+                   max_new_tokens=max_new_tokens, chat=flag(settings.chat),
                    dtype=settings.dtype.strip().lower(), device=settings.device.strip().lower())
 
 

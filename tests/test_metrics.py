@@ -51,3 +51,73 @@ def test_first_divergence():
     assert first_divergence([1, 2, 3], [1, 2, 3]) is None
     assert first_divergence([1, 2, 3], [1, 5, 3]) == 1
     assert first_divergence([1, 2], [1, 2, 3]) == 2
+
+
+# ----------------------------------------------------------------------------- measured speedup
+
+def plain_steps(n, seconds=0.04, prefill=0.5):
+    from specviz.core.events import Step
+
+    return [Step(index=i, token=1, prob=0.5, seconds=prefill if i == 0 else seconds) for i in range(n)]
+
+
+def test_speedup_compares_decode_only_cost_per_token_when_lengths_differ():
+    from specviz.metrics import measure_speed
+
+    # Sampling made the methods stop at different lengths: speculative 5 x 3 = 15 tokens, plain 4.
+    cycles = [cycle(0, [1, 2], 2, draft_s=0.0, verify_s=0.6)] + [cycle(i, [1, 2, 3], 2, draft_s=0.0, verify_s=0.06)
+                                                    for i in range(1, 5)]
+    speed = measure_speed(cycles, plain_steps(4))
+    # Per token after the prefill: plain 0.04 s; speculative 4 x 0.06 s for 12 tokens = 0.02 s.
+    assert speed.speedup == pytest.approx(2.0)
+    assert (speed.spec_tokens, speed.plain_tokens, speed.same_length) == (15, 4, False)
+    assert (speed.spec_decode_tokens, speed.plain_decode_tokens) == (12, 3)
+    assert speed.spec_prefill_seconds == pytest.approx(0.6) and speed.plain_prefill_seconds == pytest.approx(0.5)
+    assert speed.spec_decode_seconds == pytest.approx(0.24) and speed.plain_decode_seconds == pytest.approx(0.12)
+    assert not speed.reliable                       # 4 passes and 3 steps: too short
+    assert measure_speed(cycles[:1], plain_steps(4)) is None
+
+
+def test_the_range_reflects_timing_noise_and_decides_reliability():
+    import random
+
+    from specviz.metrics import measure_speed
+
+    steady = [cycle(i, [1, 2, 3], 2, draft_s=0.0, verify_s=0.06) for i in range(30)]
+    speed = measure_speed(steady, plain_steps(40))
+    assert speed.low == speed.high == pytest.approx(speed.speedup) and speed.reliable
+    rng = random.Random(1)
+    noisy = [cycle(i, [1, 2, 3], 2, draft_s=0.0, verify_s=0.06 * rng.choice([0.3, 1, 3])) for i in range(30)]
+    speed = measure_speed(noisy, plain_steps(40))
+    assert speed.low < speed.speedup < speed.high and not speed.reliable
+    # A pass's cost follows its draft length: that alone is not noise.
+    sized = [cycle(i, [1] * n, n, draft_s=0.0, verify_s=0.03 + 0.01 * n) for i, n in enumerate([0, 4, 8] * 10)]
+    speed = measure_speed(sized, plain_steps(40))
+    assert speed.high / speed.low < 1.01 and speed.reliable
+
+
+def test_theory_at_the_measured_pass_cost():
+    from specviz.metrics import measure_speed, summarize, theory_at_pass_cost
+
+    # Verification passes of 0.06 s against plain steps of 0.04 s: a pass costs 1.5 steps.
+    cycles = [cycle(i, [1, 2, 3, 4], 3, draft_s=0.0, verify_s=0.06) for i in range(10)]
+    stats, speed = summarize(cycles), measure_speed(cycles, plain_steps(20))
+    assert speed.pass_cost == pytest.approx(1.5)
+    assert theory_at_pass_cost(stats, speed) == pytest.approx(stats.expected_speedup / 1.5)
+    assert theory_at_pass_cost(stats, None) is None
+
+
+def test_run_summary_has_both_lengths_both_times_and_prefill_apart(tiny):
+    from specviz.runs import execute
+    from specviz.settings import RunSettings
+    from tiny_pair import PROMPT
+
+    settings = RunSettings(draft="small", k=3, temperature=1.0, seed=4, max_new_tokens=24)
+    summary = execute(settings, PROMPT, tiny.loader(settings), baseline=True).summary()
+    for key in ("tokens", "baseline_tokens", "seconds", "baseline_seconds", "spec_prefill_seconds",
+                "spec_decode_seconds", "baseline_prefill_seconds", "baseline_decode_seconds", "speedup",
+                "speedup_low", "speedup_high", "speedup_reliable", "verify_pass_cost",
+                "expected_speedup_at_pass_cost", "expected_speedup", "clock"):
+        assert key in summary, key
+    assert summary["compared"] == "decode-only seconds per token"
+    assert summary["spec_prefill_seconds"] + summary["spec_decode_seconds"] == pytest.approx(summary["seconds"])

@@ -185,3 +185,10 @@ def test_explain_sliders_refuse_bad_numbers():
     assert explain_tab.on_numbers("x", 4, 0.1) == (gr.skip(), gr.skip())
     text, figure = explain_tab.on_numbers(0.5, 4, 0.1)
     assert "0.50" in text and figure.data
+
+
+def test_compare_yields_after_every_event_so_a_stop_lands_within_one_cycle(tiny):
+    steps = list(compare_tab.compare_work(LOCAL, tiny.loader)(PROMPT, ROWS[:2], 16, 0, CHAT))
+    *_, final = [s for s in steps if s is not TICK]
+    events = sum(len(run.cycles) + len(run.steps) for run in final.result[0].results) - len(final.result[0].results[1].steps)
+    assert len(steps) >= events      # one step (a view or a TICK) per cycle and per plain step at least

@@ -20,7 +20,7 @@ import gradio as gr
 
 from ..errors import SpecvizError
 from ..runs import Comparison, Loader, Sweep, config_label, iter_comparison, iter_sweep, load
-from ..settings import Limits, RunSettings, check_prompt, validate
+from ..settings import Limits, RunSettings, check_prompt, flag, validate
 from ..views import explain, render
 from ..views.export import export_comparison
 from ..views.figures import comparison_figures, sweep_figure
@@ -59,7 +59,7 @@ def parse_configs(rows, *, max_new_tokens, seed, chat: bool, limits: Limits) -> 
             raise SpecvizError(f"Row {n} of the configurations is not a row.")
         row = list(row) + [None] * (len(CONFIG_HEADERS) - len(row))
         use, target, draft, k, dynamic_k, temperature = row[: len(CONFIG_HEADERS)]
-        if not validate_flag(use):
+        if not flag(use):
             continue
         settings = RunSettings(target=target if target not in (None, "") else None,
                                draft=draft if draft not in (None, "") else "ngram",
@@ -75,12 +75,6 @@ def parse_configs(rows, *, max_new_tokens, seed, chat: bool, limits: Limits) -> 
     if len(configs) > MAX_CONFIGS:
         raise SpecvizError(f"Compare at most {MAX_CONFIGS} configurations at once ({len(configs)} are ticked).")
     return configs
-
-
-def validate_flag(value) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes", "y", "x", "\u2713")
-    return bool(value)
 
 
 # ----------------------------------------------------------------------------- views
