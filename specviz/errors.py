@@ -43,6 +43,4 @@ def user_message(exc: BaseException) -> str:
     if is_out_of_memory(exc):
         free_device_memory()
         return OUT_OF_MEMORY
-    if isinstance(exc, ValueError):   # the library's own argument checks (decoding, sampling)
-        return str(exc)
     return f"Unexpected error ({type(exc).__name__}: {exc}). Details are in the log."

@@ -69,7 +69,7 @@ class SpecStats:
         return asdict(self)
 
 
-def _ratio(num: float, den: float) -> float:
+def ratio(num: float, den: float) -> float:
     return num / den if den else 0.0
 
 
@@ -78,9 +78,9 @@ def cost_ratio(cycles: Sequence[Cycle]) -> float:
     are others."""
     steady = cycles[1:] if len(cycles) > 1 else cycles
     drafted = sum(len(c.drafted) for c in steady)
-    per_draft_token = _ratio(sum(c.draft_seconds for c in steady), drafted)
-    per_pass = _ratio(sum(c.verify_seconds for c in steady), len(steady))
-    return _ratio(per_draft_token, per_pass)
+    per_draft_token = ratio(sum(c.draft_seconds for c in steady), drafted)
+    per_pass = ratio(sum(c.verify_seconds for c in steady), len(steady))
+    return ratio(per_draft_token, per_pass)
 
 
 def summarize(cycles: Sequence[Cycle]) -> SpecStats:
@@ -96,12 +96,12 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
     by_position = []
     for i in range(longest):
         reached = [c for c in cycles if len(c.drafted) > i]
-        by_position.append(_ratio(sum(c.num_accepted > i for c in reached), len(reached)))
+        by_position.append(ratio(sum(c.num_accepted > i for c in reached), len(reached)))
     draft_seconds = sum(c.draft_seconds for c in cycles)
     verify_seconds = sum(c.verify_seconds for c in cycles)
     seconds = draft_seconds + verify_seconds
-    alpha = _ratio(accepted, accepted + rejected)
-    mean_k = _ratio(sum(c.k for c in cycles), len(cycles))
+    alpha = ratio(accepted, accepted + rejected)
+    mean_k = ratio(sum(c.k for c in cycles), len(cycles))
     c = cost_ratio(cycles)
     # The theory is evaluated at the draft lengths actually proposed: prompt lookup often finds
     # fewer than k tokens (or none), and a cycle that drafted n tokens can yield at most n + 1.
@@ -110,10 +110,10 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
     mean_drafted = sum(lengths) / len(lengths)
     return SpecStats(
         cycles=len(cycles), tokens=tokens, drafted=drafted, accepted=accepted,
-        draft_acceptance_rate=_ratio(accepted, drafted), alpha=alpha,
-        mean_acceptance_length=_ratio(tokens, len(cycles)), acceptance_histogram=histogram,
+        draft_acceptance_rate=ratio(accepted, drafted), alpha=alpha,
+        mean_acceptance_length=ratio(tokens, len(cycles)), acceptance_histogram=histogram,
         acceptance_by_position=by_position, mean_k=mean_k, draft_seconds=draft_seconds,
-        verify_seconds=verify_seconds, seconds=seconds, tokens_per_second=_ratio(tokens, seconds),
+        verify_seconds=verify_seconds, seconds=seconds, tokens_per_second=ratio(tokens, seconds),
         cost_ratio=c, expected_tokens_per_pass=tokens_per_pass,
         expected_speedup=tokens_per_pass / (mean_drafted * c + 1.0), best_k=best_k(alpha, c))
 
@@ -130,7 +130,7 @@ class PlainStats:
 
 def summarize_plain(steps: Sequence[Step]) -> PlainStats:
     seconds = sum(s.seconds for s in steps)
-    return PlainStats(tokens=len(steps), seconds=seconds, tokens_per_second=_ratio(len(steps), seconds))
+    return PlainStats(tokens=len(steps), seconds=seconds, tokens_per_second=ratio(len(steps), seconds))
 
 
 def median(values: Sequence[float]) -> float:
@@ -144,7 +144,7 @@ def rejections(cycles: Sequence[Cycle]) -> int:
 def pooled_alpha(runs: Sequence[Sequence[Cycle]]) -> float:
     """The theory's per-token acceptance over several runs' cycles: accepted / (accepted + rejections)."""
     accepted = sum(c.num_accepted for cycles in runs for c in cycles)
-    return _ratio(accepted, accepted + sum(rejections(cycles) for cycles in runs))
+    return ratio(accepted, accepted + sum(rejections(cycles) for cycles in runs))
 
 
 # ----------------------------------------------------------------------------- speedup, measured
@@ -198,8 +198,8 @@ def measure_speed(cycles: Sequence[Cycle], steps: Sequence[Step], *, seed: int =
     spec_tokens = sum(len(c.emitted) for c in cycles[1:])
     plain_tokens = len(step_seconds)
 
-    def ratio(spec_seconds: float, plain_seconds: float) -> float:
-        return _ratio(plain_seconds / plain_tokens, _ratio(spec_seconds, spec_tokens))
+    def speedup_of(spec_seconds: float, plain_seconds: float) -> float:
+        return ratio(plain_seconds / plain_tokens, ratio(spec_seconds, spec_tokens))
 
     # Bootstrap the timing noise. A pass's duration depends on how many tokens it drafted and
     # verified, so passes are resampled as (the cost a least-squares line predicts for their draft
@@ -208,38 +208,61 @@ def measure_speed(cycles: Sequence[Cycle], steps: Sequence[Step], *, seed: int =
     residuals = [t - f for t, f in zip(pass_seconds, predicted)]
     spec_fit = sum(predicted)
     rng = random.Random(seed)
-    samples = sorted(ratio(spec_fit + sum(rng.choices(residuals, k=len(residuals))),
+    samples = sorted(speedup_of(spec_fit + sum(rng.choices(residuals, k=len(residuals))),
                            sum(rng.choices(step_seconds, k=len(step_seconds)))) for _ in range(BOOTSTRAP_SAMPLES))
     low, high = samples[int(0.025 * BOOTSTRAP_SAMPLES)], samples[int(0.975 * BOOTSTRAP_SAMPLES) - 1]
     emitted = sum(len(c.emitted) for c in cycles)
-    return Speed(speedup=ratio(sum(pass_seconds), sum(step_seconds)), low=low, high=high,
+    return Speed(speedup=speedup_of(sum(pass_seconds), sum(step_seconds)), low=low, high=high,
                  reliable=(len(pass_seconds) >= MIN_PASSES and plain_tokens >= MIN_PASSES
                            and high <= MAX_SPREAD * low),
                  spec_tokens=emitted, plain_tokens=len(steps),
                  spec_prefill_seconds=cycles[0].seconds, plain_prefill_seconds=steps[0].seconds,
                  spec_decode_seconds=sum(pass_seconds), plain_decode_seconds=sum(step_seconds),
                  spec_decode_tokens=spec_tokens, plain_decode_tokens=plain_tokens,
-                 pass_cost=_ratio(median([c.verify_seconds for c in cycles[1:]]), median(step_seconds)),
+                 pass_cost=ratio(median([c.verify_seconds for c in cycles[1:]]), median(step_seconds)),
                  same_length=emitted == len(steps))
 
 
 def running_speedup(cycles: Sequence[Cycle], steps: Sequence[Step]) -> tuple[list[float], list[float | None]]:
-    """At the end of each cycle: speculative tokens/s over plain tokens/s, each over its own
-    time so far (the baseline up to the same amount of its own time, at least one step)."""
+    """At the end of each cycle (x: the speculative run's own time so far): the speedup as
+    `measure_speed` computes it, decode-only time per token, against the baseline up to the same
+    amount of its own time (at least one step past its prefill)."""
     spec_time = list(accumulate(c.seconds for c in cycles))
-    spec_tokens = list(accumulate(len(c.emitted) for c in cycles))
     plain_time = list(accumulate(s.seconds for s in steps))
     out, j = [], 0
-    for t, n in zip(spec_time, spec_tokens):
+    for i, t in enumerate(spec_time):
         while j < len(plain_time) and plain_time[j] <= t:
             j += 1
-        done = max(j, 1) if plain_time else 0
-        if not done or not t or not plain_time[done - 1]:
+        done = max(j, 2)
+        if i == 0 or done > len(steps):
             out.append(None)
             continue
-        out.append((n / t) / (done / plain_time[done - 1]))
+        spec_per_token = ratio(t - spec_time[0], sum(len(c.emitted) for c in cycles[1:i + 1]))
+        plain_per_token = ratio(plain_time[done - 1] - plain_time[0], done - 1)
+        out.append(ratio(plain_per_token, spec_per_token) or None)
     return spec_time, out
 
+
+def draft_cost(stats: SpecStats) -> float:
+    """Drafting time per cycle in target passes: k c, the term the theory divides by (1 + k c)."""
+    return stats.mean_k * stats.cost_ratio
+
+
+def pass_seconds(cycles: Sequence[Cycle]) -> float:
+    """Mean time of one verification pass, leaving out the first (it carries the prompt's prefill)."""
+    steady = cycles[1:] or cycles
+    return ratio(sum(c.verify_seconds for c in steady), len(steady))
+
+
+def drafted_per_cycle(stats: SpecStats) -> float:
+    return ratio(stats.drafted, stats.cycles)
+
+
+def ideal_speedup(spec: SpecStats, speed: Speed | None) -> float:
+    """The theory if a verification pass cost one plain step (what a GPU approaches), drafting
+    keeping its measured cost: E / (n c P + 1), c being measured against a pass of cost P steps."""
+    pass_cost = speed.pass_cost if speed is not None and speed.pass_cost else 1.0
+    return ratio(spec.expected_tokens_per_pass, drafted_per_cycle(spec) * spec.cost_ratio * pass_cost + 1.0)
 
 
 def theory_at_pass_cost(spec: SpecStats, speed: Speed | None) -> float | None:
@@ -250,9 +273,6 @@ def theory_at_pass_cost(spec: SpecStats, speed: Speed | None) -> float | None:
     return spec.expected_speedup / speed.pass_cost
 
 
-def speedup(spec: SpecStats, plain: PlainStats) -> float:
-    """Whole-run throughput ratio: speculative tokens/s over plain tokens/s (prefill included)."""
-    return _ratio(spec.tokens_per_second, plain.tokens_per_second)
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:

@@ -148,6 +148,9 @@ def validate(settings: RunSettings, limits: Limits = LOCAL) -> RunSettings:
     SpecvizError naming the first bad setting. Touches no file and loads nothing."""
     k = whole_number("k (tokens drafted per cycle)", settings.k, 1, limits.max_k)
     max_k = None if settings.max_k in (None, "") else whole_number("max k", settings.max_k, k, limits.max_k)
+    dynamic_k = flag(settings.dynamic_k)
+    if dynamic_k and max_k is None:   # dynamic k grows to 2k by default: never past the limit
+        max_k = min(2 * k, limits.max_k)
     temperature = number("temperature", settings.temperature, 0.0, limits.max_temperature)
     top_k = whole_number("top-k", settings.top_k, 0, 1_000_000)
     top_p = number("top-p", settings.top_p, 0.0, 1.0)
@@ -170,7 +173,7 @@ def validate(settings: RunSettings, limits: Limits = LOCAL) -> RunSettings:
             raise SpecvizError(f"{name} must be a name such as 'auto', got {value!r}.")
     if limits.hosted and (settings.dtype, settings.device) != ("auto", "auto"):
         raise SpecvizError(f"dtype and device are chosen by the server{in_demo}.")
-    return replace(settings, target=target, draft=draft.name, k=k, dynamic_k=flag(settings.dynamic_k),
+    return replace(settings, target=target, draft=draft.name, k=k, dynamic_k=dynamic_k,
                    max_k=max_k, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                    max_new_tokens=max_new_tokens, chat=flag(settings.chat),
                    dtype=settings.dtype.strip().lower(), device=settings.device.strip().lower())

@@ -512,3 +512,12 @@ def test_gguf_file_loads_like_the_builtin(builtin_fp32):
     ids = encode_prompt(tokenizer, "Name three colours.")
     with torch.inference_mode():
         assert torch.equal(target(ids).logits, builtin_fp32.target(ids).logits)
+
+
+def test_out_of_memory_while_loading_stays_out_of_memory(disk, monkeypatch):
+    # errors.user_message frees the device's cache and says what to do, but only if it sees the OOM.
+    def too_big(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20 GiB")
+    monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", too_big)
+    with pytest.raises(torch.OutOfMemoryError):
+        load_model(disk["target"], device="cpu", dtype="float32")

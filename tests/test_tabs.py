@@ -192,3 +192,18 @@ def test_compare_yields_after_every_event_so_a_stop_lands_within_one_cycle(tiny)
     *_, final = [s for s in steps if s is not TICK]
     events = sum(len(run.cycles) + len(run.steps) for run in final.result[0].results) - len(final.result[0].results[1].steps)
     assert len(steps) >= events      # one step (a view or a TICK) per cycle and per plain step at least
+
+
+def test_compare_keeps_yielding_while_a_model_loads(tiny):
+    # A Stop lands between two steps: a long load (a hub download) must not hold it up.
+    import time
+
+    def slow_loader(settings, progress=None):
+        time.sleep(1.0)
+        return tiny.loader(settings, progress)
+
+    steps = compare_tab.compare_work(LOCAL, slow_loader)(PROMPT, ROWS[:1], 8, 0, CHAT)
+    started = time.monotonic()
+    next(steps), next(steps)          # the "running" view, then a step while the load goes on
+    assert time.monotonic() - started < 0.8
+    steps.close()

@@ -112,11 +112,11 @@ def test_the_baseline_text_shows_no_end_of_turn_token(tiny):
     pair = tiny.pair("tiny", "ngram")
     settings = RunSettings(max_new_tokens=40, chat=False)
     free = None
-    for free in race(settings, PROMPT, pair):
+    for free in race(settings, PROMPT, pair, baseline=True):
         pass
     stop = free.baseline_tokens[5]
     ended = None
-    for ended in race(settings, PROMPT, dataclasses.replace(pair, eos_token_ids=[stop])):
+    for ended in race(settings, PROMPT, dataclasses.replace(pair, eos_token_ids=[stop]), baseline=True):
         pass
     assert ended.steps[-1].token == stop and len(ended.steps) < 40
     assert ended.step_texts[-1] == "" and "".join(ended.step_texts) == "".join(free.step_texts[: len(ended.steps) - 1])
@@ -322,3 +322,33 @@ def test_the_drafter_controls_make_one_draft_spec():
     assert common.draft_spec(DRAFT_MODEL, " org/small ", 3) == "org/small"
     with pytest.raises(SpecvizError, match="early-exit layer"):
         common.draft_spec(EARLY_EXIT, "", "x")
+
+
+def test_a_finished_run_does_not_keep_its_models_alive(tiny):
+    # Runs live on in session state (Compare's export); the model cache alone decides what stays loaded.
+    import gc
+    import weakref
+
+    from conftest import make_llama
+    from specviz.core.drafters import PromptLookupDrafter
+    from specviz.models import ModelPair
+    from tiny_pair import WORDS
+
+    model = make_llama(3, layers=1, vocab=len(WORDS))
+    pair = ModelPair(target=model, tokenizer=tiny.tokenizer, draft=PromptLookupDrafter(), target_name="m",
+                     draft_name="ngram", target_parameters=1, draft_parameters=0, device=model.device,
+                     dtype=torch.float32, eos_token_ids=[])
+    alive = weakref.ref(model)
+    run = None
+    for run in race(RunSettings(max_new_tokens=8), PROMPT, pair, baseline=True):
+        pass
+    del pair, model
+    gc.collect()
+    assert alive() is None and run.text
+
+
+def test_hosted_dynamic_k_never_grows_past_the_limit():
+    from specviz.settings import validate
+
+    assert validate(RunSettings(k=16, dynamic_k=True), HOSTED).max_k == 16
+    assert validate(RunSettings(k=4, dynamic_k=True), HOSTED).max_k == 8

@@ -16,7 +16,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from ..errors import SpecvizError
+from ..errors import SpecvizError, is_out_of_memory
 from .cache import lock as _lock
 from .cache import model_cache
 from .devices import needs_device_map, resolve_device, resolve_dtype
@@ -134,6 +134,8 @@ def _load(spec: str, device: torch.device, dtype: torch.dtype, *, allow_pickle: 
     except SpecvizError:
         raise
     except (OSError, ValueError, KeyError, RuntimeError, TypeError) as error:
+        if is_out_of_memory(error):   # errors.user_message says what to do, and frees the device's cache
+            raise
         raise _explain(error, source, allow_pickle) from error
     model.eval()
     loaded = LoadedModel(model, tokenizer)

@@ -2,7 +2,7 @@
 benchmark against transformers' assisted generation (`bench`). All of them go through `run.race`."""
 
 from .compare import Comparison, Sweep, compare, config_label, config_labels, iter_comparison, iter_sweep, sweep
-from .run import CycleText, Loader, Run, execute, load, race
+from .run import CycleText, Loader, Run, execute, load, load_stepwise, race
 
 __all__ = ["Comparison", "Sweep", "compare", "config_label", "config_labels", "iter_comparison", "iter_sweep",
-           "sweep", "CycleText", "Loader", "Run", "execute", "load", "race"]
+           "sweep", "CycleText", "Loader", "Run", "execute", "load", "load_stepwise", "race"]

@@ -35,7 +35,7 @@ from transformers import PreTrainedModel
 
 from ..catalog import BenchPrompt
 from ..core.decoding import Clock
-from ..metrics import median
+from ..metrics import median, ratio
 from ..models import ModelPair
 from ..models.sources import Progress
 from ..models.tiny import tiny_pair
@@ -45,7 +45,6 @@ from .run import Run, encode, execute, load
 DEFAULT_K = {"ngram": 8, "self": 4, "model": 4}   # draft length per kind of drafter
 TINY_TARGET = "tiny"                               # the target name that builds models.tiny's pair
 WARM_UP_TOKENS = 16
-METHODS = ("plain", "specviz", "transformers")
 
 
 def default_draft(target: str | None) -> str:
@@ -95,7 +94,7 @@ class Timed:
 
     @property
     def tokens_per_s(self) -> float:
-        return _ratio(len(self.tokens), self.seconds)
+        return ratio(len(self.tokens), self.seconds)
 
 
 def transformers_settings(setup: Setup) -> tuple[dict, dict, str]:
@@ -181,13 +180,13 @@ def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transforme
         "tokens_per_pass": stats.mean_acceptance_length, "target_passes": stats.cycles,
         "transformers_target_passes": hf.target_passes,
         "expected_tokens_per_pass": stats.expected_tokens_per_pass,
-        "mean_drafted": _ratio(stats.drafted, stats.cycles),
+        "mean_drafted": ratio(stats.drafted, stats.cycles),
         "cost_ratio": stats.cost_ratio, "expected_speedup": stats.expected_speedup,
         "baseline_tokens_per_s": rates["plain"], "specviz_tokens_per_s": rates["specviz"],
         "transformers_tokens_per_s": rates["transformers"],
-        "specviz_speedup": _ratio(rates["specviz"], rates["plain"]),
-        "transformers_speedup": _ratio(rates["transformers"], rates["plain"]),
-        "specviz_vs_transformers": _ratio(rates["specviz"], rates["transformers"]),
+        "specviz_speedup": ratio(rates["specviz"], rates["plain"]),
+        "transformers_speedup": ratio(rates["transformers"], rates["plain"]),
+        "specviz_vs_transformers": ratio(rates["specviz"], rates["transformers"]),
         "identical_to_baseline": bool(run.identical),
         "first_divergence": run.divergence,
         "transformers_identical_to_baseline": hf.tokens == run.baseline_tokens,
@@ -199,7 +198,7 @@ def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transforme
         "verify_pass_cost": speed.pass_cost if speed is not None and speed.pass_cost else None,
         "expected_speedup_at_pass_cost": run.theory_at_pass_cost,
     }
-    row["speedup_vs_theory"] = _ratio(row["specviz_speedup"], row["expected_speedup"])
+    row["speedup_vs_theory"] = ratio(row["specviz_speedup"], row["expected_speedup"])
     return row
 
 
@@ -226,10 +225,6 @@ def run_bench(setup: Setup, prompts: Sequence[BenchPrompt], *, repeats: int = 1,
                          f"specviz {run.stats.tokens_per_second:6.1f}  "
                          f"transformers {hf[i][-1].tokens_per_s:6.1f} tokens/s")
     return [bench_row(setup, prompt, r, t) for prompt, r, t in zip(prompts, runs, hf)]
-
-
-def _ratio(num: float, den: float) -> float:
-    return num / den if den else 0.0
 
 
 # ----------------------------------------------------------------------------- summaries

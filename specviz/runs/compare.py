@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import SpecvizError
 from ..metrics import best_k, expected_speedup, median, pooled_alpha
 from ..settings import RunSettings
-from .run import Loader, Run, load, race
+from .run import Loader, Run, load, load_stepwise, race
 
 SWEEP_KS = tuple(range(1, 9))
 
@@ -90,7 +90,12 @@ def iter_comparison(configs: Sequence[RunSettings], prompt: str, *, loader: Load
     for i, settings in enumerate(configs):
         if progress is not None:
             progress(i / len(configs), f"[{i + 1}/{len(configs)}] {comparison.labels[i]}: loading and decoding")
-        pair = loader(settings, None)
+        pair = None
+        for item in load_stepwise(settings, loader):   # yields while a long load goes on
+            if item is None or isinstance(item, str):
+                yield comparison
+            else:
+                pair = item
         shared = baselines.get(baseline_key(settings))
         run = None
         for run in race(settings, prompt, pair, baseline=shared is None):

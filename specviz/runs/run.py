@@ -14,7 +14,9 @@ streaming to a browser) is counted.
 
 from __future__ import annotations
 
+import functools
 import platform
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -23,8 +25,8 @@ import torch
 from ..core.decoding import Clock, autoregressive_decode, speculative_decode
 from ..core.events import Cycle, Step
 from ..errors import SpecvizError
-from ..metrics import (PlainStats, SpecStats, Speed, first_divergence, measure_speed, summarize, summarize_plain,
-                       theory_at_pass_cost)
+from ..metrics import (PlainStats, SpecStats, Speed, first_divergence, ideal_speedup, measure_speed, summarize,
+                       summarize_plain, theory_at_pass_cost)
 from ..models import Detokenizer, ModelPair, check_context, encode_prompt, load_pair
 from ..models.sources import Progress
 from ..settings import RunSettings
@@ -36,6 +38,35 @@ def load(settings: RunSettings, progress: Progress | None = None) -> ModelPair:
     """The pair `settings` names (from the in-memory cache when it is loaded already)."""
     return load_pair(settings.target, settings.draft, device=settings.device, dtype=settings.dtype,
                      progress=progress)
+
+
+def load_stepwise(settings: RunSettings, loader: Loader | None = None, *, tick: float = 0.25):
+    """The pair for `settings`, loaded in a worker thread: yields a progress message (or None) at
+    least every `tick` seconds while it works, then the pair. A consumer that stops iterating is not
+    held up by a long load (a first conversion, a hub download); the load itself finishes in the
+    background and lands in the model cache."""
+    messages: list[str] = []
+    outcome: dict = {}
+
+    def work():
+        try:
+            outcome["pair"] = (loader or load)(settings, lambda _fraction, message: messages.append(message))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=work, name="specviz-load", daemon=True)
+    worker.start()
+    shown = 0
+    while worker.is_alive():
+        worker.join(tick)
+        if len(messages) > shown:
+            shown = len(messages)
+            yield messages[-1]
+        else:
+            yield None
+    if "error" in outcome:
+        raise outcome["error"]
+    yield outcome["pair"]
 
 
 @dataclass
@@ -67,7 +98,8 @@ class Run:
     spec_done: bool = False
     plain_done: bool = False
     _stats: tuple = (-1, None)
-    _decode: Callable[[list[int]], str] | None = None
+    _speed: tuple = ((-1, -1), None)
+    _decode: Callable[[list[int]], str] | None = None   # holds the tokenizer only, never the models
 
     # --- what was produced
     @property
@@ -81,10 +113,6 @@ class Run:
     @property
     def text(self) -> str:
         return self._decode(self.tokens) if self._decode else "".join(self.emitted_texts())
-
-    @property
-    def baseline_text(self) -> str:
-        return self._decode(self.baseline_tokens) if self._decode else "".join(self.step_texts)
 
     def emitted_texts(self) -> list[str]:
         out = []
@@ -109,7 +137,10 @@ class Run:
 
     @property
     def speed(self) -> Speed | None:
-        return measure_speed(self.cycles, self.steps)
+        key = (len(self.cycles), len(self.steps))
+        if self._speed[0] != key:
+            self._speed = (key, measure_speed(self.cycles, self.steps))
+        return self._speed[1]
 
     @property
     def speedup(self) -> float | None:
@@ -149,7 +180,8 @@ class Run:
                            baseline_prefill_seconds=speed.plain_prefill_seconds,
                            baseline_decode_seconds=speed.plain_decode_seconds,
                            verify_pass_cost=speed.pass_cost,
-                           expected_speedup_at_pass_cost=theory_at_pass_cost(self.stats, speed))
+                           expected_speedup_at_pass_cost=theory_at_pass_cost(self.stats, speed),
+                           expected_speedup_ideal=ideal_speedup(self.stats, speed))
         return summary
 
     def to_json(self) -> dict:
@@ -209,7 +241,7 @@ def _warm_up(settings: RunSettings, pair: ModelPair, input_ids: torch.Tensor, op
         pass
 
 
-def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool = True,
+def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool = False,
          warm_up: bool = True) -> Iterator[Run]:
     """Decode `prompt` (speculatively, and plainly too with `baseline`), yielding the run after each
     event. `settings` must have passed `settings.validate`; errors a user can cause raise SpecvizError."""
@@ -231,7 +263,7 @@ def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool 
               target_parameters=pair.target_parameters, draft_parameters=pair.draft_parameters,
               dtype=str(pair.dtype).removeprefix("torch."), device=str(pair.device), clock=Clock(pair.device).name,
               prompt_tokens=len(prompt_ids), eos_token_ids=eos, baseline=baseline,
-              _decode=lambda ids: pair.tokenizer.decode(ids, skip_special_tokens=True))
+              _decode=functools.partial(pair.tokenizer.decode, skip_special_tokens=True))
     spec_text, plain_text = Detokenizer(pair.tokenizer, prompt_ids), Detokenizer(pair.tokenizer, prompt_ids)
     limit, ends = settings.max_new_tokens, set(eos)
     spec_tokens = 0

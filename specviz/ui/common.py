@@ -1,5 +1,4 @@
-"""What every tab shares: the one queue, hosted-mode limits, the drafter controls, loading with progress,
-and `streaming`, which turns a tab's work into a Gradio handler that a Stop or a closed browser
+"""What every tab shares: the one queue, hosted-mode limits, the drafter controls, and `streaming`, which turns a tab's work into a Gradio handler that a Stop or a closed browser
 really stops.
 
 A tab's work is a plain generator that yields a view (a tuple of outputs) when the page should
@@ -15,15 +14,12 @@ import asyncio
 import functools
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterator
 
 import gradio as gr
 
 from ..catalog import list_presets
 from ..errors import SpecvizError, expected, user_message
-from ..models import ModelPair
-from ..runs import Loader, load
 from ..settings import LOCAL, Limits, RunSettings, hosted, whole_number
 from ..views import render
 from .spaces import GPU
@@ -83,10 +79,6 @@ def draft_spec(drafter: str, draft_model: str | None, exit_layer) -> str:
             raise SpecvizError("Type a draft model id (or pick a preset), or choose prompt lookup or early exit.")
         return draft_model.strip()
     raise SpecvizError(f"Unknown drafter {drafter!r}: choose one of {', '.join(DRAFTERS)}.")
-
-
-def seed_value(seed):
-    return None if seed is None or seed == "" else seed
 
 
 def gpu_task(fn: Callable | None = None, *, duration: int = GPU_SECONDS):
@@ -154,34 +146,3 @@ def failure(exc: BaseException, what: str = "run") -> str:
 def error_html(message: str) -> str:
     gr.Warning(message)
     return render.error_html(message)
-
-
-def load_in_background(settings: RunSettings, loader: Loader | None = None) -> Iterator[str | ModelPair]:
-    """The pair for `settings`, loaded in a worker thread: yields progress messages while it works
-    (a first load of the built-in model converts it and takes a while), then the pair."""
-    messages: list[str] = []
-    outcome: dict = {}
-
-    def work():
-        try:
-            outcome["pair"] = (loader or load)(settings, lambda _fraction, message: messages.append(message))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=work, name="specviz-load", daemon=True)
-    worker.start()
-    shown = 0
-    while worker.is_alive():
-        worker.join(0.5)
-        if len(messages) > shown:
-            shown = len(messages)
-            yield messages[-1]
-    if "error" in outcome:
-        raise outcome["error"]
-    yield outcome["pair"]
-
-
-def load_pair_quietly(settings: RunSettings, loader: Loader | None = None) -> Iterator[ModelPair | object]:
-    """`load_in_background` for tabs that show no loading progress: TICKs while loading, then the pair."""
-    for item in load_in_background(settings, loader):
-        yield TICK if isinstance(item, str) else item

@@ -25,7 +25,7 @@ from ..views import explain, render
 from ..views.export import export_comparison
 from ..views.figures import comparison_figures, sweep_figure
 from ..views.prose import SWEEP_HEADERS, TABLE_HEADERS, sweep_line, sweep_rows, table_rows, winner_line
-from .common import (CHAT, CONCURRENCY_ID, RAW, TICK, Throttle, error_html, failure, gpu_task, seed_value,
+from .common import (CHAT, CONCURRENCY_ID, RAW, TICK, Throttle, error_html, failure, gpu_task,
                      slider_max_new_tokens, streaming)
 
 MAX_CONFIGS = 4
@@ -61,11 +61,10 @@ def parse_configs(rows, *, max_new_tokens, seed, chat: bool, limits: Limits) -> 
         use, target, draft, k, dynamic_k, temperature = row[: len(CONFIG_HEADERS)]
         if not flag(use):
             continue
-        settings = RunSettings(target=target if target not in (None, "") else None,
-                               draft=draft if draft not in (None, "") else "ngram",
-                               k=4 if k in (None, "") else k, dynamic_k=dynamic_k or False,
+        # A blank k or temperature cell means the default; validate reads blank target and draft cells.
+        settings = RunSettings(target=target, draft=draft, k=4 if k in (None, "") else k, dynamic_k=dynamic_k,
                                temperature=0.0 if temperature in (None, "") else temperature,
-                               seed=seed_value(seed), max_new_tokens=max_new_tokens, chat=chat)
+                               seed=seed, max_new_tokens=max_new_tokens, chat=chat)
         try:
             configs.append(validate(settings, limits))
         except SpecvizError as exc:

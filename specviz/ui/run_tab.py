@@ -14,12 +14,11 @@ from typing import NamedTuple
 import gradio as gr
 
 from ..catalog import load_examples
-from ..runs import Loader, Run, race
-from ..settings import Limits, RunSettings, check_prompt, validate
+from ..runs import Loader, Run, load_stepwise, race
+from ..settings import Limits, RunSettings, check_prompt, parse_draft, validate
 from ..views import charts, render
 from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP, RAW, TICK,
-                     Throttle, draft_spec, error_html, failure, gpu_task, load_in_background, presets, seed_value,
-                     slider_max_new_tokens, streaming)
+                     Throttle, draft_spec, error_html, failure, gpu_task, presets, slider_max_new_tokens, streaming)
 
 
 class RunView(NamedTuple):
@@ -57,9 +56,9 @@ class RunRenderer:
     def view(self, run: Run, state: str, *, final: bool = False, with_charts: bool = True) -> RunView:
         for cycle, text in zip(run.cycles[len(self.cycle_html):], run.texts[len(self.cycle_html):]):
             self.cycle_html.append(render.render_cycle(cycle.index, render.cycle_pieces(cycle, text)))
-        spec_seconds = sum(c.seconds for c in run.cycles)
-        plain_seconds = sum(s.seconds for s in run.steps)
-        tokens = render.token_view_html(self.cycle_html, render.race_status(len(run.tokens), spec_seconds, run.spec_done))
+        plain_seconds = run.plain.seconds if run.plain else 0.0
+        tokens = render.token_view_html(self.cycle_html, render.race_status(run.stats.tokens, run.stats.seconds,
+                                                                            run.spec_done))
         baseline = render.baseline_html("".join(run.step_texts),
                                         render.race_status(len(run.steps), plain_seconds, run.plain_done))
         figures = charts.run_figures(run) if with_charts else (gr.skip(),) * 4
@@ -80,7 +79,7 @@ def settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_
                            max_new_tokens, seed, prompt_format, limits: Limits) -> RunSettings:
     return validate(RunSettings(target=target, draft=draft_spec(drafter, draft_model, exit_layer), k=k,
                                 dynamic_k=dynamic_k, temperature=temperature, top_p=top_p, top_k=top_k,
-                                max_new_tokens=max_new_tokens, seed=seed_value(seed), chat=prompt_format != RAW),
+                                max_new_tokens=max_new_tokens, seed=seed, chat=prompt_format != RAW),
                     limits)
 
 
@@ -96,8 +95,10 @@ def run_work(limits: Limits, loader: Loader | None = None):
             prompt = check_prompt(prompt, limits)
             loading = render.summary_loading_html(settings.target, settings.draft)
             yield empty_view(loading)
-            for pair in load_in_background(settings, loader):
-                if isinstance(pair, str):
+            for pair in load_stepwise(settings, loader):
+                if pair is None:
+                    yield TICK
+                elif isinstance(pair, str):
                     yield empty_view(render.summary_loading_html(settings.target, settings.draft, pair))
             renderer = RunRenderer(lambda ids: pair.tokenizer.decode(ids, skip_special_tokens=False))
             throttle = Throttle()
@@ -111,7 +112,10 @@ def run_work(limits: Limits, loader: Loader | None = None):
             yield renderer.view(run, "Finished.", final=True)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
             error = error_html(failure(exc))
-            view = renderer.view(run, "Stopped by an error.") if run is not None else empty_view()
+            try:   # keep what the run showed, unless showing it is what failed
+                view = renderer.view(run, "Stopped by an error.") if run is not None else empty_view()
+            except Exception:  # noqa: BLE001
+                view = empty_view()
             yield view._replace(stats=error, last_stats=error)
 
     return work
@@ -137,14 +141,14 @@ def preset_settings(name: str, presets_list: list[dict]) -> dict:
     preset = next((p for p in presets_list if p.get("name") == name), None)
     if preset is None:
         return {}
-    draft = preset.get("draft") or "ngram"
+    draft = parse_draft(preset.get("draft"))
     fields = dict(target=preset.get("target") or "", draft_model="", exit_layer=None, k=preset.get("k"))
-    if draft == "ngram":
+    if draft.kind == "ngram":
         fields["drafter"] = PROMPT_LOOKUP
-    elif draft.startswith("self:"):
-        fields.update(drafter=EARLY_EXIT, exit_layer=int(draft.split(":", 1)[1]))
+    elif draft.kind == "self":
+        fields.update(drafter=EARLY_EXIT, exit_layer=draft.layers)
     else:
-        fields.update(drafter=DRAFT_MODEL, draft_model=draft)
+        fields.update(drafter=DRAFT_MODEL, draft_model=draft.text)
     return fields
 
 

@@ -10,11 +10,11 @@ from typing import NamedTuple
 
 import gradio as gr
 
-from ..runs import Loader, config_label, race
+from ..runs import Loader, config_label, load_stepwise, race
 from ..settings import Limits, RunSettings, check_prompt, validate
 from ..views import explain, render, teach
 from .common import (CHAT, CONCURRENCY_ID, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, RAW, TICK, draft_spec, error_html,
-                     failure, gpu_task, load_pair_quietly, seed_value, streaming)
+                     failure, gpu_task, streaming)
 
 TEACH_PROMPT = "Write a short poem about the sea."
 TEACH_MAX_NEW_TOKENS = 128
@@ -47,12 +47,11 @@ def teach_work(limits: Limits, loader: Loader | None = None):
              prompt_format) -> Iterator[TeachView | object]:
         try:
             settings = validate(RunSettings(draft=draft_spec(drafter, draft_model, exit_layer), k=k,
-                                            temperature=temperature, seed=seed_value(seed),
+                                            temperature=temperature, seed=seed,
                                             max_new_tokens=max_new_tokens, chat=prompt_format != RAW), limits)
             prompt = check_prompt(prompt, limits)
-            for pair in load_pair_quietly(settings, loader):
-                if pair is TICK:
-                    yield TICK
+            for pair in load_stepwise(settings, loader):
+                yield TICK
             run = None
             for run in race(settings, prompt, pair, baseline=False, warm_up=False):
                 yield TICK

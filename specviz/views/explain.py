@@ -204,4 +204,6 @@ def explain_outputs(numbers: dict | None):
     k = max(1, round(stats["mean_k"]))
     measured = (k, numbers["speedup"]) if numbers.get("speedup") else None
     figure = theory_figure(stats["alpha"], stats["cost_ratio"], measured=measured)
-    return explain_markdown(numbers), figure, round(stats["alpha"], 2), k, round(min(stats["cost_ratio"], 1.0), 3)
+    # The sliders' ranges: alpha 0..0.99, k 1..16, c 0..1.
+    return (explain_markdown(numbers), figure, min(round(stats["alpha"], 2), 0.99), min(k, 16),
+            round(min(stats["cost_ratio"], 1.0), 3))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..metrics import draft_cost, drafted_per_cycle, ideal_speedup, pass_seconds
 from ..runs.compare import Comparison, Sweep, ranked
 from ..runs.run import Run
 
@@ -46,14 +47,16 @@ def theory_lines(run: Run) -> list[tuple[str, str, str]]:
     """(name, value, note) rows for the theory: at this machine's measured pass cost, and the ideal."""
     s, speed = run.stats, run.speed
     rows = []
-    if speed is not None:
+    here = run.theory_at_pass_cost
+    if speed is not None and here is not None:
         rows.append(("Verification pass cost", f"{speed.pass_cost:.2f} plain steps",
                      "median time of a pass over the drafted tokens \u00f7 median plain step, measured"))
-        rows.append(("Theory at this pass cost", f"{run.theory_at_pass_cost:.2f}{X}",
-                     "the ideal below divided by the pass cost: what this machine should give"))
-    rows.append(("Ideal theory (pass cost 1)", f"{s.expected_speedup:.2f}{X}",
-                 f"(1 \u2212 \u03b1^(n+1)) / ((1 \u2212 \u03b1)(n c + 1)): what a GPU approaches, where a pass over "
-                 f"k + 1 tokens costs about one step; best k for this \u03b1 and c: {s.best_k}"))
+        rows.append(("Theory at this pass cost", f"{here:.2f}{X}",
+                     "(1 \u2212 \u03b1^(n+1)) / ((1 \u2212 \u03b1)(n c + 1)) passes, each costing the measured "
+                     "pass cost: what this machine should give"))
+    rows.append(("Ideal theory (pass cost 1)", f"{ideal_speedup(s, speed):.2f}{X}",
+                 f"the same with a pass over k + 1 tokens costing one plain step, as a GPU approaches "
+                 f"(drafting at its measured cost); best k for this \u03b1 and c: {s.best_k}"))
     return rows
 
 
@@ -98,21 +101,6 @@ def baseline_labels(comparison: Comparison) -> list[tuple[str, Run]]:
     return named
 
 
-def draft_cost(run: Run) -> float:
-    """Drafting time per cycle in target passes: k c, the term the theory divides by (1 + k c)."""
-    return run.stats.mean_k * run.stats.cost_ratio
-
-
-def pass_seconds(run: Run) -> float:
-    """Mean time of one verification pass, leaving out the first (it carries the prompt's prefill)."""
-    steady = run.cycles[1:] or run.cycles
-    return sum(c.verify_seconds for c in steady) / len(steady) if steady else 0.0
-
-
-def drafted_per_cycle(run: Run) -> float:
-    return run.stats.drafted / run.stats.cycles if run.stats.cycles else 0.0
-
-
 def winner_line(comparison: Comparison) -> str:
     """One sentence: which configuration was fastest, and why: more tokens per target pass
     (acceptance), cheaper drafting (k c), or cheaper target passes (verifying fewer tokens)."""
@@ -129,15 +117,15 @@ def winner_line(comparison: Comparison) -> str:
         head = (f"No configuration beat plain decoding; {label} came closest: {best.speedup or 0:.2f}{X} against "
                 f"{runner.speedup or 0:.2f}{X} for {runner_label}")
     a, b = best.stats.mean_acceptance_length, runner.stats.mean_acceptance_length
-    d, e = draft_cost(best), draft_cost(runner)
-    v, w = pass_seconds(best), pass_seconds(runner)
+    d, e = draft_cost(best.stats), draft_cost(runner.stats)
+    v, w = pass_seconds(best.cycles), pass_seconds(runner.cycles)
     factors = [
         ("acceptance", a > 1.05 * b, b > 1.05 * a, f"{a:.2f} tokens per target pass against {b:.2f}"),
         ("draft cost", d < e - 0.05, d > e + 0.05, f"drafting costs {d:.2f} of a target pass per cycle against {e:.2f}"),
         ("verification cost", v < 0.9 * w, w < 0.9 * v, f"a target pass took {1000 * v:.0f} ms against {1000 * w:.0f} ms"),
     ]
     # A pass verifies the drafted tokens: fewer of them is the one reason for cheaper passes.
-    n, m = drafted_per_cycle(best), drafted_per_cycle(runner)
+    n, m = drafted_per_cycle(best.stats), drafted_per_cycle(runner.stats)
     if v < 0.9 * w:
         extra = (f", verifying {n:.1f} drafted tokens against {m:.1f}" if n < m
                  else ", although it verified as many drafted tokens or more (timing noise?)")
@@ -175,7 +163,7 @@ def table_rows(comparison: Comparison) -> list[list[str]]:
         here = run.theory_at_pass_cost
         rows.append([label, f"{s.draft_acceptance_rate:.1%}", f"{s.mean_acceptance_length:.2f}", f"{s.cost_ratio:.3f}",
                      f"{run.speedup or 0:.2f}{X}", _range(run), "" if here is None else f"{here:.2f}{X}",
-                     f"{s.expected_speedup:.2f}{X}", f"{s.tokens_per_second:.1f}"])
+                     f"{ideal_speedup(s, run.speed):.2f}{X}", f"{s.tokens_per_second:.1f}"])
     for name, run in baseline_labels(comparison):
         rows.append([name, "", "1.00", "", f"1.00{X}", "", "", "", f"{run.plain.tokens_per_second:.1f}"])
     return rows

@@ -1,7 +1,6 @@
 """Events -> HTML: the token view of a speculative run and the plain text of a baseline run.
 
-Pure functions, apart from `Detokenizer`, which holds the little state that incremental decoding
-needs. Every token is one `<span class="sv-tok" data-verdict=...>`: accepted, rejected, resampled
+Pure functions of a run's cycles and their token texts (`runs.CycleText`). Every token is one `<span class="sv-tok" data-verdict=...>`: accepted, rejected, resampled
 or bonus. Verdicts are told apart by colour (the Okabe-Ito palette, which stays distinct under the
 common colour-vision deficiencies) and by a mark that needs no colour: rejected drafts are struck
 through, a resampled correction has a wavy underline, a bonus token a double underline. Cycles are
