@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from itertools import accumulate
 
-from .core.events import Cycle, Step
+from .core import trees
+from .core.events import RESAMPLED, Cycle, Step
 
 
 def expected_tokens_per_pass(a: float, k: int) -> float:
@@ -64,6 +65,7 @@ class SpecStats:
     expected_tokens_per_pass: float      # theory at measured alpha and the draft lengths proposed
     expected_speedup: float              # theory at measured alpha, those lengths and c
     best_k: int                          # k that maximises the theoretical speedup
+    mean_nodes_per_pass: float = 0.0     # drafted tokens verified per pass (a tree's nodes; a chain's length)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -89,13 +91,16 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
     accepted = sum(c.num_accepted for c in cycles)
     rejected = rejections(cycles)
     tokens = sum(len(c.emitted) for c in cycles)
-    longest = max([len(c.drafted) for c in cycles] + [c.k for c in cycles] + [0])
+    # A chain reaches as deep as it drafted; a tree as deep as its deepest node. Acceptance by
+    # position is by depth: of the cycles whose draft reached depth i, the share that accepted it.
+    reach = [max(trees.depths(c.parents), default=0) if c.is_tree else len(c.drafted) for c in cycles]
+    longest = max(reach + [c.k for c in cycles] + [0])
     histogram = [0] * (longest + 1)
     for c in cycles:
         histogram[c.num_accepted] += 1
     by_position = []
     for i in range(longest):
-        reached = [c for c in cycles if len(c.drafted) > i]
+        reached = [c for c, r in zip(cycles, reach) if r > i]
         by_position.append(ratio(sum(c.num_accepted > i for c in reached), len(reached)))
     draft_seconds = sum(c.draft_seconds for c in cycles)
     verify_seconds = sum(c.verify_seconds for c in cycles)
@@ -105,7 +110,7 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
     c = cost_ratio(cycles)
     # The theory is evaluated at the draft lengths actually proposed: prompt lookup often finds
     # fewer than k tokens (or none), and a cycle that drafted n tokens can yield at most n + 1.
-    lengths = [len(cy.drafted) for cy in cycles] or [0]
+    lengths = reach or [0]
     tokens_per_pass = sum(expected_tokens_per_pass(alpha, n) for n in lengths) / len(lengths)
     mean_drafted = sum(lengths) / len(lengths)
     return SpecStats(
@@ -115,7 +120,8 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
         acceptance_by_position=by_position, mean_k=mean_k, draft_seconds=draft_seconds,
         verify_seconds=verify_seconds, seconds=seconds, tokens_per_second=ratio(tokens, seconds),
         cost_ratio=c, expected_tokens_per_pass=tokens_per_pass,
-        expected_speedup=tokens_per_pass / (mean_drafted * c + 1.0), best_k=best_k(alpha, c))
+        expected_speedup=tokens_per_pass / (mean_drafted * c + 1.0), best_k=best_k(alpha, c),
+        mean_nodes_per_pass=ratio(drafted, len(cycles)))
 
 
 @dataclass(frozen=True)
@@ -138,7 +144,8 @@ def median(values: Sequence[float]) -> float:
 
 
 def rejections(cycles: Sequence[Cycle]) -> int:
-    return sum(1 for c in cycles if c.num_accepted < len(c.drafted))
+    """Cycles that ended on a rejection (a tree: its path stopped where a child was on offer)."""
+    return sum(1 for c in cycles if (c.correction_kind == RESAMPLED if c.is_tree else c.num_accepted < len(c.drafted)))
 
 
 def pooled_alpha(runs: Sequence[Sequence[Cycle]]) -> float:

@@ -352,3 +352,24 @@ def test_hosted_dynamic_k_never_grows_past_the_limit():
 
     assert validate(RunSettings(k=16, dynamic_k=True), HOSTED).max_k == 16
     assert validate(RunSettings(k=4, dynamic_k=True), HOSTED).max_k == 8
+
+
+def test_a_tree_drafter_runs_in_the_app_and_shows_its_branches(tiny):
+    final = views_of(tiny, drafter=common.PROMPT_LOOKUP_TREE, k=4, max_new_tokens=32)[-1]
+    assert "Finished" in final.stats and "identical" in final.stats
+    assert 'class="sv-branches"' in final.tokens and "token tree:" in html.unescape(final.tokens)
+    assert set(verdicts(final.tokens)) <= {"accepted", "rejected", "resampled", "bonus"}
+
+
+def test_tree_cycle_text_and_pieces_follow_the_accepted_path(tiny):
+    from specviz.runs import execute
+    from specviz.views import render
+
+    settings = RunSettings(draft="ngram-tree", k=4, max_new_tokens=32, chat=False)
+    run = execute(settings, PROMPT, tiny.loader(settings), baseline=True)
+    assert run.identical and any(c.is_tree and c.path and len(c.drafted) > len(c.path) for c in run.cycles)
+    assert "".join(run.emitted_texts()).strip() == run.text.strip()
+    for cycle, text in zip(run.cycles, run.texts):
+        pieces = render.cycle_pieces(cycle, text)
+        accepted = [p.text for p in pieces if p.verdict == "accepted"]
+        assert accepted == [text.drafted[i] for i in cycle.accepted_nodes]

@@ -9,9 +9,9 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from conftest import make_llama, truncated_copy
-from specviz.core.drafters import DraftModelDrafter, PromptLookupDrafter, early_exit_model
+from specviz.core.drafters import DraftModelDrafter
 from specviz.errors import SpecvizError
-from specviz.models import ModelPair
+from specviz.models import ModelPair, make_drafter
 from specviz.settings import RunSettings, parse_draft
 
 WORDS = ("<unk> <eos> the a cat dog sat ran on in mat park and then big small red blue sun sea "
@@ -46,10 +46,8 @@ class TinyModels:
 
     def drafter(self, draft: str | None, target):
         spec = parse_draft(draft)
-        if spec.kind == "ngram":
-            return PromptLookupDrafter(max_ngram=3)
-        if spec.kind == "self":
-            return DraftModelDrafter(early_exit_model(target, spec.layers), name=spec.name)
+        if spec.kind != "model":                  # ngram, ngram-tree, self:L: as the app makes them
+            return make_drafter(draft, target, target_name="tiny")
         models_by_name = {"small": self.small, "same": target, "random": self.random}
         if spec.text not in models_by_name:
             raise SpecvizError(f"{spec.text!r} does not exist.")

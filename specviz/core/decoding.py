@@ -11,6 +11,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from .drafters import Draft, Drafter, DraftModelDrafter
 from .events import BONUS, RESAMPLED, Cycle, Step
+from . import trees
 from .sampling import Sampler, top_tokens, validate_sampling, verify_greedy, verify_sampled
 
 
@@ -119,6 +120,21 @@ def _speculative_cycles(target, drafter: Drafter, input_ids, max_new_tokens, k, 
         k_now = min(k, max_new_tokens - generated - 1)
         start = clock()
         draft = drafter.propose(sequence[:, :length], k_now, sampler) if k_now > 0 else Draft(sequence[0, :0], None)
+        if draft.parents is not None:
+            # A tree: steps 2-4 for all its branches at once (see core.trees).
+            draft_seconds = clock() - start + (prefill_draft if index == 0 else 0.0)
+            start = clock()
+            fields, length = _tree_cycle(target, target_cache, drafter, sampler, sequence, length, draft, k_now, eos)
+            generated += len(fields["emitted"])
+            yield Cycle(index=index, k=k, greedy=sampler.greedy, draft_seconds=draft_seconds,
+                        verify_seconds=clock() - start, **fields)
+            index += 1
+            if fields["emitted"][-1] in eos:
+                return
+            if dynamic_k and fields["drafted"]:
+                deepest = max(trees.depths(fields["parents"]))
+                k = min(k + 2, max_k) if fields["num_accepted"] == deepest else max(k - 1, 1)
+            continue
         drafted = draft.tokens.tolist()
         # A draft never runs past an EOS token: cut it there. A one-hot draft (prompt lookup) stops
         # just before it, as transformers' prompt lookup does: the EOS it copies mostly closes an
@@ -175,6 +191,59 @@ def _speculative_cycles(target, drafter: Drafter, input_ids, max_new_tokens, k, 
             return
         if dynamic_k and n:
             k = min(k + 2, max_k) if accepted == n else max(k - 1, 1)
+
+
+def _tree_cycle(target, target_cache, drafter: Drafter, sampler: Sampler, sequence: torch.Tensor, length: int,
+                draft: Draft, max_depth: int, eos: set[int]) -> tuple[dict, int]:
+    """Verify a drafted tree in one target pass; returns the cycle's fields and the new length."""
+    device = sequence.device
+    # A branch never runs past an EOS token (a one-hot candidate stops just before it, as in a
+    # chain) nor deeper than the length budget allows.
+    parents = list(draft.parents)
+    trees.check_tree(parents)
+    tokens = draft.tokens.tolist()
+    one_hot = draft.probs is None
+    cut = {i for i, d in enumerate(trees.depths(parents)) if d > max_depth}
+    cut |= {i for i, t in enumerate(tokens) if t in eos} if one_hot else {
+        c for i, t in enumerate(tokens) if t in eos for c in range(len(parents)) if parents[c] == i}
+    kept = trees.subtree_without(parents, cut)
+    parents, node_ids = trees.reindex(parents, kept), draft.tokens[kept]
+    draft_probs = None if one_hot else draft.probs[kept]
+    drafted = node_ids.tolist()
+
+    # One pass over what the cache lacks ([last], the whole prompt the first time) and every node.
+    cached = target_cache.get_seq_length()
+    prefix = length - cached
+    mask, position_ids = trees.tree_inputs(parents, cached, prefix, target.dtype, device)
+    inputs = torch.cat([sequence[:, cached:length], node_ids[None]], dim=1)
+    logits = target(inputs, cache=target_cache, attention_mask=mask, position_ids=position_ids,
+                    logits_to_keep=len(parents) + 1).logits[0]
+    if sampler.greedy:
+        verdict = trees.verify_tree_greedy(logits, node_ids, parents, draft_probs)
+    else:
+        verdict = trees.verify_tree_sampled(sampler.probs(logits), draft_probs, node_ids, parents, sampler.generator)
+
+    path = verdict.path
+    path_tokens = [drafted[i] for i in path]
+    ended_on_eos = bool(path_tokens) and path_tokens[-1] in eos and not trees.children(parents)[path[-1] + 1]
+    if ended_on_eos:
+        correction = kind = correction_prob = None
+        emitted = path_tokens
+    else:
+        correction, correction_prob = verdict.correction, verdict.correction_prob
+        leaf = not trees.children(parents)[path[-1] + 1 if path else 0]
+        kind = BONUS if leaf else RESAMPLED
+        emitted = path_tokens + [correction]
+    # The target cache keeps the prefix and exactly the accepted path; the drafter its prefix.
+    trees.keep_path(target_cache, length, [length + i for i in path])
+    sequence[0, length:length + len(emitted)] = torch.tensor(emitted, device=device)
+    drafter.rollback(length + len(path))
+    residual = [] if verdict.residual is None else top_tokens(verdict.residual)
+    fields = dict(drafted=drafted, num_accepted=len(path), emitted=emitted, correction=correction,
+                  correction_kind=kind, correction_prob=correction_prob, draft_probs=verdict.draft_probs,
+                  target_probs=verdict.target_probs, uniforms=verdict.uniforms, residual_top=residual,
+                  target_top=verdict.target_top, parents=parents, path=path, node_verdicts=verdict.node_verdicts)
+    return fields, length + len(emitted)
 
 
 # ----------------------------------------------------------------------------- plain decoding

@@ -17,8 +17,9 @@ from .sampling import Sampler
 
 @dataclass(frozen=True)
 class Draft:
-    tokens: torch.Tensor              # (n,) proposed token ids, n <= k
+    tokens: torch.Tensor              # (n,) proposed token ids: a chain of n <= k, or a tree's nodes
     probs: torch.Tensor | None        # (n, V) draft distribution at each position; None = one-hot
+    parents: list[int] | None = None  # a tree: each node's parent (-1: the last token); None: a chain
 
 
 class Drafter:
@@ -149,3 +150,48 @@ class PromptLookupDrafter(Drafter):
                 if start < end:
                     return Draft(ids[start:end].to(sequence.device), None)
         return Draft(ids[:0].to(sequence.device), None)
+
+
+class NgramTreeDrafter(Drafter):
+    """Prompt lookup as a tree: every earlier occurrence of the last `max_ngram`..1 tokens (longest
+    matches first, then the most recent) contributes its continuation; the continuations are merged
+    into a trie, and the trie's most frequent branches are kept up to a node budget (default 2k).
+    Candidates are one-hot, so speculative sampling stays exact (core.trees)."""
+
+    name = "ngram-tree"
+
+    def __init__(self, max_ngram: int = 3, budget: int | None = None, max_matches: int = 8):
+        if max_ngram < 1:
+            raise ValueError(f"max_ngram must be >= 1, got {max_ngram}")
+        self.max_ngram, self.budget, self.max_matches = max_ngram, budget, max_matches
+
+    def continuations(self, ids: list[int], k: int) -> list[list[int]]:
+        """Up to `max_matches` continuations of at most k tokens, longest matches first."""
+        length, found, seen_ends = len(ids), [], set()
+        for size in range(min(self.max_ngram, length - 1), 0, -1):
+            suffix = ids[-size:]
+            # `end` is where an earlier occurrence stops (never the suffix itself), most recent first.
+            for end in range(length - 1, size - 1, -1):
+                if end in seen_ends or ids[end - size:end] != suffix:
+                    continue
+                seen_ends.add(end)
+                found.append(ids[end:end + k])
+                if len(found) == self.max_matches:
+                    return found
+        return found
+
+    def propose(self, sequence: torch.Tensor, k: int, sampler: Sampler) -> Draft:
+        counts: dict[tuple, int] = {}          # the trie: each prefix of a continuation, and how many share it
+        for continuation in self.continuations(sequence[0].tolist(), k):
+            for depth in range(1, len(continuation) + 1):
+                key = tuple(continuation[:depth])
+                counts[key] = counts.get(key, 0) + 1
+        # Spend the budget on the most frequent branches, shallow first on ties: a node's prefix
+        # always outranks it (its count is at least as large and it is shorter), so no node is
+        # kept without its parent. Then list parents before children, siblings most frequent first.
+        chosen = sorted(counts, key=lambda key: (-counts[key], len(key), key))[: self.budget or 2 * k]
+        chosen.sort(key=lambda key: (len(key), -counts[key], key))
+        index = {key: i for i, key in enumerate(chosen)}
+        parents = [-1 if len(key) == 1 else index[key[:-1]] for key in chosen]
+        tokens = torch.tensor([key[-1] for key in chosen], dtype=torch.long, device=sequence.device)
+        return Draft(tokens, None, parents)

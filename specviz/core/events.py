@@ -35,10 +35,27 @@ class Cycle:
     draft_seconds: float            # drafting time, device-synchronised
     verify_seconds: float           # target pass plus acceptance, device-synchronised
     target_top: list[int] = field(default_factory=list)  # greedy only: target argmax at each verified position
+    # A token tree (core.trees): `drafted` holds its nodes, `parents` each node's parent (-1: a
+    # child of the last token), `path` the accepted nodes from the root. None for a chain.
+    parents: list[int] | None = None
+    path: list[int] | None = None
+    node_verdicts: list[str] | None = None   # per node: accepted, rejected or not reached
+
+    @property
+    def is_tree(self) -> bool:
+        return self.parents is not None
+
+    @property
+    def accepted_nodes(self) -> list[int]:
+        """Indices into `drafted` of the accepted tokens, in order (a chain's accepted prefix)."""
+        return list(self.path) if self.is_tree else list(range(self.num_accepted))
 
     @property
     def verdicts(self) -> list[str]:
-        """Per drafted token: accepted for the accepted prefix, rejected for the rest."""
+        """Per drafted token: accepted or rejected (a chain: the accepted prefix, then the rest);
+        a tree's nodes may also be "not reached"."""
+        if self.node_verdicts is not None:
+            return list(self.node_verdicts)
         return [ACCEPTED] * self.num_accepted + [REJECTED] * (len(self.drafted) - self.num_accepted)
 
     @property

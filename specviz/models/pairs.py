@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from ..core.drafters import Drafter, DraftModelDrafter, PromptLookupDrafter, early_exit_model
+from ..core.drafters import Drafter, DraftModelDrafter, NgramTreeDrafter, PromptLookupDrafter, early_exit_model
 from ..errors import SpecvizError
 from ..settings import parse_draft
 from .cache import lock as _lock
@@ -89,6 +89,8 @@ def make_drafter(spec: str | None, target: PreTrainedModel, *, target_name: str 
     vocab_size = target.config.get_text_config().vocab_size
     if draft.kind == "ngram":
         return PromptLookupDrafter(max_ngram=3)
+    if draft.kind == "ngram-tree":
+        return NgramTreeDrafter(max_ngram=3)
     if draft.kind == "self":
         try:
             view = early_exit_model(target, draft.layers)

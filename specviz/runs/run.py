@@ -117,7 +117,8 @@ class Run:
     def emitted_texts(self) -> list[str]:
         out = []
         for cycle, text in zip(self.cycles, self.texts):
-            out += text.drafted[: cycle.num_accepted] + ([text.correction] if text.correction is not None else [])
+            out += [text.drafted[i] for i in cycle.accepted_nodes]
+            out += [text.correction] if text.correction is not None else []
         return out
 
     @property
@@ -285,12 +286,21 @@ def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool 
 
 def cycle_text(cycle: Cycle, detok: Detokenizer) -> CycleText:
     """Text of a cycle's drafted tokens and of its correction; advances `detok` over what was emitted.
-    Rejected drafts are decoded on a fork, where they were proposed."""
-    accepted = [detok.push(t) for t in cycle.drafted[: cycle.num_accepted]]
-    fork = detok.fork()
-    rejected = [fork.push(t) for t in cycle.drafted[cycle.num_accepted:]]
+    Rejected drafts are decoded on forks, where they were proposed (a tree's nodes after their parents)."""
+    if cycle.is_tree:
+        forks = {-1: detok}
+        drafted = []
+        for node, (token, parent) in enumerate(zip(cycle.drafted, cycle.parents)):
+            forks[node] = forks[parent].fork()
+            drafted.append(forks[node].push(token))
+        for node in cycle.accepted_nodes:
+            detok.push(cycle.drafted[node])
+    else:
+        accepted = [detok.push(t) for t in cycle.drafted[: cycle.num_accepted]]
+        fork = detok.fork()
+        drafted = accepted + [fork.push(t) for t in cycle.drafted[cycle.num_accepted:]]
     correction = None if cycle.correction is None else detok.push(cycle.correction)
-    return CycleText(accepted + rejected, correction)
+    return CycleText(drafted, correction)
 
 
 def execute(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool = False,

@@ -34,7 +34,8 @@ UPDATE_SECONDS = 0.25             # during a run the token views are redrawn at 
 CHART_SECONDS = 1.0               # and the charts (heavier for the browser) this often
 
 PROMPT_LOOKUP, DRAFT_MODEL, EARLY_EXIT = "Prompt lookup (n-gram)", "Draft model", "Early exit (target's first layers)"
-DRAFTERS = [PROMPT_LOOKUP, DRAFT_MODEL, EARLY_EXIT]
+PROMPT_LOOKUP_TREE = "Prompt lookup tree (every earlier match, one pass)"
+DRAFTERS = [PROMPT_LOOKUP, PROMPT_LOOKUP_TREE, DRAFT_MODEL, EARLY_EXIT]
 CHAT, RAW = "Chat template", "Raw completion"
 CUSTOM = "Custom"
 TICK = object()                   # yielded by a tab's work after an event that changes nothing on the page
@@ -72,6 +73,8 @@ def draft_spec(drafter: str, draft_model: str | None, exit_layer) -> str:
     """The drafter controls (radio, model box, layer slider) as a draft spec."""
     if drafter == PROMPT_LOOKUP:
         return "ngram"
+    if drafter == PROMPT_LOOKUP_TREE:
+        return "ngram-tree"
     if drafter == EARLY_EXIT:
         return f"self:{whole_number('early-exit layer', exit_layer, 1, 1000)}"
     if drafter == DRAFT_MODEL:

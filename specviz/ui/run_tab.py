@@ -17,7 +17,8 @@ from ..catalog import load_examples
 from ..runs import Loader, Run, load_stepwise, race
 from ..settings import Limits, RunSettings, check_prompt, parse_draft, validate
 from ..views import charts, render
-from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP, RAW, TICK,
+from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
+                     PROMPT_LOOKUP_TREE, RAW, TICK,
                      Throttle, draft_spec, error_html, failure, gpu_task, presets, slider_max_new_tokens, streaming)
 
 
@@ -55,7 +56,7 @@ class RunRenderer:
 
     def view(self, run: Run, state: str, *, final: bool = False, with_charts: bool = True) -> RunView:
         for cycle, text in zip(run.cycles[len(self.cycle_html):], run.texts[len(self.cycle_html):]):
-            self.cycle_html.append(render.render_cycle(cycle.index, render.cycle_pieces(cycle, text)))
+            self.cycle_html.append(render.cycle_html(cycle, text))
         plain_seconds = run.plain.seconds if run.plain else 0.0
         tokens = render.token_view_html(self.cycle_html, render.race_status(run.stats.tokens, run.stats.seconds,
                                                                             run.spec_done))
@@ -145,6 +146,8 @@ def preset_settings(name: str, presets_list: list[dict]) -> dict:
     fields = dict(target=preset.get("target") or "", draft_model="", exit_layer=None, k=preset.get("k"))
     if draft.kind == "ngram":
         fields["drafter"] = PROMPT_LOOKUP
+    elif draft.kind == "ngram-tree":
+        fields["drafter"] = PROMPT_LOOKUP_TREE
     elif draft.kind == "self":
         fields.update(drafter=EARLY_EXIT, exit_layer=draft.layers)
     else:

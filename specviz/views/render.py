@@ -44,11 +44,16 @@ def _prob(p: float | None) -> str:
 
 def cycle_pieces(cycle: Cycle, text: CycleText) -> list[Piece]:
     """The pieces of one cycle, in reading order: the accepted drafts, the rejected drafts where
-    they were proposed, then the target's own token."""
+    they were proposed (a tree: the candidates tried and rejected where the path stopped or
+    branched), then the target's own token. A tree's unreached nodes are not pieces (`tree_note`)."""
     pieces = []
-    for i, token in enumerate(cycle.drafted):
-        verdict = ACCEPTED if i < cycle.num_accepted else REJECTED
-        title = (f"cycle {cycle.index + 1}, draft {i + 1}: {verdict}\n"
+    accepted = cycle.accepted_nodes
+    rejected = [i for i, v in enumerate(cycle.verdicts) if v == REJECTED]
+    depth = {node: d for d, node in enumerate(accepted, start=1)}
+    for i in accepted + rejected:
+        verdict = ACCEPTED if i in depth else REJECTED
+        where = f"draft {i + 1}" if not cycle.is_tree else f"node {i + 1} (depth {_depth(cycle, i)})"
+        title = (f"cycle {cycle.index + 1}, {where}: {verdict}\n"
                  f"draft p = {_prob(cycle.draft_probs[i])}, target p = {_prob(cycle.target_probs[i])}")
         pieces.append(Piece(text.drafted[i], verdict, title))
     if cycle.correction is not None:
@@ -64,9 +69,47 @@ def cycle_pieces(cycle: Cycle, text: CycleText) -> list[Piece]:
     return pieces
 
 
+def _depth(cycle: Cycle, node: int) -> int:
+    depth = 1
+    while cycle.parents[node] >= 0:
+        node, depth = cycle.parents[node], depth + 1
+    return depth
+
+
+def tree_note(cycle: Cycle, text: CycleText) -> str:
+    """A tree cycle in words (for a hover): its size, and the branches that lost."""
+    if not cycle.is_tree:
+        return ""
+    verdicts = cycle.verdicts
+    kids = {}
+    for node, parent in enumerate(cycle.parents):
+        kids.setdefault(parent, []).append(node)
+
+    def branch(node: int) -> str:   # a node's text and its first descendants' after it
+        out = text.drafted[node]
+        while kids.get(node):
+            node = kids[node][0]
+            out += text.drafted[node]
+        return out
+
+    lost = [branch(i) for i, v in enumerate(verdicts) if v == REJECTED]
+    unreached = verdicts.count("not reached")
+    return (f"token tree: {len(cycle.drafted)} nodes verified in one pass, {len(cycle.accepted_nodes)} accepted"
+            + (f"; rejected branches: {', '.join(repr(b) for b in lost)}" if lost else "")
+            + (f"; {unreached} nodes under them not reached" if unreached else ""))
+
+
+def cycle_html(cycle: Cycle, text: CycleText) -> str:
+    """One cycle's tokens as HTML, a tree marked by a branch sign that lists what it tried."""
+    note = tree_note(cycle, text)
+    marker = (f'<span class="sv-branches" data-nodes="{len(cycle.drafted)}" title="{html.escape(note)}">'
+              f'\u2442{len(cycle.drafted)}</span>') if note else ""
+    return render_cycle(cycle.index, cycle_pieces(cycle, text), marker)
+
+
 def run_cycles_html(run) -> list[str]:
     """A run's token view, one HTML string per cycle."""
-    return [render_cycle(c.index, cycle_pieces(c, t)) for c, t in zip(run.cycles, run.texts)]
+    return [cycle_html(c, t) for c, t in zip(run.cycles, run.texts)]
 
 
 # ----------------------------------------------------------------------------- HTML
@@ -86,10 +129,10 @@ def render_token(piece: Piece) -> str:
             f'title="{title}">{token_text_html(piece.text)}</span>')
 
 
-def render_cycle(index: int, pieces: Sequence[Piece]) -> str:
-    """One cycle: its tokens inside a span that draws the boundary before it."""
+def render_cycle(index: int, pieces: Sequence[Piece], extra: str = "") -> str:
+    """One cycle: its tokens (and `extra` HTML) inside a span that draws the boundary before it."""
     tokens = "".join(render_token(p) for p in pieces)
-    return f'<span class="sv-cycle" data-cycle="{index}">{tokens}</span>'
+    return f'<span class="sv-cycle" data-cycle="{index}">{tokens}{extra}</span>'
 
 
 def legend_html() -> str:
@@ -159,6 +202,7 @@ CSS = f"""
 .sv-bonus {{ background: {_tint(COLOURS[BONUS], 0.22)}; text-decoration: underline double;
   text-decoration-color: {COLOURS[BONUS]}; font-weight: 700; }}
 .sv-nl {{ opacity: 0.55; }}
+.sv-branches {{ font-size: 0.75em; opacity: 0.7; vertical-align: super; cursor: help; }}
 .sv-cycle {{ border-left: 2px solid rgba(128, 128, 128, 0.55); margin-left: 3px; padding-left: 2px; }}
 .sv-cycle-sample {{ display: inline-block; height: 1em; vertical-align: middle; }}
 .sv-stats table {{ border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }}

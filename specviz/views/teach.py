@@ -25,6 +25,7 @@ from ..core.events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle
 
 TokenText = Callable[[int], str]
 NOT_CHECKED = "not checked"
+NOT_REACHED_NODE = "not reached"   # a tree node under a branch that lost
 GE = "\u2265"
 
 
@@ -84,7 +85,15 @@ class TokenRow:
 
 
 def token_rows(cycle: Cycle, text_of: TokenText) -> list[TokenRow]:
-    """One row per drafted token, with the test that decided it recomputed from the recorded numbers."""
+    """One row per drafted token, with the test that decided it recomputed from the recorded numbers.
+    A token tree's rows carry its recorded verdicts (stepping through a tree's tests node by node is
+    not built yet)."""
+    if cycle.is_tree:
+        return [TokenRow(i + 1, token, text_of(token), cycle.draft_probs[i], cycle.target_probs[i],
+                         acceptance_ratio(cycle.target_probs[i], cycle.draft_probs[i]), None, None, None,
+                         verdict != NOT_REACHED_NODE, verdict == ACCEPTED if verdict != NOT_REACHED_NODE else None,
+                         verdict if verdict != NOT_REACHED_NODE else REJECTED)
+                for i, (token, verdict) in enumerate(zip(cycle.drafted, cycle.verdicts))]
     rows = []
     for i, token in enumerate(cycle.drafted):
         ratio = acceptance_ratio(cycle.target_probs[i], cycle.draft_probs[i])

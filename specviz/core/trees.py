@@ -1,0 +1,196 @@
+"""Token trees: several drafted continuations verified in one target pass (SpecInfer, Medusa, EAGLE-2).
+
+A tree is its node tokens and `parents` (parent index of each node, -1 for a child of the last
+token), parents listed before their children. The target scores [last token] + every node in one
+forward: a 4D attention mask lets each node see the cached prefix and its own ancestors only, and
+its position id is the prefix length plus its depth. Row 0 of the logits predicts the root's
+children; row 1 + i predicts node i's children.
+
+Verification walks down from the root:
+- greedy: follow the child that equals the target's argmax, as far as it goes; the target's argmax
+  where no child matches is the correction (a bonus after an accepted leaf);
+- sampling (SpecInfer's multi-candidate rule; with one child per node it is Leviathan et al.'s):
+  try a node's children in order against the current target distribution p. A child x whose
+  draft distribution is q is accepted with probability min(1, p(x) / q(x)); after a rejection p
+  becomes the normalised residual max(0, p - q). A one-hot candidate (q = 1 on x) is accepted with
+  probability p(x), and a rejection just removes x from p. When no child is accepted, the
+  correction is drawn from what is left of p. The output follows the target's distribution exactly.
+
+The target's KV cache then keeps exactly the accepted path (gathered, not cropped).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+ACCEPTED, REJECTED, NOT_REACHED = "accepted", "rejected", "not reached"
+
+
+def depths(parents: list[int]) -> list[int]:
+    """Depth of each node (a child of the last token has depth 1)."""
+    out: list[int] = []
+    for parent in parents:
+        out.append(1 if parent < 0 else out[parent] + 1)
+    return out
+
+
+def children(parents: list[int]) -> list[list[int]]:
+    """children[0]: the root's children; children[1 + i]: node i's, in the order drafted."""
+    out: list[list[int]] = [[] for _ in range(len(parents) + 1)]
+    for node, parent in enumerate(parents):
+        out[parent + 1].append(node)
+    return out
+
+
+def check_tree(parents: list[int]) -> None:
+    if any(not -1 <= p < i for i, p in enumerate(parents)):
+        raise ValueError(f"a tree lists each node after its parent (parents {parents})")
+
+
+def subtree_without(parents: list[int], drop: set[int]) -> list[int]:
+    """The nodes kept when `drop` and all their descendants are removed, in order."""
+    removed: set[int] = set()
+    for node, parent in enumerate(parents):
+        if node in drop or parent in removed:
+            removed.add(node)
+    return [i for i in range(len(parents)) if i not in removed]
+
+
+def reindex(parents: list[int], kept: list[int]) -> list[int]:
+    """Parents of the kept nodes, renumbered (every kept node's parent is kept too)."""
+    new_index = {old: new for new, old in enumerate(kept)}
+    return [-1 if parents[old] < 0 else new_index[parents[old]] for old in kept]
+
+
+# ----------------------------------------------------------------------------- the target pass
+
+def tree_inputs(parents: list[int], cached: int, prefix: int, dtype: torch.dtype,
+                device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(attention mask (1, 1, prefix + n, cached + prefix + n), position ids (1, prefix + n)) for a
+    pass over `prefix` new sequence tokens (causal; the last of them is the root) and n tree nodes."""
+    n = len(parents)
+    total = cached + prefix + n
+    seen = torch.zeros(prefix + n, total, dtype=torch.bool, device=device)
+    seen[:, :cached] = True
+    seen[:prefix, cached:cached + prefix] = torch.ones(prefix, prefix, dtype=torch.bool, device=device).tril()
+    seen[prefix:, cached:cached + prefix] = True           # every node sees the whole prefix
+    for node, parent in enumerate(parents):               # ... its ancestors, and itself
+        row = prefix + node
+        if parent >= 0:
+            seen[row] |= seen[prefix + parent]
+        seen[row, cached + prefix + node] = True
+    mask = torch.zeros(seen.shape, dtype=dtype, device=device).masked_fill_(~seen, torch.finfo(dtype).min)
+    last = cached + prefix - 1
+    positions = list(range(cached, cached + prefix)) + [last + d for d in depths(parents)]
+    return mask[None, None], torch.tensor([positions], device=device)
+
+
+def keep_path(cache, keep: int, path_positions: list[int]) -> None:
+    """Keep the first `keep` positions of every layer of a DynamicCache, then the given positions
+    (the accepted path's nodes), in order; drop everything else."""
+    for layer in cache.layers:
+        if getattr(layer, "is_sliding", False):
+            raise ValueError("token trees need a full-attention KV cache; this model has sliding-window layers")
+        if not getattr(layer, "is_initialized", True) or layer.keys is None:
+            continue
+        index = torch.tensor(list(range(keep)) + path_positions, device=layer.keys.device)
+        layer.keys = layer.keys.index_select(-2, index)
+        layer.values = layer.values.index_select(-2, index)
+
+
+# ----------------------------------------------------------------------------- verification
+
+@dataclass(frozen=True)
+class TreeVerification:
+    path: list[int]                 # accepted nodes, root to leaf
+    correction: int                 # the target's token after the path (correction or bonus)
+    correction_prob: float
+    node_verdicts: list[str]        # per node: accepted, rejected or not reached
+    target_probs: list[float]       # per node: target probability under its parent's distribution
+    draft_probs: list[float]        # per node: draft probability (1.0 for one-hot candidates)
+    uniforms: list[float] = field(default_factory=list)    # draws consulted (sampling)
+    target_top: list[int] = field(default_factory=list)    # greedy: the argmax at each row visited
+    residual: torch.Tensor | None = None                   # sampling: what the correction came from
+
+
+def _node_probs(dist: torch.Tensor, tokens: torch.Tensor, parents: list[int],
+                draft_probs: torch.Tensor | None) -> tuple[list[float], list[float]]:
+    rows = torch.tensor([p + 1 for p in parents], device=tokens.device, dtype=torch.long)
+    target = dist[rows, tokens] if len(parents) else dist.new_zeros(0)
+    draft = torch.ones_like(target) if draft_probs is None else draft_probs[torch.arange(len(parents)), tokens]
+    return target.double().tolist(), draft.double().tolist()
+
+
+def _verdicts(n: int, path: list[int], rejected: list[int]) -> list[str]:
+    verdicts = [NOT_REACHED] * n
+    for node in rejected:
+        verdicts[node] = REJECTED
+    for node in path:
+        verdicts[node] = ACCEPTED
+    return verdicts
+
+
+def verify_tree_greedy(target_logits: torch.Tensor, tokens: torch.Tensor, parents: list[int],
+                       draft_probs: torch.Tensor | None = None) -> TreeVerification:
+    """target_logits: (n + 1, V) for [root] + nodes. Follows the argmax down the tree."""
+    scores = target_logits.float()
+    tops = scores.argmax(dim=-1).tolist()
+    probs = torch.softmax(scores, dim=-1)
+    kids = children(parents)
+    token_list = tokens.tolist()
+    path, rejected, visited, row = [], [], [], 0
+    while True:
+        visited.append(tops[row])
+        match = next((c for c in kids[row] if token_list[c] == tops[row]), None)
+        rejected += [c for c in kids[row] if c != match]
+        if match is None:
+            break
+        path.append(match)
+        row = match + 1
+    target_p, draft_p = _node_probs(probs, tokens, parents, draft_probs)
+    return TreeVerification(path, tops[row], float(probs[row, tops[row]]), _verdicts(len(parents), path, rejected),
+                            target_p, draft_p, target_top=visited)
+
+
+def verify_tree_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, tokens: torch.Tensor,
+                        parents: list[int], generator: torch.Generator) -> TreeVerification:
+    """target_probs: (n + 1, V) warped target distributions for [root] + nodes; draft_probs: (n, V)
+    the distribution each node was drawn from, or None when every node is a one-hot candidate."""
+    kids = children(parents)
+    token_list = tokens.tolist()
+    path, rejected, uniforms, row = [], [], [], 0
+    residual = None
+    while True:
+        p = target_probs[row].clone()
+        taken = None
+        for child in kids[row]:
+            x = token_list[child]
+            q = None if draft_probs is None else draft_probs[child]
+            qx = 1.0 if q is None else float(q[x])
+            u = float(torch.rand(1, generator=generator, device=generator.device))
+            uniforms.append(u)
+            # Accept x with probability min(1, p(x) / q(x)), p being what is left of the target.
+            if u * qx < float(p[x]):
+                taken = child
+                break
+            rejected.append(child)
+            if q is None:
+                p[x] = 0.0
+            else:
+                p = (p - q).clamp_(min=0.0)
+            total = p.sum()
+            # Not in the papers: a rejection implies q(x) > p(x), so mass is left; the guard covers
+            # float round-off only.
+            p = p / total if float(total) > 0 else target_probs[row].clone()
+        if taken is None:
+            residual = p if kids[row] else None
+            break
+        path.append(taken)
+        row = taken + 1
+    dist = residual if residual is not None else target_probs[row]
+    token = int(torch.multinomial(dist, 1, generator=generator))
+    target_p, draft_p = _node_probs(target_probs, tokens, parents, draft_probs)
+    return TreeVerification(path, token, float(dist[token]), _verdicts(len(parents), path, rejected), target_p,
+                            draft_p, uniforms=uniforms, residual=residual)

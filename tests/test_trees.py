@@ -1,0 +1,124 @@
+"""Token trees: the attention mask and positions of a tree pass, the cache keeping exactly the accepted
+path, greedy output equal to `target.generate` for tree drafters, and the n-gram tree drafter."""
+
+import pytest
+import torch
+
+from conftest import make_gpt2, make_llama
+from specviz import speculative_decode
+from specviz.core import trees
+from specviz.core.drafters import Draft, Drafter, NgramTreeDrafter
+
+N = 40
+PROMPT = torch.tensor([[5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9, 13, 22, 5, 9, 30, 5, 9]])
+
+
+def reference(target, prompt, eos=None, n=N):
+    out = target.generate(prompt, do_sample=False, max_new_tokens=n, eos_token_id=eos, pad_token_id=0)
+    return out[0, prompt.shape[1]:].tolist()
+
+
+class OracleTree(Drafter):
+    """A test drafter that knows the target's greedy continuation: a chain of it, with a wrong
+    sibling beside every node (and a wrong grandchild under each sibling), so every pass accepts
+    deep into the tree while rejected branches sit between the accepted nodes in the cache."""
+
+    name = "oracle-tree"
+
+    def __init__(self, target, vocab: int, depth_cut: int | None = None):
+        self.target, self.vocab, self.depth_cut = target, vocab, depth_cut
+
+    def propose(self, sequence, k, sampler):
+        with torch.inference_mode():
+            ids, greedy = sequence, []
+            for _ in range(min(k, self.depth_cut or k)):
+                token = int(self.target(ids).logits[0, -1].argmax())
+                greedy.append(token)
+                ids = torch.cat([ids, torch.tensor([[token]])], dim=1)
+        tokens, parents, last = [], [], -1
+        for token in greedy:
+            wrong = (token + 1) % self.vocab
+            tokens += [wrong, token, (wrong + 3) % self.vocab]   # sibling first: it is tried and rejected
+            parents += [last, last, len(tokens) - 3]
+            last = len(tokens) - 2
+        return Draft(torch.tensor(tokens, dtype=torch.long), None, parents)
+
+
+def test_tree_mask_and_positions():
+    # prefix: 2 new tokens after 3 cached; nodes: 0 and 1 under the root, 2 under 0.
+    mask, positions = trees.tree_inputs([-1, -1, 0], cached=3, prefix=2, dtype=torch.float32, device="cpu")
+    seen = (mask[0, 0] == 0).int().tolist()
+    assert seen == [[1, 1, 1, 1, 0, 0, 0, 0],
+                    [1, 1, 1, 1, 1, 0, 0, 0],
+                    [1, 1, 1, 1, 1, 1, 0, 0],
+                    [1, 1, 1, 1, 1, 0, 1, 0],
+                    [1, 1, 1, 1, 1, 1, 0, 1]]
+    assert positions.tolist() == [[3, 4, 5, 5, 6]]
+    assert trees.children([-1, -1, 0]) == [[0, 1], [2], [], []]
+    assert trees.subtree_without([-1, 0, 1, -1], {1}) == [0, 3]
+    with pytest.raises(ValueError):
+        trees.check_tree([0])
+
+
+@pytest.mark.parametrize("make", [make_llama, make_gpt2])
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_ngram_tree_greedy_equals_generate(make, k):
+    target = make(0)
+    cycles = list(speculative_decode(target, NgramTreeDrafter(), PROMPT, N, k=k))
+    assert [t for c in cycles for t in c.emitted] == reference(target, PROMPT)
+    for c in cycles:
+        if not c.is_tree:                         # the last token needs no draft at all
+            assert c.drafted == [] and c is cycles[-1]
+            continue
+        assert c.emitted[: c.num_accepted] == [c.drafted[i] for i in c.path]
+        assert [c.parents[i] for i in c.path] == ([-1] + c.path[:-1] if c.path else [])   # a path from the root
+        assert c.verdicts.count("accepted") == len(c.path)
+
+
+@pytest.mark.parametrize("make", [make_llama, make_gpt2])
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_deep_accepted_paths_keep_exactly_their_cache_entries(make, k):
+    # Rejected siblings sit between the accepted nodes in the pass; if the cache kept any of them,
+    # or lost an accepted one, the next passes would attend to the wrong tokens and the output
+    # would leave the greedy one.
+    target, oracle = make(0), make(0)          # the same weights; the oracle's calls are not counted
+    fed = []
+    handle = target.register_forward_pre_hook(lambda module, args, kwargs: fed.append((args[0] if args else kwargs["input_ids"]).shape[1]),
+                                              with_kwargs=True)
+    try:
+        cycles = list(speculative_decode(target, OracleTree(oracle, target.config.vocab_size), PROMPT, N, k=k))
+    finally:
+        handle.remove()
+    assert [t for c in cycles for t in c.emitted] == reference(target, PROMPT)
+    generated = 0
+    for c in cycles:                            # the whole greedy chain is accepted every time
+        assert c.num_accepted == min(k, N - 1 - generated)
+        generated += len(c.emitted)
+    assert len(cycles) == -(-N // (k + 1))
+    # Each pass feeds what the cache lacks and nothing more: [last token] + the tree (the prompt first).
+    assert fed == [PROMPT.shape[1] + len(cycles[0].drafted)] + [1 + len(c.drafted) for c in cycles[1:]]
+
+
+def test_trees_stop_at_eos():
+    target = make_llama(0)
+    plain = reference(target, PROMPT)
+    eos = plain[12]
+    cycles = list(speculative_decode(target, OracleTree(target, target.config.vocab_size), PROMPT, N, k=4,
+                                     eos_token_id=eos))
+    out = [t for c in cycles for t in c.emitted]
+    assert out == reference(target, PROMPT, eos=eos) and out[-1] == eos
+    cycles = list(speculative_decode(target, NgramTreeDrafter(), PROMPT, N, k=4, eos_token_id=eos))
+    assert [t for c in cycles for t in c.emitted] == out
+
+
+def test_ngram_tree_merges_every_earlier_match_into_a_trie():
+    # "5 9" occurs three times before the end: followed by 13 22, 13 40 and 30 5.
+    ids = torch.tensor([[5, 9, 13, 22, 7, 5, 9, 13, 40, 7, 5, 9, 30, 5, 5, 9]])
+    draft = NgramTreeDrafter(max_ngram=2, budget=5).propose(ids, 2, None)
+    nodes = list(zip(draft.tokens.tolist(), draft.parents))
+    # 13 is shared by two continuations (count 2), so it comes first; the budget keeps five nodes.
+    assert nodes[0] == (13, -1) and (30, -1) in nodes and draft.probs is None
+    assert len(nodes) == 5 and all(p < i for i, (_, p) in enumerate(nodes))
+    children_of_13 = [t for t, p in nodes if p == 0]
+    assert sorted(children_of_13) == [22, 40]
+    assert NgramTreeDrafter().propose(torch.tensor([[1, 2, 3]]), 4, None).tokens.numel() == 0
