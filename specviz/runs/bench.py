@@ -42,7 +42,7 @@ from ..models.tiny import tiny_pair
 from ..settings import DraftSpec, RunSettings, parse_draft
 from .run import Run, encode, execute, load
 
-DEFAULT_K = {"ngram": 8, "self": 4, "model": 4}   # draft length per kind of drafter
+DEFAULT_K = {"ngram": 8, "ngram-tree": 8, "self": 4, "model": 4}   # draft length per kind of drafter
 TINY_TARGET = "tiny"                               # the target name that builds models.tiny's pair
 WARM_UP_TOKENS = 16
 
@@ -101,10 +101,12 @@ def transformers_settings(setup: Setup) -> tuple[dict, dict, str]:
     """(generate kwargs, settings to put on the assistant's generation_config, description) that
     give transformers the same drafter with a fixed draft length k."""
     k, draft = setup.settings.k, setup.draft
-    if draft.kind == "ngram":
+    if draft.kind in ("ngram", "ngram-tree"):
+        # transformers verifies chains only: a tree drafter is measured against its chain prompt lookup.
         ngram = setup.pair.draft.max_ngram
         return ({"prompt_lookup_num_tokens": k, "max_matching_ngram_size": ngram}, {},
-                f"prompt_lookup_num_tokens={k}, max_matching_ngram_size={ngram}")
+                f"prompt_lookup_num_tokens={k}, max_matching_ngram_size={ngram}"
+                + (" (chain: transformers has no token trees)" if draft.kind == "ngram-tree" else ""))
     # transformers 5 defaults to 20 assistant tokens cut short by a confidence threshold (0.4,
     # tuned as it runs); fix both to draft exactly k tokens, as specviz does.
     fixed = {"num_assistant_tokens": k, "num_assistant_tokens_schedule": "constant",
@@ -177,7 +179,8 @@ def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transforme
         "id": prompt.id, "category": prompt.category, "target": run.target_name, "draft": run.draft_name,
         "dtype": run.dtype, "k": setup.settings.k, "prompt_tokens": run.prompt_tokens, "new_tokens": stats.tokens,
         "acceptance_rate": stats.draft_acceptance_rate, "alpha": stats.alpha,
-        "tokens_per_pass": stats.mean_acceptance_length, "target_passes": stats.cycles,
+        "tokens_per_pass": stats.mean_acceptance_length, "nodes_per_pass": stats.mean_nodes_per_pass,
+        "target_passes": stats.cycles,
         "transformers_target_passes": hf.target_passes,
         "expected_tokens_per_pass": stats.expected_tokens_per_pass,
         "mean_drafted": ratio(stats.drafted, stats.cycles),
@@ -229,7 +232,8 @@ def run_bench(setup: Setup, prompts: Sequence[BenchPrompt], *, repeats: int = 1,
 
 # ----------------------------------------------------------------------------- summaries
 
-SUMMARY_KEYS = ("acceptance_rate", "tokens_per_pass", "cost_ratio", "baseline_tokens_per_s", "specviz_tokens_per_s",
+SUMMARY_KEYS = ("acceptance_rate", "tokens_per_pass", "nodes_per_pass", "cost_ratio", "baseline_tokens_per_s",
+                "specviz_tokens_per_s",
                 "transformers_tokens_per_s", "specviz_speedup", "transformers_speedup", "specviz_vs_transformers",
                 "expected_speedup", "speedup_vs_theory", "expected_tokens_per_pass", "verify_pass_cost",
                 "expected_speedup_at_pass_cost")
@@ -257,7 +261,8 @@ def summarize_rows(rows: Sequence[dict]) -> list[dict]:
 
 
 COLUMNS = [("draft", "draft", "{}"), ("category", "category", "{}"), ("accept", "acceptance_rate", "{:.0%}"),
-           ("tok/pass", "tokens_per_pass", "{:.2f}"), ("c", "cost_ratio", "{:.3f}"),
+           ("tok/pass", "tokens_per_pass", "{:.2f}"), ("nodes/pass", "nodes_per_pass", "{:.1f}"),
+           ("c", "cost_ratio", "{:.3f}"),
            ("plain tok/s", "baseline_tokens_per_s", "{:.1f}"), ("specviz tok/s", "specviz_tokens_per_s", "{:.1f}"),
            ("HF tok/s", "transformers_tokens_per_s", "{:.1f}"), ("specviz speedup", "specviz_speedup", "{:.2f}x"),
            ("HF speedup", "transformers_speedup", "{:.2f}x"), ("specviz/HF", "specviz_vs_transformers", "{:.2f}"),
