@@ -62,3 +62,60 @@ def load_bench_prompts(path: Path | str = BENCH_PROMPTS_FILE, categories=None, l
             prompts.append(BenchPrompt(item["id"], item["category"], item["prompt"], item.get("chat", True)))
             taken[item["category"]] += 1
     return prompts
+
+
+# ----------------------------------------------------------------------------- prompt sets
+
+MAX_PROMPT_LINE = 20_000      # characters: a longer line is not a prompt, it is a mistake
+MAX_PROMPTS = 1000
+
+
+def read_prompt_file(path: Path | str) -> list[BenchPrompt]:
+    """A user's prompt set: one prompt per line, or JSON Lines with `prompt` and an optional
+    `category` (and `chat`). Blank lines are skipped; anything else wrong is a SpecvizError."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise SpecvizError(f"Could not read the prompt file {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise SpecvizError(f"The prompt file {path} is not UTF-8 text (byte {error.start}).") from None
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    if not lines:
+        raise SpecvizError(f"The prompt file {path} holds no prompts.")
+    if len(lines) > MAX_PROMPTS:
+        raise SpecvizError(f"The prompt file {path} holds {len(lines)} prompts; at most {MAX_PROMPTS} are allowed.")
+    jsonl = lines[0][1].lstrip().startswith("{")
+    prompts = []
+    for n, line in lines:
+        if len(line) > MAX_PROMPT_LINE:
+            raise SpecvizError(f"{path}, line {n}: {len(line)} characters, more than {MAX_PROMPT_LINE} for one prompt.")
+        if not jsonl:
+            prompts.append(BenchPrompt(f"{path.stem}-{n}", "file", line.strip()))
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as error:
+            raise SpecvizError(f"{path}, line {n}: not a JSON object ({error.msg}).") from None
+        if not isinstance(item, dict) or not isinstance(item.get("prompt"), str) or not item["prompt"].strip():
+            raise SpecvizError(f"{path}, line {n}: a JSON line needs a non-empty \"prompt\" string.")
+        prompts.append(BenchPrompt(str(item.get("id") or f"{path.stem}-{n}"), str(item.get("category") or "file"),
+                                   item["prompt"], bool(item.get("chat", True))))
+    return prompts
+
+
+def preset_prompt_sets() -> dict[str, list[BenchPrompt]]:
+    """The prompt sets that ship: the app's examples, and each category of the benchmark's set."""
+    sets = {"examples": [BenchPrompt(f"example-{i}", e["category"].split("/")[0], e["prompt"], e.get("chat", True))
+                         for i, e in enumerate(load_examples())]}
+    for prompt in load_bench_prompts():
+        sets.setdefault(prompt.category, []).append(prompt)
+    return sets
+
+
+def prompt_set(name: str) -> list[BenchPrompt]:
+    """A preset prompt set by name ('examples' or a benchmark category)."""
+    sets = preset_prompt_sets()
+    if name not in sets:
+        raise SpecvizError(f"No prompt set {name!r}: choose from {', '.join(sets)}, or give a file.")
+    return sets[name]

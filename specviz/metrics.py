@@ -289,3 +289,20 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
+
+
+# ----------------------------------------------------------------------------- over a set of prompts
+
+def bootstrap_median(values: Sequence[float], *, samples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """(median, low, high): the median of `values` and its 95% percentile-bootstrap interval."""
+    if not values:
+        return 0.0, 0.0, 0.0
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(samples))
+    return statistics.median(values), medians[int(0.025 * samples)], medians[int(0.975 * samples) - 1]
+
+
+def paired_ratio(first: Sequence[float], second: Sequence[float], **options) -> tuple[float, float, float]:
+    """How much faster `first` is than `second` on the same prompts: the median of the per-prompt
+    ratios first / second and its 95% bootstrap interval (prompts resampled as pairs)."""
+    return bootstrap_median([ratio(a, b) for a, b in zip(first, second)], **options)

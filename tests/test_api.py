@@ -110,13 +110,26 @@ def test_run_refuses_out_of_range_values(client, changes, message):
 def test_compare_and_sweep_refuse_out_of_range_values(client, api_name):
     table = {"headers": ["use", "target", "draft", "k", "dynamic k", "temperature"],
              "data": [[True, "", "ngram", 1000, False, 0.0]]}
+    one = ("This prompt", None, 1)          # the prompt-set controls: one prompt
     assert "Row 1: k (tokens drafted per cycle) must be a whole number from 1 to 16" in \
-        answer(client, "the cat sat", table, 16, 0, CHAT, api_name=api_name)
+        answer(client, "the cat sat", table, 16, 0, CHAT, *one, api_name=api_name)
     table["data"] = [[True, "/etc/passwd", "ngram", 4, False, 0.0]]
-    assert "only runs the preset models" in answer(client, "the cat sat", table, 16, 0, CHAT, api_name=api_name)
+    assert "only runs the preset models" in answer(client, "the cat sat", table, 16, 0, CHAT, *one, api_name=api_name)
     table["data"] = [[True, "", "ngram", 4, False, 0.0]]
-    assert "greater than maximum value 256" in answer(client, "the cat sat", table, 100000, 0, CHAT,
+    assert "greater than maximum value 256" in answer(client, "the cat sat", table, 100000, 0, CHAT, *one,
                                                       api_name=api_name)
+
+
+def test_prompt_sets_in_hosted_mode_are_presets_within_a_budget(client):
+    from gradio_client import Client
+
+    other = Client(client.src, verbose=False)        # its own session: nothing left behind for /export
+    table = {"headers": ["use", "target", "draft", "k", "dynamic k", "temperature"],
+             "data": [[True, "", "ngram", k, False, 0.0] for k in (2, 4, 6, 8)]}
+    assert "this hosted demo allows" in answer(other, "", table, 256, 0, CHAT, "Set: examples (15 prompts)", None, 5,
+                                               api_name="/compare")
+    assert "not in the list of choices" in answer(other, "", table, 16, 0, CHAT, "A file of prompts (upload)", None, 1,
+                                                  api_name="/compare")
 
 
 def test_teach_refuses_out_of_range_values(client):

@@ -207,3 +207,36 @@ def test_compare_keeps_yielding_while_a_model_loads(tiny):
     next(steps), next(steps)          # the "running" view, then a step while the load goes on
     assert time.monotonic() - started < 0.8
     steps.close()
+
+
+def test_compare_over_a_prompt_set_names_a_winner_with_intervals(tiny, tmp_path):
+    from specviz.ui import compare_sets
+
+    upload = tmp_path / "prompts.txt"
+    upload.write_text("\n".join(PROMPT + " the cat" * i for i in range(3)))
+    rows = [[True, "", "same", 3, False, 0.0], [True, "", "random", 3, False, 0.0]]
+    found = views(compare_tab.compare_work(LOCAL, tiny.loader), "", rows, 12, 0, RAW, compare_sets.FROM_FILE,
+                  str(upload), 1)
+    final = found[-1]
+    comparison, _ = final.result
+    assert comparison.done and len(comparison.results) == 6
+    assert "same k=3 wins" in final.status and "95% interval" in final.status
+    assert "median speedup by category" in final.table and final.set_plot["visible"] is True
+    assert all(c.get("visible") is False for c in final.columns)
+    paths, _ = compare_tab.export_files(final.result)
+    assert {Path(p).name for p in paths} == {"rows.csv", "summary.json", "charts.html"}
+
+
+def test_hosted_prompt_sets_are_presets_within_a_budget(tiny):
+    from specviz.settings import hosted
+    from specviz.ui import compare_sets
+
+    limits = hosted([])
+    assert compare_sets.FROM_FILE not in compare_sets.sources(limits)
+    rows = [[True, "", "ngram", 4, False, 0.0]] * 4
+    examples = next(s for s in compare_sets.sources(limits) if "examples" in s)
+    found = views(compare_tab.compare_work(limits, tiny.loader), "", rows, 256, 0, CHAT, examples, None, 5)
+    assert "this hosted demo allows" in found[-1].status
+    found = views(compare_tab.compare_work(limits, tiny.loader), "", rows, 16, 0, CHAT, compare_sets.FROM_FILE,
+                  "/etc/passwd", 1)
+    assert "Unknown prompt set" in found[-1].status

@@ -1,10 +1,16 @@
-"""`python -m specviz compare`: 2 to 4 drafters (repeat --draft) on one prompt against plain decoding,
+"""`python -m specviz compare`: up to 4 drafters (repeat --draft) on one prompt against plain decoding,
 or one drafter over k = 1..8 (`--sweep`), printed as a table with the winner (or the best k) in
-words; `--export DIR` writes the cycles, the summary and the charts (`views.export`)."""
+words; `--export DIR` writes the cycles, the summary and the charts (`views.export`).
+
+With `--prompts SET` (a shipped set: 'examples' or a benchmark category such as 'rewrite'; or a
+file: one prompt per line, or JSON Lines with "prompt" and "category") the drafters run over every
+prompt, `--repeats` rounds, and the answer comes with 95% intervals (`runs.prompt_sets`); `--json
+FILE` and `--export DIR` then write the per-prompt rows and the summary."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ..errors import SpecvizError
@@ -12,7 +18,7 @@ from ..runs.compare import compare, sweep
 from ..runs.run import load
 from ..settings import check_prompt
 from ..views import prose
-from . import (add_decoding_arguments, add_model_arguments, add_prompt_arguments, check_output_folder,
+from . import (add_decoding_arguments, add_model_arguments, check_output_file, check_output_folder,
                progress_printer, rich_table, settings_from)
 
 
@@ -24,7 +30,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write cycles.jsonl, cycles.csv, summary.json and charts.html (plus one PNG per "
                              "chart when kaleido can find a Chrome) to DIR")
     parser.add_argument("--no-png", action="store_true", help="with --export: HTML charts only (PNG takes seconds)")
-    add_prompt_arguments(parser)
+    parser.add_argument("--prompts", default=None, metavar="SET_OR_FILE",
+                        help="compare over a set of prompts instead of one: 'examples', a benchmark category "
+                             "(chat, code, rewrite, summarisation, translation, maths) or a file (one prompt per "
+                             "line, or JSON Lines with \"prompt\" and optional \"category\")")
+    parser.add_argument("--repeats", type=int, default=1, help="with --prompts: rounds over the set (default 1)")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+                        help="with --prompts: write the summary and the per-prompt rows as JSON")
+    parser.add_argument("--no-color", action="store_true", help="plain text output")
+    parser.add_argument("prompt", nargs="?", default=None, help="the prompt (not with --prompts)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -35,8 +49,12 @@ def main(args: argparse.Namespace) -> int:
     if args.sweep and len(drafts) > 1:
         raise SpecvizError("--sweep runs one configuration over k = 1..8: give one --draft.")
     configs = [settings_from(args, draft=draft) for draft in drafts]
-    prompt = check_prompt(args.prompt)
     check_output_folder(args.export, "--export")
+    if args.prompts is not None:
+        return over_prompts(args, configs)
+    if args.json is not None or args.repeats != 1:
+        raise SpecvizError("--json and --repeats go with --prompts (a set of prompts).")
+    prompt = check_prompt(args.prompt if args.prompt is not None else "")
 
     # `loader=load` is passed explicitly (not left to the default) so that it is this module's name.
     progress = progress_printer()
@@ -76,3 +94,59 @@ def export(args: argparse.Namespace, comparison, result) -> str:
         figures["k_sweep"] = sweep_figure(result)
     written, note = export_comparison(comparison, args.export, figures=figures, sweep=result, png=not args.no_png)
     return f"wrote {len(written)} files to {args.export}" + (f" ({note})" if note else "")
+
+
+def prompt_set_from(name: str):
+    """A shipped set by name, else a file."""
+    from ..catalog import preset_prompt_sets, read_prompt_file
+
+    sets = preset_prompt_sets()
+    if name in sets:
+        return sets[name]
+    if not Path(name).exists():
+        raise SpecvizError(f"--prompts {name!r}: no such prompt set ({', '.join(sets)}) and no such file.")
+    return read_prompt_file(name)
+
+
+def over_prompts(args: argparse.Namespace, configs) -> int:
+    """`--prompts`: every configuration over a set of prompts, with intervals."""
+    import time
+
+    from rich.console import Console
+
+    from ..runs.prompt_sets import iter_prompt_set
+    from ..views import prompt_sets as views
+
+    if args.prompt is not None:
+        raise SpecvizError("Give either a prompt or --prompts, not both.")
+    if args.sweep:
+        raise SpecvizError("--sweep runs on one prompt; it does not take --prompts.")
+    if not 1 <= args.repeats <= 100:
+        raise SpecvizError(f"--repeats must be from 1 to 100, got {args.repeats}.")
+    check_output_file(args.json, "--json")
+    prompts = prompt_set_from(args.prompts)
+    for item in prompts:
+        check_prompt(item.prompt)
+    started, finished, comparison = time.monotonic(), 0, None
+    for comparison in iter_prompt_set(configs, prompts, repeats=args.repeats, loader=load):
+        if len(comparison.results) > finished:
+            finished = len(comparison.results)
+            last = comparison.results[-1]
+            print(f"[{views.progress_line(comparison)}] {comparison.labels[last.config]} on "
+                  f"{comparison.prompts[last.prompt].id}: {last.speedup or 0:.2f}x", file=sys.stderr)
+    note = []
+    if args.json:
+        note.append(f"wrote {views.write_json(comparison, args.json)}")
+    if args.export:
+        note.append(f"wrote {len(views.write_files(comparison, args.export))} files to {args.export}")
+    console = Console(no_color=args.no_color, highlight=False)
+    console.print(f"{len(prompts)} prompts x {len(configs)} configurations x {args.repeats} round(s) in "
+                  f"{time.monotonic() - started:.0f} s; speedup: decode-only time per token against plain decoding "
+                  "of the same prompt", markup=False, soft_wrap=True)
+    console.print(rich_table("Over the prompts", views.TABLE_HEADERS, views.table_rows(comparison)))
+    headers, rows = views.category_rows(comparison)
+    console.print(rich_table("Median speedup by category", headers, rows))
+    console.print(views.winner_line(comparison), markup=False, soft_wrap=True)
+    for line in note:
+        console.print(line, markup=False, soft_wrap=True)
+    return 0

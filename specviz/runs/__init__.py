@@ -2,7 +2,8 @@
 benchmark against transformers' assisted generation (`bench`). All of them go through `run.race`."""
 
 from .compare import Comparison, Sweep, compare, config_label, config_labels, iter_comparison, iter_sweep, sweep
+from .prompt_sets import PromptSetComparison, compare_prompt_set, iter_prompt_set
 from .run import CycleText, Loader, Run, execute, load, load_stepwise, race
 
-__all__ = ["Comparison", "Sweep", "compare", "config_label", "config_labels", "iter_comparison", "iter_sweep",
+__all__ = ["PromptSetComparison", "compare_prompt_set", "iter_prompt_set", "Comparison", "Sweep", "compare", "config_label", "config_labels", "iter_comparison", "iter_sweep",
            "sweep", "CycleText", "Loader", "Run", "execute", "load", "load_stepwise", "race"]

@@ -19,12 +19,14 @@ from typing import NamedTuple
 import gradio as gr
 
 from ..errors import SpecvizError
-from ..runs import Comparison, Loader, Sweep, config_label, iter_comparison, iter_sweep, load
+from ..runs import Comparison, Loader, PromptSetComparison, Sweep, config_label, iter_comparison, iter_sweep, load
 from ..settings import Limits, RunSettings, check_prompt, flag, validate
 from ..views import explain, render
 from ..views.export import export_comparison
 from ..views.figures import comparison_figures, sweep_figure
+from ..views.prompt_sets import write_files as write_set_files
 from ..views.prose import SWEEP_HEADERS, TABLE_HEADERS, sweep_line, sweep_rows, table_rows, winner_line
+from . import compare_sets
 from .common import (CHAT, CONCURRENCY_ID, RAW, TICK, Throttle, error_html, failure, gpu_task,
                      slider_max_new_tokens, streaming)
 
@@ -107,8 +109,9 @@ class CompareView(NamedTuple):
     positions: object
     race: object
     sweep: object           # the sweep figure (hidden after a plain comparison)
-    result: object          # (Comparison, Sweep | None), for the export button
+    result: object          # (Comparison or PromptSetComparison, Sweep | None), for the export button
     last_run: object
+    set_plot: object = None # per-prompt speedups (a comparison over a set of prompts only)
 
 
 def status_html(state: str, headline: str, note: str = "") -> str:
@@ -145,22 +148,35 @@ def compare_view(comparison: Comparison, sweep: Sweep | None = None, *, state: s
         numbers = gr.skip()
     sweep_plot = gr.update(value=sweep_figure(sweep), visible=True) if sweep is not None else gr.update(visible=False)
     return CompareView(status, table, tuple(columns), figures["tokens_per_pass"], figures["acceptance_by_position"],
-                       figures["tokens_against_time"], sweep_plot, (comparison, sweep), numbers)
+                       figures["tokens_against_time"], sweep_plot, (comparison, sweep), numbers,
+                       gr.update(visible=False))
 
 
 def _only_status(status: str) -> CompareView:
     skip = gr.skip()
-    return CompareView(status, skip, (skip,) * MAX_CONFIGS, skip, skip, skip, skip, skip, skip)
+    return CompareView(status, skip, (skip,) * MAX_CONFIGS, skip, skip, skip, skip, skip, skip, skip)
+
+
+def _set_view(status, table, plot, result) -> CompareView:
+    """A view of a comparison over a set of prompts: the single-prompt columns and charts step aside."""
+    skip, hidden = gr.skip(), gr.update(visible=False)
+    return CompareView(status, skip if table is None else table, (hidden,) * MAX_CONFIGS, skip, skip, skip, hidden,
+                       skip if result is None else result, skip, skip if plot is None else plot)
 
 
 def compare_work(limits: Limits, loader: Loader | None = None, *, sweep: bool = False):
     """The Compare (or, with `sweep`, the k sweep) button's work: a view after each finished
     configuration, a progress line in between, TICKs after every other event."""
 
-    def work(prompt, rows, max_new_tokens, seed, prompt_format) -> Iterator[CompareView | object]:
+    def work(prompt, rows, max_new_tokens, seed, prompt_format, source=compare_sets.ONE_PROMPT, upload=None,
+             repeats=1) -> Iterator[CompareView | object]:
         try:
             configs = parse_configs(rows, max_new_tokens=max_new_tokens, seed=seed, chat=prompt_format != RAW,
                                     limits=limits)
+            if source != compare_sets.ONE_PROMPT and not sweep:
+                prompts = compare_sets.prompts_for(source, upload, limits)
+                yield from compare_sets.set_stream(configs, prompts, repeats, limits, loader, _set_view)
+                return
             prompt = check_prompt(prompt, limits)
             if sweep:
                 state = f"k sweep of {config_label(configs[0])}: k = 1..8 against one plain baseline"
@@ -205,6 +221,9 @@ def sweep_old_exports(root: Path | None = None, max_age: float = EXPORT_MAX_AGE_
 def export_files(result, png=False) -> tuple[list[str], str]:
     """The last comparison's files, in a fresh folder (older export folders are removed)."""
     comparison, sweep = result if isinstance(result, tuple) and len(result) == 2 else (None, None)
+    if isinstance(comparison, PromptSetComparison) and comparison.results:
+        sweep_old_exports()
+        return [str(path) for path in write_set_files(comparison, tempfile.mkdtemp(prefix=EXPORT_PREFIX))], ""
     if not isinstance(comparison, Comparison) or not comparison.results:
         raise SpecvizError("Nothing to export yet: run a comparison or a k sweep first.")
     sweep_old_exports()
@@ -261,6 +280,13 @@ def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run:
                                        elem_id="cmp-max-new-tokens")
             seed = gr.Number(0, precision=0, label="Seed (sampled configurations)")
             prompt_format = gr.Radio([CHAT, RAW], value=CHAT, label="Prompt format")
+            source = gr.Dropdown(compare_sets.sources(limits), value=compare_sets.ONE_PROMPT, label="Prompts",
+                                 info="one prompt, or a set: the median speedup over it, with a 95% interval",
+                                 elem_id="cmp-source")
+            upload = gr.File(label="Prompt file (.txt: one per line; .jsonl: \"prompt\", \"category\")",
+                             file_types=[".txt", ".jsonl"], visible=False, elem_id="cmp-upload")
+            repeats = gr.Slider(1, compare_sets.MAX_REPEATS, value=1, step=1, label="Rounds over the set",
+                                elem_id="cmp-repeats")
             run = gr.Button("Compare", variant="primary", elem_id="cmp-run")
             run_sweep = gr.Button("Sweep k = 1..8", elem_id="cmp-sweep")
             stop = gr.Button("Stop", variant="stop", elem_id="cmp-stop")
@@ -272,6 +298,7 @@ def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run:
         columns = [gr.HTML(pending_html(config_label(RunSettings(draft=row[2], k=row[3], dynamic_k=row[4]))),
                            visible=bool(row[0]), elem_id=f"cmp-column-{i}") for i, row in enumerate(DEFAULT_CONFIGS)]
     sweep_plot = gr.Plot(show_label=False, visible=False, elem_id="cmp-sweep-chart")
+    set_plot = gr.Plot(show_label=False, visible=False, elem_id="cmp-set-chart")
     empty = comparison_figures(Comparison("", [], []))
     with gr.Row():
         per_pass = gr.Plot(empty["tokens_per_pass"], show_label=False, elem_id="cmp-chart-per-pass")
@@ -285,14 +312,15 @@ def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run:
     result = gr.State(None)
     numbers = last_run if last_run is not None else gr.State(None)
 
-    inputs = [prompt, configs, max_new_tokens, seed, prompt_format]
-    outputs = [status, table, *columns, per_pass, positions, race, sweep_plot, result, numbers]
+    inputs = [prompt, configs, max_new_tokens, seed, prompt_format, source, upload, repeats]
+    outputs = [status, table, *columns, per_pass, positions, race, sweep_plot, result, numbers, set_plot]
 
     def flat(work):
         def flat_work(*args):
             for view in work(*args):
                 yield view if view is TICK else [view.status, view.table, *view.columns, view.tokens_per_pass,
-                                                 view.positions, view.race, view.sweep, view.result, view.last_run]
+                                                 view.positions, view.race, view.sweep, view.result, view.last_run,
+                                                 view.set_plot]
         return flat_work
 
     events = []
@@ -301,6 +329,8 @@ def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run:
         events.append(button.click(handler, inputs, outputs, concurrency_limit=1, concurrency_id=CONCURRENCY_ID,
                                    show_progress="minimal", api_name=name))
     stop.click(lambda: gr.Info("Stopped."), None, None, cancels=events, queue=False, api_visibility="private")
+    source.change(lambda choice: gr.update(visible=choice == compare_sets.FROM_FILE), source, upload, queue=False,
+                  api_visibility="private")
     export.click(export_work, [result, png], files, concurrency_limit=1, concurrency_id=CONCURRENCY_ID,
                  api_name="export")
     return CompareTab(prompt, configs, run, run_sweep, stop, status, table, columns, [per_pass, positions, race],

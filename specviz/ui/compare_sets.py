@@ -1,0 +1,98 @@
+"""The Compare tab over a set of prompts: which set (one of those that ship, or an uploaded file),
+the hosted limit on the work, and the views of a `runs.PromptSetComparison` as it runs (progress with
+the time left, then the winner or why there is none, the tables and the chart of per-prompt speedups)."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterator
+from pathlib import Path
+
+import gradio as gr
+
+from ..catalog import BenchPrompt, preset_prompt_sets, read_prompt_file
+from ..errors import SpecvizError
+from ..runs import Loader, PromptSetComparison, iter_prompt_set, load
+from ..settings import Limits, RunSettings, check_prompt, whole_number
+from ..views import prompt_sets as views
+from .common import TICK, Throttle
+
+ONE_PROMPT = "This prompt"
+FROM_FILE = "A file of prompts (upload)"
+MAX_REPEATS = 5
+HOSTED_TOKEN_BUDGET = 24_000       # prompts x configurations x rounds x max new tokens, in hosted mode
+
+
+def sources(limits: Limits) -> list[str]:
+    """The choices of the prompt-set menu: one prompt, the sets that ship, and (locally) a file."""
+    names = [f"Set: {name} ({len(prompts)} prompts)" for name, prompts in preset_prompt_sets().items()]
+    return [ONE_PROMPT, *names] + ([] if limits.hosted else [FROM_FILE])
+
+
+def prompts_for(source: str, upload, limits: Limits) -> list[BenchPrompt]:
+    """The prompts a menu choice (and an upload) stand for; SpecvizError for anything else."""
+    if source == FROM_FILE and not limits.hosted:
+        path = upload if isinstance(upload, str) else getattr(upload, "name", None)
+        if not path:
+            raise SpecvizError("Upload a prompt file first (one prompt per line, or JSON Lines with \"prompt\").")
+        prompts = read_prompt_file(Path(path))
+    else:
+        sets = preset_prompt_sets()
+        name = source.removeprefix("Set: ").rsplit(" (", 1)[0] if isinstance(source, str) else ""
+        if name not in sets:
+            raise SpecvizError(f"Unknown prompt set {source!r}: choose one from the menu.")
+        prompts = sets[name]
+    for prompt in prompts:
+        check_prompt(prompt.prompt, limits)
+    return prompts
+
+
+def check_budget(configs: list[RunSettings], prompts: list[BenchPrompt], repeats: int, limits: Limits) -> None:
+    if not limits.hosted:
+        return
+    tokens = len(configs) * len(prompts) * repeats * configs[0].max_new_tokens
+    if tokens > HOSTED_TOKEN_BUDGET:
+        raise SpecvizError(f"This comparison asks for up to {tokens} tokens; this hosted demo allows "
+                           f"{HOSTED_TOKEN_BUDGET}. Use fewer configurations, rounds or new tokens.")
+
+
+def table_html(headers, rows, label: str) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f'<td class="{"sv-num" if i else ""}">{html.escape(cell)}</td>'
+                                    for i, cell in enumerate(row)) + "</tr>" for row in rows)
+    return (f'<div class="sv-stats"><table aria-label="{html.escape(label)}"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{body}</tbody></table></div>')
+
+
+def status_html(state: str, headline: str) -> str:
+    return (f'<div class="sv-stats"><div class="sv-state">{html.escape(state)}</div>'
+            f'<div class="sv-winner" role="status">{html.escape(headline)}</div></div>')
+
+
+def set_stream(configs: list[RunSettings], prompts: list[BenchPrompt], repeats, limits: Limits,
+               loader: Loader | None, view) -> Iterator[object]:
+    """The work of a prompt-set comparison: `view(status, table, plot, result)` after each finished
+    run (progress with the time left in between, at most every few tenths of a second), TICKs otherwise."""
+    repeats = whole_number("rounds", repeats, 1, MAX_REPEATS)
+    check_budget(configs, prompts, repeats, limits)
+    state = (f"{len(configs)} configuration{'s' if len(configs) > 1 else ''} over {len(prompts)} prompts, "
+             f"{repeats} round{'s' if repeats > 1 else ''}, each prompt against its own plain decoding")
+    yield view(status_html(state, "Running\u2026 (the first run also loads the models)"), None, None, None)
+    finished, throttle = 0, Throttle()
+    for comparison in iter_prompt_set(configs, prompts, repeats=repeats, loader=loader or load):
+        if len(comparison.results) > finished:
+            finished = len(comparison.results)
+            yield full_view(comparison, state, view)
+        elif throttle.due()[0]:
+            yield view(status_html(state, views.progress_line(comparison) + "\u2026"), None, None, None)
+        else:
+            yield TICK
+
+
+def full_view(comparison: PromptSetComparison, state: str, view):
+    headline = views.winner_line(comparison) if comparison.done else views.progress_line(comparison)
+    headers, rows = views.category_rows(comparison)
+    tables = (table_html(views.TABLE_HEADERS, views.table_rows(comparison), "over the prompts")
+              + table_html(headers, rows, "median speedup by category"))
+    return view(status_html(state, headline), tables, gr.update(value=views.speedups_figure(comparison), visible=True),
+                (comparison, None))

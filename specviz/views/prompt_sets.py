@@ -1,0 +1,146 @@
+"""A prompt-set comparison shown and saved: the winner sentence (or why there is none), progress with
+the time left, the summary and per-category tables, the chart of per-prompt speedups, and the JSON
+and CSV records. Pure functions of `runs.PromptSetComparison`; every number comes from it."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from ..runs.prompt_sets import PromptSetComparison
+from .charts import PLAIN_COLOUR, layout
+from .figures import config_colour
+
+X = "\u00d7"
+TABLE_HEADERS = ["configuration", "prompts", "median speedup", "95% interval", "tokens per pass", "accepted"]
+ROW_FIELDS = ["config", "prompt_id", "category", "round", "speedup", "tokens", "baseline_tokens", "target_passes",
+              "drafted", "accepted", "seconds", "identical"]
+
+
+def winner_line(comparison: PromptSetComparison) -> str:
+    """Who won over the prompts, only when the paired interval says so; otherwise what would settle it."""
+    order = comparison.ranking()
+    summaries = [comparison.summary(i) for i in order]
+    if not summaries or not summaries[0].speedups:
+        return "No prompt has finished yet."
+    best = summaries[0]
+    head = (f"{best.label}: median speedup {best.speedup_median:.2f}{X} over {len(best.speedups)} prompts "
+            f"(95% interval {best.speedup_ci95[0]:.2f}\u2013{best.speedup_ci95[1]:.2f}{X})")
+    if len(summaries) == 1:
+        return head + "."
+    winner, paired = comparison.winner()
+    runner = summaries[1]
+    if paired is None:
+        return head + f"; {runner.label} has no prompt in common with it yet."
+    versus = (f"{paired[0]:.2f}{X} {runner.label}'s speed on the same prompts "
+              f"(95% interval {paired[1]:.2f}\u2013{paired[2]:.2f}{X})")
+    if winner is not None:
+        return f"{best.label} wins: {versus}. " + head + "."
+    return (f"No clear winner: {best.label} ran at {versus}, an interval that includes 1. More prompts "
+            f"(or --repeats, for timing noise) would settle it. " + head + ".")
+
+
+def progress_line(comparison: PromptSetComparison) -> str:
+    left = comparison.seconds_left()
+    eta = "" if left is None else f", about {left:.0f} s left"
+    return f"{len(comparison.results)} of {comparison.total} runs done{eta}"
+
+
+def table_rows(comparison: PromptSetComparison) -> list[list[str]]:
+    rows = []
+    for i in comparison.ranking():
+        s = comparison.summary(i)
+        rows.append([s.label, str(len(s.speedups)), f"{s.speedup_median:.2f}{X}",
+                     f"{s.speedup_ci95[0]:.2f}\u2013{s.speedup_ci95[1]:.2f}{X}", f"{s.mean_acceptance_length:.2f}",
+                     f"{s.draft_acceptance_rate:.1%}"])
+    return rows
+
+
+def category_rows(comparison: PromptSetComparison) -> tuple[list[str], list[list[str]]]:
+    """(headers, rows): the median speedup of each configuration in each category."""
+    summaries = [comparison.summary(i) for i in range(len(comparison.configs))]
+    categories = list(dict.fromkeys(p.category for p in comparison.prompts))
+    rows = [[category] + [f"{s.by_category[category]:.2f}{X}" if category in s.by_category else "" for s in summaries]
+            for category in categories]
+    return ["category"] + [s.label for s in summaries], rows
+
+
+def speedups_figure(comparison: PromptSetComparison) -> go.Figure:
+    """Each prompt's speedup per configuration (points), the median (a bar across) and its interval."""
+    traces = []
+    for i in range(len(comparison.configs)):
+        s = comparison.summary(i)
+        colour = config_colour(i)
+        traces.append(go.Scatter(x=[s.label] * len(s.speedups), y=s.speedups, mode="markers", name=s.label,
+                                 marker=dict(color=colour, size=8, opacity=0.6), showlegend=False,
+                                 hovertemplate=f"{s.label}: %{{y:.2f}}{X}<extra></extra>"))
+        if s.speedups:
+            low, high = s.speedup_ci95
+            traces.append(go.Scatter(
+                x=[s.label], y=[s.speedup_median], mode="markers", name=f"{s.label} median",
+                marker=dict(symbol="line-ew-open", size=36, color=colour, line=dict(width=4)), showlegend=False,
+                error_y=dict(type="data", symmetric=False, array=[high - s.speedup_median],
+                             arrayminus=[s.speedup_median - low], color=colour, thickness=2, width=14),
+                hovertemplate=f"median %{{y:.2f}}{X} (95% interval {low:.2f}\u2013{high:.2f}{X})<extra></extra>"))
+    fig_layout = layout("Speedup on each prompt, median and 95% interval", None, f"speedup {X}", hovermode="closest",
+                        height=340, yaxis=dict(title=f"speedup {X}", rangemode="tozero",
+                                               gridcolor="rgba(128,128,128,0.25)"))
+    fig_layout["shapes"] = [dict(type="line", xref="paper", x0=0, x1=1, y0=1, y1=1,
+                                 line=dict(color=PLAIN_COLOUR, width=1, dash="dot"))]
+    return go.Figure(traces, layout=fig_layout)
+
+
+def rows(comparison: PromptSetComparison) -> list[dict]:
+    """One flat record per configuration, prompt and round (ROW_FIELDS)."""
+    out = []
+    for r in comparison.results:
+        prompt = comparison.prompts[r.prompt]
+        out.append(dict(config=comparison.labels[r.config], prompt_id=prompt.id, category=prompt.category,
+                        round=r.round, speedup=r.speedup, tokens=r.tokens, baseline_tokens=r.baseline_tokens,
+                        target_passes=r.passes, drafted=r.drafted, accepted=r.accepted, seconds=r.seconds,
+                        identical=r.identical))
+    return out
+
+
+def summary(comparison: PromptSetComparison) -> dict:
+    """The JSON summary: per configuration its median speedup and interval, and the winner (or null)."""
+    winner, paired = comparison.winner()
+    configurations = []
+    for i, settings in enumerate(comparison.configs):
+        s = comparison.summary(i)
+        configurations.append({"config": s.label, "settings": settings.to_dict(), "prompts": len(s.speedups),
+                               "speedup_median": s.speedup_median, "speedup_ci95": list(s.speedup_ci95),
+                               "mean_acceptance_length": s.mean_acceptance_length,
+                               "draft_acceptance_rate": s.draft_acceptance_rate, "by_category": s.by_category})
+    return {"prompts": len(comparison.prompts), "repeats": comparison.repeats, "configurations": configurations,
+            "winner": None if winner is None else comparison.labels[winner],
+            "paired": None if paired is None else {"ratio": paired[0], "ci95": [paired[1], paired[2]]},
+            "winner_line": winner_line(comparison), "compared": "decode-only seconds per token, per prompt"}
+
+
+def write_json(comparison: PromptSetComparison, path: Path) -> Path:
+    data = dict(summary(comparison), rows=rows(comparison))
+    Path(path).write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+    return Path(path)
+
+
+def write_files(comparison: PromptSetComparison, directory: Path) -> list[Path]:
+    """rows.csv (one plain value per cell), summary.json and charts.html in `directory`."""
+    from .export import charts_html
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    csv_path = directory / "rows.csv"
+    with open(csv_path, "w", encoding="utf-8", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=ROW_FIELDS)
+        writer.writeheader()
+        for row in rows(comparison):
+            writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    summary_path = directory / "summary.json"
+    summary_path.write_text(json.dumps(summary(comparison), indent=2, ensure_ascii=False), encoding="utf-8")
+    charts_path = directory / "charts.html"
+    charts_path.write_text(charts_html({"speedups": speedups_figure(comparison)}), encoding="utf-8")
+    return [csv_path, summary_path, charts_path]

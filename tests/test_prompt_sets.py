@@ -1,0 +1,140 @@
+"""Comparisons over a set of prompts: the bootstrap on known data, the winner rule, the prompt-file
+formats and their bad input, the harness on the tiny pair, and the command line."""
+
+import json
+import random
+import statistics
+
+import pytest
+from test_cli import folder, no_loading, one_error_line  # noqa: F401 - fixtures
+from tiny_pair import PROMPT
+
+from specviz.catalog import BenchPrompt, preset_prompt_sets, read_prompt_file
+from specviz.cli import entry
+from specviz.errors import SpecvizError
+from specviz.metrics import bootstrap_median, paired_ratio
+from specviz.runs.prompt_sets import PromptRun, PromptSetComparison, compare_prompt_set
+from specviz.settings import RunSettings
+from specviz.views import prompt_sets as views
+
+# ----------------------------------------------------------------------------- the statistics
+
+
+def test_the_bootstrap_interval_covers_the_true_median():
+    # Log-normal samples of 30 "speedups" around a true median of 1.5: the interval must hold it
+    # in about 95% of the samples (at least 88 of 100 here; a too-narrow interval fails).
+    rng = random.Random(7)
+    hits = 0
+    for trial in range(100):
+        values = [1.5 * rng.lognormvariate(0, 0.3) for _ in range(30)]
+        middle, low, high = bootstrap_median(values, samples=400, seed=trial)
+        assert low <= middle <= high
+        hits += low <= 1.5 <= high
+    assert hits >= 88
+
+
+def test_the_paired_comparison_separates_clearly_different_configurations():
+    rng = random.Random(3)
+    base = [rng.uniform(0.8, 3.0) for _ in range(20)]        # prompts differ a lot ...
+    faster = [b * 1.3 * rng.uniform(0.95, 1.05) for b in base]   # ... the configurations differ by 30%
+    ratio, low, high = paired_ratio(faster, base)
+    assert 1.2 < ratio < 1.4 and low > 1.15
+    # Unpaired, the same data cannot tell them apart: the prompt-to-prompt spread swamps the difference.
+    assert bootstrap_median(faster)[1] < bootstrap_median(base)[2]
+    same = [b * (0.96 if i % 2 else 1.04) for i, b in enumerate(base)]   # as often a bit slower as faster
+    assert paired_ratio(same, base)[1] < 1 < paired_ratio(same, base)[2]
+
+
+def comparison_of(speedups_by_config: list[list[float]]) -> PromptSetComparison:
+    configs = [RunSettings(draft="ngram", k=k) for k in range(1, len(speedups_by_config) + 1)]
+    prompts = [BenchPrompt(f"p{i}", "a", "x") for i in range(len(speedups_by_config[0]))]
+    comparison = PromptSetComparison(configs, [f"c{i}" for i in range(len(configs))], prompts, 1)
+    for c, speedups in enumerate(speedups_by_config):
+        for p, value in enumerate(speedups):
+            comparison.results.append(PromptRun(c, p, 0, value, 10, 10, 4, 8, 6, 1.0, None))
+    return comparison
+
+
+def test_a_winner_is_named_only_when_its_paired_interval_clears_one():
+    rng = random.Random(1)
+    base = [rng.uniform(1.0, 2.0) for _ in range(12)]
+    clear = comparison_of([[b * 1.4 for b in base], base])
+    assert clear.winner()[0] == 0 and views.summary(clear)["winner"] == "c0"
+    assert views.winner_line(clear).startswith("c0 wins: 1.40")
+    close = comparison_of([[b * rng.choice([0.97, 1.05]) for b in base], base])
+    assert close.winner()[0] is None and views.summary(close)["winner"] is None
+    assert views.winner_line(close).startswith("No clear winner") and "More prompts" in views.winner_line(close)
+
+
+# ----------------------------------------------------------------------------- prompt files
+
+def test_prompt_files_one_per_line_or_jsonl(tmp_path):
+    lines = tmp_path / "prompts.txt"
+    lines.write_text("first prompt\n\n  second prompt  \n", encoding="utf-8")
+    assert [p.prompt for p in read_prompt_file(lines)] == ["first prompt", "second prompt"]
+    records = tmp_path / "prompts.jsonl"
+    records.write_text('{"prompt": "a", "category": "rewrite"}\n{"prompt": "b", "chat": false}\n', encoding="utf-8")
+    prompts = read_prompt_file(records)
+    assert [(p.prompt, p.category, p.chat) for p in prompts] == [("a", "rewrite", True), ("b", "file", False)]
+    sets = preset_prompt_sets()
+    assert len(sets["examples"]) >= 12 and {"chat", "rewrite"} <= set(sets)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "holds no prompts"),
+    (b"   \n\n", "holds no prompts"),
+    (b"ok\n" + b"x" * 20_001 + b"\n", "line 2: 20001 characters"),
+    (b"caf\xe9\n", "not UTF-8"),
+    (b'{"prompt": "a"}\n{"prompt": \n', "line 2: not a JSON object"),
+    (b'{"text": "a"}\n', 'needs a non-empty "prompt"'),
+])
+def test_bad_prompt_files_are_clear_errors(tmp_path, content, message):
+    path = tmp_path / "prompts.txt"
+    path.write_bytes(content)
+    with pytest.raises(SpecvizError, match=message):
+        read_prompt_file(path)
+
+
+# ----------------------------------------------------------------------------- the harness
+
+def test_configurations_alternate_prompt_by_prompt_against_a_shared_baseline(tiny):
+    prompts = [BenchPrompt(f"p{i}", "ab"[i % 2], PROMPT + " the cat" * i) for i in range(4)]
+    configs = [RunSettings(draft="same", k=3, max_new_tokens=16), RunSettings(draft="random", k=3, max_new_tokens=16)]
+    comparison = compare_prompt_set(configs, prompts, repeats=2, loader=tiny.loader)
+    assert comparison.done and len(comparison.results) == 2 * 4 * 2
+    order = [(r.round, r.prompt, r.config) for r in comparison.results]
+    assert order == [(k, p, c) for k in range(2) for p in range(4) for c in range(2)]
+    assert all(r.baseline_tokens == 16 for r in comparison.results)
+    assert comparison.winner()[0] == 0                      # the target as its own draft beats a random one
+    data = views.summary(comparison)
+    first = data["configurations"][0]
+    assert first["prompts"] == 4 and len(first["speedup_ci95"]) == 2 and set(first["by_category"]) == {"a", "b"}
+    assert first["draft_acceptance_rate"] == 1.0 and data["winner"] == "same k=3"
+
+
+# ----------------------------------------------------------------------------- the command line
+
+def test_compare_over_a_prompt_file_writes_rows_and_a_summary(folder, tmp_path, capsys):  # noqa: F811
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("the cat sat on the mat and the cat sat on the\nthe dog ran in the park and the dog\n")
+    out, export = tmp_path / "set.json", tmp_path / "set"
+    code = entry(["compare", "--target", folder, "--draft", "ngram", "--draft", "self:2", "--dtype", "float32",
+                  "--max-new-tokens", "12", "--raw", "--prompts", str(prompts), "--json", str(out),
+                  "--export", str(export), "--no-color"])
+    stdout = capsys.readouterr().out
+    assert code == 0 and "Over the prompts" in stdout and "by category" in stdout
+    data = json.loads(out.read_text())
+    assert {c["config"] for c in data["configurations"]} == {"ngram k=4", "self:2 k=4"}
+    assert len(data["rows"]) == 4 and "winner" in data
+    assert sorted(p.name for p in export.iterdir()) == ["charts.html", "rows.csv", "summary.json"]
+    assert statistics.median([r["speedup"] for r in data["rows"] if r["config"] == "ngram k=4"]) > 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--prompts", "no-such-set"], "no such prompt set"),
+    (["--prompts", "rewrite", "a prompt too"], "either a prompt or --prompts"),
+    (["--prompts", "rewrite", "--repeats", "0"], "--repeats must be from 1 to 100"),
+    (["--repeats", "2", "a prompt"], "go with --prompts"),
+])
+def test_prompt_set_mistakes_fail_before_loading(no_loading, capsys, argv, message):  # noqa: F811
+    assert message in one_error_line(capsys, entry(["compare", *argv]))
