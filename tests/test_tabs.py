@@ -82,7 +82,7 @@ def test_compare_streams_then_names_the_winner(tiny):
     assert "same k=3" in final.columns[1]["value"] and "data-verdict=" in final.columns[1]["value"]
     first = finished[0]
     assert "running" in first.columns[1]["value"] and "waiting" in first.columns[2]["value"]
-    assert [t.name for t in final.tokens_per_pass.data] == comparison.labels
+    assert [t.name for t in final.tokens_per_pass["value"].data] == comparison.labels and final.tokens_per_pass["visible"]
     assert final.sweep.get("visible") is False
     best = max(comparison.results, key=lambda r: r.speedup)
     assert final.last_run["speedup"] == best.speedup and final.last_run["stats"] == best.stats.to_dict()

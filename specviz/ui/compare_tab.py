@@ -147,8 +147,9 @@ def compare_view(comparison: Comparison, sweep: Sweep | None = None, *, state: s
     else:
         numbers = gr.skip()
     sweep_plot = gr.update(value=sweep_figure(sweep), visible=True) if sweep is not None else gr.update(visible=False)
-    return CompareView(status, table, tuple(columns), figures["tokens_per_pass"], figures["acceptance_by_position"],
-                       figures["tokens_against_time"], sweep_plot, (comparison, sweep), numbers,
+    shown = {name: gr.update(value=figure, visible=True) for name, figure in figures.items()}
+    return CompareView(status, table, tuple(columns), shown["tokens_per_pass"], shown["acceptance_by_position"],
+                       shown["tokens_against_time"], sweep_plot, (comparison, sweep), numbers,
                        gr.update(visible=False))
 
 
@@ -160,8 +161,8 @@ def _only_status(status: str) -> CompareView:
 def _set_view(status, table, plot, result) -> CompareView:
     """A view of a comparison over a set of prompts: the single-prompt columns and charts step aside."""
     skip, hidden = gr.skip(), gr.update(visible=False)
-    return CompareView(status, skip if table is None else table, (hidden,) * MAX_CONFIGS, skip, skip, skip, hidden,
-                       skip if result is None else result, skip, skip if plot is None else plot)
+    return CompareView(status, skip if table is None else table, (hidden,) * MAX_CONFIGS, hidden, hidden, hidden,
+                       hidden, skip if result is None else result, skip, skip if plot is None else plot)
 
 
 def compare_work(limits: Limits, loader: Loader | None = None, *, sweep: bool = False):

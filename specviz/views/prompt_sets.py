@@ -30,7 +30,7 @@ def winner_line(comparison: PromptSetComparison) -> str:
     head = (f"{best.label}: median speedup {best.speedup_median:.2f}{X} over {len(best.speedups)} prompts "
             f"(95% interval {best.speedup_ci95[0]:.2f}\u2013{best.speedup_ci95[1]:.2f}{X})")
     if len(summaries) == 1:
-        return head + "."
+        return head + "." + _against_plain(best)
     winner, paired = comparison.winner()
     runner = summaries[1]
     if paired is None:
@@ -38,9 +38,18 @@ def winner_line(comparison: PromptSetComparison) -> str:
     versus = (f"{paired[0]:.2f}{X} {runner.label}'s speed on the same prompts "
               f"(95% interval {paired[1]:.2f}\u2013{paired[2]:.2f}{X})")
     if winner is not None:
-        return f"{best.label} wins: {versus}. " + head + "."
+        return f"{best.label} wins: {versus}. " + head + "." + _against_plain(best)
     return (f"No clear winner: {best.label} ran at {versus}, an interval that includes 1. More prompts "
             f"(or --repeats, for timing noise) would settle it. " + head + ".")
+
+
+def _against_plain(best) -> str:
+    low, high = best.speedup_ci95
+    if high < 1.0:
+        return " Plain decoding is faster still on these prompts: the winner's interval lies below 1."
+    if low <= 1.0:
+        return " Whether it beats plain decoding on these prompts is not settled: its interval includes 1."
+    return ""
 
 
 def progress_line(comparison: PromptSetComparison) -> str:
