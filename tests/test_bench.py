@@ -16,7 +16,8 @@ from specviz.errors import SpecvizError
 from specviz.models import Detokenizer, encode_prompt
 from specviz.models.tiny import ByteTokenizer, encode_bytes, tiny_pair
 from specviz.runs import bench
-from specviz.runs.run import execute
+from specviz.runs import prompt_sets
+from specviz.runs.run import race
 from specviz.settings import RunSettings, validate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,20 +69,20 @@ def test_tiny_pair_drafters():
 
 @pytest.mark.parametrize("draft", ["tiny", "ngram", "self:3"])
 def test_tiny_bench_rows(draft, monkeypatch):
-    # specviz's side is `runs.run.execute`: plain and speculative decoding raced, with no per-run
-    # warm-up (the bench warms every method up once).
+    # specviz's side goes through the prompt-set harness: one race per prompt, plain and speculative
+    # decoding interleaved, with no per-run warm-up (the bench warms every method up once).
     calls = []
 
-    def recording_execute(settings, prompt, pair, **options):
+    def recording_race(settings, prompt, pair, **options):
         calls.append(options)
-        return execute(settings, prompt, pair, **options)
+        return race(settings, prompt, pair, **options)
 
-    monkeypatch.setattr(bench, "execute", recording_execute)
+    monkeypatch.setattr(prompt_sets, "race", recording_race)
     setup = tiny_setup(draft)
     prompts = load_bench_prompts(categories=["rewrite", "maths"], limit=1)
     k = bench.DEFAULT_K[setup.draft.kind]
     rows = bench.run_bench(setup, prompts)
-    assert calls == [{"baseline": True, "warm_up": False}] * 3   # the warm-up, then one race per prompt
+    assert calls == [{"baseline": True, "warm_up": False}] * 2   # one race per prompt
     assert [r["category"] for r in rows] == ["rewrite", "maths"]
     for row in rows:
         assert REQUIRED <= row.keys()
@@ -99,11 +100,12 @@ def test_tiny_bench_rows(draft, monkeypatch):
 def test_tokens_per_second_is_tokens_over_each_methods_own_event_time(monkeypatch):
     runs = []
 
-    def keeping_execute(*args, **options):
-        runs.append(execute(*args, **options))
-        return runs[-1]
+    def keeping_race(*args, **options):
+        for run in race(*args, **options):
+            yield run
+        runs.append(run)
 
-    monkeypatch.setattr(bench, "execute", keeping_execute)
+    monkeypatch.setattr(prompt_sets, "race", keeping_race)
     rows = bench.run_bench(tiny_setup("ngram", max_new_tokens=8), load_bench_prompts(categories=["code"], limit=1))
     run = runs[-1]
     assert rows[0]["specviz_tokens_per_s"] == pytest.approx(run.stats.tokens / run.stats.seconds)

@@ -77,6 +77,7 @@ def main(args: argparse.Namespace) -> int:
         console.print(rich_table(title, prose.SWEEP_HEADERS, prose.sweep_rows(result)))
         console.print(prose.plain_rate_line(comparison.results), markup=False, soft_wrap=True)
         console.print(prose.sweep_line(result), markup=False, soft_wrap=True)
+    console.print(prose.timing_note(comparison.results), markup=False, soft_wrap=True)
     if prose.identity_line(comparison):
         console.print(prose.identity_line(comparison), markup=False, soft_wrap=True)
     if export_note is not None:
@@ -147,6 +148,7 @@ def over_prompts(args: argparse.Namespace, configs) -> int:
     headers, rows = views.category_rows(comparison)
     console.print(rich_table("Median speedup by category", headers, rows))
     console.print(views.winner_line(comparison), markup=False, soft_wrap=True)
+    console.print(views.timing_line(comparison), markup=False, soft_wrap=True)
     for line in note:
         console.print(line, markup=False, soft_wrap=True)
     return 0

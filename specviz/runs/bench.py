@@ -4,8 +4,9 @@ assets/bench_prompts.json (`catalog.load_bench_prompts`: five prompts in each of
 categories). The command line is `specviz.cli.bench`.
 
 Method: one short warm-up of every method, then the methods alternate prompt by prompt so that a
-change in the machine's load hits all of them alike. specviz's side is one `run.execute` per prompt:
-plain and speculative decoding interleaved event by event, exactly as `run` and the app race them;
+change in the machine's load hits all of them alike, through the harness of a prompt-set comparison
+(`runs.prompt_sets`). specviz's side is one race per prompt: plain and speculative decoding
+interleaved event by event, exactly as `run` and the app race them;
 each method's tokens/s is its tokens over the sum of its own event times (the whole run, prompt
 prefill included). transformers' `generate` follows, timed as one call by the same `Clock`. Per
 category, every column is the median over prompts of the per-prompt value (a speedup is the median
@@ -40,6 +41,7 @@ from ..models import ModelPair
 from ..models.sources import Progress
 from ..models.tiny import tiny_pair
 from ..settings import DraftSpec, RunSettings, parse_draft
+from .prompt_sets import iter_prompt_set
 from .run import Run, encode, execute, load
 
 DEFAULT_K = {"ngram": 8, "ngram-tree": 8, "self": 4, "model": 4}   # draft length per kind of drafter
@@ -207,8 +209,9 @@ def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transforme
 
 def run_bench(setup: Setup, prompts: Sequence[BenchPrompt], *, repeats: int = 1, warmup: bool = True,
               progress: Callable[[str], None] | None = None) -> list[dict]:
-    """Rows for `prompts`, `repeats` rounds; per prompt, specviz's race (plain and speculative) and
-    then transformers. `setup.settings` must have passed `settings.validate` (greedy)."""
+    """Rows for `prompts`, `repeats` rounds, through `runs.prompt_sets` (the harness of a prompt-set
+    comparison): per prompt, specviz's race (plain and speculative), then transformers.
+    `setup.settings` must have passed `settings.validate` (greedy)."""
     pair, clock = setup.pair, Clock(setup.device)
     encoded = [encode(prompt_settings(setup, p), p.prompt, pair) for p in prompts]
     if warmup and prompts:   # one-time costs (allocator, lazy init, kernel choice) are paid here
@@ -218,15 +221,18 @@ def run_bench(setup: Setup, prompts: Sequence[BenchPrompt], *, repeats: int = 1,
         run_transformers(setup, encoded[0], clock, short.max_new_tokens)
     runs: list[list[Run]] = [[] for _ in prompts]
     hf: list[list[Timed]] = [[] for _ in prompts]
-    for round_ in range(repeats):
-        for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
-            runs[i].append(execute(prompt_settings(setup, prompt), prompt.prompt, pair, baseline=True, warm_up=False))
-            hf[i].append(run_transformers(setup, ids, clock))
-            if progress:
-                run = runs[i][-1]
-                progress(f"[{round_ + 1}/{repeats}] {prompt.id:<20} plain {run.plain.tokens_per_second:6.1f}  "
-                         f"specviz {run.stats.tokens_per_second:6.1f}  "
-                         f"transformers {hf[i][-1].tokens_per_s:6.1f} tokens/s")
+
+    def with_transformers(_config: int, i: int, round_: int, run: Run) -> None:
+        # The same harness as a prompt-set comparison; transformers runs right after each prompt's race.
+        runs[i].append(run)
+        hf[i].append(run_transformers(setup, encoded[i], clock))
+        if progress:
+            progress(f"[{round_ + 1}/{repeats}] {prompts[i].id:<20} plain {run.plain.tokens_per_second:6.1f}  "
+                     f"specviz {run.stats.tokens_per_second:6.1f}  transformers {hf[i][-1].tokens_per_s:6.1f} tokens/s")
+
+    for _ in iter_prompt_set([setup.settings], prompts, repeats=repeats, loader=lambda _settings, _progress: pair,
+                             warm_up=False, after_run=with_transformers):
+        pass
     return [bench_row(setup, prompt, r, t) for prompt, r, t in zip(prompts, runs, hf)]
 
 

@@ -13,7 +13,7 @@ work within one cycle.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..catalog import BenchPrompt
@@ -66,6 +66,7 @@ class PromptSetComparison:
     repeats: int
     results: list[PromptRun] = field(default_factory=list)
     current: Run | None = None
+    clock: str = ""                 # the clock that timed the runs (core.decoding.Clock.name)
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -130,8 +131,11 @@ class PromptSetComparison:
 
 
 def iter_prompt_set(configs: Sequence[RunSettings], prompts: Sequence[BenchPrompt], *, repeats: int = 1,
-                    loader: Loader | None = None) -> Iterator[PromptSetComparison]:
-    """Run every configuration on every prompt, `repeats` rounds; yield after every event."""
+                    loader: Loader | None = None, warm_up: bool = True,
+                    after_run: Callable[[int, int, int, Run], None] | None = None) -> Iterator[PromptSetComparison]:
+    """Run every configuration on every prompt, `repeats` rounds; yield after every event.
+    `after_run(config, prompt, round, run)` hears each finished run (the benchmark times
+    transformers' generate on the same prompt there); `warm_up=False` when the caller warmed up."""
     configs, prompts = list(configs), list(prompts)
     if not configs or not prompts:
         raise SpecvizError("A prompt-set comparison needs at least one configuration and one prompt.")
@@ -154,7 +158,7 @@ def iter_prompt_set(configs: Sequence[RunSettings], prompts: Sequence[BenchPromp
                 run = None
                 # The first run of each configuration also warms up the shapes it will use.
                 for run in race(settings_here, prompt.prompt, pair, baseline=shared is None,
-                                warm_up=c not in first_seen):
+                                warm_up=warm_up and c not in first_seen):
                     comparison.current = run
                     yield comparison
                 first_seen.add(c)
@@ -163,6 +167,9 @@ def iter_prompt_set(configs: Sequence[RunSettings], prompts: Sequence[BenchPromp
                 else:
                     run.attach_baseline(shared)
                 comparison.results.append(PromptRun.of(c, p, round_, run))
+                comparison.clock = run.clock
+                if after_run is not None:
+                    after_run(c, p, round_, run)
                 comparison.current = None
                 yield comparison
 

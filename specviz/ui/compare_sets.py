@@ -94,5 +94,7 @@ def full_view(comparison: PromptSetComparison, state: str, view):
     headers, rows = views.category_rows(comparison)
     tables = (table_html(views.TABLE_HEADERS, views.table_rows(comparison), "over the prompts")
               + table_html(headers, rows, "median speedup by category"))
+    if comparison.done:
+        headline += " " + views.timing_line(comparison)
     return view(status_html(state, headline), tables, gr.update(value=views.speedups_figure(comparison), visible=True),
                 (comparison, None))

@@ -25,7 +25,8 @@ from ..views import explain, render
 from ..views.export import export_comparison
 from ..views.figures import comparison_figures, sweep_figure
 from ..views.prompt_sets import write_files as write_set_files
-from ..views.prose import SWEEP_HEADERS, TABLE_HEADERS, sweep_line, sweep_rows, table_rows, winner_line
+from ..views.prose import (SWEEP_HEADERS, TABLE_HEADERS, sweep_line, sweep_rows, table_rows, timing_note,
+                           winner_line)
 from . import compare_sets
 from .common import (CHAT, CONCURRENCY_ID, RAW, TICK, Throttle, error_html, failure, gpu_task,
                      slider_max_new_tokens, streaming)
@@ -127,7 +128,8 @@ def compare_view(comparison: Comparison, sweep: Sweep | None = None, *, state: s
     else:
         headline = f"{len(comparison.results)} of {len(comparison.configs)} done\u2026"
     swept = sweep is not None and sweep.points
-    status = status_html(state, headline, sweep_line(sweep) if swept else "")
+    notes = [sweep_line(sweep) if swept else "", timing_note(comparison.results)]
+    status = status_html(state, headline, " ".join(n for n in notes if n))
     table = table_html(TABLE_HEADERS, table_rows(comparison), label="comparison summary")
     if swept:
         table += table_html(SWEEP_HEADERS, sweep_rows(sweep), label="k sweep")

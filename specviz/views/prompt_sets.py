@@ -52,6 +52,11 @@ def _against_plain(best) -> str:
     return ""
 
 
+def timing_line(comparison: PromptSetComparison) -> str:
+    return (f"Each speedup compares decode-only time per token with plain decoding of the same prompt, timed by "
+            f"{comparison.clock or 'the run clock'}; intervals are 95% bootstrap intervals over the prompts.")
+
+
 def progress_line(comparison: PromptSetComparison) -> str:
     left = comparison.seconds_left()
     eta = "" if left is None else f", about {left:.0f} s left"
@@ -127,7 +132,8 @@ def summary(comparison: PromptSetComparison) -> dict:
     return {"prompts": len(comparison.prompts), "repeats": comparison.repeats, "configurations": configurations,
             "winner": None if winner is None else comparison.labels[winner],
             "paired": None if paired is None else {"ratio": paired[0], "ci95": [paired[1], paired[2]]},
-            "winner_line": winner_line(comparison), "compared": "decode-only seconds per token, per prompt"}
+            "winner_line": winner_line(comparison), "compared": "decode-only seconds per token, per prompt",
+            "clock": comparison.clock}
 
 
 def write_json(comparison: PromptSetComparison, path: Path) -> Path:

@@ -201,6 +201,15 @@ def sweep_line(sweep: Sweep) -> str:
             f"({sweep.theory(sweep.best_theory_k):.2f}{X}).")
 
 
+def timing_note(runs: Sequence[Run]) -> str:
+    """What the speedups of a comparison compare, and the clock that timed them."""
+    clocks = sorted({run.clock for run in runs})
+    if not clocks:
+        return ""
+    return (f"Speedups compare decode-only time per token against plain decoding of the same prompt, timed by "
+            f"{' / '.join(clocks)}; the ranges are 95% intervals of the timing noise.")
+
+
 def plain_rate_line(runs: Sequence[Run]) -> str:
     first = next((r for r in runs if r.plain), None)
     return "" if first is None else f"plain decoding: {first.plain.tokens_per_second:.1f} tokens/s"
