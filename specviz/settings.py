@@ -27,7 +27,7 @@ MAX_SEED = 2**63 - 1
 
 @dataclass(frozen=True)
 class DraftSpec:
-    kind: str               # "ngram" (prompt lookup), "ngram-tree" (as a tree), "self" (early exit) or "model"
+    kind: str               # "ngram" (prompt lookup), "ngram-tree" (as a tree), "suffix", "self" or "model"
     text: str               # the spec as given (stripped): a model id or path for kind "model"
     layers: int | None = None   # L of self:L
 
@@ -37,10 +37,11 @@ class DraftSpec:
 
 
 def parse_draft(spec: str | None) -> DraftSpec:
-    """'ngram', 'ngram-tree', 'self:L' (the target's first L layers) or anything else as a draft model."""
+    """'ngram', 'ngram-tree', 'suffix' (suffix decoding), 'self:L' (the target's first L layers) or
+    anything else as a draft model."""
     text = (spec or DEFAULT_DRAFT).strip() or DEFAULT_DRAFT
     lowered = text.lower()
-    if lowered in ("ngram", "ngram-tree"):
+    if lowered in ("ngram", "ngram-tree", "suffix"):
         return DraftSpec(lowered, lowered)
     if lowered.startswith("self"):
         match = re.fullmatch(r"self:(\d{1,4})", lowered)

@@ -188,20 +188,22 @@ def test_uniform_draws_recompute_verdicts(small_pair):
         assert len(c.uniforms) == min(c.num_accepted + 1, len(c.drafted))
 
 
+@pytest.mark.parametrize("drafter", ["ngram-tree", "suffix"])
 @pytest.mark.parametrize("kw", [dict(k=2, temperature=1.0),
                                 pytest.param(dict(k=3, temperature=0.8, top_k=4), marks=pytest.mark.slow)])
-def test_tree_sampling_matches_target_distribution(small_pair, kw):
+def test_tree_sampling_matches_target_distribution(small_pair, kw, drafter):
     # "1 2" was followed by 3, by 4 and by 5: the n-gram tree offers all three as sibling
     # candidates, tried one after another against what is left of the target's distribution.
-    from specviz.core.drafters import NgramTreeDrafter
+    from specviz.core.drafters import NgramTreeDrafter, SuffixDrafter
 
+    make = {"ngram-tree": NgramTreeDrafter, "suffix": lambda: SuffixDrafter(spec_factor=4.0)}[drafter]
     target, _, _ = small_pair
     prompt = torch.tensor([[1, 2, 3, 1, 2, 4, 1, 2, 5, 1, 2]])
     first = NgramTreeDrafter().propose(prompt, kw["k"], None)
     assert sum(p == -1 for p in first.parents) == 3
     sampler = Sampler(kw["temperature"], kw.get("top_k", 0), 1.0)
     exact = exact_joint(target, prompt, sampler)
-    observed = observed_joint(target, NgramTreeDrafter(), prompt, 2500, **kw)
+    observed = observed_joint(target, make(), prompt, 2500, **kw)
     assert pooled_chisquare(observed, exact) > 1e-3
     wrong = exact_joint(target, prompt, Sampler(kw["temperature"] * 2.0, kw.get("top_k", 0), 1.0))
     assert pooled_chisquare(observed, wrong) < 1e-4

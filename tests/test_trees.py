@@ -122,3 +122,40 @@ def test_ngram_tree_merges_every_earlier_match_into_a_trie():
     children_of_13 = [t for t, p in nodes if p == 0]
     assert sorted(children_of_13) == [22, 40]
     assert NgramTreeDrafter().propose(torch.tensor([[1, 2, 3]]), 4, None).tokens.numel() == 0
+
+
+# ----------------------------------------------------------------------------- suffix decoding
+
+def test_suffix_greedy_equals_generate_and_a_repeated_request_drafts_the_earlier_answer():
+    from specviz.core.drafters import SuffixDrafter
+
+    target = make_llama(0)
+    drafter = SuffixDrafter()
+    first = list(speculative_decode(target, drafter, PROMPT, N, k=8))
+    again = list(speculative_decode(target, drafter, PROMPT, N, k=8))       # the same request again
+    expected = reference(target, PROMPT)
+    assert [t for c in first for t in c.emitted] == expected == [t for c in again for t in c.emitted]
+    # The second time the drafter has the first answer: nearly every pass accepts a full branch.
+    assert len(again) <= len(first) // 2 and sum(c.num_accepted for c in again) >= N - len(again) - 2
+    drafter.forget()
+    fresh = list(speculative_decode(target, drafter, PROMPT, N, k=8))
+    assert len(fresh) == len(first)                                          # nothing remembered
+
+
+@pytest.mark.parametrize("make", [make_llama, make_gpt2])
+def test_suffix_on_repetitive_text_equals_generate(make):
+    from specviz.core.drafters import SuffixDrafter
+
+    target = make(1)
+    for k in (2, 5):
+        cycles = list(speculative_decode(target, SuffixDrafter(), PROMPT, N, k=k))
+        assert [t for c in cycles for t in c.emitted] == reference(target, PROMPT)
+
+
+def test_suffix_tree_size_follows_the_match_length():
+    from specviz.core.drafters import SuffixDrafter
+
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 9, 9, 7, 8]])
+    long_match = SuffixDrafter(spec_factor=1.0).propose(ids, 8, None)        # "7 8" matched: 2 nodes at most
+    assert len(long_match.parents) <= 2 and long_match.tokens.tolist()[0] in (9, 1)
+    assert SuffixDrafter().propose(torch.tensor([[5, 6, 7]]), 4, None).tokens.numel() == 0

@@ -28,7 +28,7 @@ from ..settings import LOCAL, RunSettings, validate
 
 TARGET_HELP = "hub id, local folder or .gguf file (default: the built-in SmolLM2-135M-Instruct)"
 DRAFT_HELP = ("draft model (hub id, folder, .gguf), 'ngram' (prompt lookup), 'ngram-tree' (prompt lookup as a token "
-              "tree) or 'self:L' (early exit after layer L)")
+              "tree), 'suffix' (suffix decoding) or 'self:L' (early exit after layer L)")
 HELPS = {"run": "decode one prompt and show every cycle",
          "compare": "compare drafters or pairs on one prompt, or sweep k",
          "bench": "benchmark against plain decoding and transformers' assisted generation"}

@@ -9,7 +9,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from ..core.drafters import Drafter, DraftModelDrafter, NgramTreeDrafter, PromptLookupDrafter, early_exit_model
+from ..core.drafters import (Drafter, DraftModelDrafter, NgramTreeDrafter, PromptLookupDrafter, SuffixDrafter,
+                             early_exit_model)
 from ..errors import SpecvizError
 from ..settings import parse_draft
 from .cache import lock as _lock
@@ -91,6 +92,8 @@ def make_drafter(spec: str | None, target: PreTrainedModel, *, target_name: str 
         return PromptLookupDrafter(max_ngram=3)
     if draft.kind == "ngram-tree":
         return NgramTreeDrafter(max_ngram=3)
+    if draft.kind == "suffix":
+        return SuffixDrafter()
     if draft.kind == "self":
         try:
             view = early_exit_model(target, draft.layers)

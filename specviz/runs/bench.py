@@ -44,7 +44,7 @@ from ..settings import DraftSpec, RunSettings, parse_draft
 from .prompt_sets import iter_prompt_set
 from .run import Run, encode, execute, load
 
-DEFAULT_K = {"ngram": 8, "ngram-tree": 8, "self": 4, "model": 4}   # draft length per kind of drafter
+DEFAULT_K = {"ngram": 8, "ngram-tree": 8, "suffix": 8, "self": 4, "model": 4}   # draft length per kind of drafter
 TINY_TARGET = "tiny"                               # the target name that builds models.tiny's pair
 WARM_UP_TOKENS = 16
 
@@ -103,12 +103,12 @@ def transformers_settings(setup: Setup) -> tuple[dict, dict, str]:
     """(generate kwargs, settings to put on the assistant's generation_config, description) that
     give transformers the same drafter with a fixed draft length k."""
     k, draft = setup.settings.k, setup.draft
-    if draft.kind in ("ngram", "ngram-tree"):
+    if draft.kind in ("ngram", "ngram-tree", "suffix"):
         # transformers verifies chains only: a tree drafter is measured against its chain prompt lookup.
         ngram = setup.pair.draft.max_ngram
         return ({"prompt_lookup_num_tokens": k, "max_matching_ngram_size": ngram}, {},
                 f"prompt_lookup_num_tokens={k}, max_matching_ngram_size={ngram}"
-                + (" (chain: transformers has no token trees)" if draft.kind == "ngram-tree" else ""))
+                + (" (chain: transformers has no token trees)" if draft.kind != "ngram" else ""))
     # transformers 5 defaults to 20 assistant tokens cut short by a confidence threshold (0.4,
     # tuned as it runs); fix both to draft exactly k tokens, as specviz does.
     fixed = {"num_assistant_tokens": k, "num_assistant_tokens_schedule": "constant",

@@ -156,6 +156,9 @@ def iter_prompt_set(configs: Sequence[RunSettings], prompts: Sequence[BenchPromp
                 key = baseline_key(settings_here)
                 shared = baselines.get(key)
                 run = None
+                # Every prompt and every round starts afresh: a drafter that learns from earlier
+                # requests (suffix) must not draft a prompt's answer from its own earlier round.
+                pair.draft.forget()
                 # The first run of each configuration also warms up the shapes it will use.
                 for run in race(settings_here, prompt.prompt, pair, baseline=shared is None,
                                 warm_up=warm_up and c not in first_seen):

@@ -35,7 +35,8 @@ CHART_SECONDS = 1.0               # and the charts (heavier for the browser) thi
 
 PROMPT_LOOKUP, DRAFT_MODEL, EARLY_EXIT = "Prompt lookup (n-gram)", "Draft model", "Early exit (target's first layers)"
 PROMPT_LOOKUP_TREE = "Prompt lookup tree (every earlier match, one pass)"
-DRAFTERS = [PROMPT_LOOKUP, PROMPT_LOOKUP_TREE, DRAFT_MODEL, EARLY_EXIT]
+SUFFIX = "Suffix decoding (tree from the longest earlier match)"
+DRAFTERS = [PROMPT_LOOKUP, PROMPT_LOOKUP_TREE, SUFFIX, DRAFT_MODEL, EARLY_EXIT]
 CHAT, RAW = "Chat template", "Raw completion"
 CUSTOM = "Custom"
 TICK = object()                   # yielded by a tab's work after an event that changes nothing on the page
@@ -75,6 +76,8 @@ def draft_spec(drafter: str, draft_model: str | None, exit_layer) -> str:
         return "ngram"
     if drafter == PROMPT_LOOKUP_TREE:
         return "ngram-tree"
+    if drafter == SUFFIX:
+        return "suffix"
     if drafter == EARLY_EXIT:
         return f"self:{whole_number('early-exit layer', exit_layer, 1, 1000)}"
     if drafter == DRAFT_MODEL:

@@ -42,7 +42,7 @@ DEFAULT_CONFIGS = [
     [True, "", "ngram", 4, True, 0.0],
     [False, "", "self:12", 2, False, 0.0],
 ]
-DRAFT_HELP = ("**draft**: `ngram` (prompt lookup), `ngram-tree` (prompt lookup as a token tree), `self:L` (the target's first L layers, early exit) or a model "
+DRAFT_HELP = ("**draft**: `ngram` (prompt lookup), `ngram-tree` (prompt lookup as a token tree), `suffix` (suffix decoding), `self:L` (the target's first L layers, early exit) or a model "
               "id / folder sharing the target's tokenizer. **dynamic k**: +2 after a fully accepted cycle, \u22121 "
               "after a rejection. **temperature** 0 is greedy. Each configuration runs in turn on the same "
               "device against one plain-decoding baseline.")

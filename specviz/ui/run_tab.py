@@ -18,7 +18,7 @@ from ..runs import Loader, Run, load_stepwise, race
 from ..settings import Limits, RunSettings, check_prompt, parse_draft, validate
 from ..views import charts, render
 from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
-                     PROMPT_LOOKUP_TREE, RAW, TICK,
+                     PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK,
                      Throttle, draft_spec, error_html, failure, gpu_task, presets, slider_max_new_tokens, streaming)
 
 
@@ -148,6 +148,8 @@ def preset_settings(name: str, presets_list: list[dict]) -> dict:
         fields["drafter"] = PROMPT_LOOKUP
     elif draft.kind == "ngram-tree":
         fields["drafter"] = PROMPT_LOOKUP_TREE
+    elif draft.kind == "suffix":
+        fields["drafter"] = SUFFIX
     elif draft.kind == "self":
         fields.update(drafter=EARLY_EXIT, exit_layer=draft.layers)
     else:
