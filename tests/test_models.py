@@ -493,7 +493,7 @@ def plain_rewrite(builtin_fp32):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("draft, k", [("ngram", 4), ("self:25", 2)])
+@pytest.mark.parametrize("draft, k", [("ngram", 4), ("self:25", 2), ("ngram-tree", 8), ("suffix", 8)])
 def test_builtin_greedy_speculative_equals_plain_fp32(builtin_fp32, plain_rewrite, draft, k):
     pair = load_pair(draft=draft, dtype="float32", device="cpu")
     assert pair.target is builtin_fp32.target                  # cached: switching is instant

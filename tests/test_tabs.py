@@ -240,3 +240,13 @@ def test_hosted_prompt_sets_are_presets_within_a_budget(tiny):
     found = views(compare_tab.compare_work(limits, tiny.loader), "", rows, 16, 0, CHAT, compare_sets.FROM_FILE,
                   "/etc/passwd", 1)
     assert "Unknown prompt set" in found[-1].status
+
+
+def test_teach_steps_through_a_token_tree(tiny):
+    from specviz.ui.common import PROMPT_LOOKUP_TREE
+
+    (view,) = views(teach_tab.teach_work(LOCAL, tiny.loader), PROMPT, PROMPT_LOOKUP_TREE, "", 2, 4, 0.0, 0, 24, RAW)
+    for index in range(len(view.run.cycles)):
+        step = teach_tab.step(view.run, index, 0)
+        if view.run.cycles[index].is_tree and view.run.cycles[index].drafted:
+            assert "form a **tree**" in step.narrative and step.verification.layout.title.text.startswith("The token tree")

@@ -162,3 +162,15 @@ def test_illustration_uses_the_token_styles():
     page = explain.illustration_html()
     for verdict in (ACCEPTED, REJECTED, RESAMPLED):
         assert f'data-verdict="{verdict}"' in page
+
+
+def test_a_tree_cycle_is_drawn_as_a_tree(tiny):
+    settings_run = run(tiny, "ngram-tree", k=4)
+    stepped = teach.teach_run(settings_run, tiny.tokenizer, label="ngram-tree k=4")
+    index = next(i for i, c in enumerate(settings_run.cycles) if c.is_tree and len(c.drafted) > 1)
+    cycle = settings_run.cycles[index]
+    figure = teach.step_view(stepped, index).verification
+    assert figure.layout.title.text.startswith(f"The token tree: {len(cycle.drafted)} nodes")
+    drawn = {trace.name: len(trace.x) for trace in figure.data[2:]}
+    assert sum(drawn.values()) == len(cycle.drafted)
+    assert drawn.get("accepted", 0) == len(cycle.accepted_nodes)

@@ -183,20 +183,27 @@ def cycle_markdown(cycle: Cycle, rows: Sequence[TokenRow], text_of: TokenText, t
         lines.append(f"The drafter proposed {len(cycle.drafted)} token{'s' if len(cycle.drafted) > 1 else ''}; "
                      f"one target pass scored them all at once.")
         lines.append("")
-        for row in rows:
-            token = _md_token(row.text)
-            if not row.checked:
-                lines.append(f"{row.position}. {token}: never checked: everything after the first rejection is "
-                             "discarded.")
-            elif cycle.greedy:
-                same = "is" if row.accepted else "is not"
-                lines.append(f"{row.position}. {token}: the target's argmax here is {_md_token(row.target_top_text)}, "
-                             f"which {same} the drafted token \u2192 **{row.verdict}**")
-            else:
-                sign = "<" if row.accepted else r"\ge"
-                u, t, d, r = (number(x, latex=True) for x in (row.uniform, row.target_prob, row.draft_prob, row.ratio))
-                lines.append(f"{row.position}. {token}: $u = {u} {sign} "
-                             rf"\min\left(1, \frac{{{t}}}{{{d}}}\right) = {r}$" f" \u2192 **{row.verdict}**")
+    if cycle.is_tree and cycle.drafted:
+        path = " ".join(_md_token(text_of(cycle.drafted[i])) for i in cycle.accepted_nodes) or "nothing"
+        lines.append(f"They form a **tree**: the target checked the children of each node it reached, "
+                     f"following the one it agreed with. Accepted path: {path}; "
+                     f"{cycle.verdicts.count(REJECTED)} candidates rejected where it went on, "
+                     f"{cycle.verdicts.count(NOT_REACHED_NODE)} nodes under them never reached (the picture shows "
+                     "the tree).")
+    for row in ([] if cycle.is_tree else rows):
+        token = _md_token(row.text)
+        if not row.checked:
+            lines.append(f"{row.position}. {token}: never checked: everything after the first rejection is "
+                         "discarded.")
+        elif cycle.greedy:
+            same = "is" if row.accepted else "is not"
+            lines.append(f"{row.position}. {token}: the target's argmax here is {_md_token(row.target_top_text)}, "
+                         f"which {same} the drafted token \u2192 **{row.verdict}**")
+        else:
+            sign = "<" if row.accepted else r"\ge"
+            u, t, d, r = (number(x, latex=True) for x in (row.uniform, row.target_prob, row.draft_prob, row.ratio))
+            lines.append(f"{row.position}. {token}: $u = {u} {sign} "
+                         rf"\min\left(1, \frac{{{t}}}{{{d}}}\right) = {r}$" f" \u2192 **{row.verdict}**")
     lines.append("")
     if cycle.correction is None:
         lines.append("The last accepted draft was the end-of-sequence token, so the run ends here.")
@@ -265,6 +272,41 @@ def verification_figure(cycle: Cycle, rows: Sequence[TokenRow]) -> go.Figure:
     return go.Figure(traces, layout=layout)
 
 
+TREE_COLOURS = {ACCEPTED: render.COLOURS[ACCEPTED], REJECTED: render.COLOURS[REJECTED], NOT_REACHED_NODE: "#b0b7c0"}
+
+
+def tree_figure(cycle: Cycle, text_of: TokenText) -> go.Figure:
+    """A token tree as drawn: the last token at the root on the left, each node one column deeper
+    than its parent, an edge to its parent, coloured by verdict (accepted, rejected, not reached)."""
+    depth, row, rows_used = {-1: 0}, {-1: 0.0}, {}
+    for node, parent in enumerate(cycle.parents):
+        depth[node] = depth[parent] + 1
+        row[node] = float(rows_used.get(depth[node], 0))
+        rows_used[depth[node]] = row[node] + 1
+    edges_x, edges_y = [], []
+    for node, parent in enumerate(cycle.parents):
+        edges_x += [depth[parent], depth[node], None]
+        edges_y += [row[parent], row[node], None]
+    verdicts = cycle.verdicts
+    labels = [visible(text_of(t)) for t in cycle.drafted]
+    traces = [go.Scatter(x=edges_x, y=edges_y, mode="lines", line=dict(color="#9aa5b1", width=1.5),
+                         hoverinfo="skip", showlegend=False),
+              go.Scatter(x=[0], y=[0], mode="markers+text", text=["last token"], textposition="top center",
+                         marker=dict(size=14, color="#555"), showlegend=False, hoverinfo="skip")]
+    for verdict in (ACCEPTED, REJECTED, NOT_REACHED_NODE):
+        nodes = [i for i, v in enumerate(verdicts) if v == verdict]
+        if nodes:
+            traces.append(go.Scatter(
+                x=[depth[i] for i in nodes], y=[row[i] for i in nodes], mode="markers+text", name=verdict,
+                text=[labels[i] for i in nodes], textposition="top center",
+                marker=dict(size=14, color=TREE_COLOURS[verdict], line=dict(color="white", width=1)),
+                customdata=[[cycle.target_probs[i]] for i in nodes],
+                hovertemplate="%{text}: target p %{customdata[0]:.3f}<extra>" + verdict + "</extra>"))
+    return go.Figure(traces, layout=_layout(
+        f"The token tree: {len(cycle.drafted)} nodes in one pass, {len(cycle.accepted_nodes)} accepted",
+        xaxis=dict(title="depth", dtick=1, zeroline=False), yaxis=dict(visible=False, autorange="reversed")))
+
+
 def residual_figure(cycle: Cycle, text_of: TokenText) -> go.Figure:
     """After a sampled rejection: the top of the residual distribution the correction came from,
     the correction highlighted. Otherwise a figure that says why there is none."""
@@ -331,8 +373,8 @@ def step_view(run: TeachRun, index: int) -> StepView:
     shown = run.cycle_html[:index] + [current]
     tokens = render.token_view_html(shown, f"{run.label} \u00b7 cycle {index + 1} of {len(run.cycles)}")
     return StepView(tokens, cycle_markdown(cycle, rows, run.text_of, len(run.cycles)), rows_html(rows, cycle.greedy),
-                    verification_figure(cycle, rows), residual_figure(cycle, run.text_of),
-                    f"Cycle {index + 1} of {len(run.cycles)}")
+                    tree_figure(cycle, run.text_of) if cycle.is_tree else verification_figure(cycle, rows),
+                    residual_figure(cycle, run.text_of), f"Cycle {index + 1} of {len(run.cycles)}")
 
 
 def token_texts(cycles: Sequence[Cycle], decode: Callable[[list[int]], str]) -> dict[int, str]:
