@@ -198,3 +198,12 @@ def test_charts_have_the_expected_traces():
 def test_charts_draw_empty():
     for figure in charts.run_figures():
         assert figure.layout.title.text
+
+
+def test_a_tree_run_shows_the_nodes_each_pass_verified():
+    tree = Cycle(**{**make_cycle(index=0, drafted=(1, 2, 3), accepted=1, correction=9).__dict__,
+                    "parents": [-1, -1, 0], "path": [0], "node_verdicts": ["accepted", "rejected", "not reached"]})
+    per_pass = charts.run_figures(make_run([tree, tree]))[1]
+    assert [t.name for t in per_pass.data][-1] == "nodes verified" and list(per_pass.data[-1].y) == [3, 3]
+    chain = charts.run_figures(make_run([make_cycle(index=0), make_cycle(index=1)]))[1]
+    assert "nodes verified" not in [t.name for t in chain.data]

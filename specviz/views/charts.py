@@ -82,7 +82,15 @@ def tokens_per_pass_figure(cycles: Sequence[Cycle], stats: SpecStats | None) -> 
             x=[0.5, len(cycles) + 0.5], y=[theory, theory], mode="lines",
             name=f"theory at \u03b1 = {stats.alpha:.2f}", line=dict(color=THEORY_COLOUR, dash="dash", width=2),
             hovertemplate="theory %{y:.2f}<extra></extra>"))
-    top = max(emitted + [theory or 0, 1]) + 0.5
+    nodes = [len(c.drafted) for c in cycles]
+    if any(c.is_tree for c in cycles):
+        # A token tree verifies more candidates than it can accept: show what each pass paid for.
+        traces.append(go.Scatter(x=x, y=nodes, name="nodes verified", mode="markers",
+                                 marker=dict(symbol="line-ew-open", size=14, color=PLAIN_COLOUR, line=dict(width=2)),
+                                 hovertemplate="%{y} nodes verified<extra></extra>"))
+    else:
+        nodes = []
+    top = max(emitted + nodes + [theory or 0, 1]) + 0.5
     return go.Figure(traces, layout=layout("Tokens per target pass", "cycle", "tokens", yaxis_range=[0, top]))
 
 
