@@ -14,13 +14,14 @@ import asyncio
 import functools
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator
 
 import gradio as gr
 
 from ..catalog import list_presets
 from ..errors import SpecvizError, expected, user_message
-from ..settings import LOCAL, Limits, RunSettings, hosted, whole_number
+from ..settings import LOCAL, Limits, hosted, whole_number
 from ..views import render
 from .spaces import GPU
 
@@ -132,8 +133,6 @@ class Throttle:
         self.last_view = self.last_charts = 0.0
 
     def due(self) -> tuple[bool, bool]:
-        import time
-
         now = time.monotonic()
         if now - self.last_view < UPDATE_SECONDS:
             return False, False

@@ -4,7 +4,6 @@ the time left, then the winner or why there is none, the tables and the chart of
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from ..errors import SpecvizError
 from ..runs import Loader, PromptSetComparison, iter_prompt_set, load
 from ..settings import Limits, RunSettings, check_prompt, whole_number
 from ..views import prompt_sets as views
+from ..views import render
 from .common import TICK, Throttle
 
 ONE_PROMPT = "This prompt"
@@ -56,19 +56,6 @@ def check_budget(configs: list[RunSettings], prompts: list[BenchPrompt], repeats
                            f"{HOSTED_TOKEN_BUDGET}. Use fewer configurations, rounds or new tokens.")
 
 
-def table_html(headers, rows, label: str) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f'<td class="{"sv-num" if i else ""}">{html.escape(cell)}</td>'
-                                    for i, cell in enumerate(row)) + "</tr>" for row in rows)
-    return (f'<div class="sv-stats"><table aria-label="{html.escape(label)}"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{body}</tbody></table></div>')
-
-
-def status_html(state: str, headline: str) -> str:
-    return (f'<div class="sv-stats"><div class="sv-state">{html.escape(state)}</div>'
-            f'<div class="sv-winner" role="status">{html.escape(headline)}</div></div>')
-
-
 def set_stream(configs: list[RunSettings], prompts: list[BenchPrompt], repeats, limits: Limits,
                loader: Loader | None, view) -> Iterator[object]:
     """The work of a prompt-set comparison: `view(status, table, plot, result)` after each finished
@@ -77,14 +64,14 @@ def set_stream(configs: list[RunSettings], prompts: list[BenchPrompt], repeats, 
     check_budget(configs, prompts, repeats, limits)
     state = (f"{len(configs)} configuration{'s' if len(configs) > 1 else ''} over {len(prompts)} prompts, "
              f"{repeats} round{'s' if repeats > 1 else ''}, each prompt against its own plain decoding")
-    yield view(status_html(state, "Running\u2026 (the first run also loads the models)"), None, None, None)
+    yield view(render.status_html(state, "Running\u2026 (the first run also loads the models)"), None, None, None)
     finished, throttle = 0, Throttle()
     for comparison in iter_prompt_set(configs, prompts, repeats=repeats, loader=loader or load):
         if len(comparison.results) > finished:
             finished = len(comparison.results)
             yield full_view(comparison, state, view)
         elif throttle.due()[0]:
-            yield view(status_html(state, views.progress_line(comparison) + "\u2026"), None, None, None)
+            yield view(render.status_html(state, views.progress_line(comparison) + "\u2026"), None, None, None)
         else:
             yield TICK
 
@@ -92,9 +79,9 @@ def set_stream(configs: list[RunSettings], prompts: list[BenchPrompt], repeats, 
 def full_view(comparison: PromptSetComparison, state: str, view):
     headline = views.winner_line(comparison) if comparison.done else views.progress_line(comparison)
     headers, rows = views.category_rows(comparison)
-    tables = (table_html(views.TABLE_HEADERS, views.table_rows(comparison), "over the prompts")
-              + table_html(headers, rows, "median speedup by category"))
+    tables = (render.table_html(views.TABLE_HEADERS, views.table_rows(comparison), label="over the prompts")
+              + render.table_html(headers, rows, label="median speedup by category"))
     if comparison.done:
         headline += " " + views.timing_line(comparison)
-    return view(status_html(state, headline), tables, gr.update(value=views.speedups_figure(comparison), visible=True),
+    return view(render.status_html(state, headline), tables, gr.update(value=views.speedups_figure(comparison), visible=True),
                 (comparison, None))

@@ -8,11 +8,10 @@ removed by the app's `delete_cache`).
 
 from __future__ import annotations
 
-import html
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -81,14 +80,6 @@ def parse_configs(rows, *, max_new_tokens, seed, chat: bool, limits: Limits) -> 
 
 # ----------------------------------------------------------------------------- views
 
-def table_html(headers: Sequence[str], rows: Sequence[Sequence[str]], *, label: str) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f'<td class="{"sv-num" if i else ""}">{html.escape(cell)}</td>'
-                                    for i, cell in enumerate(row)) + "</tr>" for row in rows)
-    return (f'<div class="sv-stats"><table aria-label="{html.escape(label)}"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{body}</tbody></table></div>')
-
-
 def column_html(label: str, run) -> str:
     """One configuration's token view: its label, numbers, and every cycle's tokens."""
     s = run.stats
@@ -115,12 +106,6 @@ class CompareView(NamedTuple):
     set_plot: object = None # per-prompt speedups (a comparison over a set of prompts only)
 
 
-def status_html(state: str, headline: str, note: str = "") -> str:
-    return (f'<div class="sv-stats"><div class="sv-state">{html.escape(state)}</div>'
-            f'<div class="sv-winner" role="status">{html.escape(headline)}</div>'
-            + (f'<p class="sv-note">{html.escape(note)}</p>' if note else "") + "</div>")
-
-
 def compare_view(comparison: Comparison, sweep: Sweep | None = None, *, state: str = "") -> CompareView:
     figures = comparison_figures(comparison)
     if comparison.done:
@@ -129,10 +114,10 @@ def compare_view(comparison: Comparison, sweep: Sweep | None = None, *, state: s
         headline = f"{len(comparison.results)} of {len(comparison.configs)} done\u2026"
     swept = sweep is not None and sweep.points
     notes = [sweep_line(sweep) if swept else "", timing_note(comparison.results)]
-    status = status_html(state, headline, " ".join(n for n in notes if n))
-    table = table_html(TABLE_HEADERS, table_rows(comparison), label="comparison summary")
+    status = render.status_html(state, headline, " ".join(n for n in notes if n))
+    table = render.table_html(TABLE_HEADERS, table_rows(comparison), label="comparison summary")
     if swept:
-        table += table_html(SWEEP_HEADERS, sweep_rows(sweep), label="k sweep")
+        table += render.table_html(SWEEP_HEADERS, sweep_rows(sweep), label="k sweep")
     columns = []
     for i in range(MAX_CONFIGS):
         if sweep is not None or i >= len(comparison.configs):
@@ -188,7 +173,7 @@ def compare_work(limits: Limits, loader: Loader | None = None, *, sweep: bool = 
                 state = (f"{len(configs)} configuration{'s' if len(configs) > 1 else ''}, one after another, "
                          "against one plain baseline")
                 stream = iter_comparison(configs, prompt, loader=loader or load)
-            yield _only_status(status_html(state, "Running\u2026 (the first run also loads the models)"))
+            yield _only_status(render.status_html(state, "Running\u2026 (the first run also loads the models)"))
             finished, throttle = 0, Throttle()
             for item in stream:
                 comparison = item.comparison if sweep else item
@@ -198,7 +183,7 @@ def compare_work(limits: Limits, loader: Loader | None = None, *, sweep: bool = 
                 elif comparison.current is not None and throttle.due()[0]:
                     run = comparison.current
                     label = comparison.labels[len(comparison.results)]
-                    yield _only_status(status_html(state, f"{len(comparison.results)} of {len(comparison.configs)} "
+                    yield _only_status(render.status_html(state, f"{len(comparison.results)} of {len(comparison.configs)} "
                                                           f"done\u2026 {label}: {len(run.tokens)} tokens so far"))
                 else:
                     yield TICK

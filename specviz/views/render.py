@@ -260,6 +260,22 @@ def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
             f'<table aria-label="acceptance and speedup">{"".join(rows)}</table>{paragraphs}</div>')
 
 
+def table_html(headers: Sequence[str], rows: Sequence[Sequence[str]], *, label: str) -> str:
+    """A table of text cells: the first column left-aligned, the numbers after it right-aligned."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f'<td class="{"sv-num" if i else ""}">{html.escape(cell)}</td>'
+                                    for i, cell in enumerate(row)) + "</tr>" for row in rows)
+    return (f'<div class="sv-stats"><table aria-label="{html.escape(label)}"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{body}</tbody></table></div>')
+
+
+def status_html(state: str, headline: str, note: str = "") -> str:
+    """A comparison's state line, its headline (the winner, or progress) and an optional note."""
+    return (f'<div class="sv-stats"><div class="sv-state">{html.escape(state)}</div>'
+            f'<div class="sv-winner" role="status">{html.escape(headline)}</div>'
+            + (f'<p class="sv-note">{html.escape(note)}</p>' if note else "") + "</div>")
+
+
 def error_html(message: str) -> str:
     return (f'<div class="sv-stats sv-error" role="alert"><strong>This run could not go ahead.</strong> '
             f'{html.escape(message)}<br><span class="sv-note">Fix the settings and press Run again; '
