@@ -225,14 +225,15 @@ def _tree_cycle(target, target_cache, drafter: Drafter, sampler: Sampler, sequen
 
     path = verdict.path
     path_tokens = [drafted[i] for i in path]
-    ended_on_eos = bool(path_tokens) and path_tokens[-1] in eos and not trees.children(parents)[path[-1] + 1]
+    # Where the path stopped: a leaf (no children on offer) gets a bonus token, else a correction.
+    at_leaf = not trees.children(parents)[path[-1] + 1 if path else 0]
+    ended_on_eos = bool(path_tokens) and path_tokens[-1] in eos and at_leaf
     if ended_on_eos:
         correction = kind = correction_prob = None
         emitted = path_tokens
     else:
         correction, correction_prob = verdict.correction, verdict.correction_prob
-        leaf = not trees.children(parents)[path[-1] + 1 if path else 0]
-        kind = BONUS if leaf else RESAMPLED
+        kind = BONUS if at_leaf else RESAMPLED
         emitted = path_tokens + [correction]
     # The target cache keeps the prefix and exactly the accepted path; the drafter its prefix.
     trees.keep_path(target_cache, length, [length + i for i in path])
