@@ -50,7 +50,7 @@ def test_run_streams_tokens_charts_and_summary(tiny):
     views = views_of(tiny, max_new_tokens=32)
     assert len(views) >= 2
     final = views[-1]
-    assert isinstance(final, run_tab.RunView) and len(final) == 8
+    assert isinstance(final, run_tab.RunView) and len(final) == 7
     found = verdicts(final.tokens)
     assert found and set(found) <= {"accepted", "rejected", "resampled", "bonus"}
     assert 'class="sv-cycle"' in final.tokens and "sv-legend" in final.tokens
@@ -64,7 +64,6 @@ def test_run_streams_tokens_charts_and_summary(tiny):
     assert "decode-only time per token (both wrote 32 tokens" in summary
     assert "Theory at this pass cost" in summary and "Ideal theory (pass cost 1)" in summary
     assert "identical" in summary  # greedy in float32: both methods write the same tokens
-    assert final.last_stats == final.stats
     assert "32 tokens" in text(final.baseline) and "done" in text(final.baseline)
 
 
@@ -162,11 +161,34 @@ def test_unexpected_errors_are_logged_not_shown(caplog):
     assert any(r.exc_info for r in caplog.records)
 
 
-def test_stop_marks_the_last_summary():
-    running = '<div class="sv-stats"><div class="sv-state">Running\u2026</div>acceptance 50%</div>'
-    assert "Stopped" in run_tab.stopped(running) and "acceptance 50%" in run_tab.stopped(running)
-    assert "Running" not in run_tab.stopped(running)
-    assert "Stopped" in run_tab.stopped("")
+def test_stop_ends_the_run_with_its_own_stopped_summary(tiny):
+    signal = common.StopSignal()
+    views = []
+    for view in run_tab.run_work(LOCAL, tiny.loader)(*inputs(max_new_tokens=256), signal):
+        if view is TICK:
+            continue
+        views.append(view)
+        if "Running" in view.stats:
+            signal.request()             # as the Stop button does, mid-run
+    final = text(views[-1].stats)
+    assert "Running" in text(views[-2].stats)
+    assert "Stopped." in final and "cover the run up to the stop" in final and "Running" not in final
+    assert "Tokens per target pass" in final            # the numbers up to the stop stay
+    spec_tokens = int(re.search(r"(\d+) tokens in \d+ passes", final).group(1))
+    assert 0 < spec_tokens < 256
+    assert "done" not in text(views[-1].baseline)
+
+
+def test_a_stop_pressed_while_queued_stops_the_run_before_it_loads_anything():
+    signal = common.StopSignal()
+    signal.request()
+
+    def loader(settings, progress=None):
+        raise AssertionError("a stopped run must not load models")
+    views = [v for v in run_tab.run_work(LOCAL, loader)(*inputs(), signal) if v is not TICK]
+    assert len(views) == 1 and "Stopped." in text(views[0].stats)
+    signal.clear()
+    assert not signal.requested
 
 
 # ----------------------------------------------------------------------------- hosted mode
@@ -303,8 +325,17 @@ def test_the_demo_has_one_gpu_queue_and_stable_api_names(tiny):
     for name in public:
         fn = demo.fns[public[name]["id"]]
         assert fn.concurrency_id == common.CONCURRENCY_ID and fn.concurrency_limit == 1
-    for name in ("run", "compare", "sweep", "teach"):
+    for name in ("compare", "sweep", "teach"):
         assert any(public[name]["id"] in d.get("cancels", []) for d in config["dependencies"])  # a Stop button
+    # The Run tab's Stop signals the run's work (its last view says "Stopped"), and Run clears the
+    # signal before its work is queued.
+    run_fn = demo.fns[public["run"]["id"]]
+    signal = run_fn.inputs[-1]
+    writers = {fn.fn.__qualname__: fn for fn in demo.fns.values() if signal in fn.inputs and fn is not run_fn}
+    assert set(writers) == {"StopSignal.request", "StopSignal.clear"}
+    assert all(not fn.queue for fn in writers.values())
+    stop_id = next(c["id"] for c in config["components"] if c["props"].get("elem_id") == "stop")
+    assert (stop_id, "click") in writers["StopSignal.request"].targets
     assert demo._queue.max_size == common.QUEUE_MAX_SIZE
 
 

@@ -100,6 +100,25 @@ def gpu_task(fn: Callable | None = None, *, duration: int = GPU_SECONDS):
 _DONE = object()
 
 
+class StopSignal:
+    """One session's Stop button as its running work sees it (keep it in a `gr.State(StopSignal())`: each session gets a copy).
+
+    Stop sets it; the work checks it between two steps and ends with its own "Stopped" view. A
+    Gradio cancel cannot do that: the page applies the Stop handler's output and the run's messages
+    still in flight in either order, so a stopped run could go on showing "Running". The Run button
+    clears the signal before its work is queued, so a Stop pressed while waiting for the queue
+    stops the run as soon as it starts."""
+
+    def __init__(self):
+        self.requested = False
+
+    def request(self) -> None:
+        self.requested = True
+
+    def clear(self) -> None:
+        self.requested = False
+
+
 def streaming(work: Callable[..., Iterator]) -> Callable:
     """`work` (a generator function yielding views and TICKs) as an async-generator Gradio handler
     that stops within one step of a cancel and frees the queue slot only after that step."""

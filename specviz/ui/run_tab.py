@@ -7,7 +7,6 @@ raise into the page: failures become a message in the summary box and a toast.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -19,7 +18,7 @@ from ..settings import Limits, RunSettings, check_prompt, parse_draft, validate
 from ..views import charts, render
 from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
                      PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK,
-                     Throttle, draft_spec, error_html, failure, gpu_task, presets, slider_max_new_tokens, streaming)
+                     StopSignal, Throttle, draft_spec, error_html, failure, gpu_task, presets, slider_max_new_tokens, streaming)
 
 
 class RunView(NamedTuple):
@@ -31,11 +30,10 @@ class RunView(NamedTuple):
     race: object
     positions: object
     stats: str
-    last_stats: str       # a copy of `stats` kept in session state, for the Stop button
 
 
 def empty_view(stats: str = "") -> RunView:
-    return RunView(render.token_view_html([]), render.baseline_html(""), *charts.run_figures(), stats, stats)
+    return RunView(render.token_view_html([]), render.baseline_html(""), *charts.run_figures(), stats)
 
 
 def describe(run: Run) -> str:
@@ -73,7 +71,7 @@ class RunRenderer:
                 if note:
                     notes.append(note)
             stats = render.summary_html(run, state=state, notes=notes)
-        return RunView(tokens, baseline, *figures, stats, stats)
+        return RunView(tokens, baseline, *figures, stats)
 
 
 def settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
@@ -88,15 +86,22 @@ def run_work(limits: Limits, loader: Loader | None = None):
     """The Run button's work (see `common.streaming`), taking the controls in wiring order."""
 
     def work(prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-             max_new_tokens, seed, prompt_format) -> Iterator[RunView | object]:
+             max_new_tokens, seed, prompt_format, stop: StopSignal | None = None) -> Iterator[RunView | object]:
+        stop = stop or StopSignal()
         run = renderer = None
         try:
             settings = settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature,
                                               top_p, top_k, max_new_tokens, seed, prompt_format, limits)
             prompt = check_prompt(prompt, limits)
+            if stop.requested:   # stopped while it waited for the queue
+                yield empty_view(render.stopped_html(render.idle_html()))
+                return
             loading = render.summary_loading_html(settings.target, settings.draft)
             yield empty_view(loading)
             for pair in load_stepwise(settings, loader):
+                if stop.requested:   # the load goes on in the background, into the model cache
+                    yield empty_view(render.stopped_html(render.idle_html()))
+                    return
                 if pair is None:
                     yield TICK
                 elif isinstance(pair, str):
@@ -104,6 +109,10 @@ def run_work(limits: Limits, loader: Loader | None = None):
             renderer = RunRenderer(lambda ids: pair.tokenizer.decode(ids, skip_special_tokens=False))
             throttle = Throttle()
             for run in race(settings, prompt, pair, baseline=True):
+                if stop.requested:
+                    view = renderer.view(run, "", final=True)
+                    yield view._replace(stats=render.stopped_html(view.stats))
+                    return
                 show, with_charts = throttle.due()
                 if not show:
                     yield TICK
@@ -117,17 +126,9 @@ def run_work(limits: Limits, loader: Loader | None = None):
                 view = renderer.view(run, "Stopped by an error.") if run is not None else empty_view()
             except Exception:  # noqa: BLE001
                 view = empty_view()
-            yield view._replace(stats=error, last_stats=error)
+            yield view._replace(stats=error)
 
     return work
-
-
-def stopped(last_stats: str) -> str:
-    """The Stop button's summary: the last one shown, marked as stopped."""
-    banner = ('<div class="sv-stopped" role="status"><b>Stopped.</b> The numbers below cover the run up to '
-              'the stop.</div>')
-    last_stats = re.sub(r'<div class="sv-state">.*?</div>', "", last_stats or render.idle_html(), count=1)
-    return banner + last_stats
 
 
 # ----------------------------------------------------------------------------- presets and examples
@@ -171,7 +172,7 @@ class RunTab(NamedTuple):
     stop: gr.Button
     tokens: gr.HTML
     stats: gr.HTML
-    run_event: object     # the Run click's Dependency (for `cancels=`)
+    run_event: object     # the Run click's Dependency (its work, after the stop signal is cleared)
 
 
 def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
@@ -223,7 +224,7 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
         tokens = gr.HTML(render.token_view_html([]), elem_id="tokens")
         baseline = gr.HTML(render.baseline_html(""), elem_id="baseline")
     stats = gr.HTML(render.idle_html(), elem_id="stats")
-    last_stats = gr.State("")
+    stop_signal = gr.State(StopSignal())   # each session gets its own copy
     with gr.Column(elem_id="charts"):
         empty = charts.run_figures()
         with gr.Row():
@@ -258,9 +259,11 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
 
     handler = streaming(gpu_task(run_work(limits, loader)))
     inputs = [prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-              max_new_tokens, seed, prompt_format]
-    outputs = [tokens, baseline, acceptance, per_pass, race_plot, positions, stats, last_stats]
-    run_event = run.click(handler, inputs, outputs, concurrency_limit=1, concurrency_id=CONCURRENCY_ID,
-                          show_progress="minimal", api_name="run")
-    stop.click(stopped, last_stats, stats, cancels=[run_event], **private)
+              max_new_tokens, seed, prompt_format, stop_signal]
+    outputs = [tokens, baseline, acceptance, per_pass, race_plot, positions, stats]
+    # Stop is a signal the work reads, not a cancel: see `StopSignal`. (A closed page still cancels.)
+    run_event = run.click(StopSignal.clear, stop_signal, None, **private).then(
+        handler, inputs, outputs, concurrency_limit=1, concurrency_id=CONCURRENCY_ID, show_progress="minimal",
+        api_name="run")
+    stop.click(StopSignal.request, stop_signal, None, **private)
     return RunTab(prompt, run, stop, tokens, stats, run_event)

@@ -255,7 +255,8 @@ def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
     if plain is not None:
         rows.append(_row("Plain", f"{plain.tokens_per_second:.1f} tokens/s", f"{plain.tokens} tokens in {plain.seconds:.2f} s"))
     paragraphs = "".join(f'<p class="sv-note">{html.escape(n)}</p>' for n in notes)
-    return (f'<div class="sv-stats"><div class="sv-state">{html.escape(state)}</div>'
+    state_html = f'<div class="sv-state">{html.escape(state)}</div>' if state else ""
+    return (f'<div class="sv-stats">{state_html}'
             f'<div class="sv-headline">{html.escape(headline)}</div>'
             f'<table aria-label="acceptance and speedup">{"".join(rows)}</table>{paragraphs}</div>')
 
@@ -286,6 +287,12 @@ def idle_html() -> str:
     return ('<div class="sv-stats sv-idle">Press <b>Run</b>: the prompt is decoded twice, by speculative '
             'decoding and by plain decoding, interleaved on the same model. The summary shows the '
             'acceptance rate and the measured speedup.</div>')
+
+
+def stopped_html(summary: str) -> str:
+    """A summary (`summary_html` or `idle_html`) under the banner that says the run was stopped."""
+    return ('<div class="sv-stopped" role="status"><b>Stopped.</b> The numbers below cover the run up to '
+            'the stop.</div>' + summary)
 
 
 def comparison_note(spec_tokens: Sequence[int], plain_tokens: Sequence[int], decode, dtype: str,
