@@ -13,8 +13,26 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets"
 PRESETS_FILE = ASSETS / "presets.json"
 EXAMPLES_FILE = ASSETS / "examples.json"
 BENCH_PROMPTS_FILE = ASSETS / "bench_prompts.json"
+PLOTLY_BASIC_JS = ASSETS / "plotly-basic.min.js"     # plotly.js's basic bundle (scatter, bar), MIT
+RECORDINGS = ASSETS / "recordings"
 
 PRESET_KEYS = ("name", "target", "draft", "description", "offline", "k", "notes")
+
+
+def plotly_js() -> str:
+    """plotly.js for a standalone page: the 1.2 MB basic bundle that ships in assets/ (the charts
+    use scatter and bar only), else the 4.8 MB full one the plotly package carries."""
+    try:
+        return PLOTLY_BASIC_JS.read_text(encoding="utf-8")
+    except OSError:
+        from plotly.offline import get_plotlyjs
+
+        return get_plotlyjs()
+
+
+def bundled_recordings() -> dict[str, Path]:
+    """The recordings in assets/recordings/, by file name."""
+    return {path.name: path for path in sorted(RECORDINGS.glob("*.json"))}
 
 
 def list_presets(path: Path | str = PRESETS_FILE) -> list[dict]:

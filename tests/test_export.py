@@ -15,7 +15,7 @@ from specviz.views import export
 from specviz.views.figures import comparison_figures, sweep_figure
 from specviz.views.prose import winner_line
 
-PLOTLY_BANNER = "* plotly.js v"   # the first line of plotly's library comment: once per embedded copy
+PLOTLY_BANNER = "* plotly.js ("   # the first line of the basic bundle's library comment: once per embedded copy
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,10 @@
-"""Command line: `python -m specviz run | compare | bench`.
+"""Command line: `python -m specviz run | compare | bench | replay | report`.
 
     run       one prompt decoded speculatively, every cycle's verdicts coloured in the terminal
     compare   several drafters or pairs on one prompt, or one drafter over k = 1..8 (`--sweep`)
     bench     the prompt set against plain decoding and transformers' assisted generation
+    replay    a recording played back in the terminal (no model needed)
+    report    recordings as one standalone HTML page (no model needed)
 
 This package is the only place that reads argv: it builds `RunSettings` from the flags and passes
 them through `settings.validate`, checks the prompt and every output path, and only then loads a
@@ -31,7 +33,9 @@ DRAFT_HELP = ("draft model (hub id, folder, .gguf), 'ngram' (prompt lookup), 'ng
               "tree), 'suffix' (suffix decoding) or 'self:L' (early exit after layer L)")
 HELPS = {"run": "decode one prompt and show every cycle",
          "compare": "compare drafters or pairs on one prompt, or sweep k",
-         "bench": "benchmark against plain decoding and transformers' assisted generation"}
+         "bench": "benchmark against plain decoding and transformers' assisted generation",
+         "replay": "play a recording back in the terminal",
+         "report": "write recordings as one standalone HTML report"}
 
 
 class UsageError(Exception):
@@ -162,14 +166,18 @@ def rich_table(title: str, headers, rows):
 def build_parser() -> argparse.ArgumentParser:
     # Imported here, not at the top: each subcommand module imports the helpers above. A subcommand
     # whose import fails fails the whole command line loudly rather than vanishing from it.
-    from . import bench, compare, run
+    from . import bench, compare, replay, run
 
     parser = Parser(prog="python -m specviz", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, module in (("run", run), ("compare", compare), ("bench", bench)):
+    for name, add_arguments, main in (("run", run.add_arguments, run.main),
+                                      ("compare", compare.add_arguments, compare.main),
+                                      ("bench", bench.add_arguments, bench.main),
+                                      ("replay", replay.add_replay_arguments, replay.replay_main),
+                                      ("report", replay.add_report_arguments, replay.report_main)):
         p = sub.add_parser(name, help=HELPS[name], description=HELPS[name])
-        module.add_arguments(p)
-        p.set_defaults(handler=module.main)
+        add_arguments(p)
+        p.set_defaults(handler=main)
     return parser
 
 
@@ -178,7 +186,7 @@ def entry(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except UsageError as error:
         return fail(str(error))
-    if args.threads is not None:
+    if getattr(args, "threads", None) is not None:
         if args.threads < 1:
             return fail(f"--threads must be at least 1, got {args.threads}.")
         torch.set_num_threads(args.threads)

@@ -8,6 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
+from ..runs import recording
 from ..runs.run import Run, execute, load
 from ..settings import check_prompt
 from ..views.prose import summary_lines
@@ -27,7 +28,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", action="store_true", help="also run plain decoding and report the measured speedup")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",
                         help="write settings, prompt, text, cycles, summary and environment as JSON")
+    parser.add_argument("--record", type=Path, default=None, metavar="FILE",
+                        help="save the run as a recording (JSON) to replay anywhere: `python -m specviz replay FILE`")
     add_prompt_arguments(parser)
+
+
+def cycle_rich_text(cycle, cycle_text, *, first: bool = False):
+    """One cycle's tokens as rich text, one style per verdict, after a dim bar (unless `first`)."""
+    from rich.text import Text
+
+    text = Text() if first else Text("|", style="dim")
+    for piece in cycle_pieces(cycle, cycle_text):
+        text.append(piece.text, style=RICH_STYLES[piece.verdict])
+    return text
 
 
 def rich_text(run: Run):
@@ -36,10 +49,7 @@ def rich_text(run: Run):
 
     text = Text()
     for i, (cycle, cycle_text) in enumerate(zip(run.cycles, run.texts)):
-        if i:
-            text.append("|", style="dim")
-        for piece in cycle_pieces(cycle, cycle_text):
-            text.append(piece.text, style=RICH_STYLES[piece.verdict])
+        text.append_text(cycle_rich_text(cycle, cycle_text, first=i == 0))
     return text
 
 
@@ -50,11 +60,14 @@ def main(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     prompt = check_prompt(args.prompt)
     check_output_file(args.json, "--json")
+    check_output_file(args.record, "--record")
 
     pair = load(settings, progress_printer())
     run = execute(settings, prompt, pair, baseline=args.baseline)
     if args.json:   # written before anything is printed: a failed write leaves only the error line
         args.json.write_text(json.dumps(run.to_json(), indent=2, ensure_ascii=False), encoding="utf-8")
+    if args.record:
+        recording.save(args.record, [run])
 
     console = Console(no_color=args.no_color, highlight=False)
     console.print(rich_text(run))
@@ -63,6 +76,7 @@ def main(args: argparse.Namespace) -> int:
                   + "  [dim]| cycle boundary[/]")
     for line in summary_lines(run):
         console.print(line, markup=False, soft_wrap=True)
-    if args.json:
-        console.print(f"wrote {args.json}", markup=False, soft_wrap=True)
+    for path in (args.json, args.record):
+        if path:
+            console.print(f"wrote {path}", markup=False, soft_wrap=True)
     return 0

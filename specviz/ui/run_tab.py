@@ -13,65 +13,21 @@ from typing import NamedTuple
 import gradio as gr
 
 from ..catalog import load_examples
-from ..runs import Loader, Run, load_stepwise, race
+from ..runs import Loader, load_stepwise, race
 from ..settings import Limits, RunSettings, check_prompt, parse_draft, validate
 from ..views import charts, render
+from ..views.run_view import RunRenderer, RunView, empty_view
 from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
                      PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK,
                      StopSignal, Throttle, draft_spec, error_html, failure, gpu_task, presets, slider_max_new_tokens, streaming)
 
 
-class RunView(NamedTuple):
-    """What the run handler yields, in the order of its outputs."""
-    tokens: str
-    baseline: str
-    acceptance: object
-    per_pass: object
-    race: object
-    positions: object
-    stats: str
+def on_page(view: RunView) -> RunView:
+    """A view as the page's outputs: a figure not redrawn this time is left as it is."""
+    return view._replace(**{name: gr.skip() for name in FIGURES if getattr(view, name) is None})
 
 
-def empty_view(stats: str = "") -> RunView:
-    return RunView(render.token_view_html([]), render.baseline_html(""), *charts.run_figures(), stats)
-
-
-def describe(run: Run) -> str:
-    s = run.settings
-    sampling = ("greedy" if s.temperature == 0 else
-                f"temperature {s.temperature:g}, top-p {s.top_p:g}, top-k {s.top_k}, seed {s.seed}")
-    k = f"k = {s.k}" + (" (dynamic)" if s.dynamic_k else "")
-    return (f"{run.target_name} with {run.draft_name} \u00b7 {k} \u00b7 {sampling} \u00b7 {s.max_new_tokens} new "
-            f"tokens \u00b7 {run.dtype} on {run.device} \u00b7 timed by {run.clock}")
-
-
-class RunRenderer:
-    """A run's views; each cycle's HTML is rendered once, when it arrives."""
-
-    def __init__(self, decode):
-        self.decode = decode      # token ids -> text with special tokens, for the divergence note
-        self.cycle_html: list[str] = []
-
-    def view(self, run: Run, state: str, *, final: bool = False, with_charts: bool = True) -> RunView:
-        for cycle, text in zip(run.cycles[len(self.cycle_html):], run.texts[len(self.cycle_html):]):
-            self.cycle_html.append(render.cycle_html(cycle, text))
-        plain_seconds = run.plain.seconds if run.plain else 0.0
-        tokens = render.token_view_html(self.cycle_html, render.race_status(run.stats.tokens, run.stats.seconds,
-                                                                            run.spec_done))
-        baseline = render.baseline_html("".join(run.step_texts),
-                                        render.race_status(len(run.steps), plain_seconds, run.plain_done))
-        figures = charts.run_figures(run) if with_charts else (gr.skip(),) * 4
-        if not run.cycles:
-            stats = render.idle_html()
-        else:
-            notes = [describe(run)]
-            if final:
-                note = render.comparison_note(run.tokens, run.baseline_tokens, self.decode, run.dtype,
-                                              run.settings.temperature == 0, run.done)
-                if note:
-                    notes.append(note)
-            stats = render.summary_html(run, state=state, notes=notes)
-        return RunView(tokens, baseline, *figures, stats)
+FIGURES = ("acceptance", "per_pass", "race", "positions")
 
 
 def settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
@@ -106,7 +62,7 @@ def run_work(limits: Limits, loader: Loader | None = None):
                     yield TICK
                 elif isinstance(pair, str):
                     yield empty_view(render.summary_loading_html(settings.target, settings.draft, pair))
-            renderer = RunRenderer(lambda ids: pair.tokenizer.decode(ids, skip_special_tokens=False))
+            renderer = RunRenderer()
             throttle = Throttle()
             for run in race(settings, prompt, pair, baseline=True):
                 if stop.requested:
@@ -117,8 +73,8 @@ def run_work(limits: Limits, loader: Loader | None = None):
                 if not show:
                     yield TICK
                     continue
-                yield renderer.view(run, "Running: speculative and plain decoding take turns on the same model\u2026",
-                                    with_charts=with_charts)
+                yield on_page(renderer.view(run, "Running: speculative and plain decoding take turns on the same "
+                                                 "model\u2026", with_charts=with_charts))
             yield renderer.view(run, "Finished.", final=True)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
             error = error_html(failure(exc))

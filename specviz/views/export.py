@@ -18,6 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..catalog import plotly_js
 from .prose import winner_line
 
 log = logging.getLogger(__name__)
@@ -126,13 +127,21 @@ def write_csv(records: Sequence[Mapping], path: Path) -> Path:
 
 def charts_html(figures: Mapping[str, object], title: str = "specviz charts") -> str:
     """Every figure in one standalone page: plotly.js embedded once, then one div per chart."""
-    parts = []
-    for i, (name, figure) in enumerate(figures.items()):
-        parts.append(f'<section id="{html.escape(name)}">'
-                     + figure.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"chart-{i}")
-                     + "</section>")
-    return (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title></head>'
-            f'<body style="font-family: sans-serif">{"".join(parts)}</body></html>')
+    parts = [f'<section id="{html.escape(name)}">{chart_div(figure, f"chart-{i}")}</section>'
+             for i, (name, figure) in enumerate(figures.items())]
+    return (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f'{plotly_script()}</head><body style="font-family: sans-serif">{"".join(parts)}</body></html>')
+
+
+def plotly_script() -> str:
+    """plotly.js inline, once per standalone page (`catalog.plotly_js`)."""
+    return f'<script type="text/javascript">{plotly_js()}</script>'
+
+
+def chart_div(figure, div_id: str) -> str:
+    """One figure's div and its drawing script, for a page that has `plotly_script` already."""
+    return figure.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
+                          config={"displaylogo": False, "responsive": True})
 
 
 def write_figures(figures: Mapping[str, object], directory: Path, *, png: bool = False) -> tuple[list[Path], str]:

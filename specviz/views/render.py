@@ -295,9 +295,10 @@ def stopped_html(summary: str) -> str:
             'the stop.</div>' + summary)
 
 
-def comparison_note(spec_tokens: Sequence[int], plain_tokens: Sequence[int], decode, dtype: str,
-                    greedy: bool, complete: bool) -> str | None:
-    """For greedy runs: whether both methods wrote the same tokens, and if not, where they part."""
+def comparison_note(spec_tokens: Sequence[int], plain_tokens: Sequence[int], spec_texts: Sequence[str],
+                    plain_texts: Sequence[str], dtype: str, greedy: bool, complete: bool) -> str | None:
+    """For greedy runs: whether both methods wrote the same tokens, and if not, where they part
+    (`*_texts`: each token's text as decoded in context, aligned with the tokens)."""
     from ..metrics import first_divergence
 
     if not greedy:
@@ -308,9 +309,9 @@ def comparison_note(spec_tokens: Sequence[int], plain_tokens: Sequence[int], dec
     at = first_divergence(spec_tokens, plain_tokens)
     if at is None:
         return f"Greedy: the speculative and plain outputs are identical ({len(spec_tokens)} tokens)."
-    shared = decode(list(spec_tokens[:at]))[-60:]
-    spec_next = decode(list(spec_tokens[at:at + 1])) if at < len(spec_tokens) else "(end)"
-    plain_next = decode(list(plain_tokens[at:at + 1])) if at < len(plain_tokens) else "(end)"
+    shared = "".join(spec_texts[:at])[-60:]
+    spec_next = spec_texts[at] if at < len(spec_texts) else "(end)"
+    plain_next = plain_texts[at] if at < len(plain_texts) else "(end)"
     reduced = dtype in ("bfloat16", "float16", "torch.bfloat16", "torch.float16")
     why = (f"In {dtype.replace('torch.', '')}, a forward over several tokens and a one-token step can "
            "round differently, and where the top two logits nearly tie the argmax flips: both outputs "

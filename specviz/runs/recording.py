@@ -1,0 +1,242 @@
+"""Recordings: finished runs as one JSON file that replays anywhere, with no model and no tokenizer.
+
+A recording holds one run (the Run tab, `run`) or several (`compare`), each with its settings,
+models, prompt, every speculative cycle and every plain step (with each method's own timings and
+each token's text as the tokenizer decoded it), the summary computed when it was recorded, and the
+environment. `load` turns a file back into `Run`s, so a replay goes through the same views as a
+live run; `replay` plays a run's events back in the order the race showed them.
+
+Reading never executes anything from the file (plain JSON, checked field by field) and refuses,
+with one message, a file that is too large, not JSON, not a recording, from a newer specviz, or
+inconsistent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pydantic
+
+from ..core.events import Cycle, Step
+from ..errors import SpecvizError
+from ..settings import RunSettings
+from .run import CycleText, Run, _interleave, environment
+
+FORMAT = "specviz-recording"
+VERSION = 1
+MAX_BYTES = 16 * 1024 * 1024       # a few thousand cycles take well under 1 MB
+
+_CYCLES = pydantic.TypeAdapter(list[Cycle])
+_STEPS = pydantic.TypeAdapter(list[Step])
+_SETTINGS = pydantic.TypeAdapter(RunSettings)
+_STRINGS = pydantic.TypeAdapter(list[str])
+_TEXTS = pydantic.TypeAdapter(list[str | None])
+
+
+# ----------------------------------------------------------------------------- writing
+
+def run_record(run: Run, label: str | None = None) -> dict:
+    """One run as the recording's JSON object."""
+    return {
+        "label": label or f"{run.target_name} + {run.draft_name}",
+        "settings": run.settings.to_dict(),
+        "prompt": run.prompt,
+        "target": {"name": run.target_name, "parameters": run.target_parameters},
+        "draft": {"name": run.draft_name, "parameters": run.draft_parameters},
+        "dtype": run.dtype, "device": run.device, "clock": run.clock,
+        "prompt_tokens": run.prompt_tokens, "eos_token_ids": list(run.eos_token_ids),
+        "baseline": run.baseline, "spec_done": run.spec_done, "plain_done": run.plain_done,
+        "cycles": [{**c.to_dict(), "drafted_text": t.drafted, "correction_text": t.correction}
+                   for c, t in zip(run.cycles, run.texts)],
+        "steps": [{**dataclasses.asdict(s), "text": text} for s, text in zip(run.steps, run.step_texts)],
+        "text": run.text,
+        "summary": run.summary(),
+    }
+
+
+def recording(runs: Sequence[Run], labels: Sequence[str | None] = (), *, kind: str = "run") -> dict:
+    """Runs (one, or a comparison's) as a recording: the whole file's JSON object."""
+    labels = list(labels) + [None] * (len(runs) - len(labels))
+    device = runs[0].device if runs else "cpu"
+    return {"format": FORMAT, "version": VERSION, "kind": kind,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "environment": environment(device),
+            "runs": [run_record(run, label) for run, label in zip(runs, labels)]}
+
+
+def dumps(record: dict) -> str:
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+def save(path: Path | str, runs: Sequence[Run], labels: Sequence[str | None] = (), *, kind: str = "run") -> Path:
+    path = Path(path)
+    path.write_text(dumps(recording(runs, labels, kind=kind)), encoding="utf-8")
+    return path
+
+
+# ----------------------------------------------------------------------------- reading
+
+@dataclasses.dataclass
+class Recording:
+    """A recording read back: its runs (finished `Run`s without models) and what else it says."""
+    runs: list[Run]
+    labels: list[str]
+    kind: str
+    created: str
+    environment: dict
+    name: str = ""                  # the file's name, for titles
+
+
+def loads(data: bytes | str, name: str = "the recording") -> Recording:
+    """A recording from a file's contents; SpecvizError, naming `name`, for anything else."""
+    if len(data) > MAX_BYTES:
+        raise SpecvizError(f"{name} is {len(data) / 2**20:.1f} MB; recordings are read up to "
+                           f"{MAX_BYTES // 2**20} MB.")
+    try:
+        record = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise SpecvizError(f"{name} is not a specviz recording: it is not valid JSON ({error}).") from None
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise SpecvizError(f"{name} is not a specviz recording (it has no \"format\": \"{FORMAT}\").")
+    version = record.get("version")
+    if not isinstance(version, int) or version < 1:
+        raise SpecvizError(f"{name} has no valid format version.")
+    if version > VERSION:
+        raise SpecvizError(f"{name} was written by a newer specviz (recording format {version}; this one "
+                           f"reads up to {VERSION}). Upgrade specviz to replay it.")
+    runs = record.get("runs")
+    if not isinstance(runs, list) or not runs:
+        raise SpecvizError(f"{name} holds no runs.")
+    loaded = []
+    for number, run_record_ in enumerate(runs, 1):
+        try:
+            loaded.append(_run_from(run_record_))
+        except (pydantic.ValidationError, TypeError, KeyError, ValueError) as error:
+            detail = str(error).splitlines()
+            detail = detail[1:3] if isinstance(error, pydantic.ValidationError) else detail[:1]
+            raise SpecvizError(f"{name}: run {number} is damaged or incomplete ({'; '.join(detail)}).") from None
+    environment_ = record.get("environment") if isinstance(record.get("environment"), dict) else {}
+    return Recording(runs=[run for run, _ in loaded], labels=[label for _, label in loaded],
+                     kind=str(record.get("kind", "run")), created=str(record.get("created", "")),
+                     environment=environment_, name=name)
+
+
+def load(path: Path | str) -> Recording:
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            return loads(b" " * (MAX_BYTES + 1), path.name)   # the size message, without reading it all
+        data = path.read_bytes()
+    except OSError as error:
+        raise SpecvizError(f"Cannot read {path}: {error.strerror or error}.") from None
+    return loads(data, path.name)
+
+
+def _field(record: dict, name: str, kind: type | tuple):
+    value = record[name]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        raise ValueError(f"{name!r} has the wrong type")
+    return value
+
+
+def _run_from(record) -> tuple[Run, str]:
+    if not isinstance(record, dict):
+        raise TypeError("a run is not an object")
+    cycles = _CYCLES.validate_python(_field(record, "cycles", list))
+    steps = _STEPS.validate_python(_field(record, "steps", list))
+    texts = [CycleText(_STRINGS.validate_python(c.get("drafted_text")),
+                       _TEXTS.validate_python([c.get("correction_text")])[0]) for c in record["cycles"]]
+    step_texts = _STRINGS.validate_python([s.get("text") for s in record["steps"]])
+    for cycle, text in zip(cycles, texts):
+        _check_cycle(cycle, text)
+    target, draft = _field(record, "target", dict), _field(record, "draft", dict)
+    run = Run(settings=_SETTINGS.validate_python(_field(record, "settings", dict)),
+              prompt=_field(record, "prompt", str),
+              target_name=str(target.get("name", "?")), draft_name=str(draft.get("name", "?")),
+              target_parameters=int(target.get("parameters", 0)), draft_parameters=int(draft.get("parameters", 0)),
+              dtype=_field(record, "dtype", str), device=_field(record, "device", str),
+              clock=_field(record, "clock", str), prompt_tokens=_field(record, "prompt_tokens", int),
+              eos_token_ids=_STEPS_IDS.validate_python(record.get("eos_token_ids", [])),
+              baseline=bool(record.get("baseline", bool(steps))),
+              cycles=cycles, texts=texts, steps=steps, step_texts=step_texts,
+              spec_done=bool(record.get("spec_done", True)), plain_done=bool(record.get("plain_done", True)))
+    return run, str(record.get("label") or f"{run.target_name} + {run.draft_name}")
+
+
+_STEPS_IDS = pydantic.TypeAdapter(list[int])
+
+
+def _check_cycle(cycle: Cycle, text: CycleText) -> None:
+    """The invariants the views rely on: a damaged file must fail here, not inside a view."""
+    n = len(cycle.drafted)
+    where = f"cycle {cycle.index}"
+    if not 0 <= cycle.num_accepted <= n or len(text.drafted) != n:
+        raise ValueError(f"{where}: its counts do not add up")
+    if len(cycle.draft_probs) != n or len(cycle.target_probs) != n:
+        raise ValueError(f"{where}: one probability per drafted token expected")
+    if cycle.is_tree:
+        if len(cycle.parents) != n or any(not -1 <= p < i for i, p in enumerate(cycle.parents)):
+            raise ValueError(f"{where}: its tree's parents are invalid")
+        if cycle.path is None or any(not 0 <= node < n for node in cycle.path):
+            raise ValueError(f"{where}: its tree's path is invalid")
+        if cycle.node_verdicts is not None and len(cycle.node_verdicts) != n:
+            raise ValueError(f"{where}: one verdict per node expected")
+    expected = [cycle.drafted[i] for i in cycle.accepted_nodes]
+    expected += [cycle.correction] if cycle.correction is not None else []
+    if list(cycle.emitted) != expected or (cycle.correction is None) != (text.correction is None):
+        raise ValueError(f"{where}: its emitted tokens do not match its verdicts")
+
+
+# ----------------------------------------------------------------------------- playing back
+
+def timeline(recorded: Run) -> list[tuple[float, Cycle | Step]]:
+    """The run's events in the order its race showed them, each with the time it ended on its own
+    method's clock (seconds since that method started): replay at speed s shows an event at t / s."""
+    order = list(_interleave(iter(recorded.cycles), iter(recorded.steps) if recorded.steps else None))
+    spec = plain = 0.0
+    events = []
+    for event in order:
+        if isinstance(event, Cycle):
+            spec += event.seconds
+            events.append((spec, event))
+        else:
+            plain += event.seconds
+            events.append((plain, event))
+    return events
+
+
+def replay(recorded: Run) -> Iterator[tuple[float, Run]]:
+    """Play a finished run back: yields (time on the event's clock, the run so far) after each event,
+    the same `Run` growing as it did live. The last one equals `recorded` in every number."""
+    run = dataclasses.replace(recorded, cycles=[], texts=[], steps=[], step_texts=[], spec_done=False,
+                              plain_done=False, _stats=(-1, None), _speed=((-1, -1), None))
+    texts = dict(zip(map(id, recorded.cycles), recorded.texts))
+    step_texts = dict(zip(map(id, recorded.steps), recorded.step_texts))
+    for seconds, event in timeline(recorded):
+        if isinstance(event, Cycle):
+            run.cycles.append(event)
+            run.texts.append(texts[id(event)])
+            run.spec_done = len(run.cycles) == len(recorded.cycles) and recorded.spec_done
+        else:
+            run.steps.append(event)
+            run.step_texts.append(step_texts[id(event)])
+            run.plain_done = len(run.steps) == len(recorded.steps) and recorded.plain_done
+        yield seconds, run
+    run.spec_done, run.plain_done = recorded.spec_done, recorded.plain_done
+    yield (max((t for t, _ in timeline(recorded)), default=0.0)), run
+
+
+def up_to_cycle(recorded: Run, cycles: int) -> Run:
+    """The run as its replay shows it once `cycles` speculative cycles have been played."""
+    shown = None
+    for _, run in replay(recorded):
+        if len(run.cycles) > cycles:
+            break
+        shown = dataclasses.replace(run, cycles=list(run.cycles), texts=list(run.texts), steps=list(run.steps),
+                                    step_texts=list(run.step_texts), _stats=(-1, None), _speed=((-1, -1), None))
+    return shown

@@ -1,0 +1,62 @@
+"""A run's page, the one rendering path for a run: the Run tab draws a live run with it, the Replay
+tab a recorded one, and the HTML report the same views again, so a replay and its report show what
+the live run showed."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..runs import Run
+from . import charts, render
+
+
+class RunView(NamedTuple):
+    """A run's views, in the order of the Run tab's outputs (figures None: not redrawn this time)."""
+    tokens: str
+    baseline: str
+    acceptance: object
+    per_pass: object
+    race: object
+    positions: object
+    stats: str
+
+
+def empty_view(stats: str = "") -> RunView:
+    return RunView(render.token_view_html([]), render.baseline_html(""), *charts.run_figures(), stats)
+
+
+def describe(run: Run) -> str:
+    s = run.settings
+    sampling = ("greedy" if s.temperature == 0 else
+                f"temperature {s.temperature:g}, top-p {s.top_p:g}, top-k {s.top_k}, seed {s.seed}")
+    k = f"k = {s.k}" + (" (dynamic)" if s.dynamic_k else "")
+    return (f"{run.target_name} with {run.draft_name} \u00b7 {k} \u00b7 {sampling} \u00b7 {s.max_new_tokens} new "
+            f"tokens \u00b7 {run.dtype} on {run.device} \u00b7 timed by {run.clock}")
+
+
+class RunRenderer:
+    """A run's views; each cycle's HTML is rendered once, when it arrives (the run may only grow)."""
+
+    def __init__(self):
+        self.cycle_html: list[str] = []
+
+    def view(self, run: Run, state: str, *, final: bool = False, with_charts: bool = True) -> RunView:
+        for cycle, text in zip(run.cycles[len(self.cycle_html):], run.texts[len(self.cycle_html):]):
+            self.cycle_html.append(render.cycle_html(cycle, text))
+        plain_seconds = run.plain.seconds if run.plain else 0.0
+        tokens = render.token_view_html(self.cycle_html, render.race_status(run.stats.tokens, run.stats.seconds,
+                                                                            run.spec_done))
+        baseline = render.baseline_html("".join(run.step_texts),
+                                        render.race_status(len(run.steps), plain_seconds, run.plain_done))
+        figures = charts.run_figures(run) if with_charts else (None,) * 4
+        if not run.cycles:
+            stats = render.idle_html()
+        else:
+            notes = [describe(run)]
+            if final:
+                note = render.comparison_note(run.tokens, run.baseline_tokens, run.emitted_texts(), run.step_texts,
+                                              run.dtype, run.settings.temperature == 0, run.done)
+                if note:
+                    notes.append(note)
+            stats = render.summary_html(run, state=state, notes=notes)
+        return RunView(tokens, baseline, *figures, stats)

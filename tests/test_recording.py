@@ -1,0 +1,102 @@
+"""Recordings: a finished run saved as JSON reads back into a `Run` that renders exactly as the live
+one did (one rendering path), plays back in the race's order, and bad files get one clear message."""
+
+import json
+
+import pytest
+from tiny_pair import PROMPT
+
+from specviz.errors import SpecvizError
+from specviz.runs import execute
+from specviz.runs import recording as rec
+from specviz.settings import RunSettings
+from specviz.views.run_view import RunRenderer
+
+
+def live_run(tiny, **changes):
+    settings = RunSettings(**{**dict(target="tiny", draft="ngram", k=4, max_new_tokens=32, chat=False), **changes})
+    return execute(settings, PROMPT, tiny.loader(settings), baseline=True)
+
+
+def final_view(run, state="Finished."):
+    view = RunRenderer().view(run, state, final=True)
+    return view._replace(**{name: getattr(view, name).to_json() for name in ("acceptance", "per_pass", "race",
+                                                                           "positions")})
+
+
+@pytest.mark.parametrize("changes", [{}, dict(draft="small", temperature=0.8, seed=3), dict(draft="ngram-tree")])
+def test_a_replay_renders_what_the_live_run_showed(tiny, tmp_path, changes):
+    run = live_run(tiny, **changes)
+    path = rec.save(tmp_path / "run.json", [run])
+    loaded = rec.load(path)
+    assert loaded.kind == "run" and len(loaded.runs) == 1
+    replayed = loaded.runs[0]
+    assert final_view(replayed) == final_view(run)       # tokens, baseline, every chart, the summary
+    assert replayed.summary() == run.summary()
+    assert "".join(replayed.emitted_texts()) == "".join(run.emitted_texts())
+    # Played back event by event, it ends where the recording does, through the race's order.
+    *_, (_, played) = rec.replay(replayed)
+    assert final_view(played) == final_view(run)
+    record = json.loads(path.read_text())
+    assert record["format"] == "specviz-recording" and record["version"] == rec.VERSION
+    assert {"torch", "transformers", "specviz", "device_name"} <= set(record["environment"])
+    assert record["runs"][0]["text"] == run.text
+
+
+def test_replay_follows_each_methods_clock(tiny):
+    run = live_run(tiny)
+    events = rec.timeline(run)
+    assert len(events) == len(run.cycles) + len(run.steps)
+    spec_times = [t for t, e in events if hasattr(e, "drafted")]
+    assert spec_times == sorted(spec_times)
+    assert spec_times[-1] == pytest.approx(sum(c.seconds for c in run.cycles))
+    partial = rec.up_to_cycle(run, 2)
+    assert len(partial.cycles) == 2 and partial.cycles == run.cycles[:2]
+    assert not partial.spec_done
+    assert len(rec.up_to_cycle(run, len(run.cycles)).cycles) == len(run.cycles)
+
+
+def test_a_comparison_records_every_configuration(tiny, tmp_path):
+    runs = [live_run(tiny), live_run(tiny, draft="self:1")]
+    loaded = rec.load(rec.save(tmp_path / "c.json", runs, ["lookup", "early exit"], kind="compare"))
+    assert loaded.labels == ["lookup", "early exit"] and loaded.kind == "compare"
+    assert [r.summary() for r in loaded.runs] == [r.summary() for r in runs]
+
+
+def damaged(record, change):
+    record = json.loads(json.dumps(record))
+    change(record)
+    return json.dumps(record)
+
+
+def test_bad_files_get_one_clear_message(tiny, tmp_path):
+    good = rec.recording([live_run(tiny)])
+    cases = {
+        "not valid JSON": '{"format": "specviz-recording", "version": 1, "runs": [',
+        "not a specviz recording": json.dumps({"hello": "world"}),
+        "newer specviz": damaged(good, lambda r: r.update(version=rec.VERSION + 1)),
+        "holds no runs": damaged(good, lambda r: r.update(runs=[])),
+        "run 1 is damaged": damaged(good, lambda r: r["runs"][0]["cycles"][0].update(num_accepted="lots")),
+        "do not match": damaged(good, lambda r: r["runs"][0]["cycles"][0].update(emitted=[1, 2, 3, 4, 5, 6, 7])),
+        "counts do not add up": damaged(good, lambda r: r["runs"][0]["cycles"][0].update(num_accepted=99)),
+        "incomplete": damaged(good, lambda r: r["runs"][0].pop("steps")),
+    }
+    for expected, text in cases.items():
+        with pytest.raises(SpecvizError, match=expected):
+            rec.loads(text, "x.json")
+    with pytest.raises(SpecvizError, match="up to 16 MB"):
+        rec.loads(b" " * (rec.MAX_BYTES + 1))
+    (tmp_path / "bin.json").write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(SpecvizError, match="not valid JSON"):
+        rec.load(tmp_path / "bin.json")
+    with pytest.raises(SpecvizError, match="Cannot read"):
+        rec.load(tmp_path / "absent.json")
+
+
+def test_token_texts_are_escaped_when_shown(tiny):
+    text = '<script>alert("x")</script>'
+    record = rec.recording([live_run(tiny)])
+    record["runs"][0]["cycles"][0]["drafted_text"][0] = text
+    run = rec.loads(json.dumps(record)).runs[0]
+    view = RunRenderer().view(run, "Recorded.", final=True)
+    assert "<script>" not in view.tokens and "&lt;script&gt;" in view.tokens
