@@ -1,7 +1,8 @@
 """The README's screenshots, taken as a user would see the app: `python scripts/screenshots.py` serves
 the whole app on the built-in model, drives it in headless Chromium (Run with the default example,
-then Compare and its export, then Teach stepped to a sampled rejection) and saves
-assets/screenshot.png, assets/compare.png and assets/teach.png (and /tmp/explain.png)."""
+then Compare and its export, then Teach stepped to a sampled rejection, then Replay of the bundled
+prompt-lookup recording at 4x) and saves assets/screenshot.png, compare.png, teach.png and replay.png
+(and /tmp/explain.png)."""
 
 import os
 import sys
@@ -63,6 +64,14 @@ def screenshots(url: str, out: Path) -> None:
         page.get_by_role("tab", name="Explain").click()
         page.wait_for_selector("#explain-chart .js-plotly-plot")
         page.screenshot(path="/tmp/explain.png", full_page=True)
+
+        page.get_by_role("tab", name="Replay").click()
+        page.locator("#replay-speed").get_by_text("4\u00d7").click()
+        page.click("#replay-play")
+        text_matches(page, "#replay-stats", "Replayed|could not", 300)
+        page.wait_for_function("document.querySelectorAll('#replay-charts .js-plotly-plot').length === 4")
+        print("replay:", page.inner_text("#replay-stats").splitlines()[1])
+        page.screenshot(path=str(out / "replay.png"), full_page=True)
         browser.close()
 
 

@@ -172,7 +172,7 @@ def test_comparison_figures_overlay_every_configuration(comparison):
 def test_cli_compare_prints_the_table_and_exports(tiny, monkeypatch, tmp_path, capsys):
     monkeypatch.setattr("specviz.cli.compare.load", tiny.loader)
     code = cli.entry(["compare", "--draft", "ngram", "--draft", "self:2", "--max-new-tokens", "12", "--no-color",
-                      "--export", str(tmp_path / "out"), "--no-png", PROMPT])
+                      "--export", str(tmp_path / "out"), "--no-png", "--record", str(tmp_path / "c.json"), PROMPT])
     out = capsys.readouterr().out
     assert code == 0
     assert "ngram k=4" in out and "self:2 k=4" in out and "plain decoding" in out
@@ -180,6 +180,11 @@ def test_cli_compare_prints_the_table_and_exports(tiny, monkeypatch, tmp_path, c
     assert f"wrote 4 files to {tmp_path / 'out'}" in out
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"cycles.jsonl", "cycles.csv", "summary.json",
                                                               "charts.html"}
+    # The recording holds both configurations, each against the shared baseline.
+    from specviz.runs import recording
+    recorded = recording.load(tmp_path / "c.json")
+    assert recorded.kind == "compare" and recorded.labels == ["ngram k=4", "self:2 k=4"]
+    assert all(run.steps and run.stats.tokens == 12 for run in recorded.runs)
 
 
 def test_cli_sweep(tiny, monkeypatch, capsys):

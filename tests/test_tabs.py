@@ -130,16 +130,16 @@ def test_export_writes_one_folder_and_old_folders_go(tiny, tmp_path, monkeypatch
     import time
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    stale = tmp_path / (compare_tab.EXPORT_PREFIX + "old")
+    stale = tmp_path / (common.EXPORT_PREFIX + "old")
     stale.mkdir()
-    os.utime(stale, (time.time() - 2 * compare_tab.EXPORT_MAX_AGE_SECONDS,) * 2)
+    os.utime(stale, (time.time() - 2 * common.EXPORT_MAX_AGE_SECONDS,) * 2)
     *_, final = views(compare_tab.compare_work(LOCAL, tiny.loader), PROMPT, ROWS[:2], 8, 0, CHAT)
     paths, note = compare_tab.export_files(final.result)
     names = {Path(p).name for p in paths}
     assert names == {"cycles.jsonl", "cycles.csv", "summary.json", "charts.html"} and note == ""
     assert len({Path(p).parent for p in paths}) == 1 and not stale.exists()
     html = (Path(paths[0]).parent / "charts.html").read_text()
-    assert html.count("plotly.js v") == 1 and html.count('class="plotly-graph-div"') == 3
+    assert html.count("* plotly.js (") == 1 and html.count('class="plotly-graph-div"') == 3
     with pytest.raises(SpecvizError, match="Nothing to export"):
         compare_tab.export_files(None)
     with pytest.raises(SpecvizError):

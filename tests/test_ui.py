@@ -50,7 +50,7 @@ def test_run_streams_tokens_charts_and_summary(tiny):
     views = views_of(tiny, max_new_tokens=32)
     assert len(views) >= 2
     final = views[-1]
-    assert isinstance(final, run_tab.RunView) and len(final) == 7
+    assert isinstance(final, run_tab.RunPage) and len(final) == 8
     found = verdicts(final.tokens)
     assert found and set(found) <= {"accepted", "rejected", "resampled", "bonus"}
     assert 'class="sv-cycle"' in final.tokens and "sv-legend" in final.tokens
@@ -65,6 +65,10 @@ def test_run_streams_tokens_charts_and_summary(tiny):
     assert "Theory at this pass cost" in summary and "Ideal theory (pass cost 1)" in summary
     assert "identical" in summary  # greedy in float32: both methods write the same tokens
     assert "32 tokens" in text(final.baseline) and "done" in text(final.baseline)
+    # The finished run is offered as a recording, which reads back to the same numbers.
+    from specviz.runs import recording
+    assert final.record["visible"] is True and all(v.record["visible"] is False for v in views[:-1])
+    assert recording.load(final.record["value"]).runs[0].stats.tokens == 32
 
 
 def test_first_view_says_it_is_loading(tiny):
@@ -319,7 +323,7 @@ def test_the_demo_has_one_gpu_queue_and_stable_api_names(tiny):
     ids = {c["props"].get("elem_id") for c in config["components"]}
     assert {"prompt", "run", "stop", "tokens", "charts", "stats"} <= ids
     tabs = [c for c in config["components"] if c["type"] == "tabitem"]
-    assert [t["props"]["label"] for t in tabs] == ["Run", "Compare", "Teach", "Explain"]
+    assert [t["props"]["label"] for t in tabs] == ["Run", "Compare", "Teach", "Explain", "Replay"]
     public = {d["api_name"]: d for d in config["dependencies"] if d.get("api_visibility") == "public"}
     assert set(public) == {"run", "compare", "sweep", "teach", "export"}
     for name in public:

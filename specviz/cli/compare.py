@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from ..errors import SpecvizError
+from ..runs import recording
 from ..runs.compare import compare, sweep
 from ..runs.run import load
 from ..settings import check_prompt
@@ -37,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=1, help="with --prompts: rounds over the set (default 1)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",
                         help="with --prompts: write the summary and the per-prompt rows as JSON")
+    parser.add_argument("--record", type=Path, default=None, metavar="FILE",
+                        help="save every configuration's run as one recording (JSON): `python -m specviz replay "
+                             "FILE`, `python -m specviz report FILE -o report.html` (one prompt only)")
     parser.add_argument("--no-color", action="store_true", help="plain text output")
     parser.add_argument("prompt", nargs="?", default=None, help="the prompt (not with --prompts)")
 
@@ -50,7 +54,10 @@ def main(args: argparse.Namespace) -> int:
         raise SpecvizError("--sweep runs one configuration over k = 1..8: give one --draft.")
     configs = [settings_from(args, draft=draft) for draft in drafts]
     check_output_folder(args.export, "--export")
+    check_output_file(args.record, "--record")
     if args.prompts is not None:
+        if args.record is not None:
+            raise SpecvizError("--record saves the runs on one prompt; with --prompts use --json or --export.")
         return over_prompts(args, configs)
     if args.json is not None or args.repeats != 1:
         raise SpecvizError("--json and --repeats go with --prompts (a set of prompts).")
@@ -64,6 +71,9 @@ def main(args: argparse.Namespace) -> int:
     else:
         result, comparison = None, compare(configs, prompt, loader=load, progress=progress)
     export_note = export(args, comparison, result) if args.export else None
+    if args.record:
+        recording.save(args.record, comparison.results, comparison.labels, kind="compare")
+        export_note = "; ".join(filter(None, [export_note, f"wrote {args.record}"]))
 
     console = Console(no_color=args.no_color, highlight=False)
     first = comparison.results[0]

@@ -15,6 +15,7 @@ streaming to a browser) is counted.
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import threading
 from collections.abc import Callable, Iterator
@@ -197,9 +198,21 @@ def environment(device: str) -> dict:
 
     from .. import __version__
 
-    name = torch.cuda.get_device_name() if device.startswith("cuda") and torch.cuda.is_available() else platform.processor()
-    return {"device_name": name or platform.machine(), "torch": torch.__version__,
+    name = torch.cuda.get_device_name() if device.startswith("cuda") and torch.cuda.is_available() else cpu_name()
+    return {"device_name": name, "torch": torch.__version__,
             "transformers": transformers.__version__, "specviz": __version__, "torch_threads": torch.get_num_threads()}
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 # ----------------------------------------------------------------------------- running

@@ -6,6 +6,7 @@
     compare_tab   2-4 configurations or a k sweep on one prompt; export
     teach_tab     one cycle at a time, every number shown
     explain_tab   the method and its theory, filled with the last run's numbers
+    replay_tab    a recorded run played back through the Run tab's views, no model needed
 
 Every model-running event joins one queue (`CONCURRENCY_ID`, one at a time) and validates its
 inputs with `settings.validate` against the local or hosted limits before any work. The events a
@@ -27,12 +28,14 @@ from ..settings import RunSettings
 from .common import QUEUE_MAX_SIZE, is_hosted, limits_for
 from .compare_tab import build_compare_tab
 from .explain_tab import build_explain_tab
+from .replay_tab import build_replay_tab
 from .run_tab import build_run_tab
 from .style import CSS, DARK_JS, LARGE_TEXT_JS, theme
 from .teach_tab import build_teach_tab
 
 log = logging.getLogger("specviz.ui")
 
+MAX_UPLOAD = "16mb"                # uploads (recordings, prompt sets) beyond this are refused by Gradio
 EXPORT_CACHE = (600, 3600)        # Gradio deletes its copies of exported files older than an hour, every 10 min
 
 
@@ -61,13 +64,15 @@ def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> g
                 build_teach_tab(limits=limits, loader=loader, last_run=last_run)
             with gr.Tab("Explain", id="explain-tab"):
                 build_explain_tab(last_run=last_run)
+            with gr.Tab("Replay", id="replay-tab"):
+                build_replay_tab()
     demo.queue(max_size=QUEUE_MAX_SIZE)
     return demo
 
 
 def launch_options() -> dict:
     """Keyword arguments for `demo.launch` (Gradio 6 takes the theme and CSS there)."""
-    return dict(theme=theme(), css=CSS)
+    return dict(theme=theme(), css=CSS, max_file_size=MAX_UPLOAD)
 
 
 def configure_torch() -> str:

@@ -14,8 +14,11 @@ import asyncio
 import functools
 import logging
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import gradio as gr
 
@@ -41,6 +44,25 @@ DRAFTERS = [PROMPT_LOOKUP, PROMPT_LOOKUP_TREE, SUFFIX, DRAFT_MODEL, EARLY_EXIT]
 CHAT, RAW = "Chat template", "Raw completion"
 CUSTOM = "Custom"
 TICK = object()                   # yielded by a tab's work after an event that changes nothing on the page
+EXPORT_PREFIX = "specviz-export-"  # exports and recordings for download: one fresh temporary folder each,
+EXPORT_MAX_AGE_SECONDS = 3600      # removed after an hour (Gradio's copies: by the app's `delete_cache`)
+
+
+def sweep_old_exports(root: Path | None = None, max_age: float = EXPORT_MAX_AGE_SECONDS) -> None:
+    root = Path(root or tempfile.gettempdir())
+    cutoff = time.time() - max_age
+    for folder in root.glob(EXPORT_PREFIX + "*"):
+        try:
+            if folder.is_dir() and folder.stat().st_mtime < cutoff:
+                shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            continue
+
+
+def export_folder() -> Path:
+    """A fresh folder for files to download; folders older than EXPORT_MAX_AGE_SECONDS go first."""
+    sweep_old_exports()
+    return Path(tempfile.mkdtemp(prefix=EXPORT_PREFIX))
 
 
 def is_hosted() -> bool:

@@ -1,18 +1,12 @@
 """The Compare tab: 2 to 4 configurations on one prompt against one plain baseline, or a k sweep of
 the first, through `runs.compare`; and the export of the last comparison as files.
 
-Exports go to one fresh folder each under the system's temporary folder; folders older than
-EXPORT_MAX_AGE_SECONDS are removed whenever another export is made (Gradio's copies of them are
-removed by the app's `delete_cache`).
+Exports go to one fresh folder each (`common.export_folder`).
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import NamedTuple
 
 import gradio as gr
@@ -27,13 +21,11 @@ from ..views.prompt_sets import write_files as write_set_files
 from ..views.prose import (SWEEP_HEADERS, TABLE_HEADERS, sweep_line, sweep_rows, table_rows, timing_note,
                            winner_line)
 from . import compare_sets
-from .common import (CHAT, CONCURRENCY_ID, RAW, TICK, Throttle, error_html, failure, gpu_task,
+from .common import (CHAT, export_folder, CONCURRENCY_ID, RAW, TICK, Throttle, error_html, failure, gpu_task,
                      slider_max_new_tokens, streaming)
 
 MAX_CONFIGS = 4
 COMPARE_GPU_SECONDS = 300          # ZeroGPU time for a comparison or a sweep (several runs in one call)
-EXPORT_PREFIX = "specviz-export-"
-EXPORT_MAX_AGE_SECONDS = 3600
 CONFIG_HEADERS = ["use", "target (blank: built-in)", "draft", "k", "dynamic k", "temperature"]
 DEFAULT_CONFIGS = [
     [True, "", "ngram", 4, False, 0.0],
@@ -195,30 +187,17 @@ def compare_work(limits: Limits, loader: Loader | None = None, *, sweep: bool = 
 
 # ----------------------------------------------------------------------------- export
 
-def sweep_old_exports(root: Path | None = None, max_age: float = EXPORT_MAX_AGE_SECONDS) -> None:
-    root = Path(root or tempfile.gettempdir())
-    cutoff = time.time() - max_age
-    for folder in root.glob(EXPORT_PREFIX + "*"):
-        try:
-            if folder.is_dir() and folder.stat().st_mtime < cutoff:
-                shutil.rmtree(folder, ignore_errors=True)
-        except OSError:
-            continue
-
-
 def export_files(result, png=False) -> tuple[list[str], str]:
     """The last comparison's files, in a fresh folder (older export folders are removed)."""
     comparison, sweep = result if isinstance(result, tuple) and len(result) == 2 else (None, None)
     if isinstance(comparison, PromptSetComparison) and comparison.results:
-        sweep_old_exports()
-        return [str(path) for path in write_set_files(comparison, tempfile.mkdtemp(prefix=EXPORT_PREFIX))], ""
+        return [str(path) for path in write_set_files(comparison, export_folder())], ""
     if not isinstance(comparison, Comparison) or not comparison.results:
         raise SpecvizError("Nothing to export yet: run a comparison or a k sweep first.")
-    sweep_old_exports()
     figures = comparison_figures(comparison)
     if sweep is not None:
         figures["k_sweep"] = sweep_figure(sweep)
-    folder = tempfile.mkdtemp(prefix=EXPORT_PREFIX)
+    folder = export_folder()
     written, note = export_comparison(comparison, folder, figures=figures, sweep=sweep, png=bool(png))
     return [str(path) for path in written], note
 

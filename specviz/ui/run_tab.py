@@ -7,27 +7,55 @@ raise into the page: failures become a message in the summary box and a toast.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import NamedTuple
 
 import gradio as gr
 
 from ..catalog import load_examples
-from ..runs import Loader, load_stepwise, race
+from ..runs import Loader, Run, load_stepwise, race, recording
 from ..settings import Limits, RunSettings, check_prompt, parse_draft, validate
 from ..views import charts, render
 from ..views.run_view import RunRenderer, RunView, empty_view
 from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
                      PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK,
-                     StopSignal, Throttle, draft_spec, error_html, failure, gpu_task, presets, slider_max_new_tokens, streaming)
+                     StopSignal, Throttle, draft_spec, export_folder, error_html, failure, gpu_task, presets, slider_max_new_tokens, streaming)
 
 
-def on_page(view: RunView) -> RunView:
-    """A view as the page's outputs: a figure not redrawn this time is left as it is."""
-    return view._replace(**{name: gr.skip() for name in FIGURES if getattr(view, name) is None})
+class RunPage(NamedTuple):
+    """What the Run button's work yields, in the order of its outputs: the run's views, then the
+    Download recording button (offered once the run has finished or stopped)."""
+    tokens: str
+    baseline: str
+    acceptance: object
+    per_pass: object
+    race: object
+    positions: object
+    stats: str
+    record: object
 
 
 FIGURES = ("acceptance", "per_pass", "race", "positions")
+NO_RECORDING = None
+
+
+def shown(view: RunView) -> RunView:
+    """A view as a page's outputs: a figure not redrawn this time is left as it is."""
+    return view._replace(**{name: gr.skip() for name in FIGURES if getattr(view, name) is None})
+
+
+def page(view: RunView, record: object = NO_RECORDING) -> RunPage:
+    """The Run tab's outputs: the view, and the download button's update (`record`; hidden while
+    there is nothing to record)."""
+    return RunPage(*shown(view), gr.update(value=None, visible=False) if record is NO_RECORDING else record)
+
+
+def recording_button(run: Run, label: str = "run") -> object:
+    """The download button offering `run` as a recording file."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", f"specviz-{label}-{run.target_name}-{run.draft_name}")[:80]
+    path = recording.save(export_folder() / f"{name}.json", [run])
+    return gr.update(value=str(path), visible=True)
 
 
 def settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
@@ -42,7 +70,7 @@ def run_work(limits: Limits, loader: Loader | None = None):
     """The Run button's work (see `common.streaming`), taking the controls in wiring order."""
 
     def work(prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-             max_new_tokens, seed, prompt_format, stop: StopSignal | None = None) -> Iterator[RunView | object]:
+             max_new_tokens, seed, prompt_format, stop: StopSignal | None = None) -> Iterator[RunPage | object]:
         stop = stop or StopSignal()
         run = renderer = None
         try:
@@ -50,39 +78,39 @@ def run_work(limits: Limits, loader: Loader | None = None):
                                               top_p, top_k, max_new_tokens, seed, prompt_format, limits)
             prompt = check_prompt(prompt, limits)
             if stop.requested:   # stopped while it waited for the queue
-                yield empty_view(render.stopped_html(render.idle_html()))
+                yield page(empty_view(render.stopped_html(render.idle_html())))
                 return
             loading = render.summary_loading_html(settings.target, settings.draft)
-            yield empty_view(loading)
+            yield page(empty_view(loading))
             for pair in load_stepwise(settings, loader):
                 if stop.requested:   # the load goes on in the background, into the model cache
-                    yield empty_view(render.stopped_html(render.idle_html()))
+                    yield page(empty_view(render.stopped_html(render.idle_html())))
                     return
                 if pair is None:
                     yield TICK
                 elif isinstance(pair, str):
-                    yield empty_view(render.summary_loading_html(settings.target, settings.draft, pair))
+                    yield page(empty_view(render.summary_loading_html(settings.target, settings.draft, pair)))
             renderer = RunRenderer()
             throttle = Throttle()
             for run in race(settings, prompt, pair, baseline=True):
                 if stop.requested:
                     view = renderer.view(run, "", final=True)
-                    yield view._replace(stats=render.stopped_html(view.stats))
+                    yield page(view._replace(stats=render.stopped_html(view.stats)), recording_button(run, "stopped"))
                     return
                 show, with_charts = throttle.due()
                 if not show:
                     yield TICK
                     continue
-                yield on_page(renderer.view(run, "Running: speculative and plain decoding take turns on the same "
-                                                 "model\u2026", with_charts=with_charts))
-            yield renderer.view(run, "Finished.", final=True)
+                yield page(renderer.view(run, "Running: speculative and plain decoding take turns on the same "
+                                              "model\u2026", with_charts=with_charts))
+            yield page(renderer.view(run, "Finished.", final=True), recording_button(run))
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
             error = error_html(failure(exc))
             try:   # keep what the run showed, unless showing it is what failed
                 view = renderer.view(run, "Stopped by an error.") if run is not None else empty_view()
             except Exception:  # noqa: BLE001
                 view = empty_view()
-            yield view._replace(stats=error)
+            yield page(view._replace(stats=error))
 
     return work
 
@@ -131,6 +159,36 @@ class RunTab(NamedTuple):
     run_event: object     # the Run click's Dependency (its work, after the stop signal is cleared)
 
 
+class RunViews(NamedTuple):
+    """The components a run is drawn in (`views.run_view.RunView`'s fields): the Run tab's, and the
+    Replay tab's, which draws recorded runs the same way."""
+    tokens: gr.HTML
+    baseline: gr.HTML
+    acceptance: gr.Plot
+    per_pass: gr.Plot
+    race: gr.Plot
+    positions: gr.Plot
+    stats: gr.HTML
+
+
+def build_run_views(prefix: str = "") -> RunViews:
+    """Token views, summary and the four charts; element ids `prefix` + tokens, baseline, stats,
+    charts, chart-acceptance, ..."""
+    with gr.Row(equal_height=False):
+        tokens = gr.HTML(render.token_view_html([]), elem_id=prefix + "tokens")
+        baseline = gr.HTML(render.baseline_html(""), elem_id=prefix + "baseline")
+    stats = gr.HTML(render.idle_html(), elem_id=prefix + "stats")
+    with gr.Column(elem_id=prefix + "charts"):
+        empty = charts.run_figures()
+        with gr.Row():
+            acceptance = gr.Plot(empty[0], show_label=False, elem_id=prefix + "chart-acceptance")
+            per_pass = gr.Plot(empty[1], show_label=False, elem_id=prefix + "chart-per-pass")
+        with gr.Row():
+            race_plot = gr.Plot(empty[2], show_label=False, elem_id=prefix + "chart-race")
+            positions = gr.Plot(empty[3], show_label=False, elem_id=prefix + "chart-positions")
+    return RunViews(tokens, baseline, acceptance, per_pass, race_plot, positions, stats)
+
+
 def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
     """The Run tab's components and events (call inside a `gr.Tab`)."""
     presets_list = presets()
@@ -145,6 +203,9 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
             with gr.Row():
                 run = gr.Button("Run", variant="primary", elem_id="run")
                 stop = gr.Button("Stop", variant="stop", elem_id="stop")
+                # Offered once a run has finished or stopped: replay it in the Replay tab or with
+                # `python -m specviz replay`, anywhere, without the models.
+                record = gr.DownloadButton("Download recording", value=None, visible=False, elem_id="record")
             example_table = gr.Dataset(
                 label="Example prompts (click one)", components=["textbox"],
                 samples=[[f"{e['category']}: {e['title']}"] for e in examples], type="index", layout="gallery",
@@ -176,19 +237,8 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
             if limits.hosted:
                 gr.Markdown(f"Hosted demo: preset models only, at most {limits.max_new_tokens} new tokens.")
 
-    with gr.Row(equal_height=False):
-        tokens = gr.HTML(render.token_view_html([]), elem_id="tokens")
-        baseline = gr.HTML(render.baseline_html(""), elem_id="baseline")
-    stats = gr.HTML(render.idle_html(), elem_id="stats")
+    views = build_run_views()
     stop_signal = gr.State(StopSignal())   # each session gets its own copy
-    with gr.Column(elem_id="charts"):
-        empty = charts.run_figures()
-        with gr.Row():
-            acceptance = gr.Plot(empty[0], show_label=False, elem_id="chart-acceptance")
-            per_pass = gr.Plot(empty[1], show_label=False, elem_id="chart-per-pass")
-        with gr.Row():
-            race_plot = gr.Plot(empty[2], show_label=False, elem_id="chart-race")
-            positions = gr.Plot(empty[3], show_label=False, elem_id="chart-positions")
 
     # --- events
     def on_preset(name):
@@ -216,10 +266,10 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
     handler = streaming(gpu_task(run_work(limits, loader)))
     inputs = [prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
               max_new_tokens, seed, prompt_format, stop_signal]
-    outputs = [tokens, baseline, acceptance, per_pass, race_plot, positions, stats]
+    outputs = [*views, record]
     # Stop is a signal the work reads, not a cancel: see `StopSignal`. (A closed page still cancels.)
     run_event = run.click(StopSignal.clear, stop_signal, None, **private).then(
         handler, inputs, outputs, concurrency_limit=1, concurrency_id=CONCURRENCY_ID, show_progress="minimal",
         api_name="run")
     stop.click(StopSignal.request, stop_signal, None, **private)
-    return RunTab(prompt, run, stop, tokens, stats, run_event)
+    return RunTab(prompt, run, stop, views.tokens, views.stats, run_event)

@@ -289,6 +289,11 @@ def idle_html() -> str:
             'acceptance rate and the measured speedup.</div>')
 
 
+def info_html(message: str) -> str:
+    """A neutral line in a summary box (escaped)."""
+    return f'<div class="sv-stats sv-info" role="status">{html.escape(message)}</div>'
+
+
 def stopped_html(summary: str) -> str:
     """A summary (`summary_html` or `idle_html`) under the banner that says the run was stopped."""
     return ('<div class="sv-stopped" role="status"><b>Stopped.</b> The numbers below cover the run up to '

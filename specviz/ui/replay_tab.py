@@ -1,0 +1,165 @@
+"""The Replay tab: a recording (uploaded, or one that ships in assets/recordings/) played back in the
+Run tab's own views, at the recorded speed, 2x, 4x, or a cycle at a time. Both methods race on their
+recorded clocks. No model is loaded, so a CPU Space can show a GPU pair's run; the tab works the
+same in hosted mode.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import gradio as gr
+
+from ..catalog import bundled_recordings
+from ..errors import SpecvizError
+from ..runs import recording
+from ..runs.recording import Recording
+from ..views import render
+from ..views.run_view import RunRenderer, empty_view
+from .common import TICK, StopSignal, Throttle, error_html, failure, streaming
+from .run_tab import build_run_views, shown
+
+DEFAULT_RECORDING = "prompt-lookup-rewrite.json"
+SPEEDS = {"Recorded speed": 1.0, "2\u00d7": 2.0, "4\u00d7": 4.0}
+CYCLE_BY_CYCLE = "Cycle by cycle (Next / Previous)"
+REPLAY_CONCURRENCY = 8              # replays only sleep and render: several may play at once
+SLEEP_SLICE = 0.1                   # a Stop lands within this long while a replay waits for its next event
+
+
+def open_recording(bundled: str | None, upload: str | None) -> Recording:
+    """The chosen recording: an upload wins over the bundled choice."""
+    if upload:
+        return recording.load(upload)
+    files = bundled_recordings()
+    if bundled in files:
+        return recording.load(files[bundled])
+    raise SpecvizError("Choose a bundled recording or upload one (a .json file from Download recording, "
+                       "`python -m specviz run --record FILE` or `compare --record FILE`).")
+
+
+def chosen_run(bundled: str | None, upload: str | None, label: str | None):
+    """The run to play: the one labelled `label` in the chosen recording (its first by default)."""
+    opened = open_recording(bundled, upload)
+    return opened.runs[opened.labels.index(label)] if label in opened.labels else opened.runs[0]
+
+
+def opened_html(opened: Recording) -> str:
+    env = opened.environment
+    where = ", ".join(str(env[k]) for k in ("device_name", "torch", "transformers") if env.get(k))
+    runs = "; ".join(f"{label}: {len(run.cycles)} cycles, {run.stats.tokens} tokens"
+                     for label, run in zip(opened.labels, opened.runs))
+    return render.info_html(f"{opened.name}: recorded {opened.created or 'at an unknown time'}"
+                            f"{' on ' + where if where else ''}. {runs}. Press Play, or step with Next cycle.")
+
+
+def replay_work(bundled: str | None, upload: str | None, label: str | None, speed: str,
+                stop: StopSignal | None = None) -> Iterator[tuple | object]:
+    """The Play button's work: the chosen run replayed on its recorded clocks (see `streaming`)."""
+    stop = stop or StopSignal()
+    try:
+        recorded = chosen_run(bundled, upload, label)
+        if speed not in SPEEDS:   # cycle by cycle: Play shows the first cycle
+            yield (*shown(RunRenderer().view(recording.up_to_cycle(recorded, 1), "Cycle 1: press Next cycle.")), 1)
+            return
+        factor, renderer, throttle = SPEEDS[speed], RunRenderer(), Throttle()
+        start = time.monotonic()
+        run = None
+        for seconds, run in recording.replay(recorded):
+            while (wait := start + seconds / factor - time.monotonic()) > 0 and not stop.requested:
+                time.sleep(min(wait, SLEEP_SLICE))
+                yield TICK
+            if stop.requested:
+                view = renderer.view(run, "", final=True)
+                yield (*shown(view._replace(stats=render.stopped_html(view.stats))), len(run.cycles))
+                return
+            show, with_charts = throttle.due()
+            if show:
+                yield (*shown(renderer.view(run, f"Replaying at {speed.lower()}\u2026", with_charts=with_charts)),
+                       len(run.cycles))
+            else:
+                yield TICK
+        yield (*shown(renderer.view(run, "Replayed: the recorded run, as it finished.", final=True)), len(run.cycles))
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
+        yield (*shown(empty_view(error_html(failure(exc, "replay")))), 0)
+
+
+def step_view(bundled: str | None, upload: str | None, label: str | None, position: int, delta: int) -> tuple:
+    """Next / Previous cycle: the run as it stood after one cycle more or fewer."""
+    try:
+        recorded = chosen_run(bundled, upload, label)
+        cycles = max(1, min(len(recorded.cycles), int(position or 0) + delta))
+        run = recording.up_to_cycle(recorded, cycles)
+        final = cycles == len(recorded.cycles)
+        state = ("Last cycle: the recorded run, as it finished." if final
+                 else f"Cycle {cycles} of {len(recorded.cycles)}.")
+        return (*shown(RunRenderer().view(run, state, final=final)), cycles)
+    except Exception as exc:  # noqa: BLE001
+        return (*shown(empty_view(error_html(failure(exc, "replay")))), position or 0)
+
+
+class ReplayTab(NamedTuple):
+    bundled: gr.Dropdown
+    upload: gr.File
+    speed: gr.Radio
+    play: gr.Button
+    stop: gr.Button
+    next: gr.Button
+    previous: gr.Button
+    stats: gr.HTML
+
+
+def build_replay_tab() -> ReplayTab:
+    """The Replay tab's components and events (call inside a `gr.Tab`)."""
+    files = list(bundled_recordings())
+    first = DEFAULT_RECORDING if DEFAULT_RECORDING in files else (files[0] if files else None)
+    try:
+        opened = open_recording(first, None) if first else None
+    except SpecvizError:
+        opened = None
+    gr.Markdown("Play back a recorded run, with no model: one made here (**Download recording** under a "
+                "run) or on another machine (`python -m specviz run --record run.json ...`, on a GPU say). "
+                f"Files up to {recording.MAX_BYTES // 2**20} MB.")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=2):
+            bundled = gr.Dropdown(files, value=first, label="Bundled recording",
+                                  elem_id="replay-bundled")
+            upload = gr.File(label="Or upload a recording (.json)", file_types=[".json"], type="filepath",
+                             elem_id="replay-upload")
+        with gr.Column(scale=2):
+            labels = opened.labels if opened else []
+            which = gr.Dropdown(labels, value=labels[0] if labels else None, label="Run (a comparison holds several)",
+                                elem_id="replay-run")
+            speed = gr.Radio([*SPEEDS, CYCLE_BY_CYCLE], value="Recorded speed", label="Speed", elem_id="replay-speed")
+            with gr.Row():
+                play = gr.Button("Play", variant="primary", elem_id="replay-play")
+                stop = gr.Button("Stop", variant="stop", elem_id="replay-stop")
+            with gr.Row():
+                previous = gr.Button("\u2190 Previous cycle", size="sm", elem_id="replay-previous")
+                next_ = gr.Button("Next cycle \u2192", size="sm", elem_id="replay-next")
+    info = gr.HTML(opened_html(opened) if opened else "", elem_id="replay-info")
+    views = build_run_views("replay-")
+    position = gr.State(0)
+    stop_signal = gr.State(StopSignal())   # each session gets its own copy
+    private = dict(queue=False, api_visibility="private")
+
+    def on_open(bundled_name, uploaded):
+        try:
+            opened = open_recording(bundled_name, uploaded)
+        except Exception as exc:  # noqa: BLE001
+            return gr.update(choices=[], value=None), error_html(failure(exc, "opening a recording")), 0
+        return gr.update(choices=opened.labels, value=opened.labels[0]), opened_html(opened), 0
+
+    chosen = [bundled, upload, which]
+    outputs = [*views, position]
+    # Choosing a bundled recording clears an upload (an upload wins while it is there).
+    bundled.input(lambda name: (None, *on_open(name, None)), bundled, [upload, which, info, position], **private)
+    upload.change(on_open, [bundled, upload], [which, info, position], **private)
+    play.click(StopSignal.clear, stop_signal, None, **private).then(
+        streaming(replay_work), [*chosen, speed, stop_signal], outputs, concurrency_limit=REPLAY_CONCURRENCY,
+        concurrency_id="replay", show_progress="hidden", api_visibility="private")
+    stop.click(StopSignal.request, stop_signal, None, **private)
+    next_.click(lambda b, u, w, p: step_view(b, u, w, p, +1), [*chosen, position], outputs, **private)
+    previous.click(lambda b, u, w, p: step_view(b, u, w, p, -1), [*chosen, position], outputs, **private)
+    return ReplayTab(bundled, upload, speed, play, stop, next_, previous, views.stats)

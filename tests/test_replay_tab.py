@@ -1,0 +1,100 @@
+"""The Replay tab: a recording plays back through the Run tab's views at a chosen speed, cycle by
+cycle, stops on Stop, and bad or missing files become a message; it needs no model (hosted too)."""
+
+import html
+import re
+import time
+
+import pytest
+from tiny_pair import PROMPT
+
+from specviz.catalog import bundled_recordings
+from specviz.runs import execute
+from specviz.runs import recording as rec
+from specviz.settings import RunSettings
+from specviz.ui import build_demo, replay_tab
+from specviz.ui.common import TICK, StopSignal
+from specviz.views.run_view import RunRenderer
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # gr.Warning outside a request
+
+
+def text(markup):
+    return html.unescape(re.sub(r"<[^>]+>", " ", markup))
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    from tiny_pair import TinyModels
+
+    settings = RunSettings(target="tiny", draft="ngram", k=4, max_new_tokens=48, chat=False)
+    run = execute(settings, PROMPT, TinyModels().loader(settings), baseline=True)
+    return run, str(rec.save(tmp_path_factory.mktemp("r") / "tiny.json", [run]))
+
+
+def pages(*args, stop=None):
+    return [p for p in replay_tab.replay_work(*args, stop=stop) if p is not TICK]
+
+
+def test_replay_ends_on_the_live_runs_own_view(recorded):
+    run, path = recorded
+    shown = pages(None, path, None, "4\u00d7")
+    final = shown[-1]
+    live = RunRenderer().view(run, "Replayed: the recorded run, as it finished.", final=True)
+    assert final[:2] == live[:2] and final[6] == live.stats and final[7] == len(run.cycles)
+    assert any("Replaying" in text(p[6]) for p in shown[:-1])
+
+
+def test_replay_takes_the_recorded_time_over_the_speed(recorded):
+    run, path = recorded
+    recorded_seconds = max(t for t, _ in rec.timeline(run))
+    start = time.monotonic()
+    pages(None, path, None, "2\u00d7")
+    assert time.monotonic() - start >= recorded_seconds / 2 * 0.95
+
+
+def test_stop_ends_a_replay_with_a_stopped_view(recorded):
+    _, path = recorded
+    stop = StopSignal()
+    stop.request()
+    (only,) = pages(None, path, None, "Recorded speed", stop=stop)
+    assert "Stopped." in text(only[6])
+
+
+def test_cycle_by_cycle(recorded):
+    run, path = recorded
+    first = pages(None, path, None, replay_tab.CYCLE_BY_CYCLE)[-1]
+    assert first[7] == 1 and first[0].count('class="sv-cycle"') == 1     # the legend's sample aside
+    second = replay_tab.step_view(None, path, None, 1, +1)
+    assert second[7] == 2 and "Cycle 2 of" in text(second[6])
+    back = replay_tab.step_view(None, path, None, 2, -1)
+    assert back[7] == 1
+    last = replay_tab.step_view(None, path, None, len(run.cycles), +1)
+    assert last[7] == len(run.cycles) and "as it finished" in text(last[6])
+
+
+def test_bad_input_is_a_message(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    for args in ((None, str(bad), None, "2\u00d7"), (None, None, None, "2\u00d7")):
+        (only,) = pages(*args)
+        assert 'role="alert"' in only[6] and "Traceback" not in only[6]
+    assert "not a specviz recording" in text(pages(None, str(bad), None, "2\u00d7")[0][6])
+    assert "Choose a bundled recording" in text(pages("no-such.json", None, None, "2\u00d7")[0][6])
+
+
+def test_bundled_recordings_open_and_the_tab_is_in_the_hosted_demo():
+    files = bundled_recordings()
+    assert len(files) >= 3
+    for name, path in files.items():
+        assert path.stat().st_size < 200_000, name
+        opened = rec.load(path)
+        assert opened.runs[0].cycles and opened.runs[0].steps, name
+    kinds = {(r.settings.draft.split(":")[0], r.settings.temperature > 0)
+             for path in files.values() for r in rec.load(path).runs}
+    assert {("ngram", False), ("self", False), ("ngram", True)} <= kinds
+    config = build_demo(hosted=True).get_config_file()
+    tabs = [c["props"]["label"] for c in config["components"] if c["type"] == "tabitem"]
+    assert "Replay" in tabs
+    dropdown = next(c for c in config["components"] if c["props"].get("elem_id") == "replay-bundled")
+    assert dropdown["props"]["value"] in files
