@@ -152,6 +152,9 @@ def test_teach_decodes_then_steps(tiny):
     assert isinstance(run, teach.TeachRun) and view.index == 0 and view.position == f"Cycle 1 of {len(run.cycles)}"
     assert "Cycle 1 of" in view.narrative and "<table" in view.table
     assert view.last_run["label"] == "small k=3 T=0.9"
+    from specviz.runs import recording
+    recorded = recording.load(view.record["value"]).runs[0]      # the decoded run, offered for download
+    assert view.record["visible"] and len(recorded.cycles) == len(run.cycles) and recorded.settings.temperature == 0.9
     following = teach_tab.step(run, view.index, +1)
     assert following.index == 1 and following.position.startswith("Cycle 2")
     assert teach_tab.step(run, 0, -1).index == 0                                   # clamped at the start

@@ -14,6 +14,7 @@ import asyncio
 import functools
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -24,6 +25,7 @@ import gradio as gr
 
 from ..catalog import list_presets
 from ..errors import SpecvizError, expected, user_message
+from ..runs import recording
 from ..settings import LOCAL, Limits, hosted, whole_number
 from ..views import render
 from .spaces import GPU
@@ -63,6 +65,13 @@ def export_folder() -> Path:
     """A fresh folder for files to download; folders older than EXPORT_MAX_AGE_SECONDS go first."""
     sweep_old_exports()
     return Path(tempfile.mkdtemp(prefix=EXPORT_PREFIX))
+
+
+def recording_button(run, label: str = "run") -> object:
+    """The download button offering `run` as a recording file."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", f"specviz-{label}-{run.target_name}-{run.draft_name}")[:80]
+    path = recording.save(export_folder() / f"{name}.json", [run])
+    return gr.update(value=str(path), visible=True)
 
 
 def is_hosted() -> bool:

@@ -7,20 +7,19 @@ raise into the page: failures become a message in the summary box and a toast.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import NamedTuple
 
 import gradio as gr
 
 from ..catalog import load_examples
-from ..runs import Loader, Run, load_stepwise, race, recording
+from ..runs import Loader, load_stepwise, race
 from ..settings import Limits, RunSettings, check_prompt, parse_draft, validate
 from ..views import charts, render
 from ..views.run_view import RunRenderer, RunView, empty_view
 from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
                      PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK,
-                     StopSignal, Throttle, draft_spec, export_folder, error_html, failure, gpu_task, presets, slider_max_new_tokens, streaming)
+                     StopSignal, Throttle, draft_spec, recording_button, error_html, failure, gpu_task, presets, slider_max_new_tokens, streaming)
 
 
 class RunPage(NamedTuple):
@@ -49,13 +48,6 @@ def page(view: RunView, record: object = NO_RECORDING) -> RunPage:
     """The Run tab's outputs: the view, and the download button's update (`record`; hidden while
     there is nothing to record)."""
     return RunPage(*shown(view), gr.update(value=None, visible=False) if record is NO_RECORDING else record)
-
-
-def recording_button(run: Run, label: str = "run") -> object:
-    """The download button offering `run` as a recording file."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", f"specviz-{label}-{run.target_name}-{run.draft_name}")[:80]
-    path = recording.save(export_folder() / f"{name}.json", [run])
-    return gr.update(value=str(path), visible=True)
 
 
 def settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,

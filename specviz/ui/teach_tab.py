@@ -14,7 +14,7 @@ from ..runs import Loader, config_label, load_stepwise, race
 from ..settings import Limits, RunSettings, check_prompt, validate
 from ..views import explain, render, teach
 from .common import (CHAT, CONCURRENCY_ID, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, RAW, TICK, draft_spec, error_html,
-                     failure, gpu_task, streaming)
+                     failure, gpu_task, recording_button, streaming)
 
 TEACH_PROMPT = "Write a short poem about the sea."
 TEACH_MAX_NEW_TOKENS = 128
@@ -30,13 +30,14 @@ class TeachView(NamedTuple):
     residual: object
     position: str
     last_run: object
+    record: object          # the Download recording button (offered once the run is decoded)
 
 
-def teach_view(run: teach.TeachRun, index: int, numbers=None) -> TeachView:
+def teach_view(run: teach.TeachRun, index: int, numbers=None, record=None) -> TeachView:
     view = teach.step_view(run, index)
     index = max(0, min(index, len(run.cycles) - 1))
     return TeachView(run, index, view.tokens, view.narrative, view.table, view.verification, view.residual,
-                     view.position, gr.skip() if numbers is None else numbers)
+                     view.position, gr.skip() if numbers is None else numbers, gr.skip() if record is None else record)
 
 
 def teach_work(limits: Limits, loader: Loader | None = None):
@@ -57,10 +58,10 @@ def teach_work(limits: Limits, loader: Loader | None = None):
                 yield TICK
             label = config_label(settings)
             yield teach_view(teach.teach_run(run, pair.tokenizer, label=label), 0,
-                             explain.run_numbers(label, run.stats))
+                             explain.run_numbers(label, run.stats), recording_button(run, "teach"))
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
             skip = gr.skip()
-            yield TeachView(skip, skip, skip, error_html(failure(exc, "teach run")), skip, skip, skip, skip, skip)
+            yield TeachView(skip, skip, skip, error_html(failure(exc, "teach run")), skip, skip, skip, skip, skip, skip)
 
     return work
 
@@ -100,6 +101,7 @@ def build_teach_tab(*, limits: Limits, loader: Loader | None = None, last_run: g
             with gr.Row():
                 run = gr.Button("Decode, then step through", variant="primary", elem_id="teach-run")
                 stop = gr.Button("Stop", variant="stop", elem_id="teach-stop")
+                record = gr.DownloadButton("Download recording", value=None, visible=False, elem_id="teach-record")
             with gr.Row():
                 previous = gr.Button("\u25c0 Previous cycle", elem_id="teach-previous")
                 position = gr.Markdown("No run yet.", elem_id="teach-position")
@@ -137,7 +139,7 @@ def build_teach_tab(*, limits: Limits, loader: Loader | None = None, last_run: g
     run_event = run.click(streaming(gpu_task(teach_work(limits, loader))),
                           [prompt, drafter, draft_model, exit_layer, k, temperature, seed, max_new_tokens,
                            prompt_format],
-                          view_outputs + [numbers], concurrency_limit=1, concurrency_id=CONCURRENCY_ID,
+                          view_outputs + [numbers, record], concurrency_limit=1, concurrency_id=CONCURRENCY_ID,
                           show_progress="minimal", api_name="teach")
     stop.click(None, None, None, cancels=[run_event], **private)
 
