@@ -60,16 +60,22 @@ class BenchPrompt:
     category: str
     prompt: str
     chat: bool = True
+    # Earlier turns, decoded first with the same drafter and not timed (repeated work: what a
+    # drafter that remembers earlier outputs, like suffix decoding, may draft from).
+    earlier: tuple[str, ...] = ()
 
 
 def load_bench_prompts(path: Path | str = BENCH_PROMPTS_FILE, categories=None, limit: int | None = None) -> list[BenchPrompt]:
-    """The benchmark prompts of `categories` (all when None), in file order; at most `limit` per category."""
+    """The benchmark prompts of `categories` (None: the file's "categories", Spec-Bench's six; its
+    "extra_categories", such as `repeated`, only when named), in file order; at most `limit` per
+    category."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        known = data["categories"]
+        defaults = data["categories"]
+        known = defaults + list(data.get("extra_categories", []))
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise SpecvizError(f"Could not read the prompt set {path}: {error}") from None
-    wanted = list(known) if not categories else list(categories)
+    wanted = list(defaults) if not categories else list(known) if categories == "all" else list(categories)
     unknown = [c for c in wanted if c not in known]
     if unknown:
         raise SpecvizError(f"unknown categor{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}: "
@@ -77,7 +83,8 @@ def load_bench_prompts(path: Path | str = BENCH_PROMPTS_FILE, categories=None, l
     prompts, taken = [], dict.fromkeys(wanted, 0)
     for item in data["prompts"]:
         if item["category"] in taken and (limit is None or taken[item["category"]] < limit):
-            prompts.append(BenchPrompt(item["id"], item["category"], item["prompt"], item.get("chat", True)))
+            prompts.append(BenchPrompt(item["id"], item["category"], item["prompt"], item.get("chat", True),
+                                       _earlier(item, f"prompt {item['id']!r} of {path}")))
             taken[item["category"]] += 1
     return prompts
 
@@ -88,9 +95,16 @@ MAX_PROMPT_LINE = 20_000      # characters: a longer line is not a prompt, it is
 MAX_PROMPTS = 1000
 
 
+def _earlier(item: dict, where: str) -> tuple[str, ...]:
+    earlier = item.get("earlier", [])
+    if not isinstance(earlier, list) or not all(isinstance(t, str) and t.strip() for t in earlier):
+        raise SpecvizError(f"{where}: \"earlier\" must be a list of non-empty prompts.")
+    return tuple(earlier)
+
+
 def read_prompt_file(path: Path | str) -> list[BenchPrompt]:
-    """A user's prompt set: one prompt per line, or JSON Lines with `prompt` and an optional
-    `category` (and `chat`). Blank lines are skipped; anything else wrong is a SpecvizError."""
+    """A user's prompt set: one prompt per line, or JSON Lines with `prompt` and optional
+    `category`, `chat` and `earlier` (turns decoded first, untimed). Blank lines are skipped; anything else wrong is a SpecvizError."""
     path = Path(path)
     try:
         text = path.read_bytes().decode("utf-8")
@@ -118,7 +132,7 @@ def read_prompt_file(path: Path | str) -> list[BenchPrompt]:
         if not isinstance(item, dict) or not isinstance(item.get("prompt"), str) or not item["prompt"].strip():
             raise SpecvizError(f"{path}, line {n}: a JSON line needs a non-empty \"prompt\" string.")
         prompts.append(BenchPrompt(str(item.get("id") or f"{path.stem}-{n}"), str(item.get("category") or "file"),
-                                   item["prompt"], bool(item.get("chat", True))))
+                                   item["prompt"], bool(item.get("chat", True)), _earlier(item, f"{path}, line {n}")))
     return prompts
 
 
@@ -126,7 +140,7 @@ def preset_prompt_sets() -> dict[str, list[BenchPrompt]]:
     """The prompt sets that ship: the app's examples, and each category of the benchmark's set."""
     sets = {"examples": [BenchPrompt(f"example-{i}", e["category"].split("/")[0], e["prompt"], e.get("chat", True))
                          for i, e in enumerate(load_examples())]}
-    for prompt in load_bench_prompts():
+    for prompt in load_bench_prompts(categories="all"):
         sets.setdefault(prompt.category, []).append(prompt)
     return sets
 

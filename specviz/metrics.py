@@ -66,6 +66,10 @@ class SpecStats:
     expected_speedup: float              # theory at measured alpha, those lengths and c
     best_k: int                          # k that maximises the theoretical speedup
     mean_nodes_per_pass: float = 0.0     # drafted tokens verified per pass (a tree's nodes; a chain's length)
+    # Suffix decoding: drafted / accepted tokens that only earlier requests' text proposed (None:
+    # the drafter keeps no memory of earlier requests)
+    drafted_from_earlier: int | None = None
+    accepted_from_earlier: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -121,7 +125,16 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
         verify_seconds=verify_seconds, seconds=seconds, tokens_per_second=ratio(tokens, seconds),
         cost_ratio=c, expected_tokens_per_pass=tokens_per_pass,
         expected_speedup=tokens_per_pass / (mean_drafted * c + 1.0), best_k=best_k(alpha, c),
-        mean_nodes_per_pass=ratio(drafted, len(cycles)))
+        mean_nodes_per_pass=ratio(drafted, len(cycles)), **from_earlier(cycles))
+
+
+def from_earlier(cycles: Sequence[Cycle]) -> dict:
+    """How many drafted and accepted tokens came only from earlier requests (suffix decoding)."""
+    told = [c for c in cycles if c.from_earlier is not None]
+    if not told:
+        return {}
+    return dict(drafted_from_earlier=sum(sum(c.from_earlier) for c in told),
+                accepted_from_earlier=sum(c.from_earlier[i] for c in told for i in c.accepted_nodes))
 
 
 @dataclass(frozen=True)

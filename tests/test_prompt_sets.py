@@ -138,3 +138,34 @@ def test_compare_over_a_prompt_file_writes_rows_and_a_summary(folder, tmp_path, 
 ])
 def test_prompt_set_mistakes_fail_before_loading(no_loading, capsys, argv, message):  # noqa: F811
     assert message in one_error_line(capsys, entry(["compare", *argv]))
+
+
+def test_repeated_work_drafts_from_its_own_earlier_turns_and_nothing_else(tiny):
+    captured = []
+    prompts = [BenchPrompt("again", "repeated", PROMPT, chat=False, earlier=(PROMPT,)),
+               BenchPrompt("fresh", "other", PROMPT, chat=False)]
+    settings = RunSettings(target="tiny", draft="suffix", k=4, max_new_tokens=32, chat=False)
+    compare_prompt_set([settings], prompts, repeats=2, loader=tiny.loader,
+                       after_run=lambda c, p, r, run: captured.append((p, r, run.stats)))
+    by_prompt = {(p, r): stats for p, r, stats in captured}
+    # With its earlier turn (the same request) the suffix drafter drafts the earlier answer...
+    assert by_prompt[0, 0].accepted_from_earlier > 10
+    # ...and without one it has nothing: no prompt learns from another, nor from its earlier round.
+    assert by_prompt[1, 0].accepted_from_earlier == 0 == by_prompt[1, 1].accepted_from_earlier
+    assert by_prompt[0, 1].accepted_from_earlier == by_prompt[0, 0].accepted_from_earlier
+
+
+def test_the_repeated_category_ships_with_earlier_turns():
+    repeated = preset_prompt_sets()["repeated"]
+    assert len(repeated) == 5 and all(p.earlier for p in repeated)
+    from specviz.catalog import load_bench_prompts
+    assert all(p.category != "repeated" for p in load_bench_prompts())     # opt-in for the benchmark
+
+
+def test_a_prompt_file_may_give_earlier_turns(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": "b", "earlier": ["a"]}) + "\n")
+    assert read_prompt_file(path)[0].earlier == ("a",)
+    path.write_text(json.dumps({"prompt": "b", "earlier": "a"}) + "\n")
+    with pytest.raises(SpecvizError, match="earlier"):
+        read_prompt_file(path)

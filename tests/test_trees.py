@@ -140,6 +140,22 @@ def test_suffix_greedy_equals_generate_and_a_repeated_request_drafts_the_earlier
     drafter.forget()
     fresh = list(speculative_decode(target, drafter, PROMPT, N, k=8))
     assert len(fresh) == len(first)                                          # nothing remembered
+    # Each cycle says which nodes only the earlier request proposed: none the first time, and the
+    # second time most of what was accepted.
+    assert all(not any(c.from_earlier or []) for c in first)     # (None: nothing was drafted)
+    from specviz.metrics import summarize
+    stats = summarize(again)
+    assert stats.accepted_from_earlier >= stats.accepted // 2 > 0
+    assert summarize(first).drafted_from_earlier == 0
+    assert drafter.without_memory().requests == 0 and drafter.without_memory() is not drafter
+
+
+def test_trie_draft_marks_nodes_only_earlier_requests_proposed():
+    from specviz.core.drafters import trie_draft
+
+    draft = trie_draft([[1, 2, 3], [1, 2, 4], [5]], 8, 1, "cpu", earlier=[False, True, True])
+    by_token = dict(zip(draft.tokens.tolist(), draft.from_earlier))
+    assert by_token == {1: False, 2: False, 3: False, 4: True, 5: True}
 
 
 @pytest.mark.parametrize("make", [make_llama, make_gpt2])

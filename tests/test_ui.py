@@ -183,6 +183,27 @@ def test_stop_ends_the_run_with_its_own_stopped_summary(tiny):
     assert "done" not in text(views[-1].baseline)
 
 
+def test_suffix_decoding_remembers_a_sessions_runs_and_only_its_own(tiny):
+    from specviz.ui.common import SUFFIX, session_loader
+
+    loader = session_loader(tiny.loader)            # as build_demo wraps it: the cached pair is shared
+    work = run_tab.run_work(LOCAL, loader)
+    session, other = {}, {}
+
+    def final(memory):
+        pages = [p for p in work(*inputs(drafter=SUFFIX, max_new_tokens=48), None, memory) if p is not TICK]
+        return text(pages[-1].stats), pages[-1].tokens
+
+    first, _ = final(session)
+    again, tokens = final(session)                   # the same request again, same session
+    fresh, _ = final(other)                          # another visitor: nothing of the first session's
+    def accepted_from_earlier(summary):
+        return int(re.search(r"From earlier requests\s+(\d+) accepted", summary).group(1))
+    assert accepted_from_earlier(first) == 0 == accepted_from_earlier(fresh)
+    assert accepted_from_earlier(again) > 10 and 'data-earlier="1"' in tokens
+    assert "identical" in again                      # and the output is still the target's own
+
+
 def test_a_stop_pressed_while_queued_stops_the_run_before_it_loads_anything():
     signal = common.StopSignal()
     signal.request()
@@ -334,7 +355,7 @@ def test_the_demo_has_one_gpu_queue_and_stable_api_names(tiny):
     # The Run tab's Stop signals the run's work (its last view says "Stopped"), and Run clears the
     # signal before its work is queued.
     run_fn = demo.fns[public["run"]["id"]]
-    signal = run_fn.inputs[-1]
+    signal = run_fn.inputs[-2]                 # then the session's drafter memory
     writers = {fn.fn.__qualname__: fn for fn in demo.fns.values() if signal in fn.inputs and fn is not run_fn}
     assert set(writers) == {"StopSignal.request", "StopSignal.clear"}
     assert all(not fn.queue for fn in writers.values())

@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", default=128)
     parser.add_argument("--category", action="append", default=None,
                         help="only this category (repeat or comma-separate): chat, code, rewrite, summarisation, "
-                             "translation, maths")
+                             "translation, maths (the default six), or repeated (repeated and structured work: "
+                             "each prompt's earlier turns are decoded first, untimed, with the same drafter)")
     parser.add_argument("--limit", type=int, default=None, help="at most this many prompts per category")
     parser.add_argument("--repeats", type=int, default=1, help="rounds over the prompt set (medians are reported)")
     parser.add_argument("--prompts", type=Path, default=BENCH_PROMPTS_FILE, help="prompt set (JSON)")

@@ -243,7 +243,8 @@ def _tree_cycle(target, target_cache, drafter: Drafter, sampler: Sampler, sequen
     fields = dict(drafted=drafted, num_accepted=len(path), emitted=emitted, correction=correction,
                   correction_kind=kind, correction_prob=correction_prob, draft_probs=verdict.draft_probs,
                   target_probs=verdict.target_probs, uniforms=verdict.uniforms, residual_top=residual,
-                  target_top=verdict.target_top, parents=parents, path=path, node_verdicts=verdict.node_verdicts)
+                  target_top=verdict.target_top, parents=parents, path=path, node_verdicts=verdict.node_verdicts,
+                  from_earlier=None if draft.from_earlier is None else [draft.from_earlier[i] for i in kept])
     return fields, length + len(emitted)
 
 

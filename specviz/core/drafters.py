@@ -20,6 +20,7 @@ class Draft:
     tokens: torch.Tensor              # (n,) proposed token ids: a chain of n <= k, or a tree's nodes
     probs: torch.Tensor | None        # (n, V) draft distribution at each position; None = one-hot
     parents: list[int] | None = None  # a tree: each node's parent (-1: the last token); None: a chain
+    from_earlier: list[bool] | None = None   # per token: drafted only from earlier requests (suffix)
 
 
 class Drafter:
@@ -33,6 +34,12 @@ class Drafter:
 
     def propose(self, sequence: torch.Tensor, k: int, sampler: Sampler) -> Draft:
         """Propose up to k tokens to follow `sequence` (1, L)."""
+
+    def without_memory(self) -> Drafter:
+        """This drafter as one that has seen no earlier request: itself, unless it remembers what it
+        sees (suffix), then a fresh one with the same settings. For a warm-up (whose output must not
+        be remembered) and for an app session (which must not draft from another's outputs)."""
+        return self
         raise NotImplementedError
 
     def rollback(self, valid_length: int) -> None:
@@ -187,23 +194,30 @@ class NgramTreeDrafter(Drafter):
         return trie_draft(self.continuations(sequence[0].tolist(), k), self.budget or 2 * k, 0, sequence.device)
 
 
-def trie_draft(continuations: list[list[int]], budget: int, floor: float, device) -> Draft:
+def trie_draft(continuations: list[list[int]], budget: int, floor: float, device,
+               earlier: list[bool] | None = None) -> Draft:
     """Continuations merged into a trie (each prefix counted by how many continuations share it), the
     most frequent branches kept up to `budget` nodes among those shared by at least `floor`, as a
     one-hot token tree. Shallow nodes win ties: a node's prefix always outranks it (its count is at
     least as large and it is shorter), so no node is kept without its parent. Parents are listed
-    before children, siblings most frequent first."""
+    before children, siblings most frequent first. With `earlier` (per continuation: it comes from
+    an earlier request), each node says whether only earlier requests proposed it."""
     counts: dict[tuple, int] = {}
-    for continuation in continuations:
+    current: set[tuple] = set()                 # prefixes some continuation of this request shares
+    for number, continuation in enumerate(continuations):
         for depth in range(1, len(continuation) + 1):
             key = tuple(continuation[:depth])
             counts[key] = counts.get(key, 0) + 1
+            if earlier is not None and not earlier[number]:
+                current.add(key)
     kept = [key for key in counts if counts[key] >= floor]
     chosen = sorted(kept, key=lambda key: (-counts[key], len(key), key))[:budget]
     chosen.sort(key=lambda key: (len(key), -counts[key], key))
     index = {key: i for i, key in enumerate(chosen)}
     parents = [-1 if len(key) == 1 else index[key[:-1]] for key in chosen]
-    return Draft(torch.tensor([key[-1] for key in chosen], dtype=torch.long, device=device), None, parents)
+    from_earlier = None if earlier is None else [key not in current for key in chosen]
+    return Draft(torch.tensor([key[-1] for key in chosen], dtype=torch.long, device=device), None, parents,
+                 from_earlier)
 
 
 class SuffixDrafter(Drafter):
@@ -258,13 +272,17 @@ class SuffixDrafter(Drafter):
         ids = sequence[0].tolist()
         self._extend(ids)
         self._index_until(len(ids))             # everything but the suffix itself, which ends at len(ids)
-        match, continuations = 0, []
+        match, found = 0, []
         for size in range(min(self.max_match, len(ids)), 0, -1):
             places = self.index.get(tuple(ids[-size:]))
             if places:
                 match = size
-                continuations = [seq[end:end + k] for seq, end in places if end < len(seq)]
+                found = [(seq[end:end + k], seq is not self.current) for seq, end in places if end < len(seq)]
                 break
         budget = min(self.budget, max(1, int(self.spec_factor * match)))
-        return trie_draft([c for c in continuations if c], budget, self.min_token_prob * len(continuations),
-                          sequence.device)
+        kept = [(c, earlier) for c, earlier in found if c]
+        return trie_draft([c for c, _ in kept], budget, self.min_token_prob * len(found), sequence.device,
+                          earlier=[earlier for _, earlier in kept])
+
+    def without_memory(self) -> SuffixDrafter:
+        return SuffixDrafter(self.max_match, self.spec_factor, self.min_token_prob, self.budget, self.max_occurrences)

@@ -40,6 +40,9 @@ class Cycle:
     parents: list[int] | None = None
     path: list[int] | None = None
     node_verdicts: list[str] | None = None   # per node: accepted, rejected or not reached
+    # Per drafted token: proposed only by earlier requests' text (suffix decoding's memory of this
+    # session or command); None when the drafter does not say.
+    from_earlier: list[bool] | None = None
 
     @property
     def is_tree(self) -> bool:

@@ -196,6 +196,10 @@ def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transforme
         "first_divergence": run.divergence,
         "transformers_identical_to_baseline": hf.tokens == run.baseline_tokens,
         "repeats": len(runs),
+        # Repeated work: how many earlier turns were decoded first (untimed) with the same drafter,
+        # and how many accepted tokens only those turns' text proposed (suffix decoding).
+        "earlier_turns": len(prompt.earlier),
+        "accepted_from_earlier": stats.accepted_from_earlier,
         # The theory prices a verification pass like one plain step; this is what it really cost
         # (medians, prefill left out), and the theory at that price: what is left between it and
         # the measured speedup is the engine's own time and how far acceptance is from the

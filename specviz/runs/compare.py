@@ -98,6 +98,9 @@ def iter_comparison(configs: Sequence[RunSettings], prompt: str, *, loader: Load
                 pair = item
         shared = baselines.get(baseline_key(settings))
         run = None
+        # Each configuration starts with no memory of earlier requests: a suffix drafter must not
+        # draft this prompt's answer from another configuration's run of it.
+        pair = replace(pair, draft=pair.draft.without_memory())
         for run in race(settings, prompt, pair, baseline=shared is None):
             comparison.current = run
             yield comparison

@@ -159,6 +159,10 @@ def iter_prompt_set(configs: Sequence[RunSettings], prompts: Sequence[BenchPromp
                 # Every prompt and every round starts afresh: a drafter that learns from earlier
                 # requests (suffix) must not draft a prompt's answer from its own earlier round.
                 pair.draft.forget()
+                # Repeated work brings its own earlier turns: decoded first, in order, not timed.
+                for turn in prompt.earlier:
+                    for _ in race(settings_here, turn, pair, warm_up=False):
+                        yield comparison
                 # The first run of each configuration also warms up the shapes it will use.
                 for run in race(settings_here, prompt.prompt, pair, baseline=shared is None,
                                 warm_up=warm_up and c not in first_seen):

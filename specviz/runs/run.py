@@ -249,7 +249,7 @@ def _warm_up(settings: RunSettings, pair: ModelPair, input_ids: torch.Tensor, op
     so that neither method pays one-time costs (allocator growth, kernel selection) on the clock."""
     k = max(settings.k, settings.max_k or 0)
     warm = dict(options, max_new_tokens=min(settings.max_new_tokens, k + 2), temperature=0.0)
-    for _ in speculative_decode(pair.target, pair.draft, input_ids, k=k, **warm):
+    for _ in speculative_decode(pair.target, pair.draft.without_memory(), input_ids, k=k, **warm):
         pass
     for _ in autoregressive_decode(pair.target, input_ids, **dict(warm, max_new_tokens=2)):
         pass

@@ -25,7 +25,7 @@ import torch
 
 from ..runs import Loader, load
 from ..settings import RunSettings
-from .common import QUEUE_MAX_SIZE, is_hosted, limits_for
+from .common import QUEUE_MAX_SIZE, is_hosted, limits_for, session_loader
 from .compare_tab import build_compare_tab
 from .explain_tab import build_explain_tab
 from .replay_tab import build_replay_tab
@@ -42,6 +42,7 @@ EXPORT_CACHE = (600, 3600)        # Gradio deletes its copies of exported files 
 def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> gr.Blocks:
     """The whole app. `loader` replaces `runs.load` (tests pass tiny in-process models)."""
     limits = limits_for(is_hosted() if hosted is None else hosted)
+    loader = session_loader(loader)
     with gr.Blocks(title="specviz: speculative decoding, live", delete_cache=EXPORT_CACHE) as demo:
         with gr.Row(equal_height=True):
             gr.Markdown("# specviz: speculative decoding, live\n"

@@ -11,6 +11,7 @@ only then does the queue slot free up, so nobody can stack decoding threads by c
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import os
@@ -25,7 +26,7 @@ import gradio as gr
 
 from ..catalog import list_presets
 from ..errors import SpecvizError, expected, user_message
-from ..runs import recording
+from ..runs import Loader, load, recording
 from ..settings import LOCAL, Limits, hosted, whole_number
 from ..views import render
 from .spaces import GPU
@@ -72,6 +73,28 @@ def recording_button(run, label: str = "run") -> object:
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", f"specviz-{label}-{run.target_name}-{run.draft_name}")[:80]
     path = recording.save(export_folder() / f"{name}.json", [run])
     return gr.update(value=str(path), visible=True)
+
+
+def session_loader(loader: Loader | None = None) -> Loader:
+    """The app's loader. Loaded pairs are cached and shared by every visitor, so a drafter that
+    remembers earlier requests (suffix) is replaced by a fresh one on each load: nobody's drafts
+    (rejected ones are shown) come from another visitor's outputs. The Run tab then gives each
+    session its own memory (`session_drafter`)."""
+    def load_private(settings, progress=None):
+        pair = (loader or load)(settings, progress)
+        fresh = pair.draft.without_memory()
+        return pair if fresh is pair.draft else dataclasses.replace(pair, draft=fresh)
+    return load_private
+
+
+def session_drafter(pair, memory: dict):
+    """`pair` with the session's own remembering drafter (kept in `memory`, a session's state), so
+    that suffix decoding drafts from this session's earlier runs; other drafters as they are."""
+    fresh = pair.draft.without_memory()
+    if fresh is pair.draft:
+        return pair
+    drafter = memory.setdefault(pair.draft_name, fresh)
+    return dataclasses.replace(pair, draft=drafter)
 
 
 def is_hosted() -> bool:

@@ -20,7 +20,7 @@ from .common import TICK, Throttle
 ONE_PROMPT = "This prompt"
 FROM_FILE = "A file of prompts (upload)"
 MAX_REPEATS = 5
-HOSTED_TOKEN_BUDGET = 24_000       # prompts x configurations x rounds x max new tokens, in hosted mode
+HOSTED_TOKEN_BUDGET = 24_000       # prompts (and earlier turns) x configurations x rounds x max new tokens, hosted
 
 
 def sources(limits: Limits) -> list[str]:
@@ -50,7 +50,8 @@ def prompts_for(source: str, upload, limits: Limits) -> list[BenchPrompt]:
 def check_budget(configs: list[RunSettings], prompts: list[BenchPrompt], repeats: int, limits: Limits) -> None:
     if not limits.hosted:
         return
-    tokens = len(configs) * len(prompts) * repeats * configs[0].max_new_tokens
+    turns = sum(1 + len(p.earlier) for p in prompts)     # a repeated-work prompt decodes its earlier turns too
+    tokens = len(configs) * turns * repeats * configs[0].max_new_tokens
     if tokens > HOSTED_TOKEN_BUDGET:
         raise SpecvizError(f"This comparison asks for up to {tokens} tokens; this hosted demo allows "
                            f"{HOSTED_TOKEN_BUDGET}. Use fewer configurations, rounds or new tokens.")

@@ -19,7 +19,7 @@ from ..views import charts, render
 from ..views.run_view import RunRenderer, RunView, empty_view
 from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
                      PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK,
-                     StopSignal, Throttle, draft_spec, recording_button, error_html, failure, gpu_task, presets, slider_max_new_tokens, streaming)
+                     StopSignal, Throttle, draft_spec, recording_button, session_drafter, error_html, failure, gpu_task, presets, slider_max_new_tokens, streaming)
 
 
 class RunPage(NamedTuple):
@@ -62,8 +62,10 @@ def run_work(limits: Limits, loader: Loader | None = None):
     """The Run button's work (see `common.streaming`), taking the controls in wiring order."""
 
     def work(prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-             max_new_tokens, seed, prompt_format, stop: StopSignal | None = None) -> Iterator[RunPage | object]:
+             max_new_tokens, seed, prompt_format, stop: StopSignal | None = None,
+             memory: dict | None = None) -> Iterator[RunPage | object]:
         stop = stop or StopSignal()
+        memory = {} if memory is None else memory
         run = renderer = None
         try:
             settings = settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature,
@@ -84,7 +86,7 @@ def run_work(limits: Limits, loader: Loader | None = None):
                     yield page(empty_view(render.summary_loading_html(settings.target, settings.draft, pair)))
             renderer = RunRenderer()
             throttle = Throttle()
-            for run in race(settings, prompt, pair, baseline=True):
+            for run in race(settings, prompt, session_drafter(pair, memory), baseline=True):
                 if stop.requested:
                     view = renderer.view(run, "", final=True)
                     yield page(view._replace(stats=render.stopped_html(view.stats)), recording_button(run, "stopped"))
@@ -231,6 +233,7 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
 
     views = build_run_views()
     stop_signal = gr.State(StopSignal())   # each session gets its own copy
+    memory = gr.State({})                  # the session's suffix drafter: it drafts from earlier runs
 
     # --- events
     def on_preset(name):
@@ -257,7 +260,7 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
 
     handler = streaming(gpu_task(run_work(limits, loader)))
     inputs = [prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-              max_new_tokens, seed, prompt_format, stop_signal]
+              max_new_tokens, seed, prompt_format, stop_signal, memory]
     outputs = [*views, record]
     # Stop is a signal the work reads, not a cancel: see `StopSignal`. (A closed page still cancels.)
     run_event = run.click(StopSignal.clear, stop_signal, None, **private).then(

@@ -21,6 +21,7 @@ VERDICTS = (ACCEPTED, REJECTED, RESAMPLED, BONUS)
 # Okabe-Ito. Bonus is blue rather than purple: under deuteranopia the bluish green and the
 # reddish purple both turn grey-blue of the same lightness, while green and blue stay apart.
 COLOURS = {ACCEPTED: "#009E73", REJECTED: "#D55E00", RESAMPLED: "#E69F00", BONUS: "#0072B2"}
+EARLIER_COLOUR = "#CC79A7"     # Okabe-Ito reddish purple: a line over tokens drafted from earlier requests
 
 LEGEND_TEXT = {
     ACCEPTED: "accepted draft",
@@ -36,6 +37,7 @@ class Piece:
     text: str
     verdict: str
     title: str
+    earlier: bool = False       # drafted only from an earlier request's text (suffix decoding)
 
 
 def _prob(p: float | None) -> str:
@@ -55,7 +57,10 @@ def cycle_pieces(cycle: Cycle, text: CycleText) -> list[Piece]:
         where = f"draft {i + 1}" if not cycle.is_tree else f"node {i + 1} (depth {_depth(cycle, i)})"
         title = (f"cycle {cycle.index + 1}, {where}: {verdict}\n"
                  f"draft p = {_prob(cycle.draft_probs[i])}, target p = {_prob(cycle.target_probs[i])}")
-        pieces.append(Piece(text.drafted[i], verdict, title))
+        earlier = bool(cycle.from_earlier and cycle.from_earlier[i])
+        if earlier:
+            title += "\ndrafted from an earlier request's text (suffix decoding remembers this session's runs)"
+        pieces.append(Piece(text.drafted[i], verdict, title, earlier))
     if cycle.correction is not None:
         if cycle.correction_kind == RESAMPLED:
             what = "the target's correction after the rejection"
@@ -125,7 +130,8 @@ def render_token(piece: Piece) -> str:
         raise ValueError(f"unknown verdict {piece.verdict!r}")
     title = piece.title if piece.text else piece.title + "\n(part of a character that the next token completes)"
     title = html.escape(title)
-    return (f'<span class="sv-tok sv-{piece.verdict}" data-verdict="{piece.verdict}" '
+    earlier = ' data-earlier="1"' if piece.earlier else ""
+    return (f'<span class="sv-tok sv-{piece.verdict}" data-verdict="{piece.verdict}"{earlier} '
             f'title="{title}">{token_text_html(piece.text)}</span>')
 
 
@@ -194,6 +200,7 @@ CSS = f"""
 .sv-tok {{ border-radius: 3px; padding: 1px 0; margin-right: 1px; text-decoration-thickness: 2px;
   text-underline-offset: 3px; }}
 .sv-tok:empty {{ display: inline-block; min-width: 0.4em; min-height: 1em; vertical-align: middle; }}
+.sv-tok[data-earlier] {{ box-shadow: inset 0 3px 0 {EARLIER_COLOUR}; }}
 .sv-accepted {{ background: {_tint(COLOURS[ACCEPTED], 0.22)}; }}
 .sv-rejected {{ background: {_tint(COLOURS[REJECTED], 0.18)}; text-decoration: line-through;
   text-decoration-color: {COLOURS[REJECTED]}; opacity: 0.85; }}
@@ -247,6 +254,10 @@ def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
         _row("Tokens per target pass", f"{spec.mean_acceptance_length:.2f}",
              f"{spec.tokens} tokens in {spec.cycles} passes; "
              f"theory {spec.expected_tokens_per_pass:.2f} at the draft lengths proposed (mean k {spec.mean_k:.1f})"),
+        *([_row("From earlier requests", f"{spec.accepted_from_earlier} accepted",
+                f"of {spec.drafted_from_earlier} drafted tokens that only earlier runs' text proposed (marked "
+                "by a line over the token): suffix decoding remembers this session's runs")]
+          if spec.drafted_from_earlier is not None else []),
         _row("Cost ratio c", cost_ratio_text(run), "one draft step's time / one target pass's time, measured"),
         _row("Measured speedup", speed_text(run) if speed else "\u2013", compared_text(run)),
         *(_row(name, value, note) for name, value, note in theory_lines(run)),
