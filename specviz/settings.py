@@ -54,6 +54,9 @@ def parse_draft(spec: str | None) -> DraftSpec:
 
 # ----------------------------------------------------------------------------- settings and limits
 
+MAX_BRANCH = 8                      # children per expanded node of a draft model's tree
+
+
 @dataclass(frozen=True)
 class RunSettings:
     target: str | None = None       # hub id, folder or .gguf; None: the built-in default
@@ -69,6 +72,8 @@ class RunSettings:
     chat: bool = True               # wrap the prompt in the chat template
     dtype: str = "auto"
     device: str = "auto"
+    branch: int = 1                 # > 1: a draft model or early exit drafts a tree (top-`branch` children)
+    tree_budget: int = 16           # ... of at most this many nodes (EAGLE-2's dynamic tree)
 
     def decoding(self) -> dict:
         """Keyword arguments shared by both decoding loops."""
@@ -174,7 +179,13 @@ def validate(settings: RunSettings, limits: Limits = LOCAL) -> RunSettings:
             raise SpecvizError(f"{name} must be a name such as 'auto', got {value!r}.")
     if limits.hosted and (settings.dtype, settings.device) != ("auto", "auto"):
         raise SpecvizError(f"dtype and device are chosen by the server{in_demo}.")
-    return replace(settings, target=target, draft=draft.name, k=k, dynamic_k=dynamic_k,
+    branch = whole_number("tree branch", settings.branch, 1, MAX_BRANCH)
+    tree_budget = whole_number("tree budget (nodes)", settings.tree_budget, 1, limits.max_k * MAX_BRANCH)
+    if branch > 1 and draft.kind not in ("model", "self"):
+        raise SpecvizError(f"A tree branch applies to a draft model or early exit; {draft.name!r} drafts its own "
+                           "way (ngram-tree and suffix draft trees already).")
+    return replace(settings, target=target, draft=draft.name, k=k, dynamic_k=dynamic_k, branch=branch,
+                   tree_budget=tree_budget,
                    max_k=max_k, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                    max_new_tokens=max_new_tokens, chat=flag(settings.chat),
                    dtype=settings.dtype.strip().lower(), device=settings.device.strip().lower())

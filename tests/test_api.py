@@ -66,7 +66,7 @@ def client():
 def run_inputs(**changes):
     values = dict(prompt="the cat sat on the mat and the cat sat on the", target="", drafter=PROMPT_LOOKUP,
                   draft_model="", exit_layer=1, k=4, dynamic_k=False, temperature=0.0, top_p=1.0, top_k=0,
-                  max_new_tokens=16, seed=0, prompt_format=CHAT)
+                  max_new_tokens=16, seed=0, prompt_format=CHAT, branch=1)
     values.update(changes)
     return list(values.values())
 

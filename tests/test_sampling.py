@@ -188,6 +188,23 @@ def test_uniform_draws_recompute_verdicts(small_pair):
         assert len(c.uniforms) == min(c.num_accepted + 1, len(c.drafted))
 
 
+@pytest.mark.parametrize("kw", [dict(k=2, temperature=1.0),
+                                pytest.param(dict(k=3, temperature=0.7, top_k=4), marks=pytest.mark.slow)])
+def test_draft_model_tree_sampling_matches_target_distribution(small_pair, kw):
+    # The draft's top-2 children are deterministic candidates: the target's distribution must hold.
+    from specviz.core.draft_trees import DraftTreeDrafter
+    from specviz.core.drafters import DraftModelDrafter
+
+    target, smaller, _ = small_pair
+    prompt = torch.tensor([[1, 2, 3, 1, 2]])
+    sampler = Sampler(kw["temperature"], kw.get("top_k", 0), 1.0)
+    exact = exact_joint(target, prompt, sampler)
+    observed = observed_joint(target, DraftTreeDrafter(DraftModelDrafter(smaller), 2, 6), prompt, 2500, **kw)
+    assert pooled_chisquare(observed, exact) > 1e-3
+    wrong = exact_joint(target, prompt, Sampler(kw["temperature"] * 2.0, kw.get("top_k", 0), 1.0))
+    assert pooled_chisquare(observed, wrong) < 1e-4
+
+
 @pytest.mark.parametrize("drafter", ["ngram-tree", "suffix"])
 @pytest.mark.parametrize("kw", [dict(k=2, temperature=1.0),
                                 pytest.param(dict(k=3, temperature=0.8, top_k=4), marks=pytest.mark.slow)])

@@ -175,3 +175,73 @@ def test_suffix_tree_size_follows_the_match_length():
     long_match = SuffixDrafter(spec_factor=1.0).propose(ids, 8, None)        # "7 8" matched: 2 nodes at most
     assert len(long_match.parents) <= 2 and long_match.tokens.tolist()[0] in (9, 1)
     assert SuffixDrafter().propose(torch.tensor([[5, 6, 7]]), 4, None).tokens.numel() == 0
+
+
+# ----------------------------------------------------------------------------- draft-model trees (EAGLE-2)
+
+def draft_tree(draft, branch, budget):
+    from specviz.core.draft_trees import DraftTreeDrafter
+    from specviz.core.drafters import DraftModelDrafter
+
+    return DraftTreeDrafter(DraftModelDrafter(draft), branch, budget)
+
+
+@pytest.mark.parametrize("make", [make_llama, make_gpt2])
+@pytest.mark.parametrize("k, branch, budget", [(1, 2, 4), (3, 2, 8), (4, 3, 16), (6, 4, 32)])
+def test_draft_model_trees_equal_generate(make, k, branch, budget):
+    from conftest import truncated_copy
+
+    target = make(0)
+    drafter = draft_tree(truncated_copy(target, 1), branch, budget)
+    cycles = list(speculative_decode(target, drafter, PROMPT, N, k=k))
+    assert [t for c in cycles for t in c.emitted] == reference(target, PROMPT)
+    assert all(len(c.drafted) <= budget for c in cycles) and sum(c.is_tree for c in cycles) >= len(cycles) - 1
+    assert max(len(c.drafted) for c in cycles) > k            # wider than a chain
+    # The shown draft probabilities are the draft's own (not the 1.0 of a one-hot candidate).
+    assert all(0.0 < p <= 1.0 for c in cycles for p in c.draft_probs) and any(p < 1.0 for c in cycles
+                                                                           for p in c.draft_probs)
+
+
+def test_draft_model_trees_stop_at_eos_and_early_exit_trees_work():
+    from specviz.core.drafters import early_exit_model
+
+    target = make_llama(0)
+    plain = reference(target, PROMPT)
+    eos = plain[12]
+    drafter = draft_tree(early_exit_model(target, 2), 2, 8)
+    cycles = list(speculative_decode(target, drafter, PROMPT, N, k=4, eos_token_id=eos))
+    out = [t for c in cycles for t in c.emitted]
+    assert out == reference(target, PROMPT, eos=eos) and out[-1] == eos
+
+
+def test_the_draft_cache_keeps_exactly_the_accepted_path():
+    # With the target as its own draft the tree holds good paths; after every cycle the draft's
+    # cache must equal a fresh forward over the accepted sequence (no rejected node left in it).
+    target = make_llama(0)
+    drafter = draft_tree(target, 2, 12)
+    sequence = PROMPT
+    for cycle in speculative_decode(target, drafter, PROMPT, 24, k=4):
+        sequence = torch.cat([sequence, torch.tensor([cycle.emitted])], dim=1)
+        cache = drafter.base.cache
+        kept = cache.get_seq_length()
+        assert kept <= sequence.shape[1]
+        with torch.inference_mode():
+            fresh = target(sequence[:, :kept], use_cache=True).past_key_values
+        assert torch.allclose(cache.layers[0].keys, fresh.layers[0].keys, atol=1e-4)
+        assert torch.allclose(cache.layers[-1].values, fresh.layers[-1].values, atol=1e-4)
+
+
+def test_a_tree_branch_is_a_setting_of_draft_models_only(tiny):
+    from specviz.errors import SpecvizError
+    from specviz.runs import execute
+    from specviz.settings import RunSettings, validate
+
+    settings = validate(RunSettings(target="tiny", draft="small", k=4, branch=2, tree_budget=8, max_new_tokens=24,
+                                    chat=False))
+    run = execute(settings, "the cat sat on the mat and the dog", tiny.loader(settings), baseline=True)
+    assert run.identical and sum(c.is_tree for c in run.cycles) >= len(run.cycles) - 1
+    assert "tree (top-2, 8 nodes)" in run.draft_name
+    with pytest.raises(SpecvizError, match="draft model or early exit"):
+        validate(RunSettings(draft="ngram", branch=2))
+    with pytest.raises(SpecvizError, match="tree branch"):
+        validate(RunSettings(draft="self:2", branch=99))

@@ -25,9 +25,10 @@ HOSTED = hosted(PRESETS)
 
 
 def inputs(prompt=PROMPT, target="tiny", drafter=PROMPT_LOOKUP, draft_model="", exit_layer=1, k=4,
-           dynamic_k=False, temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=24, seed=0, prompt_format=RAW):
+           dynamic_k=False, temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=24, seed=0, prompt_format=RAW,
+           branch=1):
     return [prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-            max_new_tokens, seed, prompt_format]
+            max_new_tokens, seed, prompt_format, branch]
 
 
 def views_of(tiny, limits=LOCAL, **settings):
@@ -415,6 +416,15 @@ def test_a_tree_drafter_runs_in_the_app_and_shows_its_branches(tiny):
     assert "Finished" in final.stats and "identical" in final.stats
     assert 'class="sv-branches"' in final.tokens and "token tree:" in html.unescape(final.tokens)
     assert set(verdicts(final.tokens)) <= {"accepted", "rejected", "resampled", "bonus"}
+
+
+def test_a_draft_models_tree_runs_in_the_app(tiny):
+    final = views_of(tiny, drafter=EARLY_EXIT, exit_layer=1, k=3, branch=2, max_new_tokens=24)[-1]
+    summary = text(final.stats)
+    assert "Finished" in summary and "identical" in summary and "tree (top-2, 16 nodes)" in summary
+    assert 'class="sv-branches"' in final.tokens
+    # The slider only counts for draft models and early exit: prompt lookup stays a chain.
+    assert "Finished" in text(views_of(tiny, drafter=PROMPT_LOOKUP, branch=3, max_new_tokens=8)[-1].stats)
 
 
 def test_tree_cycle_text_and_pieces_follow_the_accepted_path(tiny):

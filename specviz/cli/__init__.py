@@ -79,6 +79,10 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", default=1.0)
     parser.add_argument("--seed", default=None)
     parser.add_argument("--max-new-tokens", default=128)
+    parser.add_argument("--branch", default=None,
+                        help="with a draft model or self:L: draft a token tree, expanding the BRANCH most probable "
+                             "nodes per depth into their BRANCH most probable children (EAGLE-2's dynamic tree)")
+    parser.add_argument("--tree-budget", default=None, help="with --branch: nodes the target verifies per pass (default 16)")
 
 
 def add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,7 +93,7 @@ def add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from(args: argparse.Namespace, **overrides) -> RunSettings:
     """The validated `RunSettings` the flags describe (flags a subcommand lacks keep their defaults)."""
     names = ("target", "draft", "k", "dynamic_k", "max_k", "temperature", "top_k", "top_p", "seed",
-             "max_new_tokens", "dtype", "device")
+             "max_new_tokens", "dtype", "device", "branch", "tree_budget")
     values = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
     values.update(chat=not args.raw, **overrides)
     return validate(RunSettings(**values), LOCAL)

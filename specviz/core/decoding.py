@@ -238,10 +238,11 @@ def _tree_cycle(target, target_cache, drafter: Drafter, sampler: Sampler, sequen
     # The target cache keeps the prefix and exactly the accepted path; the drafter its prefix.
     trees.keep_path(target_cache, length, [length + i for i in path])
     sequence[0, length:length + len(emitted)] = torch.tensor(emitted, device=device)
-    drafter.rollback(length + len(path))
+    drafter.keep_path(length + len(path), [kept[i] for i in path])
     residual = [] if verdict.residual is None else top_tokens(verdict.residual)
+    shown_draft_probs = verdict.draft_probs if draft.node_probs is None else [draft.node_probs[i] for i in kept]
     fields = dict(drafted=drafted, num_accepted=len(path), emitted=emitted, correction=correction,
-                  correction_kind=kind, correction_prob=correction_prob, draft_probs=verdict.draft_probs,
+                  correction_kind=kind, correction_prob=correction_prob, draft_probs=shown_draft_probs,
                   target_probs=verdict.target_probs, uniforms=verdict.uniforms, residual_top=residual,
                   target_top=verdict.target_top, parents=parents, path=path, node_verdicts=verdict.node_verdicts,
                   from_earlier=None if draft.from_earlier is None else [draft.from_earlier[i] for i in kept])

@@ -21,6 +21,7 @@ class Draft:
     probs: torch.Tensor | None        # (n, V) draft distribution at each position; None = one-hot
     parents: list[int] | None = None  # a tree: each node's parent (-1: the last token); None: a chain
     from_earlier: list[bool] | None = None   # per token: drafted only from earlier requests (suffix)
+    node_probs: list[float] | None = None    # a one-hot tree from a model: each node's draft probability (shown)
 
 
 class Drafter:
@@ -34,6 +35,11 @@ class Drafter:
 
     def propose(self, sequence: torch.Tensor, k: int, sampler: Sampler) -> Draft:
         """Propose up to k tokens to follow `sequence` (1, L)."""
+
+    def keep_path(self, valid_length: int, path: list[int]) -> None:
+        """After a tree cycle: `path` (this drafter's node indices) was accepted. A drafter with a
+        cache of its tree's nodes keeps exactly those; others roll back to `valid_length`."""
+        self.rollback(valid_length)
 
     def without_memory(self) -> Drafter:
         """This drafter as one that has seen no earlier request: itself, unless it remembers what it

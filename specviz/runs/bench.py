@@ -114,6 +114,8 @@ def transformers_settings(setup: Setup) -> tuple[dict, dict, str]:
     fixed = {"num_assistant_tokens": k, "num_assistant_tokens_schedule": "constant",
              "assistant_confidence_threshold": 0.0}
     described = f"num_assistant_tokens={k}, num_assistant_tokens_schedule='constant', assistant_confidence_threshold=0"
+    if setup.settings.branch > 1:
+        described += " (chain: transformers has no token trees)"
     if draft.kind == "self":
         return {"assistant_early_exit": draft.layers}, fixed, f"assistant_early_exit={draft.layers}, {described}"
     return {"assistant_model": setup.assistant}, fixed, f"assistant_model=<draft>, {described}"

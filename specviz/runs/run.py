@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..core.decoding import Clock, autoregressive_decode, speculative_decode
+from ..core.draft_trees import DraftTreeDrafter
+from ..core.drafters import DraftModelDrafter, Drafter
 from ..core.events import Cycle, Step
 from ..errors import SpecvizError
 from ..metrics import (PlainStats, SpecStats, Speed, first_divergence, ideal_speedup, measure_speed, summarize,
@@ -244,12 +246,21 @@ def _interleave(spec: Iterator[Cycle], plain: Iterator[Step] | None) -> Iterator
         yield event
 
 
+def drafter_for(settings: RunSettings, pair: ModelPair) -> Drafter:
+    """The pair's drafter, drafting EAGLE-2 trees over the draft model when `settings.branch` > 1."""
+    if settings.branch <= 1:
+        return pair.draft
+    if not isinstance(pair.draft, DraftModelDrafter):
+        raise SpecvizError(f"A tree branch applies to a draft model or early exit, not to {pair.draft_name}.")
+    return DraftTreeDrafter(pair.draft, settings.branch, settings.tree_budget)
+
+
 def _warm_up(settings: RunSettings, pair: ModelPair, input_ids: torch.Tensor, options: dict) -> None:
     """Run the shapes the timed run will use once (a prefill, a one-token step, a (k+1)-token pass),
     so that neither method pays one-time costs (allocator growth, kernel selection) on the clock."""
     k = max(settings.k, settings.max_k or 0)
     warm = dict(options, max_new_tokens=min(settings.max_new_tokens, k + 2), temperature=0.0)
-    for _ in speculative_decode(pair.target, pair.draft.without_memory(), input_ids, k=k, **warm):
+    for _ in speculative_decode(pair.target, drafter_for(settings, pair).without_memory(), input_ids, k=k, **warm):
         pass
     for _ in autoregressive_decode(pair.target, input_ids, **dict(warm, max_new_tokens=2)):
         pass
@@ -260,12 +271,13 @@ def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool 
     """Decode `prompt` (speculatively, and plainly too with `baseline`), yielding the run after each
     event. `settings` must have passed `settings.validate`; errors a user can cause raise SpecvizError."""
     input_ids = encode(settings, prompt, pair)
+    drafter = drafter_for(settings, pair)
     eos = list(pair.eos_token_ids or [])
     options = dict(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
                    seed=settings.seed, eos_token_id=eos)
     try:
         # Both loops check their arguments when called, before any work.
-        cycles = speculative_decode(pair.target, pair.draft, input_ids, settings.max_new_tokens, k=settings.k,
+        cycles = speculative_decode(pair.target, drafter, input_ids, settings.max_new_tokens, k=settings.k,
                                     dynamic_k=settings.dynamic_k, max_k=settings.max_k, **options)
         steps = autoregressive_decode(pair.target, input_ids, settings.max_new_tokens, **options) if baseline else None
     except ValueError as error:
@@ -273,7 +285,9 @@ def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool 
     if warm_up:
         _warm_up(settings, pair, input_ids, options)
     prompt_ids = input_ids[0].tolist()
-    run = Run(settings=settings, prompt=prompt, target_name=pair.target_name, draft_name=pair.draft_name,
+    draft_name = pair.draft_name + (f" tree (top-{settings.branch}, {settings.tree_budget} nodes)"
+                                    if drafter is not pair.draft else "")
+    run = Run(settings=settings, prompt=prompt, target_name=pair.target_name, draft_name=draft_name,
               target_parameters=pair.target_parameters, draft_parameters=pair.draft_parameters,
               dtype=str(pair.dtype).removeprefix("torch."), device=str(pair.device), clock=Clock(pair.device).name,
               prompt_tokens=len(prompt_ids), eos_token_ids=eos, baseline=baseline,

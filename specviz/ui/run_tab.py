@@ -51,25 +51,26 @@ def page(view: RunView, record: object = NO_RECORDING) -> RunPage:
 
 
 def settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-                           max_new_tokens, seed, prompt_format, limits: Limits) -> RunSettings:
+                           max_new_tokens, seed, prompt_format, limits: Limits, branch=1) -> RunSettings:
+    tree = drafter in (DRAFT_MODEL, EARLY_EXIT)     # the branch slider only shows for these
     return validate(RunSettings(target=target, draft=draft_spec(drafter, draft_model, exit_layer), k=k,
                                 dynamic_k=dynamic_k, temperature=temperature, top_p=top_p, top_k=top_k,
-                                max_new_tokens=max_new_tokens, seed=seed, chat=prompt_format != RAW),
-                    limits)
+                                max_new_tokens=max_new_tokens, seed=seed, chat=prompt_format != RAW,
+                                branch=branch if tree else 1), limits)
 
 
 def run_work(limits: Limits, loader: Loader | None = None):
     """The Run button's work (see `common.streaming`), taking the controls in wiring order."""
 
     def work(prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-             max_new_tokens, seed, prompt_format, stop: StopSignal | None = None,
+             max_new_tokens, seed, prompt_format, branch=1, stop: StopSignal | None = None,
              memory: dict | None = None) -> Iterator[RunPage | object]:
         stop = stop or StopSignal()
         memory = {} if memory is None else memory
         run = renderer = None
         try:
             settings = settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature,
-                                              top_p, top_k, max_new_tokens, seed, prompt_format, limits)
+                                              top_p, top_k, max_new_tokens, seed, prompt_format, limits, branch)
             prompt = check_prompt(prompt, limits)
             if stop.requested:   # stopped while it waited for the queue
                 yield page(empty_view(render.stopped_html(render.idle_html())))
@@ -216,6 +217,9 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
             exit_layer = gr.Slider(1, 63, value=initial.get("exit_layer") or 8, step=1,
                                    label="Early-exit layer (the draft runs the target's first N layers)",
                                    visible=initial.get("drafter") == EARLY_EXIT, elem_id="exit-layer")
+            branch = gr.Slider(1, 4, value=1, step=1, label="Tree branch (1 = a chain; b > 1: the draft grows a "
+                               "token tree from its b most probable children, EAGLE-2 style, 16 nodes per pass)",
+                               visible=initial.get("drafter") in (DRAFT_MODEL, EARLY_EXIT), elem_id="branch")
             with gr.Row():
                 k = gr.Slider(1, 16, value=initial.get("k") or 8, step=1, label="k (tokens drafted per cycle)",
                               elem_id="k")
@@ -249,8 +253,9 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
     if not limits.hosted:
         target.input(lambda: CUSTOM, None, preset, **private)
         draft_model.input(lambda: CUSTOM, None, preset, **private)
-    drafter.change(lambda d: (gr.update(visible=d == DRAFT_MODEL), gr.update(visible=d == EARLY_EXIT)),
-                   drafter, [draft_model, exit_layer], **private)
+    drafter.change(lambda d: (gr.update(visible=d == DRAFT_MODEL), gr.update(visible=d == EARLY_EXIT),
+                              gr.update(visible=d in (DRAFT_MODEL, EARLY_EXIT))),
+                   drafter, [draft_model, exit_layer, branch], **private)
 
     def on_example(index):
         example = examples[index]
@@ -260,7 +265,7 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
 
     handler = streaming(gpu_task(run_work(limits, loader)))
     inputs = [prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-              max_new_tokens, seed, prompt_format, stop_signal, memory]
+              max_new_tokens, seed, prompt_format, branch, stop_signal, memory]
     outputs = [*views, record]
     # Stop is a signal the work reads, not a cancel: see `StopSignal`. (A closed page still cancels.)
     run_event = run.click(StopSignal.clear, stop_signal, None, **private).then(
