@@ -415,6 +415,8 @@ def test_a_tree_drafter_runs_in_the_app_and_shows_its_branches(tiny):
     final = views_of(tiny, drafter=common.PROMPT_LOOKUP_TREE, k=4, max_new_tokens=32)[-1]
     assert "Finished" in final.stats and "identical" in final.stats
     assert 'class="sv-branches"' in final.tokens and "token tree:" in html.unescape(final.tokens)
+    assert "Nodes verified per pass" in text(final.stats)
+    assert final.positions.layout.title.text == "Acceptance by depth"
     assert set(verdicts(final.tokens)) <= {"accepted", "rejected", "resampled", "bonus"}
 
 

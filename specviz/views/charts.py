@@ -17,6 +17,7 @@ from itertools import accumulate
 
 import plotly.graph_objects as go
 
+from ..core import trees
 from ..core.events import Cycle, Step
 from ..metrics import SpecStats, Speed, running_speedup
 from .render import COLOURS
@@ -123,14 +124,17 @@ def race_figure(cycles: Sequence[Cycle], steps: Sequence[Step], speed: Speed | N
 
 
 def position_figure(cycles: Sequence[Cycle], stats: SpecStats | None) -> go.Figure:
-    """For draft position i: the share of drafts reaching position i whose i-th token was accepted."""
+    """For draft position i (a tree's depth i): the share of drafts reaching it whose token there was
+    accepted."""
     by_position = stats.acceptance_by_position if cycles and stats is not None else []
-    reached = [sum(len(c.drafted) > i for c in cycles) for i in range(len(by_position))]
+    reach = [max(trees.depths(c.parents), default=0) if c.is_tree else len(c.drafted) for c in cycles]
+    reached = [sum(r > i for r in reach) for i in range(len(by_position))]
     x = list(range(1, len(by_position) + 1))
+    what = "depth" if any(c.is_tree for c in cycles) else "draft position"
     return go.Figure(
         [go.Bar(x=x, y=by_position, name="accepted", marker_color=ACCEPTED_COLOUR, customdata=reached,
-                hovertemplate="position %{x}: %{y:.0%} of %{customdata} drafts<extra></extra>")],
-        layout=layout("Acceptance by draft position", "draft position", "accepted",
+                hovertemplate=f"{what} %{{x}}: %{{y:.0%}} of %{{customdata}} drafts<extra></extra>")],
+        layout=layout(f"Acceptance by {what}", what, "accepted",
                        yaxis_range=[0, 1.05], yaxis_tickformat=".0%", showlegend=False,
                        xaxis_dtick=1))
 

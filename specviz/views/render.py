@@ -254,6 +254,10 @@ def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
         _row("Tokens per target pass", f"{spec.mean_acceptance_length:.2f}",
              f"{spec.tokens} tokens in {spec.cycles} passes; "
              f"theory {spec.expected_tokens_per_pass:.2f} at the draft lengths proposed (mean k {spec.mean_k:.1f})"),
+        *([_row("Nodes verified per pass", f"{spec.mean_nodes_per_pass:.2f}",
+                f"a token tree's nodes, all verified in one pass; {spec.accepted} of {spec.drafted} accepted "
+                f"({spec.draft_acceptance_rate:.1%}, the tree's efficiency)")]
+          if any(c.is_tree for c in run.cycles) else []),
         *([_row("From earlier requests", f"{spec.accepted_from_earlier} accepted",
                 f"of {spec.drafted_from_earlier} drafted tokens that only earlier runs' text proposed (marked "
                 "by a line over the token): suffix decoding remembers this session's runs")]
