@@ -174,3 +174,25 @@ def test_a_tree_cycle_is_drawn_as_a_tree(tiny):
     drawn = {trace.name: len(trace.x) for trace in figure.data[2:]}
     assert sum(drawn.values()) == len(cycle.drafted)
     assert drawn.get("accepted", 0) == len(cycle.accepted_nodes)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_teach_tells_a_trees_verification_node_by_node(tiny, temperature):
+    from tiny_pair import PROMPT
+
+    from specviz.core.events import ACCEPTED, REJECTED
+    from specviz.runs import execute
+    from specviz.settings import RunSettings
+
+    settings = RunSettings(target="tiny", draft="ngram-tree", k=4, max_new_tokens=32, chat=False,
+                           temperature=temperature, seed=2)
+    run = execute(settings, PROMPT, tiny.loader(settings))
+    for cycle in (c for c in run.cycles if c.is_tree and c.drafted):
+        lines = teach.tree_tries(cycle, lambda token: str(token))
+        tries = [line for line in lines if line[0].isdigit()]
+        # Every node the target tried appears once, in order, with its recorded verdict.
+        assert len(tries) == sum(v in (ACCEPTED, REJECTED) for v in cycle.verdicts)
+        assert sum("**accepted**" in t for t in tries) == cycle.num_accepted
+        if temperature:
+            assert len(tries) == len(cycle.uniforms)
+        assert sum(line.startswith("**Depth") for line in lines) >= 1

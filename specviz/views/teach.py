@@ -86,8 +86,7 @@ class TokenRow:
 
 def token_rows(cycle: Cycle, text_of: TokenText) -> list[TokenRow]:
     """One row per drafted token, with the test that decided it recomputed from the recorded numbers.
-    A token tree's rows carry its recorded verdicts (stepping through a tree's tests node by node is
-    not built yet)."""
+    A token tree's rows carry its recorded verdicts (`tree_tries` tells its tests node by node)."""
     if cycle.is_tree:
         return [TokenRow(i + 1, token, text_of(token), cycle.draft_probs[i], cycle.target_probs[i],
                          acceptance_ratio(cycle.target_probs[i], cycle.draft_probs[i]), None, None, None,
@@ -171,6 +170,37 @@ def _md_token(text: str) -> str:
     return "`" + visible(text).replace("$", "\uff04").replace("`", "\u2032") + "`"
 
 
+def tree_tries(cycle: Cycle, text_of: TokenText) -> list[str]:
+    """A tree's verification node by node, in the order the target tried the children: at each node
+    it reached, each child until one was accepted (greedy: the child equal to its argmax; sampling:
+    a draw u against what is left of its distribution)."""
+    kids: dict[int, list[int]] = {}
+    for node, parent in enumerate(cycle.parents):
+        kids.setdefault(parent, []).append(node)
+    lines, draws, step = [], iter(cycle.uniforms), 0
+    for depth, visited in enumerate([-1] + cycle.accepted_nodes):
+        tried = [c for c in kids.get(visited, []) if cycle.verdicts[c] != NOT_REACHED_NODE]
+        if not tried:
+            break
+        where = "after the last token" if visited < 0 else f"after {_md_token(text_of(cycle.drafted[visited]))}"
+        if cycle.greedy and depth < len(cycle.target_top):
+            where += f", the target's argmax is {_md_token(text_of(cycle.target_top[depth]))}"
+        lines.append(f"**Depth {depth + 1}** ({where}):")
+        for child in tried:
+            step += 1
+            verdict = cycle.verdicts[child]
+            token = _md_token(text_of(cycle.drafted[child]))
+            if cycle.greedy:
+                test = "equal to the argmax" if verdict == ACCEPTED else "not the argmax"
+            else:
+                u = next(draws, None)
+                test = ("" if u is None else f"$u = {number(u, latex=True)}$ against its probability in what is "
+                        "left of the target's distribution")
+            lines.append(f"{step}. node {child + 1}, {token} (draft p {number(cycle.draft_probs[child])}): "
+                         f"{test} \u2192 **{verdict}**")
+    return lines
+
+
 def cycle_markdown(cycle: Cycle, rows: Sequence[TokenRow], text_of: TokenText, total: int | None = None) -> str:
     """What happened in this cycle, in words and in the formulas' terms (Markdown with $LaTeX$)."""
     of_total = f" of {total}" if total else ""
@@ -190,6 +220,7 @@ def cycle_markdown(cycle: Cycle, rows: Sequence[TokenRow], text_of: TokenText, t
                      f"{cycle.verdicts.count(REJECTED)} candidates rejected where it went on, "
                      f"{cycle.verdicts.count(NOT_REACHED_NODE)} nodes under them never reached (the picture shows "
                      "the tree).")
+        lines += ["", *tree_tries(cycle, text_of)]
     for row in ([] if cycle.is_tree else rows):
         token = _md_token(row.text)
         if not row.checked:
