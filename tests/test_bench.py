@@ -134,6 +134,10 @@ def test_describe_names_the_clock():
     meta = bench.describe(tiny_setup("ngram"))
     assert meta["clock"] == Clock(torch.device("cpu")).name
     assert meta["target"] == "tiny-llama" and meta["draft"] == "ngram" and meta["k"] == 8
+    # Every drafter kind has transformers' counterpart described (suffix and trees: its chain prompt lookup).
+    for draft in ("ngram-tree", "suffix", "self:1", "tiny"):
+        assert "prompt_lookup_num_tokens" in bench.describe(tiny_setup(draft))["transformers_settings"] or \
+            draft in ("self:1", "tiny")
 
 
 def test_markdown_table_renders():

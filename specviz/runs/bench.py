@@ -36,6 +36,7 @@ from transformers import PreTrainedModel
 
 from ..catalog import BenchPrompt
 from ..core.decoding import Clock
+from ..core.drafters import PromptLookupDrafter
 from ..metrics import median, ratio
 from ..models import ModelPair
 from ..models.sources import Progress
@@ -105,7 +106,9 @@ def transformers_settings(setup: Setup) -> tuple[dict, dict, str]:
     k, draft = setup.settings.k, setup.draft
     if draft.kind in ("ngram", "ngram-tree", "suffix"):
         # transformers verifies chains only: a tree drafter is measured against its chain prompt lookup.
-        ngram = setup.pair.draft.max_ngram
+        # transformers' prompt lookup matches up to this many tokens (the n-gram drafters' own size;
+        # suffix matches longer suffixes, which transformers cannot).
+        ngram = getattr(setup.pair.draft, "max_ngram", PromptLookupDrafter().max_ngram)
         return ({"prompt_lookup_num_tokens": k, "max_matching_ngram_size": ngram}, {},
                 f"prompt_lookup_num_tokens={k}, max_matching_ngram_size={ngram}"
                 + (" (chain: transformers has no token trees)" if draft.kind != "ngram" else ""))
