@@ -80,6 +80,9 @@ def test_bad_files_get_one_clear_message(tiny, tmp_path):
         "do not match": damaged(good, lambda r: r["runs"][0]["cycles"][0].update(emitted=[1, 2, 3, 4, 5, 6, 7])),
         "counts do not add up": damaged(good, lambda r: r["runs"][0]["cycles"][0].update(num_accepted=99)),
         "incomplete": damaged(good, lambda r: r["runs"][0].pop("steps")),
+        "more than 4096": damaged(good, lambda r: r["runs"][0]["cycles"][0].update(k=10**12)),
+        "not finite": damaged(good, lambda r: r["runs"][0]["steps"][0].update(seconds=float("inf"))),
+        "negative": damaged(good, lambda r: r["runs"][0]["cycles"][1].update(verify_seconds=-1.0)),
     }
     for expected, text in cases.items():
         with pytest.raises(SpecvizError, match=expected):

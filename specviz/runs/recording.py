@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -154,6 +155,8 @@ def _run_from(record) -> tuple[Run, str]:
     step_texts = _STRINGS.validate_python([s.get("text") for s in record["steps"]])
     for cycle, text in zip(cycles, texts):
         _check_cycle(cycle, text)
+    for step in steps:
+        _check_time(step.seconds, f"plain step {step.index}")
     target, draft = _field(record, "target", dict), _field(record, "draft", dict)
     run = Run(settings=_SETTINGS.validate_python(_field(record, "settings", dict)),
               prompt=_field(record, "prompt", str),
@@ -171,10 +174,23 @@ def _run_from(record) -> tuple[Run, str]:
 _STEPS_IDS = pydantic.TypeAdapter(list[int])
 
 
+MAX_NODES = 4096                    # drafted tokens (or tree nodes) in one cycle, and its k
+
+
+def _check_time(seconds: float, where: str) -> None:
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{where}: a time that is negative or not finite")
+
+
 def _check_cycle(cycle: Cycle, text: CycleText) -> None:
-    """The invariants the views rely on: a damaged file must fail here, not inside a view."""
+    """The invariants the views rely on: a damaged file must fail here, not inside a view (or make
+    a chart allocate by a k of a billion, or a replay wait forever)."""
     n = len(cycle.drafted)
     where = f"cycle {cycle.index}"
+    if n > MAX_NODES or not 0 <= cycle.k <= MAX_NODES:
+        raise ValueError(f"{where}: more than {MAX_NODES} drafted tokens")
+    _check_time(cycle.draft_seconds, where)
+    _check_time(cycle.verify_seconds, where)
     if not 0 <= cycle.num_accepted <= n or len(text.drafted) != n:
         raise ValueError(f"{where}: its counts do not add up")
     if len(cycle.draft_probs) != n or len(cycle.target_probs) != n:
