@@ -19,12 +19,14 @@ import json
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing_extensions import TypedDict   # pydantic needs this one on Python < 3.12
 
 import pydantic
 
-from ..core.events import Cycle, Step
+from ..core.events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle, Step
+from ..core.trees import NOT_REACHED
 from ..errors import SpecvizError
-from ..settings import RunSettings
+from ..settings import LOCAL, RunSettings, validate
 from .run import CycleText, Run, _interleave, environment
 
 FORMAT = "specviz-recording"
@@ -35,7 +37,7 @@ _CYCLES = pydantic.TypeAdapter(list[Cycle])
 _STEPS = pydantic.TypeAdapter(list[Step])
 _SETTINGS = pydantic.TypeAdapter(RunSettings)
 _STRINGS = pydantic.TypeAdapter(list[str])
-_TEXTS = pydantic.TypeAdapter(list[str | None])
+_TEXT = pydantic.TypeAdapter(str | None)
 
 
 # ----------------------------------------------------------------------------- writing
@@ -94,17 +96,20 @@ class Recording:
 
 def loads(data: bytes | str, name: str = "the recording") -> Recording:
     """A recording from a file's contents; SpecvizError, naming `name`, for anything else."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", errors="replace")
     if len(data) > MAX_BYTES:
         raise SpecvizError(f"{name} is {len(data) / 2**20:.1f} MB; recordings are read up to "
                            f"{MAX_BYTES // 2**20} MB.")
     try:
         record = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise SpecvizError(f"{name} is not a specviz recording: it is not valid JSON ({error}).") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:
+        detail = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+        raise SpecvizError(f"{name} is not a specviz recording: it is not valid JSON ({detail}).") from None
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise SpecvizError(f"{name} is not a specviz recording (it has no \"format\": \"{FORMAT}\").")
     version = record.get("version")
-    if not isinstance(version, int) or version < 1:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise SpecvizError(f"{name} has no valid format version.")
     if version > VERSION:
         raise SpecvizError(f"{name} was written by a newer specviz (recording format {version}; this one "
@@ -112,18 +117,20 @@ def loads(data: bytes | str, name: str = "the recording") -> Recording:
     runs = record.get("runs")
     if not isinstance(runs, list) or not runs:
         raise SpecvizError(f"{name} holds no runs.")
-    loaded = []
+    loaded: list[Run] = []
+    labels: list[str] = []
     for number, run_record_ in enumerate(runs, 1):
         try:
-            loaded.append(_run_from(run_record_))
-        except (pydantic.ValidationError, TypeError, KeyError, ValueError) as error:
+            run, label = _run_from(run_record_)
+        except (pydantic.ValidationError, TypeError, KeyError, ValueError, OverflowError, SpecvizError) as error:
             detail = str(error).splitlines()
             detail = detail[1:3] if isinstance(error, pydantic.ValidationError) else detail[:1]
             raise SpecvizError(f"{name}: run {number} is damaged or incomplete ({'; '.join(detail)}).") from None
+        loaded.append(run)
+        labels.append(label if label not in labels else f"{label} ({number})")   # each one reachable by name
     environment_ = record.get("environment") if isinstance(record.get("environment"), dict) else {}
-    return Recording(runs=[run for run, _ in loaded], labels=[label for _, label in loaded],
-                     kind=str(record.get("kind", "run")), created=str(record.get("created", "")),
-                     environment=environment_, name=name)
+    return Recording(runs=loaded, labels=labels, kind=str(record.get("kind", "run")),
+                     created=str(record.get("created", "")), environment=environment_, name=name)
 
 
 def load(path: Path | str) -> Recording:
@@ -138,43 +145,70 @@ def load(path: Path | str) -> Recording:
     return loads(data, path.name)
 
 
-def _field(record: dict, name: str, kind: type | tuple):
-    value = record[name]
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
-        raise ValueError(f"{name!r} has the wrong type")
-    return value
+def _strict(adapter: pydantic.TypeAdapter, value):
+    """`value` (parsed JSON) validated as JSON in strict mode: no bool for an int, no "3" for 3."""
+    return adapter.validate_json(json.dumps(value), strict=True)
 
 
 def _run_from(record) -> tuple[Run, str]:
     if not isinstance(record, dict):
         raise TypeError("a run is not an object")
-    cycles = _CYCLES.validate_python(_field(record, "cycles", list))
-    steps = _STEPS.validate_python(_field(record, "steps", list))
-    texts = [CycleText(_STRINGS.validate_python(c.get("drafted_text")),
-                       _TEXTS.validate_python([c.get("correction_text")])[0]) for c in record["cycles"]]
-    step_texts = _STRINGS.validate_python([s.get("text") for s in record["steps"]])
-    for cycle, text in zip(cycles, texts):
-        _check_cycle(cycle, text)
-    for step in steps:
-        _check_time(step.seconds, f"plain step {step.index}")
-    target, draft = _field(record, "target", dict), _field(record, "draft", dict)
-    run = Run(settings=_SETTINGS.validate_python(_field(record, "settings", dict)),
-              prompt=_field(record, "prompt", str),
-              target_name=str(target.get("name", "?")), draft_name=str(draft.get("name", "?")),
-              target_parameters=int(target.get("parameters", 0)), draft_parameters=int(draft.get("parameters", 0)),
-              dtype=_field(record, "dtype", str), device=_field(record, "device", str),
-              clock=_field(record, "clock", str), prompt_tokens=_field(record, "prompt_tokens", int),
-              eos_token_ids=_STEPS_IDS.validate_python(record.get("eos_token_ids", [])),
-              baseline=bool(record.get("baseline", bool(steps))),
-              cycles=cycles, texts=texts, steps=steps, step_texts=step_texts,
-              spec_done=bool(record.get("spec_done", True)), plain_done=bool(record.get("plain_done", True)))
-    return run, str(record.get("label") or f"{run.target_name} + {run.draft_name}")
+    fields_ = _strict(_RUN_FIELDS, {key: record[key] for key in _RUN_FIELDS_NAMES if key in record})
+    missing = [key for key in ("cycles", "steps", "settings", "prompt", "dtype", "device", "clock", "prompt_tokens")
+               if key not in record]
+    if missing:
+        raise KeyError(", ".join(missing))
+    cycles = _strict(_CYCLES, record["cycles"])
+    steps = _strict(_STEPS, record["steps"])
+    texts = [CycleText(_strict(_STRINGS, c.get("drafted_text")), _strict(_TEXT, c.get("correction_text")))
+             for c in record["cycles"]]
+    step_texts = _strict(_STRINGS, [s.get("text") for s in record["steps"]])
+    for number, (cycle, text) in enumerate(zip(cycles, texts)):
+        _check_cycle(cycle, text, number)
+    for number, step in enumerate(steps):
+        if step.index != number:
+            raise ValueError(f"plain step {number} has another step's index")
+        _check_time(step.seconds, f"plain step {number}")
+    settings = validate(_strict(_SETTINGS, record["settings"]), LOCAL)
+    target, draft = fields_.get("target", {}), fields_.get("draft", {})
+    if fields_["prompt_tokens"] < 0 or min(target.get("parameters", 0), draft.get("parameters", 0)) < 0:
+        raise ValueError("a count is negative")
+    run = Run(settings=settings, prompt=fields_["prompt"],
+              target_name=target.get("name", "?"), draft_name=draft.get("name", "?"),
+              target_parameters=target.get("parameters", 0), draft_parameters=draft.get("parameters", 0),
+              dtype=fields_["dtype"], device=fields_["device"], clock=fields_["clock"],
+              prompt_tokens=fields_["prompt_tokens"], eos_token_ids=fields_.get("eos_token_ids", []),
+              baseline=fields_.get("baseline", bool(steps)), cycles=cycles, texts=texts, steps=steps,
+              step_texts=step_texts, spec_done=fields_.get("spec_done", True),
+              plain_done=fields_.get("plain_done", True))
+    return run, fields_.get("label") or f"{run.target_name} + {run.draft_name}"
 
 
-_STEPS_IDS = pydantic.TypeAdapter(list[int])
+class _Model(TypedDict, total=False):
+    name: str
+    parameters: int
 
 
+class _RunFields(TypedDict, total=False):
+    """A run's scalar fields, as the file must have them."""
+    label: str
+    prompt: str
+    target: _Model
+    draft: _Model
+    dtype: str
+    device: str
+    clock: str
+    prompt_tokens: int
+    eos_token_ids: list[int]
+    baseline: bool
+    spec_done: bool
+    plain_done: bool
+
+
+_RUN_FIELDS = pydantic.TypeAdapter(_RunFields)
+_RUN_FIELDS_NAMES = tuple(_RunFields.__annotations__)
 MAX_NODES = 4096                    # drafted tokens (or tree nodes) in one cycle, and its k
+VERDICT_NAMES = {ACCEPTED, REJECTED, NOT_REACHED}
 
 
 def _check_time(seconds: float, where: str) -> None:
@@ -182,11 +216,13 @@ def _check_time(seconds: float, where: str) -> None:
         raise ValueError(f"{where}: a time that is negative or not finite")
 
 
-def _check_cycle(cycle: Cycle, text: CycleText) -> None:
+def _check_cycle(cycle: Cycle, text: CycleText, number: int) -> None:
     """The invariants the views rely on: a damaged file must fail here, not inside a view (or make
     a chart allocate by a k of a billion, or a replay wait forever)."""
     n = len(cycle.drafted)
-    where = f"cycle {cycle.index}"
+    where = f"cycle {number}"
+    if cycle.index != number:
+        raise ValueError(f"{where} has another cycle's index")
     if n > MAX_NODES or not 0 <= cycle.k <= MAX_NODES:
         raise ValueError(f"{where}: more than {MAX_NODES} drafted tokens")
     _check_time(cycle.draft_seconds, where)
@@ -195,13 +231,21 @@ def _check_cycle(cycle: Cycle, text: CycleText) -> None:
         raise ValueError(f"{where}: its counts do not add up")
     if len(cycle.draft_probs) != n or len(cycle.target_probs) != n:
         raise ValueError(f"{where}: one probability per drafted token expected")
+    if cycle.correction_kind not in (RESAMPLED, BONUS, None) or (cycle.correction is None) != (
+            cycle.correction_kind is None):
+        raise ValueError(f"{where}: its correction is of no known kind")
+    if cycle.from_earlier is not None and len(cycle.from_earlier) != n:
+        raise ValueError(f"{where}: one 'from earlier' mark per drafted token expected")
     if cycle.is_tree:
         if len(cycle.parents) != n or any(not -1 <= p < i for i, p in enumerate(cycle.parents)):
             raise ValueError(f"{where}: its tree's parents are invalid")
         if cycle.path is None or any(not 0 <= node < n for node in cycle.path):
             raise ValueError(f"{where}: its tree's path is invalid")
-        if cycle.node_verdicts is not None and len(cycle.node_verdicts) != n:
-            raise ValueError(f"{where}: one verdict per node expected")
+        if cycle.node_verdicts is not None and (len(cycle.node_verdicts) != n
+                                                or not set(cycle.node_verdicts) <= VERDICT_NAMES):
+            raise ValueError(f"{where}: one known verdict per node expected")
+    elif cycle.path is not None or cycle.node_verdicts is not None:
+        raise ValueError(f"{where}: a chain with a tree's path or verdicts")
     expected = [cycle.drafted[i] for i in cycle.accepted_nodes]
     expected += [cycle.correction] if cycle.correction is not None else []
     if list(cycle.emitted) != expected or (cycle.correction is None) != (text.correction is None):

@@ -221,6 +221,7 @@ def failure(exc: BaseException, what: str = "run") -> str:
     return user_message(exc)
 
 
-def error_html(message: str) -> str:
+def error_html(message: str, **wording) -> str:
+    """A failure in the page (and a toast); `wording`: `render.error_html`'s heading and advice."""
     gr.Warning(message)
-    return render.error_html(message)
+    return render.error_html(message, **wording)

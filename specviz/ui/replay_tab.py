@@ -24,6 +24,8 @@ from .run_tab import build_run_views, shown
 DEFAULT_RECORDING = "prompt-lookup-rewrite.json"
 SPEEDS = {"Recorded speed": 1.0, "2\u00d7": 2.0, "4\u00d7": 4.0}
 CYCLE_BY_CYCLE = "Cycle by cycle (Next / Previous)"
+REPLAY_ERROR = dict(heading="This recording cannot be played.",
+                    advice="Choose a bundled recording, or upload a file from Download recording or --record.")
 REPLAY_CONCURRENCY = 8              # replays only sleep and render: several may play at once
 SLEEP_SLICE = 0.1                   # a Stop lands within this long while a replay waits for its next event
 
@@ -82,7 +84,7 @@ def replay_work(bundled: str | None, upload: str | None, label: str | None, spee
                 yield TICK
         yield (*shown(renderer.view(run, "Replayed: the recorded run, as it finished.", final=True)), len(run.cycles))
     except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
-        yield (*shown(empty_view(error_html(failure(exc, "replay")))), 0)
+        yield (*shown(empty_view(error_html(failure(exc, "replay"), **REPLAY_ERROR))), 0)
 
 
 def step_view(bundled: str | None, upload: str | None, label: str | None, position: int, delta: int) -> tuple:
@@ -96,7 +98,7 @@ def step_view(bundled: str | None, upload: str | None, label: str | None, positi
                  else f"Cycle {cycles} of {len(recorded.cycles)}.")
         return (*shown(RunRenderer().view(run, state, final=final)), cycles)
     except Exception as exc:  # noqa: BLE001
-        return (*shown(empty_view(error_html(failure(exc, "replay")))), position or 0)
+        return (*shown(empty_view(error_html(failure(exc, "replay"), **REPLAY_ERROR))), position or 0)
 
 
 class ReplayTab(NamedTuple):
@@ -148,7 +150,7 @@ def build_replay_tab() -> ReplayTab:
         try:
             opened = open_recording(bundled_name, uploaded)
         except Exception as exc:  # noqa: BLE001
-            return gr.update(choices=[], value=None), error_html(failure(exc, "opening a recording")), 0
+            return gr.update(choices=[], value=None), error_html(failure(exc, "opening a recording"), **REPLAY_ERROR), 0
         return gr.update(choices=opened.labels, value=opened.labels[0]), opened_html(opened), 0
 
     chosen = [bundled, upload, which]

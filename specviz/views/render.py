@@ -292,10 +292,12 @@ def status_html(state: str, headline: str, note: str = "") -> str:
             + (f'<p class="sv-note">{html.escape(note)}</p>' if note else "") + "</div>")
 
 
-def error_html(message: str) -> str:
-    return (f'<div class="sv-stats sv-error" role="alert"><strong>This run could not go ahead.</strong> '
-            f'{html.escape(message)}<br><span class="sv-note">Fix the settings and press Run again; '
-            f'the summary shows acceptance and speedup after a run.</span></div>')
+RUN_ADVICE = "Fix the settings and press Run again; the summary shows acceptance and speedup after a run."
+
+
+def error_html(message: str, *, heading: str = "This run could not go ahead.", advice: str = RUN_ADVICE) -> str:
+    return (f'<div class="sv-stats sv-error" role="alert"><strong>{html.escape(heading)}</strong> '
+            f'{html.escape(message)}<br><span class="sv-note">{html.escape(advice)}</span></div>')
 
 
 def idle_html() -> str:
