@@ -131,6 +131,13 @@ def test_run_then_stop(app_url, browser):
     assert "done" in page.locator("#baseline").inner_text()
     print(summary)
 
+    # Download recording: the file reads back (no model) to the run the page shows.
+    from specviz.runs import recording
+    with page.expect_download(timeout=30_000) as download:
+        page.locator("#record").click()
+    recorded = recording.load(download.value.path()).runs[0]
+    assert f"{recorded.stats.tokens} tokens in {recorded.stats.cycles} passes" in summary
+
     if os.environ.get("SPECVIZ_SCREENSHOT"):
         page.screenshot(path=os.environ["SPECVIZ_SCREENSHOT"], full_page=True)
     if os.environ.get("SPECVIZ_SCREENSHOT_DARK"):
