@@ -124,6 +124,18 @@ def test_parse_configs_reads_strings_from_the_page():
         (None, "self:3", 2, False, 0.5, False)
 
 
+def test_compare_puts_a_chain_and_a_tree_side_by_side(tiny):
+    from specviz.runs import compare, config_labels
+
+    chain, tree = compare_tab.parse_configs([[True, "", "self:2", 3, False, 0, 1], [True, "", "self:2", 3, False, 0, "2"]],
+                                            max_new_tokens=24, seed=None, chat=False, limits=LOCAL)
+    assert (chain.branch, tree.branch) == (1, 2) and config_labels([chain, tree]) == ["self:2 k=3", "self:2 k=3 tree b=2"]
+    comparison = compare([chain, tree], PROMPT, loader=tiny.loader)
+    first, second = comparison.results
+    assert not any(c.is_tree for c in first.cycles) and any(c.is_tree for c in second.cycles)
+    assert first.tokens == second.tokens == first.baseline_tokens         # both lossless, one shared baseline
+
+
 def test_export_writes_one_folder_and_old_folders_go(tiny, tmp_path, monkeypatch):
     import os
     import tempfile

@@ -28,6 +28,8 @@ def config_label(settings: RunSettings, *, with_target: bool = False) -> str:
     else:
         k = f"k={settings.k}"
     parts = [settings.draft or "ngram", k]
+    if settings.branch > 1:
+        parts.append(f"tree b={settings.branch}")
     if settings.temperature > 0:
         parts.append(f"T={settings.temperature:g}")
     if with_target:

@@ -26,16 +26,17 @@ from .common import (CHAT, export_folder, CONCURRENCY_ID, RAW, TICK, Throttle, e
 
 MAX_CONFIGS = 4
 COMPARE_GPU_SECONDS = 300          # ZeroGPU time for a comparison or a sweep (several runs in one call)
-CONFIG_HEADERS = ["use", "target (blank: built-in)", "draft", "k", "dynamic k", "temperature"]
+CONFIG_HEADERS = ["use", "target (blank: built-in)", "draft", "k", "dynamic k", "temperature", "tree branch"]
 DEFAULT_CONFIGS = [
-    [True, "", "ngram", 4, False, 0.0],
-    [True, "", "self:20", 4, False, 0.0],
-    [True, "", "ngram", 4, True, 0.0],
-    [False, "", "self:12", 2, False, 0.0],
+    [True, "", "ngram", 4, False, 0.0, 1],
+    [True, "", "self:20", 4, False, 0.0, 1],
+    [True, "", "ngram", 4, True, 0.0, 1],
+    [False, "", "self:12", 2, False, 0.0, 2],
 ]
 DRAFT_HELP = ("**draft**: `ngram` (prompt lookup), `ngram-tree` (prompt lookup as a token tree), `suffix` (suffix decoding), `self:L` (the target's first L layers, early exit) or a model "
               "id / folder sharing the target's tokenizer. **dynamic k**: +2 after a fully accepted cycle, \u22121 "
-              "after a rejection. **temperature** 0 is greedy. Each configuration runs in turn on the same "
+              "after a rejection. **temperature** 0 is greedy. **tree branch** above 1 (draft models and `self:L`): an "
+              "EAGLE-2 token tree of 16 nodes. Each configuration runs in turn on the same "
               "device against one plain-decoding baseline.")
 DEFAULT_PROMPT = ("Rewrite this sentence in the passive voice, keeping every other word: The committee approved "
                   "the new budget after a long debate, and the mayor signed the new budget the next morning.")
@@ -52,13 +53,14 @@ def parse_configs(rows, *, max_new_tokens, seed, chat: bool, limits: Limits) -> 
         if not isinstance(row, (list, tuple)):
             raise SpecvizError(f"Row {n} of the configurations is not a row.")
         row = list(row) + [None] * (len(CONFIG_HEADERS) - len(row))
-        use, target, draft, k, dynamic_k, temperature = row[: len(CONFIG_HEADERS)]
+        use, target, draft, k, dynamic_k, temperature, branch = row[: len(CONFIG_HEADERS)]
         if not flag(use):
             continue
         # A blank k or temperature cell means the default; validate reads blank target and draft cells.
         settings = RunSettings(target=target, draft=draft, k=4 if k in (None, "") else k, dynamic_k=dynamic_k,
                                temperature=0.0 if temperature in (None, "") else temperature,
-                               seed=seed, max_new_tokens=max_new_tokens, chat=chat)
+                               seed=seed, max_new_tokens=max_new_tokens, chat=chat,
+                               branch=1 if branch in (None, "") else branch)
         try:
             configs.append(validate(settings, limits))
         except SpecvizError as exc:
