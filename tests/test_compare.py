@@ -177,12 +177,13 @@ def test_cli_compare_prints_the_table_and_exports(tiny, monkeypatch, tmp_path, c
     assert code == 0
     assert "ngram k=4" in out and "self:2 k=4" in out and "plain decoding" in out
     assert ("won" in out or "came closest" in out) and "Greedy outputs" in out
-    assert f"wrote 4 files to {tmp_path / 'out'}" in out
+    assert f"wrote 5 files to {tmp_path / 'out'}" in out
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"cycles.jsonl", "cycles.csv", "summary.json",
-                                                              "charts.html"}
+                                                              "recording.json", "charts.html"}
     # The recording holds both configurations, each against the shared baseline.
     from specviz.runs import recording
     recorded = recording.load(tmp_path / "c.json")
+    assert recording.load(tmp_path / "out" / "recording.json").labels == recorded.labels   # the export has it too
     assert recorded.kind == "compare" and recorded.labels == ["ngram k=4", "self:2 k=4"]
     assert all(run.steps and run.stats.tokens == 12 for run in recorded.runs)
 

@@ -46,7 +46,7 @@ def read_csv(path):
 
 def test_files_are_written(exported):
     folder, written, note = exported
-    assert {p.name for p in written} == {"cycles.jsonl", "cycles.csv", "summary.json", "charts.html"}
+    assert {p.name for p in written} == {"cycles.jsonl", "cycles.csv", "summary.json", "recording.json", "charts.html"}
     assert note == ""
 
 

@@ -148,7 +148,7 @@ def test_export_writes_one_folder_and_old_folders_go(tiny, tmp_path, monkeypatch
     *_, final = views(compare_tab.compare_work(LOCAL, tiny.loader), PROMPT, ROWS[:2], 8, 0, CHAT)
     paths, note = compare_tab.export_files(final.result)
     names = {Path(p).name for p in paths}
-    assert names == {"cycles.jsonl", "cycles.csv", "summary.json", "charts.html"} and note == ""
+    assert names == {"cycles.jsonl", "cycles.csv", "summary.json", "recording.json", "charts.html"} and note == ""
     assert len({Path(p).parent for p in paths}) == 1 and not stale.exists()
     html = (Path(paths[0]).parent / "charts.html").read_text()
     assert html.count("* plotly.js (") == 1 and html.count('class="plotly-graph-div"') == 3

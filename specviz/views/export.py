@@ -1,5 +1,6 @@
 """A comparison (or a single run) as files: `cycles.jsonl` (the full records), `cycles.csv` (one plain
-value per cell, for a spreadsheet, `csv` or pandas), `summary.json`, and `charts.html`: every chart in
+value per cell, for a spreadsheet, `csv` or pandas), `summary.json`, `recording.json` (every run, to
+replay or report with no model: `runs.recording`), and `charts.html`: every chart in
 one standalone page (plotly.js embedded once, so it opens offline) and, when kaleido can drive a
 Chrome or Chromium, one PNG per chart.
 
@@ -19,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..catalog import plotly_js
+from ..runs import recording
 from .prose import winner_line
 
 log = logging.getLogger(__name__)
@@ -192,5 +194,8 @@ def export_comparison(comparison, directory: Path | str, *, figures: Mapping[str
     summary_path.write_text(json.dumps(summary(comparison, sweep=sweep), indent=2, ensure_ascii=False),
                             encoding="utf-8")
     written.append(summary_path)
+    if comparison.results:   # every configuration's run, to replay or report without the models
+        written.append(recording.save(directory / "recording.json", comparison.results, comparison.labels,
+                                      kind="compare"))
     chart_files, note = write_figures(figures or {}, directory, png=png)
     return written + chart_files, note
