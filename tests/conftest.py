@@ -47,6 +47,19 @@ def make_gpt2(seed: int, layers: int = 3, vocab: int = VOCAB, hidden: int = 64, 
     return model
 
 
+def make_qwen2(seed: int, layers: int = 3, vocab: int = VOCAB, hidden: int = 64, eos: int | None = None):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         initializer_range=0.3, bos_token_id=None, eos_token_id=eos, pad_token_id=None,
+                         use_sliding_window=False)
+    model = Qwen2ForCausalLM(config).eval()
+    model.generation_config.eos_token_id = eos
+    return model
+
+
 def truncated_copy(model, layers: int):
     """A smaller draft that shares the target's first layers' weights (copied), so it agrees with
     the target part of the time, like a real small draft model."""

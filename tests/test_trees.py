@@ -4,7 +4,7 @@ path, greedy output equal to `target.generate` for tree drafters, and the n-gram
 import pytest
 import torch
 
-from conftest import make_gpt2, make_llama
+from conftest import make_gpt2, make_llama, make_qwen2
 from specviz import speculative_decode
 from specviz.core import trees
 from specviz.core.drafters import Draft, Drafter, NgramTreeDrafter
@@ -60,7 +60,7 @@ def test_tree_mask_and_positions():
         trees.check_tree([0])
 
 
-@pytest.mark.parametrize("make", [make_llama, make_gpt2])
+@pytest.mark.parametrize("make", [make_llama, make_gpt2, make_qwen2])
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
 def test_ngram_tree_greedy_equals_generate(make, k):
     target = make(0)
@@ -158,7 +158,7 @@ def test_trie_draft_marks_nodes_only_earlier_requests_proposed():
     assert by_token == {1: False, 2: False, 3: False, 4: True, 5: True}
 
 
-@pytest.mark.parametrize("make", [make_llama, make_gpt2])
+@pytest.mark.parametrize("make", [make_llama, make_gpt2, make_qwen2])
 def test_suffix_on_repetitive_text_equals_generate(make):
     from specviz.core.drafters import SuffixDrafter
 
@@ -186,7 +186,7 @@ def draft_tree(draft, branch, budget):
     return DraftTreeDrafter(DraftModelDrafter(draft), branch, budget)
 
 
-@pytest.mark.parametrize("make", [make_llama, make_gpt2])
+@pytest.mark.parametrize("make", [make_llama, make_gpt2, make_qwen2])
 @pytest.mark.parametrize("k, branch, budget", [(1, 2, 4), (3, 2, 8), (4, 3, 16), (6, 4, 32)])
 def test_draft_model_trees_equal_generate(make, k, branch, budget):
     from conftest import truncated_copy
