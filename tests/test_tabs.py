@@ -1,6 +1,8 @@
 """The Compare, Teach and Explain tabs: built inside a small gr.Blocks, their work called directly on
 the tiny in-process pair."""
 
+import html
+import re
 from pathlib import Path
 
 import gradio as gr
@@ -44,18 +46,35 @@ def functions_of(blocks, component, event="click"):
 
 def test_model_events_share_the_gpu_queue_and_can_be_stopped(demo):
     blocks, compare, teach_ui, _, _ = demo
-    gpu_events = []
-    for button in (compare.compare, compare.sweep, teach_ui.run):
-        (fn,) = functions_of(blocks, button)
+    by_name = {fn.api_name: fn for fn in blocks.fns.values()}
+    gpu_events = [by_name["compare"], by_name["sweep"], by_name["teach"]]
+    for fn in gpu_events:
         assert fn.concurrency_id == common.CONCURRENCY_ID == "gpu" and fn.concurrency_limit == 1
-        gpu_events.append(fn)
+    # Compare's Stop is a signal its work reads (its last view then says "Stopped"); the buttons
+    # clear it before their work is queued. Teach's Stop cancels (it has no view to keep).
+    (stop_fn,) = functions_of(blocks, compare.stop)
+    signal = stop_fn.inputs[0]
+    assert stop_fn.fn.__qualname__ == "StopSignal.request" and not stop_fn.queue
+    assert all(fn.inputs[-1] is signal for fn in gpu_events[:2])
     ids = {fn_id: fn for fn_id, fn in blocks.fns.items()}
-    compare_cancels = [set(fn.cancels) for fn in functions_of(blocks, compare.stop) if fn.cancels]
     teach_cancels = [set(fn.cancels) for fn in functions_of(blocks, teach_ui.stop) if fn.cancels]
-    assert [ids[i] for i in sorted(compare_cancels[0])] == gpu_events[:2]
     assert [ids[i] for i in teach_cancels[0]] == [gpu_events[2]]
     # Stepping is instant and needs no queue slot.
     assert all(not fn.queue for fn in functions_of(blocks, teach_ui.next) + functions_of(blocks, teach_ui.previous))
+
+
+def test_a_stopped_comparison_keeps_what_finished_and_says_so(tiny):
+    signal = common.StopSignal()
+    shown = []
+    for view in compare_tab.compare_work(LOCAL, tiny.loader)(PROMPT, ROWS, 16, 0, CHAT, stop=signal):
+        if view is TICK:
+            continue
+        shown.append(view)
+        if isinstance(view.result, tuple) and len(view.result[0].results) == 1:
+            signal.request()                      # Stop, once the first configuration has finished
+    last = html.unescape(re.sub(r"<[^>]+>", " ", shown[-1].status))
+    assert "Stopped after 1 of 3 configurations" in last
+    assert len(shown[-1].result[0].results) == 1
 
 
 def test_the_explain_tab_listens_to_the_shared_last_run(demo):
@@ -265,3 +284,14 @@ def test_teach_steps_through_a_token_tree(tiny):
         step = teach_tab.step(view.run, index, 0)
         if view.run.cycles[index].is_tree and view.run.cycles[index].drafted:
             assert "form a **tree**" in step.narrative and step.verification.layout.title.text.startswith("The token tree")
+
+
+def test_a_stopped_prompt_set_comparison_says_so(tiny):
+    from specviz.ui import compare_sets
+
+    signal = common.StopSignal()
+    signal.request()
+    source = next(c for c in compare_sets.sources(LOCAL) if "rewrite" in c)
+    shown = [v for v in compare_tab.compare_work(LOCAL, tiny.loader)(PROMPT, ROWS, 8, 0, CHAT, source, None, 1,
+                                                                      stop=signal) if v is not TICK]
+    assert "Stopped: " in html.unescape(re.sub(r"<[^>]+>", " ", shown[-1].status))

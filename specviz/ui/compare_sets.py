@@ -58,7 +58,7 @@ def check_budget(configs: list[RunSettings], prompts: list[BenchPrompt], repeats
 
 
 def set_stream(configs: list[RunSettings], prompts: list[BenchPrompt], repeats, limits: Limits,
-               loader: Loader | None, view) -> Iterator[object]:
+               loader: Loader | None, view, stop=None) -> Iterator[object]:
     """The work of a prompt-set comparison: `view(status, table, plot, result)` after each finished
     run (progress with the time left in between, at most every few tenths of a second), TICKs otherwise."""
     repeats = whole_number("rounds", repeats, 1, MAX_REPEATS)
@@ -68,6 +68,11 @@ def set_stream(configs: list[RunSettings], prompts: list[BenchPrompt], repeats, 
     yield view(render.status_html(state, "Running\u2026 (the first run also loads the models)"), None, None, None)
     finished, throttle = 0, Throttle()
     for comparison in iter_prompt_set(configs, prompts, repeats=repeats, loader=loader or load):
+        if stop is not None and stop.requested:   # the finished runs stay, and their numbers
+            stopped = f"Stopped: {views.progress_line(comparison)}."
+            yield (full_view(comparison, state, view, headline=stopped) if comparison.results
+                   else view(render.status_html(state, stopped), None, None, None))
+            return
         if len(comparison.results) > finished:
             finished = len(comparison.results)
             yield full_view(comparison, state, view)
@@ -77,8 +82,8 @@ def set_stream(configs: list[RunSettings], prompts: list[BenchPrompt], repeats, 
             yield TICK
 
 
-def full_view(comparison: PromptSetComparison, state: str, view):
-    headline = views.winner_line(comparison) if comparison.done else views.progress_line(comparison)
+def full_view(comparison: PromptSetComparison, state: str, view, headline: str | None = None):
+    headline = headline or (views.winner_line(comparison) if comparison.done else views.progress_line(comparison))
     headers, rows = views.category_rows(comparison)
     tables = (render.table_html(views.TABLE_HEADERS, views.table_rows(comparison), label="over the prompts")
               + render.table_html(headers, rows, label="median speedup by category"))

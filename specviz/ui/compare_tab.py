@@ -21,7 +21,7 @@ from ..views.prompt_sets import write_files as write_set_files
 from ..views.prose import (SWEEP_HEADERS, TABLE_HEADERS, sweep_line, sweep_rows, table_rows, timing_note,
                            winner_line)
 from . import compare_sets
-from .common import (CHAT, export_folder, CONCURRENCY_ID, RAW, TICK, Throttle, error_html, failure, gpu_task,
+from .common import (CHAT, StopSignal, export_folder, CONCURRENCY_ID, RAW, TICK, Throttle, error_html, failure, gpu_task,
                      slider_max_new_tokens, streaming)
 
 MAX_CONFIGS = 4
@@ -151,13 +151,14 @@ def compare_work(limits: Limits, loader: Loader | None = None, *, sweep: bool = 
     configuration, a progress line in between, TICKs after every other event."""
 
     def work(prompt, rows, max_new_tokens, seed, prompt_format, source=compare_sets.ONE_PROMPT, upload=None,
-             repeats=1) -> Iterator[CompareView | object]:
+             repeats=1, stop: StopSignal | None = None) -> Iterator[CompareView | object]:
+        stop = stop or StopSignal()
         try:
             configs = parse_configs(rows, max_new_tokens=max_new_tokens, seed=seed, chat=prompt_format != RAW,
                                     limits=limits)
             if source != compare_sets.ONE_PROMPT and not sweep:
                 prompts = compare_sets.prompts_for(source, upload, limits)
-                yield from compare_sets.set_stream(configs, prompts, repeats, limits, loader, _set_view)
+                yield from compare_sets.set_stream(configs, prompts, repeats, limits, loader, _set_view, stop)
                 return
             prompt = check_prompt(prompt, limits)
             if sweep:
@@ -171,6 +172,12 @@ def compare_work(limits: Limits, loader: Loader | None = None, *, sweep: bool = 
             finished, throttle = 0, Throttle()
             for item in stream:
                 comparison = item.comparison if sweep else item
+                if stop.requested:   # the runs that finished stay; the one in progress is dropped
+                    done = f"Stopped after {len(comparison.results)} of {len(comparison.configs)} configurations."
+                    yield (compare_view(comparison, item if sweep else None, state=state)._replace(
+                        status=render.status_html(state, done)) if comparison.results
+                           else _only_status(render.status_html(state, done)))
+                    return
                 if len(comparison.results) > finished:
                     finished = len(comparison.results)
                     yield compare_view(comparison, item if sweep else None, state=state)
@@ -293,11 +300,14 @@ def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run:
         return flat_work
 
     events = []
+    stop_signal = gr.State(StopSignal())   # each session gets its own copy; see `StopSignal`
+    private = dict(queue=False, api_visibility="private")
     for button, is_sweep, name in ((run, False, "compare"), (run_sweep, True, "sweep")):
         handler = streaming(gpu_task(flat(compare_work(limits, loader, sweep=is_sweep)), duration=COMPARE_GPU_SECONDS))
-        events.append(button.click(handler, inputs, outputs, concurrency_limit=1, concurrency_id=CONCURRENCY_ID,
-                                   show_progress="minimal", api_name=name))
-    stop.click(lambda: gr.Info("Stopped."), None, None, cancels=events, queue=False, api_visibility="private")
+        events.append(button.click(StopSignal.clear, stop_signal, None, **private).then(
+            handler, [*inputs, stop_signal], outputs, concurrency_limit=1, concurrency_id=CONCURRENCY_ID,
+            show_progress="minimal", api_name=name))
+    stop.click(StopSignal.request, stop_signal, None, **private)
     source.change(lambda choice: gr.update(visible=choice == compare_sets.FROM_FILE), source, upload, queue=False,
                   api_visibility="private")
     export.click(export_work, [result, png], files, concurrency_limit=1, concurrency_id=CONCURRENCY_ID,
