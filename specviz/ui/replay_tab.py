@@ -73,8 +73,7 @@ def replay_work(bundled: str | None, upload: str | None, label: str | None, spee
                 time.sleep(min(wait, SLEEP_SLICE))
                 yield TICK
             if stop.requested:
-                view = renderer.view(run, "", final=True)
-                yield (*shown(view._replace(stats=render.stopped_html(view.stats))), len(run.cycles))
+                yield (*shown(renderer.stopped(run)), len(run.cycles))
                 return
             show, with_charts = throttle.due()
             if show:

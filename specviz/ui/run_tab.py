@@ -16,23 +16,15 @@ from ..catalog import load_examples
 from ..runs import Loader, load_stepwise, race
 from ..settings import Limits, RunSettings, check_prompt, parse_draft, validate
 from ..views import charts, render
-from ..views.run_view import RunRenderer, RunView, empty_view
+from ..views.run_view import RunRenderer, RunView, empty_view, stopped_view
 from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
                      PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK,
                      StopSignal, Throttle, draft_spec, recording_button, session_drafter, error_html, failure, gpu_task, presets, slider_max_new_tokens, streaming)
 
 
-class RunPage(NamedTuple):
-    """What the Run button's work yields, in the order of its outputs: the run's views, then the
-    Download recording button (offered once the run has finished or stopped)."""
-    tokens: str
-    baseline: str
-    acceptance: object
-    per_pass: object
-    race: object
-    positions: object
-    stats: str
-    record: object
+# What the Run button's work yields, in the order of its outputs: the run's views (`RunView`'s
+# fields), then the Download recording button (offered once the run has finished or stopped).
+RunPage = NamedTuple("RunPage", [*RunView.__annotations__.items(), ("record", object)])
 
 
 FIGURES = ("acceptance", "per_pass", "race", "positions")
@@ -73,13 +65,13 @@ def run_work(limits: Limits, loader: Loader | None = None):
                                               top_p, top_k, max_new_tokens, seed, prompt_format, limits, branch)
             prompt = check_prompt(prompt, limits)
             if stop.requested:   # stopped while it waited for the queue
-                yield page(empty_view(render.stopped_html(render.idle_html())))
+                yield page(stopped_view())
                 return
             loading = render.summary_loading_html(settings.target, settings.draft)
             yield page(empty_view(loading))
             for pair in load_stepwise(settings, loader):
                 if stop.requested:   # the load goes on in the background, into the model cache
-                    yield page(empty_view(render.stopped_html(render.idle_html())))
+                    yield page(stopped_view())
                     return
                 if pair is None:
                     yield TICK
@@ -89,8 +81,7 @@ def run_work(limits: Limits, loader: Loader | None = None):
             throttle = Throttle()
             for run in race(settings, prompt, session_drafter(pair, memory), baseline=True):
                 if stop.requested:
-                    view = renderer.view(run, "", final=True)
-                    yield page(view._replace(stats=render.stopped_html(view.stats)), recording_button(run, "stopped"))
+                    yield page(renderer.stopped(run), recording_button(run, "stopped"))
                     return
                 show, with_charts = throttle.due()
                 if not show:

@@ -25,6 +25,11 @@ def empty_view(stats: str = "") -> RunView:
     return RunView(render.token_view_html([]), render.baseline_html(""), *charts.run_figures(), stats)
 
 
+def stopped_view() -> RunView:
+    """A run stopped before it decoded anything."""
+    return empty_view(render.stopped_html(render.idle_html()))
+
+
 def describe(run: Run) -> str:
     s = run.settings
     sampling = ("greedy" if s.temperature == 0 else
@@ -60,3 +65,8 @@ class RunRenderer:
                     notes.append(note)
             stats = render.summary_html(run, state=state, notes=notes)
         return RunView(tokens, baseline, *figures, stats)
+
+    def stopped(self, run: Run) -> RunView:
+        """The run as it stood when a Stop ended it, under the banner that says so."""
+        view = self.view(run, "", final=True)
+        return view._replace(stats=render.stopped_html(view.stats))
