@@ -24,7 +24,7 @@ from typing_extensions import TypedDict   # pydantic needs this one on Python < 
 import pydantic
 
 from ..core.events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle, Step
-from ..core.trees import NOT_REACHED
+from ..core.trees import NOT_REACHED, check_tree
 from ..errors import SpecvizError
 from ..settings import LOCAL, RunSettings, validate
 from .run import CycleText, Run, _interleave, environment
@@ -237,8 +237,12 @@ def _check_cycle(cycle: Cycle, text: CycleText, number: int) -> None:
     if cycle.from_earlier is not None and len(cycle.from_earlier) != n:
         raise ValueError(f"{where}: one 'from earlier' mark per drafted token expected")
     if cycle.is_tree:
-        if len(cycle.parents) != n or any(not -1 <= p < i for i, p in enumerate(cycle.parents)):
-            raise ValueError(f"{where}: its tree's parents are invalid")
+        try:
+            if len(cycle.parents) != n:
+                raise ValueError
+            check_tree(cycle.parents)
+        except ValueError:
+            raise ValueError(f"{where}: its tree's parents are invalid") from None
         if cycle.path is None or any(not 0 <= node < n for node in cycle.path):
             raise ValueError(f"{where}: its tree's path is invalid")
         if cycle.node_verdicts is not None and (len(cycle.node_verdicts) != n
@@ -270,14 +274,19 @@ def timeline(recorded: Run) -> list[tuple[float, Cycle | Step]]:
     return events
 
 
-def replay(recorded: Run) -> Iterator[tuple[float, Run]]:
-    """Play a finished run back: yields (time on the event's clock, the run so far) after each event,
-    the same `Run` growing as it did live. The last one equals `recorded` in every number."""
+def replay(recorded: Run, events: list[tuple[float, Cycle | Step]] | None = None) -> Iterator[tuple[float, Run]]:
+    """Play a finished run back: yields (time on the event's clock, the run so far) after each event
+    of `events` (default: its whole `timeline`), one fresh `Run` growing as it did live. After the
+    whole timeline it equals `recorded` in every number. A run with no events is yielded once."""
     run = dataclasses.replace(recorded, cycles=[], texts=[], steps=[], step_texts=[], spec_done=False,
                               plain_done=False, _stats=(-1, None), _speed=((-1, -1), None))
     texts = dict(zip(map(id, recorded.cycles), recorded.texts))
     step_texts = dict(zip(map(id, recorded.steps), recorded.step_texts))
-    for seconds, event in timeline(recorded):
+    events = timeline(recorded) if events is None else events
+    if not events:
+        run.spec_done, run.plain_done = recorded.spec_done, recorded.plain_done
+        yield 0.0, run
+    for seconds, event in events:
         if isinstance(event, Cycle):
             run.cycles.append(event)
             run.texts.append(texts[id(event)])
@@ -287,16 +296,13 @@ def replay(recorded: Run) -> Iterator[tuple[float, Run]]:
             run.step_texts.append(step_texts[id(event)])
             run.plain_done = len(run.steps) == len(recorded.steps) and recorded.plain_done
         yield seconds, run
-    run.spec_done, run.plain_done = recorded.spec_done, recorded.plain_done
-    yield (max((t for t, _ in timeline(recorded)), default=0.0)), run
 
 
 def up_to_cycle(recorded: Run, cycles: int) -> Run:
-    """The run as its replay shows it once `cycles` speculative cycles have been played."""
-    shown = None
-    for _, run in replay(recorded):
-        if len(run.cycles) > cycles:
-            break
-        shown = dataclasses.replace(run, cycles=list(run.cycles), texts=list(run.texts), steps=list(run.steps),
-                                    step_texts=list(run.step_texts), _stats=(-1, None), _speed=((-1, -1), None))
-    return shown
+    """The run as its replay shows it once `cycles` speculative cycles have been played (and the
+    plain steps before the next cycle)."""
+    events = timeline(recorded)
+    cycle_places = [i for i, (_, event) in enumerate(events) if isinstance(event, Cycle)]
+    end = cycle_places[cycles] if cycles < len(cycle_places) else len(events)
+    *_, (_, run) = replay(recorded, events[:end])
+    return run
