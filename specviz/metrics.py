@@ -89,6 +89,11 @@ def cost_ratio(cycles: Sequence[Cycle]) -> float:
     return ratio(per_draft_token, per_pass)
 
 
+def draft_reach(cycle: Cycle) -> int:
+    """How deep a cycle's draft went: a chain's length, a tree's deepest node."""
+    return max(trees.depths(cycle.parents), default=0) if cycle.is_tree else len(cycle.drafted)
+
+
 def summarize(cycles: Sequence[Cycle]) -> SpecStats:
     cycles = list(cycles)
     drafted = sum(len(c.drafted) for c in cycles)
@@ -97,7 +102,7 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
     tokens = sum(len(c.emitted) for c in cycles)
     # A chain reaches as deep as it drafted; a tree as deep as its deepest node. Acceptance by
     # position is by depth: of the cycles whose draft reached depth i, the share that accepted it.
-    reach = [max(trees.depths(c.parents), default=0) if c.is_tree else len(c.drafted) for c in cycles]
+    reach = [draft_reach(c) for c in cycles]
     longest = max(reach + [c.k for c in cycles] + [0])
     histogram = [0] * (longest + 1)
     for c in cycles:

@@ -255,12 +255,13 @@ def drafter_for(settings: RunSettings, pair: ModelPair) -> Drafter:
     return DraftTreeDrafter(pair.draft, settings.branch, settings.tree_budget)
 
 
-def _warm_up(settings: RunSettings, pair: ModelPair, input_ids: torch.Tensor, options: dict) -> None:
+def _warm_up(settings: RunSettings, pair: ModelPair, drafter: Drafter, input_ids: torch.Tensor,
+             options: dict) -> None:
     """Run the shapes the timed run will use once (a prefill, a one-token step, a (k+1)-token pass),
     so that neither method pays one-time costs (allocator growth, kernel selection) on the clock."""
     k = max(settings.k, settings.max_k or 0)
     warm = dict(options, max_new_tokens=min(settings.max_new_tokens, k + 2), temperature=0.0)
-    for _ in speculative_decode(pair.target, drafter_for(settings, pair).without_memory(), input_ids, k=k, **warm):
+    for _ in speculative_decode(pair.target, drafter.without_memory(), input_ids, k=k, **warm):
         pass
     for _ in autoregressive_decode(pair.target, input_ids, **dict(warm, max_new_tokens=2)):
         pass
@@ -283,7 +284,7 @@ def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool 
     except ValueError as error:
         raise SpecvizError(str(error)) from None
     if warm_up:
-        _warm_up(settings, pair, input_ids, options)
+        _warm_up(settings, pair, drafter, input_ids, options)
     prompt_ids = input_ids[0].tolist()
     draft_name = pair.draft_name + (f" tree (top-{settings.branch}, {settings.tree_budget} nodes)"
                                     if drafter is not pair.draft else "")

@@ -17,9 +17,8 @@ from itertools import accumulate
 
 import plotly.graph_objects as go
 
-from ..core import trees
 from ..core.events import Cycle, Step
-from ..metrics import SpecStats, Speed, running_speedup
+from ..metrics import SpecStats, Speed, draft_reach, running_speedup
 from .render import COLOURS
 
 SPEC_COLOUR, PLAIN_COLOUR, THEORY_COLOUR = "#0072B2", "#7f7f7f", "#CC79A7"
@@ -127,7 +126,7 @@ def position_figure(cycles: Sequence[Cycle], stats: SpecStats | None) -> go.Figu
     """For draft position i (a tree's depth i): the share of drafts reaching it whose token there was
     accepted."""
     by_position = stats.acceptance_by_position if cycles and stats is not None else []
-    reach = [max(trees.depths(c.parents), default=0) if c.is_tree else len(c.drafted) for c in cycles]
+    reach = [draft_reach(c) for c in cycles]
     reached = [sum(r > i for r in reach) for i in range(len(by_position))]
     x = list(range(1, len(by_position) + 1))
     what = "depth" if any(c.is_tree for c in cycles) else "draft position"

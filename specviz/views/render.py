@@ -13,6 +13,7 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..core import trees
 from ..core.events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle
 from ..runs.run import CycleText
 
@@ -86,14 +87,12 @@ def tree_note(cycle: Cycle, text: CycleText) -> str:
     if not cycle.is_tree:
         return ""
     verdicts = cycle.verdicts
-    kids = {}
-    for node, parent in enumerate(cycle.parents):
-        kids.setdefault(parent, []).append(node)
+    kids = trees.children(cycle.parents)   # kids[node + 1]: a node's children; kids[0]: the root's
 
     def branch(node: int) -> str:   # a node's text and its first descendants' after it
         out = text.drafted[node]
-        while kids.get(node):
-            node = kids[node][0]
+        while kids[node + 1]:
+            node = kids[node + 1][0]
             out += text.drafted[node]
         return out
 

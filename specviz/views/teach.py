@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 
 from . import render
 from .charts import layout
+from ..core import trees
 from ..core.events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle
 
 TokenText = Callable[[int], str]
@@ -174,12 +175,10 @@ def tree_tries(cycle: Cycle, text_of: TokenText) -> list[str]:
     """A tree's verification node by node, in the order the target tried the children: at each node
     it reached, each child until one was accepted (greedy: the child equal to its argmax; sampling:
     a draw u against what is left of its distribution)."""
-    kids: dict[int, list[int]] = {}
-    for node, parent in enumerate(cycle.parents):
-        kids.setdefault(parent, []).append(node)
+    kids = trees.children(cycle.parents)   # kids[node + 1]: a node's children; kids[0]: the root's
     lines, draws, step = [], iter(cycle.uniforms), 0
     for depth, visited in enumerate([-1] + cycle.accepted_nodes):
-        tried = [c for c in kids.get(visited, []) if cycle.verdicts[c] != NOT_REACHED_NODE]
+        tried = [c for c in kids[visited + 1] if cycle.verdicts[c] != NOT_REACHED_NODE]
         if not tried:
             break
         where = "after the last token" if visited < 0 else f"after {_md_token(text_of(cycle.drafted[visited]))}"
