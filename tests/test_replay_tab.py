@@ -98,3 +98,18 @@ def test_bundled_recordings_open_and_the_tab_is_in_the_hosted_demo():
     assert "Replay" in tabs
     dropdown = next(c for c in config["components"] if c["props"].get("elem_id") == "replay-bundled")
     assert dropdown["props"]["value"] in files
+
+
+def test_a_file_is_read_once_per_version(recorded, tmp_path):
+    import os
+    import shutil
+
+    _, path = recorded
+    copy = tmp_path / "copy.json"
+    shutil.copy(path, copy)
+    first = replay_tab.open_recording(None, str(copy))
+    assert replay_tab.open_recording(None, str(copy)) is first         # Next / Previous reuse it
+    text = copy.read_text().replace('"label":"', '"label":"edited ', 1)
+    copy.write_text(text)
+    os.utime(copy, ns=(first_ns := os.stat(copy).st_mtime_ns + 1_000_000, first_ns))
+    assert replay_tab.open_recording(None, str(copy)).labels[0].startswith("edited ")

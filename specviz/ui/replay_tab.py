@@ -6,6 +6,8 @@ same in hosted mode.
 
 from __future__ import annotations
 
+import functools
+import os
 import time
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -33,12 +35,27 @@ SLEEP_SLICE = 0.1                   # a Stop lands within this long while a repl
 def open_recording(bundled: str | None, upload: str | None) -> Recording:
     """The chosen recording: an upload wins over the bundled choice."""
     if upload:
-        return recording.load(upload)
+        return _load(upload)
     files = bundled_recordings()
     if bundled in files:
-        return recording.load(files[bundled])
+        return _load(files[bundled])
     raise SpecvizError("Choose a bundled recording or upload one (a .json file from Download recording, "
                        "`python -m specviz run --record FILE` or `compare --record FILE`).")
+
+
+def _load(path) -> Recording:
+    """`recording.load`, read and checked once per file version: Play, Next and Previous each open
+    the chosen file again (a replay never changes what it reads)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return recording.load(path)          # its message for a file that cannot be read
+    return _load_version(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_version(path: str, mtime_ns: int, size: int) -> Recording:
+    return recording.load(path)
 
 
 def chosen_run(bundled: str | None, upload: str | None, label: str | None):
