@@ -53,8 +53,7 @@ def run_record(run: Run, label: str | None = None) -> dict:
         "dtype": run.dtype, "device": run.device, "clock": run.clock,
         "prompt_tokens": run.prompt_tokens, "eos_token_ids": list(run.eos_token_ids),
         "baseline": run.baseline, "spec_done": run.spec_done, "plain_done": run.plain_done,
-        "cycles": [{**c.to_dict(), "drafted_text": t.drafted, "correction_text": t.correction}
-                   for c, t in zip(run.cycles, run.texts)],
+        "cycles": run.cycle_records(),
         "steps": [{**dataclasses.asdict(s), "text": text} for s, text in zip(run.steps, run.step_texts)],
         "text": run.text,
         "summary": run.summary(),

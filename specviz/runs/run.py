@@ -188,11 +188,14 @@ class Run:
                            expected_speedup_ideal=ideal_speedup(self.stats, speed))
         return summary
 
+    def cycle_records(self) -> list[dict]:
+        """Every cycle's fields and its token texts (for `--json` and recordings)."""
+        return [{**c.to_dict(), "drafted_text": t.drafted, "correction_text": t.correction}
+                for c, t in zip(self.cycles, self.texts)]
+
     def to_json(self) -> dict:
         return {"settings": self.settings.to_dict(), "prompt": self.prompt, "text": self.text,
-                "cycles": [{**c.to_dict(), "drafted_text": t.drafted, "correction_text": t.correction}
-                           for c, t in zip(self.cycles, self.texts)],
-                "summary": self.summary(), "environment": environment(self.device)}
+                "cycles": self.cycle_records(), "summary": self.summary(), "environment": environment(self.device)}
 
 
 def environment(device: str) -> dict:
