@@ -11,10 +11,9 @@ from pathlib import Path
 
 from ..errors import SpecvizError
 from ..runs import recording
-from ..views.prose import summary_lines
 from ..views.report import report_html
 from . import check_output_file
-from .run import RICH_STYLES, cycle_rich_text
+from .run import cycle_rich_text, print_legend_and_summary
 
 
 def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,10 +47,7 @@ def replay_main(args: argparse.Namespace) -> int:
                 console.print(cycle_rich_text(cycle, text, first=shown == 0), end="")
                 shown += 1
         console.print()
-        console.print("legend: " + "  ".join(f"[{style}]{name}[/]" for name, style in RICH_STYLES.items())
-                      + "  [dim]| cycle boundary[/]")
-        for line in summary_lines(run):
-            console.print(line, markup=False, soft_wrap=True)
+        print_legend_and_summary(console, run)
         console.print()
     return 0
 

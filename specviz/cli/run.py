@@ -43,6 +43,14 @@ def cycle_rich_text(cycle, cycle_text, *, first: bool = False):
     return text
 
 
+def print_legend_and_summary(console, run: Run) -> None:
+    """After a run's tokens: the verdict legend, then its summary lines (`run` and `replay`)."""
+    console.print("legend: " + "  ".join(f"[{style}]{name}[/]" for name, style in RICH_STYLES.items())
+                  + "  [dim]| cycle boundary[/]")
+    for line in summary_lines(run):
+        console.print(line, markup=False, soft_wrap=True)
+
+
 def rich_text(run: Run):
     """The run's tokens as rich text, one style per verdict, cycles separated by a dim bar."""
     from rich.text import Text
@@ -72,10 +80,7 @@ def main(args: argparse.Namespace) -> int:
     console = Console(no_color=args.no_color, highlight=False)
     console.print(rich_text(run))
     console.print()
-    console.print("legend: " + "  ".join(f"[{style}]{name}[/]" for name, style in RICH_STYLES.items())
-                  + "  [dim]| cycle boundary[/]")
-    for line in summary_lines(run):
-        console.print(line, markup=False, soft_wrap=True)
+    print_legend_and_summary(console, run)
     for path in (args.json, args.record):
         if path:
             console.print(f"wrote {path}", markup=False, soft_wrap=True)
