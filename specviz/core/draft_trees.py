@@ -113,6 +113,5 @@ class DraftTreeDrafter(Drafter):
                 seen[row, fed[ancestor]] = True
                 ancestor = parents[ancestor]
             seen[row, start + row] = True
-        mask = torch.zeros(seen.shape, dtype=dtype, device=device).masked_fill_(~seen, torch.finfo(dtype).min)
         positions = torch.tensor([[self.prefix - 1 + depth[node] for node in expand]], device=device)
-        return mask[None, None], positions
+        return trees.additive_mask(seen, dtype), positions

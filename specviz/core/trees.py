@@ -81,10 +81,16 @@ def tree_inputs(parents: list[int], cached: int, prefix: int, dtype: torch.dtype
         if parent >= 0:
             seen[row] |= seen[prefix + parent]
         seen[row, cached + prefix + node] = True
-    mask = torch.zeros(seen.shape, dtype=dtype, device=device).masked_fill_(~seen, torch.finfo(dtype).min)
     last = cached + prefix - 1
     positions = list(range(cached, cached + prefix)) + [last + d for d in depths(parents)]
-    return mask[None, None], torch.tensor([positions], device=device)
+    return additive_mask(seen, dtype), torch.tensor([positions], device=device)
+
+
+def additive_mask(seen: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A (rows, columns) "may attend" matrix as the (1, 1, rows, columns) float mask transformers adds
+    to attention scores: 0 where seen, the dtype's minimum elsewhere."""
+    mask = torch.zeros(seen.shape, dtype=dtype, device=seen.device).masked_fill_(~seen, torch.finfo(dtype).min)
+    return mask[None, None]
 
 
 def keep_path(cache, keep: int, path_positions: list[int]) -> None:
