@@ -40,7 +40,8 @@ import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig  # noqa: E402
 
 from specviz.catalog import BenchPrompt  # noqa: E402
-from specviz.core.decoding import Clock, autoregressive_decode, speculative_decode  # noqa: E402
+from specviz.core.decoding import autoregressive_decode, speculative_decode  # noqa: E402
+from specviz.core.timing import Clock  # noqa: E402
 from specviz.models import ModelPair, make_drafter  # noqa: E402
 from specviz.models.tiny import ByteTokenizer  # noqa: E402
 from specviz.runs.bench import Setup, run_bench, run_transformers, summarize_rows, transformers_settings  # noqa: E402

@@ -13,7 +13,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specviz.core import trees  # noqa: E402
-from specviz.core.decoding import Clock  # noqa: E402
+from specviz.core.timing import Clock  # noqa: E402
 from specviz.models import load_pair  # noqa: E402
 
 

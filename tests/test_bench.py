@@ -11,7 +11,7 @@ import torch
 
 from specviz.catalog import load_bench_prompts
 from specviz.cli import entry
-from specviz.core.decoding import Clock
+from specviz.core.timing import Clock
 from specviz.errors import SpecvizError
 from specviz.models import Detokenizer, encode_prompt
 from specviz.models.tiny import ByteTokenizer, encode_bytes, tiny_pair

@@ -160,6 +160,54 @@ def test_caches_are_reused_not_recomputed(pairs, prompt):
     assert seen["draft"] == (T - 1) + sum(len(c.drafted) for c in cycles) + full
 
 
+def test_garbage_collection_waits_outside_the_timed_work(pairs, prompt):
+    """A full collection under the web app costs ~0.3 s: it must never land inside a timed pass or
+    step. The collector is off in every forward (target and draft) and back on between events."""
+    import gc
+
+    target, drafts = pairs["llama"]
+    draft = drafts["smaller"]
+    seen = []
+    handles = [m.register_forward_pre_hook(lambda module, args: seen.append(gc.isenabled())) for m in (target, draft)]
+    between = []
+    try:
+        assert gc.isenabled()
+        for _ in speculative_decode(target, draft, prompt, max_new_tokens=12, k=3):
+            between.append(gc.isenabled())
+        for _ in autoregressive_decode(target, prompt, max_new_tokens=4):
+            between.append(gc.isenabled())
+    finally:
+        for h in handles:
+            h.remove()
+    assert seen and not any(seen)
+    assert between and all(between) and gc.isenabled()
+
+
+def test_collector_pauses_nest_across_threads():
+    """Two overlapping timed regions: the collector stays off until the last one closes."""
+    import gc
+    import threading
+
+    from specviz.core.timing import collector_paused
+
+    inside, release = threading.Event(), threading.Event()
+
+    def other():
+        with collector_paused():
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    inside.wait(10)
+    with collector_paused():
+        assert not gc.isenabled()
+    assert not gc.isenabled()        # the other thread's region is still open
+    release.set()
+    thread.join(10)
+    assert gc.isenabled()
+
+
 def test_padded_draft_vocabulary(prompt):
     target = make_llama(0, vocab=97)
     padded = make_llama(0, vocab=128)  # same seed, different embedding size: not the same model

@@ -199,6 +199,7 @@ def test_the_default_example_measures_the_same_speedup_in_every_fresh_app(browse
             page.locator("#run").click()           # the page's defaults: the default example
             summary = wait_for_stats(page, r"Finished|could not go ahead", RUN_SECONDS)
             figures.append(float(SPEEDUP.search(summary).group(1)))
+            print(f"start {start + 1}:", " / ".join(summary.splitlines()[:2]))
             assert "too short to measure reliably" not in summary, summary
             page.close()
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")

@@ -3,7 +3,6 @@ yield one event per target pass. Batch size 1. The loops know nothing about toke
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator
 
 import torch
@@ -13,28 +12,7 @@ from .drafters import Draft, Drafter, DraftModelDrafter
 from .events import BONUS, RESAMPLED, Cycle, Step
 from . import trees
 from .sampling import Sampler, top_tokens, validate_sampling, verify_greedy, verify_sampled
-
-
-class Clock:
-    """The clock every event is timed with, chosen for the device.
-
-    GPU (and MPS): wall time, read after the device has finished its queued work. CPU with one torch
-    thread: this thread's own CPU time: every op of a forward then runs on the calling thread, so
-    other processes on the machine (the browser, the web server) cannot inflate it. CPU with more
-    threads: wall time (another thread's work would be missed by a thread clock)."""
-
-    def __init__(self, device: torch.device):
-        self.sync = {"cuda": torch.cuda.synchronize, "mps": getattr(torch.mps, "synchronize", None)}.get(device.type)
-        if device.type == "cpu" and torch.get_num_threads() == 1:
-            self.read, self.name = time.thread_time, "thread CPU time"
-        else:
-            self.read = time.perf_counter
-            self.name = "wall clock, device-synchronised" if self.sync else "wall clock"
-
-    def __call__(self) -> float:
-        if self.sync is not None:
-            self.sync()
-        return self.read()
+from .timing import Clock, timed_events
 
 
 def eos_ids(target: PreTrainedModel, eos_token_id: int | Iterable[int] | None) -> set[int]:
@@ -90,8 +68,8 @@ def speculative_decode(target: PreTrainedModel, draft: PreTrainedModel | Drafter
     if max_k < k:
         raise ValueError(f"max_k ({max_k}) must be >= k ({k})")
     drafter = as_drafter(draft, target)
-    return _speculative_cycles(target, drafter, input_ids, max_new_tokens, k, temperature, top_k, top_p,
-                               seed, dynamic_k, max_k, eos_ids(target, eos_token_id))
+    return timed_events(_speculative_cycles(target, drafter, input_ids, max_new_tokens, k, temperature, top_k,
+                                            top_p, seed, dynamic_k, max_k, eos_ids(target, eos_token_id)))
 
 
 @torch.inference_mode()
@@ -257,7 +235,8 @@ def autoregressive_decode(target: PreTrainedModel, input_ids: torch.Tensor, max_
     """Plain decoding, one target forward per token, with the same sampling rules. The baseline
     every speedup is measured against."""
     _validate(input_ids, max_new_tokens, temperature, top_k, top_p)
-    return _steps(target, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_ids(target, eos_token_id))
+    return timed_events(_steps(target, input_ids, max_new_tokens, temperature, top_k, top_p, seed,
+                               eos_ids(target, eos_token_id)))
 
 
 @torch.inference_mode()

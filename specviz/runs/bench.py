@@ -35,7 +35,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..catalog import BenchPrompt
-from ..core.decoding import Clock
+from ..core.timing import Clock, collector_paused
 from ..core.drafters import PromptLookupDrafter
 from ..metrics import median, ratio
 from ..models import ModelPair
@@ -156,7 +156,7 @@ def run_transformers(setup: Setup, input_ids: torch.Tensor, clock: Callable[[], 
 
     handle = target.register_forward_pre_hook(count)
     try:
-        with generation_config_set(assistant, assistant_config), torch.inference_mode():
+        with generation_config_set(assistant, assistant_config), torch.inference_mode(), collector_paused():
             start = clock()
             out = target.generate(input_ids, do_sample=False, num_beams=1,
                                   max_new_tokens=max_new_tokens or setup.settings.max_new_tokens,

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..core.decoding import Clock, autoregressive_decode, speculative_decode
+from ..core.decoding import autoregressive_decode, speculative_decode
+from ..core.timing import Clock
 from ..core.draft_trees import DraftTreeDrafter
 from ..core.drafters import DraftModelDrafter, Drafter
 from ..core.events import Cycle, Step
