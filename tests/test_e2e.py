@@ -172,6 +172,28 @@ def test_run_then_stop(app_url, browser):
     page.close()
 
 
+def test_teach_stop_keeps_the_cycles_so_far(app_url, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(app_url)
+    page.get_by_role("tab", name="Teach").click()
+    slider = page.locator("#teach-max-new-tokens input[type=number]")
+    slider.fill("128")
+    slider.press("Enter")
+    page.locator("#teach-run").click()
+    time.sleep(3)                          # decoding 128 tokens with early exit takes far longer here
+    page.locator("#teach-stop").click()
+    page.wait_for_function("document.querySelector('#teach-position').innerText.includes('Stopped')",
+                           timeout=60_000, polling=250)
+    position = page.locator("#teach-position").inner_text()
+    print(position)
+    cycles = int(re.search(r"Stopped after (\d+) cycle", position).group(1))
+    assert f"Cycle 1 of {cycles}" in position
+    page.locator("#teach-next").click()    # the stopped run steps like a finished one
+    page.wait_for_function(f"document.querySelector('#teach-position').innerText.includes('Cycle 2 of {cycles}')",
+                           timeout=30_000, polling=250)
+    page.close()
+
+
 # ----------------------------------------------------------------------------- a number to trust
 
 SPEEDUP = re.compile(r"Measured speedup (?:about )?([0-9.]+)\u00d7")

@@ -50,15 +50,13 @@ def test_model_events_share_the_gpu_queue_and_can_be_stopped(demo):
     gpu_events = [by_name["compare"], by_name["sweep"], by_name["teach"]]
     for fn in gpu_events:
         assert fn.concurrency_id == common.CONCURRENCY_ID == "gpu" and fn.concurrency_limit == 1
-    # Compare's Stop is a signal its work reads (its last view then says "Stopped"); the buttons
-    # clear it before their work is queued. Teach's Stop cancels (it has no view to keep).
-    (stop_fn,) = functions_of(blocks, compare.stop)
-    signal = stop_fn.inputs[0]
-    assert stop_fn.fn.__qualname__ == "StopSignal.request" and not stop_fn.queue
-    assert all(fn.inputs[-1] is signal for fn in gpu_events[:2])
-    ids = {fn_id: fn for fn_id, fn in blocks.fns.items()}
-    teach_cancels = [set(fn.cancels) for fn in functions_of(blocks, teach_ui.stop) if fn.cancels]
-    assert [ids[i] for i in teach_cancels[0]] == [gpu_events[2]]
+    # Stop is a signal the work reads (its last view then says "Stopped"), in Compare and in Teach;
+    # each button click puts a fresh one in the session's state before its work is queued. Nothing cancels.
+    for stop, events in ((compare.stop, gpu_events[:2]), (teach_ui.stop, gpu_events[2:])):
+        (stop_fn,) = functions_of(blocks, stop)
+        signal = stop_fn.inputs[0]
+        assert stop_fn.fn.__qualname__ == "StopSignal.request" and not stop_fn.queue and not stop_fn.cancels
+        assert all(fn.inputs[-1] is signal for fn in events)
     # Stepping is instant and needs no queue slot.
     assert all(not fn.queue for fn in functions_of(blocks, teach_ui.next) + functions_of(blocks, teach_ui.previous))
 
@@ -197,6 +195,32 @@ def test_teach_yields_once_per_cycle_so_a_stop_lands_within_one(tiny):
     steps = list(teach_tab.teach_work(LOCAL, tiny.loader)(PROMPT, EARLY_EXIT, "", 2, 3, 0.0, 0, 24, CHAT))
     *ticks, view = steps
     assert all(t is TICK for t in ticks) and len(ticks) >= len(view.run.cycles)
+
+
+def test_a_stopped_teach_run_keeps_its_cycles_to_step_through(tiny):
+    signal = common.StopSignal()
+    ticks = 0
+    shown = []
+    for view in teach_tab.teach_work(LOCAL, tiny.loader)(PROMPT, EARLY_EXIT, "", 2, 2, 0.0, 0, 128, RAW, signal):
+        if view is TICK:
+            ticks += 1
+            if ticks == 5:
+                signal.request()          # as the Stop button does, mid-run
+            continue
+        shown.append(view)
+    (view,) = shown
+    cycles = len(view.run.cycles)
+    assert 0 < cycles < 128 and sum(len(c.emitted) for c in view.run.cycles) < 128
+    assert view.position.startswith(f"Stopped after {cycles} cycle") and f"Cycle 1 of {cycles}" in view.position
+    assert teach_tab.step(view.run, cycles - 1, +1).position == f"Cycle {cycles} of {cycles}"
+
+    signal.request()                        # pressed while the run waited for the queue: nothing loads
+
+    def loader(settings, progress=None):
+        raise AssertionError("a stopped run must not load models")
+    (view,) = [v for v in teach_tab.teach_work(LOCAL, loader)(PROMPT, EARLY_EXIT, "", 2, 2, 0.0, 0, 24, RAW, signal)
+               if v is not TICK]
+    assert view.position == teach_tab.STOPPED
 
 
 def test_teach_reports_errors(tiny):

@@ -169,7 +169,7 @@ def test_unexpected_errors_are_logged_not_shown(caplog):
 def test_stop_ends_the_run_with_its_own_stopped_summary(tiny):
     signal = common.StopSignal()
     views = []
-    for view in run_tab.run_work(LOCAL, tiny.loader)(*inputs(max_new_tokens=256), signal):
+    for view in run_tab.run_work(LOCAL, tiny.loader)(*inputs(max_new_tokens=256), stop=signal):
         if view is TICK:
             continue
         views.append(view)
@@ -192,7 +192,7 @@ def test_suffix_decoding_remembers_a_sessions_runs_and_only_its_own(tiny):
     session, other = {}, {}
 
     def final(memory):
-        pages = [p for p in work(*inputs(drafter=SUFFIX, max_new_tokens=48), None, memory) if p is not TICK]
+        pages = [p for p in work(*inputs(drafter=SUFFIX, max_new_tokens=48), memory) if p is not TICK]
         return text(pages[-1].stats), pages[-1].tokens
 
     first, _ = final(session)
@@ -211,10 +211,8 @@ def test_a_stop_pressed_while_queued_stops_the_run_before_it_loads_anything():
 
     def loader(settings, progress=None):
         raise AssertionError("a stopped run must not load models")
-    views = [v for v in run_tab.run_work(LOCAL, loader)(*inputs(), signal) if v is not TICK]
+    views = [v for v in run_tab.run_work(LOCAL, loader)(*inputs(), stop=signal) if v is not TICK]
     assert len(views) == 1 and "Stopped." in text(views[0].stats)
-    signal.clear()
-    assert not signal.requested
 
 
 # ----------------------------------------------------------------------------- hosted mode
@@ -351,16 +349,16 @@ def test_the_demo_has_one_gpu_queue_and_stable_api_names(tiny):
     for name in public:
         fn = demo.fns[public[name]["id"]]
         assert fn.concurrency_id == common.CONCURRENCY_ID and fn.concurrency_limit == 1
-    assert any(public["teach"]["id"] in d.get("cancels", []) for d in config["dependencies"])  # Teach's Stop
-    # The Run tab's Stop signals the run's work (its last view says "Stopped"), and Run clears the
-    # signal before its work is queued.
+    # The Run tab's Stop signals the run's work (its last view says "Stopped"); each Run click puts a
+    # fresh signal in the session's state before its work is queued. Neither waits for the queue.
     run_fn = demo.fns[public["run"]["id"]]
-    signal = run_fn.inputs[-2]                 # then the session's drafter memory
-    writers = {fn.fn.__qualname__: fn for fn in demo.fns.values() if signal in fn.inputs and fn is not run_fn}
-    assert set(writers) == {"StopSignal.request", "StopSignal.clear"}
-    assert all(not fn.queue for fn in writers.values())
-    stop_id = next(c["id"] for c in config["components"] if c["props"].get("elem_id") == "stop")
-    assert (stop_id, "click") in writers["StopSignal.request"].targets
+    signal = run_fn.inputs[-1]
+    (fresh,) = [fn for fn in demo.fns.values() if signal in fn.outputs]
+    (request,) = [fn for fn in demo.fns.values() if signal in fn.inputs and fn is not run_fn]
+    assert fresh.fn is common.StopSignal and request.fn.__qualname__ == "StopSignal.request"
+    assert not fresh.queue and not request.queue
+    ids = {c["props"].get("elem_id"): c["id"] for c in config["components"]}
+    assert (ids["run"], "click") in fresh.targets and (ids["stop"], "click") in request.targets
     assert demo._queue.max_size == common.QUEUE_MAX_SIZE
 
 

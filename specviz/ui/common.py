@@ -155,13 +155,15 @@ _DONE = object()
 
 
 class StopSignal:
-    """One session's Stop button as its running work sees it (keep it in a `gr.State(StopSignal())`: each session gets a copy).
+    """One run's Stop button as its work sees it. Stop sets it; the work checks it between two steps
+    and ends with its own "Stopped" view. A Gradio cancel cannot do that: the page applies the Stop
+    handler's output and the run's messages still in flight in either order, so a stopped run could
+    go on showing "Running".
 
-    Stop sets it; the work checks it between two steps and ends with its own "Stopped" view. A
-    Gradio cancel cannot do that: the page applies the Stop handler's output and the run's messages
-    still in flight in either order, so a stopped run could go on showing "Running". The Run button
-    clears the signal before its work is queued, so a Stop pressed while waiting for the queue
-    stops the run as soon as it starts."""
+    Each click of a Run button puts a fresh signal in the session's `gr.State` before its work is
+    queued (`click_with_stop`), and the work holds that one: a Stop pressed while the run waits in the
+    queue stops it as soon as it starts, and a Run pressed right after a Stop cannot revive the run
+    that Stop was meant for (it gets its own signal)."""
 
     def __init__(self):
         self.requested = False
@@ -169,8 +171,17 @@ class StopSignal:
     def request(self) -> None:
         self.requested = True
 
-    def clear(self) -> None:
-        self.requested = False
+
+def click_with_stop(button, handler: Callable, inputs: list, outputs: list, signal, **queue):
+    """`button` runs `handler` with a fresh `StopSignal`, kept in the session's `signal` state, as its
+    last input; returns the handler's event."""
+    return button.click(StopSignal, None, signal, queue=False, api_visibility="private").then(
+        handler, [*inputs, signal], outputs, **queue)
+
+
+def stop_with(stop_button, signal) -> None:
+    """`stop_button` sets the signal in the session's `signal` state, at once (no queue slot)."""
+    stop_button.click(StopSignal.request, signal, None, queue=False, api_visibility="private")
 
 
 def streaming(work: Callable[..., Iterator]) -> Callable:

@@ -21,8 +21,8 @@ from ..views.prompt_sets import write_files as write_set_files
 from ..views.prose import (SWEEP_HEADERS, TABLE_HEADERS, sweep_line, sweep_rows, table_rows, timing_note,
                            winner_line)
 from . import compare_sets
-from .common import (CHAT, StopSignal, export_folder, CONCURRENCY_ID, RAW, TICK, Throttle, error_html, failure, gpu_task,
-                     slider_max_new_tokens, streaming)
+from .common import (CHAT, CONCURRENCY_ID, RAW, TICK, StopSignal, Throttle, click_with_stop, error_html, export_folder,
+                     failure, gpu_task, slider_max_new_tokens, stop_with, streaming)
 
 MAX_CONFIGS = 4
 COMPARE_GPU_SECONDS = 300          # ZeroGPU time for a comparison or a sweep (several runs in one call)
@@ -300,14 +300,12 @@ def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run:
         return flat_work
 
     events = []
-    stop_signal = gr.State(StopSignal())   # each session gets its own copy; see `StopSignal`
-    private = dict(queue=False, api_visibility="private")
+    stop_signal = gr.State(StopSignal())   # replaced by a fresh one at each run; see `StopSignal`
     for button, is_sweep, name in ((run, False, "compare"), (run_sweep, True, "sweep")):
         handler = streaming(gpu_task(flat(compare_work(limits, loader, sweep=is_sweep)), duration=COMPARE_GPU_SECONDS))
-        events.append(button.click(StopSignal.clear, stop_signal, None, **private).then(
-            handler, [*inputs, stop_signal], outputs, concurrency_limit=1, concurrency_id=CONCURRENCY_ID,
-            show_progress="minimal", api_name=name))
-    stop.click(StopSignal.request, stop_signal, None, **private)
+        events.append(click_with_stop(button, handler, inputs, outputs, stop_signal, concurrency_limit=1,
+                                      concurrency_id=CONCURRENCY_ID, show_progress="minimal", api_name=name))
+    stop_with(stop, stop_signal)
     source.change(lambda choice: gr.update(visible=choice == compare_sets.FROM_FILE), source, upload, queue=False,
                   api_visibility="private")
     export.click(export_work, [result, png], files, concurrency_limit=1, concurrency_id=CONCURRENCY_ID,

@@ -18,8 +18,9 @@ from ..settings import Limits, RunSettings, check_prompt, parse_draft, validate
 from ..views import charts, render
 from ..views.run_view import RunRenderer, RunView, empty_view, stopped_view
 from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
-                     PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK,
-                     StopSignal, Throttle, draft_spec, recording_button, session_drafter, error_html, failure, gpu_task, presets, slider_max_new_tokens, streaming)
+                     PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK, StopSignal, Throttle, click_with_stop, draft_spec,
+                     error_html, failure, gpu_task, presets, recording_button, session_drafter, slider_max_new_tokens,
+                     stop_with, streaming)
 
 
 # What the Run button's work yields, in the order of its outputs: the run's views (`RunView`'s
@@ -55,8 +56,8 @@ def run_work(limits: Limits, loader: Loader | None = None):
     """The Run button's work (see `common.streaming`), taking the controls in wiring order."""
 
     def work(prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-             max_new_tokens, seed, prompt_format, branch=1, stop: StopSignal | None = None,
-             memory: dict | None = None) -> Iterator[RunPage | object]:
+             max_new_tokens, seed, prompt_format, branch=1, memory: dict | None = None,
+             stop: StopSignal | None = None) -> Iterator[RunPage | object]:
         stop = stop or StopSignal()
         memory = {} if memory is None else memory
         run = renderer = None
@@ -227,7 +228,7 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
                 gr.Markdown(f"Hosted demo: preset models only, at most {limits.max_new_tokens} new tokens.")
 
     views = build_run_views()
-    stop_signal = gr.State(StopSignal())   # each session gets its own copy
+    stop_signal = gr.State(StopSignal())   # replaced by a fresh one at each run; see `StopSignal`
     memory = gr.State({})                  # the session's suffix drafter: it drafts from earlier runs
 
     # --- events
@@ -256,11 +257,9 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
 
     handler = streaming(gpu_task(run_work(limits, loader)))
     inputs = [prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-              max_new_tokens, seed, prompt_format, branch, stop_signal, memory]
-    outputs = [*views, record]
+              max_new_tokens, seed, prompt_format, branch, memory]
     # Stop is a signal the work reads, not a cancel: see `StopSignal`. (A closed page still cancels.)
-    run_event = run.click(StopSignal.clear, stop_signal, None, **private).then(
-        handler, inputs, outputs, concurrency_limit=1, concurrency_id=CONCURRENCY_ID, show_progress="minimal",
-        api_name="run")
-    stop.click(StopSignal.request, stop_signal, None, **private)
+    run_event = click_with_stop(run, handler, inputs, [*views, record], stop_signal, concurrency_limit=1,
+                                concurrency_id=CONCURRENCY_ID, show_progress="minimal", api_name="run")
+    stop_with(stop, stop_signal)
     return RunTab(prompt, run, stop, views.tokens, views.stats, run_event)

@@ -1,6 +1,6 @@
 """The Teach tab: decode a short answer once, then step through it one cycle at a time, with every
 number that decided each verdict (views from `views.teach`). Decoding goes through `runs.race`,
-cycle by cycle, so Stop ends it within one cycle."""
+cycle by cycle, so Stop ends it within one cycle, keeping the cycles decoded so far."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ import gradio as gr
 from ..runs import Loader, config_label, load_stepwise, race
 from ..settings import Limits, RunSettings, check_prompt, validate
 from ..views import explain, render, teach
-from .common import (CHAT, CONCURRENCY_ID, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, RAW, TICK, draft_spec, error_html,
-                     failure, gpu_task, recording_button, streaming)
+from .common import (CHAT, CONCURRENCY_ID, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, RAW, TICK, StopSignal, click_with_stop,
+                     draft_spec, error_html, failure, gpu_task, recording_button, stop_with, streaming)
 
 TEACH_PROMPT = "Write a short poem about the sea."
 TEACH_MAX_NEW_TOKENS = 128
+STOPPED = "Stopped before the first cycle."
 
 
 class TeachView(NamedTuple):
@@ -42,25 +43,43 @@ def teach_view(run: teach.TeachRun, index: int, numbers=None, record=None) -> Te
 
 def teach_work(limits: Limits, loader: Loader | None = None):
     """The Teach tab's decode button: decode once (a TICK per cycle), keep the run in state, show its
-    first cycle."""
+    first cycle. Stopped (see `StopSignal`), it keeps the cycles decoded so far to step through."""
 
     def work(prompt, drafter, draft_model, exit_layer, k, temperature, seed, max_new_tokens,
-             prompt_format) -> Iterator[TeachView | object]:
+             prompt_format, stop: StopSignal | None = None) -> Iterator[TeachView | object]:
+        stop = stop or StopSignal()
+        skip = gr.skip()
         try:
             settings = validate(RunSettings(draft=draft_spec(drafter, draft_model, exit_layer), k=k,
                                             temperature=temperature, seed=seed,
                                             max_new_tokens=max_new_tokens, chat=prompt_format != RAW), limits)
             prompt = check_prompt(prompt, limits)
+            stopped = TeachView(skip, skip, skip, skip, skip, skip, skip, STOPPED, skip, skip)
+            if stop.requested:   # stopped while it waited for the queue
+                yield stopped
+                return
             for pair in load_stepwise(settings, loader):
+                if stop.requested:   # the load goes on in the background, into the model cache
+                    yield stopped
+                    return
                 yield TICK
             run = None
             for run in race(settings, prompt, pair, baseline=False, warm_up=False):
+                if stop.requested:
+                    break
                 yield TICK
+            if run is None or not run.cycles:
+                yield stopped
+                return
             label = config_label(settings)
-            yield teach_view(teach.teach_run(run, pair.tokenizer, label=label), 0,
-                             explain.run_numbers(label, run.stats), recording_button(run, "teach"))
+            view = teach_view(teach.teach_run(run, pair.tokenizer, label=label), 0,
+                              explain.run_numbers(label, run.stats),
+                              recording_button(run, "teach-stopped" if stop.requested else "teach"))
+            if stop.requested:
+                view = view._replace(position=f"Stopped after {len(run.cycles)} cycle"
+                                              f"{'s' if len(run.cycles) != 1 else ''}. {view.position}")
+            yield view
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
-            skip = gr.skip()
             yield TeachView(skip, skip, skip, error_html(failure(exc, "teach run")), skip, skip, skip, skip, skip, skip)
 
     return work
@@ -136,12 +155,12 @@ def build_teach_tab(*, limits: Limits, loader: Loader | None = None, last_run: g
     drafter.change(lambda d: (gr.update(visible=d == DRAFT_MODEL), gr.update(visible=d == EARLY_EXIT)),
                    drafter, [draft_model, exit_layer], **private)
     view_outputs = [state, index, tokens, narrative, table, verification, residual, position]
-    run_event = run.click(streaming(gpu_task(teach_work(limits, loader))),
-                          [prompt, drafter, draft_model, exit_layer, k, temperature, seed, max_new_tokens,
-                           prompt_format],
-                          view_outputs + [numbers, record], concurrency_limit=1, concurrency_id=CONCURRENCY_ID,
-                          show_progress="minimal", api_name="teach")
-    stop.click(None, None, None, cancels=[run_event], **private)
+    stop_signal = gr.State(StopSignal())   # replaced by a fresh one at each run; see `StopSignal`
+    run_event = click_with_stop(run, streaming(gpu_task(teach_work(limits, loader))),
+                                [prompt, drafter, draft_model, exit_layer, k, temperature, seed, max_new_tokens,
+                                 prompt_format], view_outputs + [numbers, record], stop_signal, concurrency_limit=1,
+                                concurrency_id=CONCURRENCY_ID, show_progress="minimal", api_name="teach")
+    stop_with(stop, stop_signal)
 
     def stepper(delta: int):
         def on_click(run_value, index_value):
