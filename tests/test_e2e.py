@@ -146,11 +146,14 @@ def test_run_then_stop(app_url, browser):
         page.screenshot(path=os.environ["SPECVIZ_SCREENSHOT_DARK"], full_page=True)
         page.locator("#dark-toggle").click()
 
-    # A longer run, stopped once it is going: the numbers freeze and the page stays usable.
+    # A longer run, stopped once it is going: the numbers freeze and the page stays usable. Run pressed
+    # again while it streams must not take the Stop button away from it.
     page.locator("#prompt textarea").fill(LONG_PROMPT)
     set_max_new_tokens(page, 1024)
     page.locator("#run").click()
     wait_for_stats(page, r"Running", RUN_SECONDS)
+    page.locator("#run").click()
+    time.sleep(1)
     page.locator("#stop").click()
     wait_for_stats(page, r"Stopped", 30)
     assert "done" not in page.locator("#baseline").inner_text()

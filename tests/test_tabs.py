@@ -51,7 +51,7 @@ def test_model_events_share_the_gpu_queue_and_can_be_stopped(demo):
     for fn in gpu_events:
         assert fn.concurrency_id == common.CONCURRENCY_ID == "gpu" and fn.concurrency_limit == 1
     # Stop is a signal the work reads (its last view then says "Stopped"), in Compare and in Teach;
-    # each button click puts a fresh one in the session's state before its work is queued. Nothing cancels.
+    # each button click puts its signal in the session's state before its work is queued. Nothing cancels.
     for stop, events in ((compare.stop, gpu_events[:2]), (teach_ui.stop, gpu_events[2:])):
         (stop_fn,) = functions_of(blocks, stop)
         signal = stop_fn.inputs[0]
@@ -220,7 +220,7 @@ def test_a_stopped_teach_run_keeps_its_cycles_to_step_through(tiny):
         raise AssertionError("a stopped run must not load models")
     (view,) = [v for v in teach_tab.teach_work(LOCAL, loader)(PROMPT, EARLY_EXIT, "", 2, 2, 0.0, 0, 24, RAW, signal)
                if v is not TICK]
-    assert view.position == teach_tab.STOPPED
+    assert view.position == teach_tab.STOPPED and view.run is None   # no earlier run to step through
 
 
 def test_teach_reports_errors(tiny):

@@ -215,6 +215,17 @@ def test_a_stop_pressed_while_queued_stops_the_run_before_it_loads_anything():
     assert len(views) == 1 and "Stopped." in text(views[0].stats)
 
 
+
+def test_a_second_run_click_while_one_streams_keeps_the_signal_stop_must_reach():
+    running = common.StopSignal.for_click(None)          # the first Run click
+    assert running.live and not running.requested
+    assert common.StopSignal.for_click(running) is running  # Run (or Sweep) pressed again while it streams
+    running.request()                                     # Stop reaches the running work
+    after_stop = common.StopSignal.for_click(running)     # Run right after Stop: its own signal
+    assert after_stop is not running and not after_stop.requested
+    after_stop.finish()                                   # the run ended: the next click starts afresh
+    assert common.StopSignal.for_click(after_stop) is not after_stop
+
 # ----------------------------------------------------------------------------- hosted mode
 
 def test_hosted_mode_is_on_with_the_variable_or_on_spaces(monkeypatch):
@@ -349,16 +360,19 @@ def test_the_demo_has_one_gpu_queue_and_stable_api_names(tiny):
     for name in public:
         fn = demo.fns[public[name]["id"]]
         assert fn.concurrency_id == common.CONCURRENCY_ID and fn.concurrency_limit == 1
-    # The Run tab's Stop signals the run's work (its last view says "Stopped"); each Run click puts a
-    # fresh signal in the session's state before its work is queued. Neither waits for the queue.
+    # The Run tab's Stop signals the run's work (its last view says "Stopped"); each Run click puts its
+    # signal in the session's state before its work is queued, and the signal stops being live after
+    # the work. None of the three waits for the queue.
     run_fn = demo.fns[public["run"]["id"]]
     signal = run_fn.inputs[-1]
-    (fresh,) = [fn for fn in demo.fns.values() if signal in fn.outputs]
-    (request,) = [fn for fn in demo.fns.values() if signal in fn.inputs and fn is not run_fn]
-    assert fresh.fn is common.StopSignal and request.fn.__qualname__ == "StopSignal.request"
-    assert not fresh.queue and not request.queue
+    by_name = {fn.fn.__qualname__: fn for fn in demo.fns.values() if signal in fn.inputs and fn is not run_fn}
+    assert set(by_name) == {"StopSignal.for_click", "StopSignal.request", "StopSignal.finish"}
+    pick, request, finish = by_name["StopSignal.for_click"], by_name["StopSignal.request"], by_name["StopSignal.finish"]
+    assert pick.outputs == [signal] and not pick.queue and not request.queue and not finish.queue
     ids = {c["props"].get("elem_id"): c["id"] for c in config["components"]}
-    assert (ids["run"], "click") in fresh.targets and (ids["stop"], "click") in request.targets
+    assert (ids["run"], "click") in pick.targets and (ids["stop"], "click") in request.targets
+    assert run_fn.trigger_after == pick._id and finish.trigger_after == run_fn._id
+    assert not finish.trigger_only_on_success   # a failed run's signal stops being live too
     assert demo._queue.max_size == common.QUEUE_MAX_SIZE
 
 

@@ -160,23 +160,41 @@ class StopSignal:
     handler's output and the run's messages still in flight in either order, so a stopped run could
     go on showing "Running".
 
-    Each click of a Run button puts a fresh signal in the session's `gr.State` before its work is
-    queued (`click_with_stop`), and the work holds that one: a Stop pressed while the run waits in the
-    queue stops it as soon as it starts, and a Run pressed right after a Stop cannot revive the run
-    that Stop was meant for (it gets its own signal)."""
+    A Run click puts its signal in the session's `gr.State` before its work is queued
+    (`click_with_stop`), and the work holds that one, so a Stop pressed while the run waits in the
+    queue stops it as soon as it starts. The click takes a fresh signal unless the session's signal
+    is `live` (its run is queued or running) and not yet stopped: a second Run (or Sweep) pressed
+    while a run streams keeps that signal, so Stop still reaches the running work; a Run pressed
+    right after a Stop gets its own signal and cannot revive the run that Stop was meant for."""
 
     def __init__(self):
         self.requested = False
+        self.live = False
 
     def request(self) -> None:
         self.requested = True
 
+    def finish(self) -> None:
+        self.live = False
+
+    @staticmethod
+    def for_click(current: "StopSignal | None") -> "StopSignal":
+        """The signal a Run click's work gets, given the session's `current` one."""
+        if current is not None and current.live and not current.requested:
+            return current
+        fresh = StopSignal()
+        fresh.live = True
+        return fresh
+
 
 def click_with_stop(button, handler: Callable, inputs: list, outputs: list, signal, **queue):
-    """`button` runs `handler` with a fresh `StopSignal`, kept in the session's `signal` state, as its
-    last input; returns the handler's event."""
-    return button.click(StopSignal, None, signal, queue=False, api_visibility="private").then(
+    """`button` runs `handler` with the signal `StopSignal.for_click` picks, kept in the session's
+    `signal` state, as its last input; returns the handler's event. The signal stops being live once
+    the handler has ended (`.then` follows a failed handler too)."""
+    event = button.click(StopSignal.for_click, signal, signal, queue=False, api_visibility="private").then(
         handler, [*inputs, signal], outputs, **queue)
+    event.then(StopSignal.finish, signal, None, queue=False, api_visibility="private")
+    return event
 
 
 def stop_with(stop_button, signal) -> None:

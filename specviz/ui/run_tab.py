@@ -143,7 +143,7 @@ class RunTab(NamedTuple):
     stop: gr.Button
     tokens: gr.HTML
     stats: gr.HTML
-    run_event: object     # the Run click's Dependency (its work, after the stop signal is cleared)
+    run_event: object     # the Run click's Dependency (its work, after the click picks its stop signal)
 
 
 class RunViews(NamedTuple):
