@@ -3,9 +3,11 @@ bad input's message, the LRU cache, device/dtype choice, early-exit bounds, voca
 prompts and presets. Tiny models and tokenizers are built in-process; nothing is downloaded.
 The `slow` tests load the built-in SmolLM2-135M-Instruct (converted once into ~/.cache/specviz)."""
 
+import gc
 import json
 import os
 import shutil
+import weakref
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -344,6 +346,23 @@ def test_model_cache_lru_order():
     cache.put("e", "E", 20)                 # the newest stays even over budget
     assert cache.keys() == ["e"]
 
+
+
+def test_an_evicted_model_is_collected_even_after_the_app_froze_its_start_up_objects():
+    class Model:                            # reference cycles, as real models have: only the collector frees them
+        def __init__(self):
+            self.me = self
+    model = Model()
+    gone = weakref.ref(model)
+    cache = ModelCache(budget_bytes=10)
+    cache.put("default", model, 6)
+    del model
+    gc.freeze()                             # what the app does after loading its default pair
+    try:
+        cache.put("other", "B", 6)          # evicts the default pair
+        assert gone() is None
+    finally:
+        gc.unfreeze()
 
 def test_load_model_cache_and_eviction(disk, monkeypatch):
     first = load_model(disk["target"], device="cpu", dtype="float32")

@@ -18,6 +18,18 @@ log = logging.getLogger(__name__)
 CACHE_BUDGET_ENV = "SPECVIZ_MODEL_MEMORY_GB"   # in-memory model cache budget, GiB
 DEFAULT_CACHE_BUDGET_GB = 8.0
 
+def collect() -> None:
+    """A full collection that reaches frozen objects too (the app freezes its start-up objects, the
+    default pair among them, so that collections skip them): they are unfrozen, collected, and what
+    survives is frozen again."""
+    frozen = gc.get_freeze_count() > 0
+    if frozen:
+        gc.unfreeze()
+    gc.collect()
+    if frozen:
+        gc.freeze()
+
+
 class ModelCache:
     """Values by key, least recently used first out once the total size passes `budget_bytes`.
     Keys in `keep` (the pair being loaded) are never evicted, nor is the newest entry."""
@@ -48,7 +60,7 @@ class ModelCache:
             del self._entries[victim]
             evicted = True
         if evicted:
-            gc.collect()
+            collect()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
 
@@ -61,7 +73,7 @@ class ModelCache:
 
     def clear(self) -> None:
         self._entries.clear()
-        gc.collect()
+        collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
