@@ -67,12 +67,15 @@ def collector_paused() -> Iterator[None]:
                 gc.enable()
 
 
+_END = object()
+
+
 def timed_events(events: Iterator[T]) -> Iterator[T]:
     """`events`, each computed with the collector paused (a generator's work between two yields is
     one event: one pass, one step)."""
     while True:
         with collector_paused():
-            event = next(events, None)
-        if event is None:
+            event = next(events, _END)
+        if event is _END:
             return
         yield event

@@ -54,7 +54,7 @@ def teach_work(limits: Limits, loader: Loader | None = None):
                                             temperature=temperature, seed=seed,
                                             max_new_tokens=max_new_tokens, chat=prompt_format != RAW), limits)
             prompt = check_prompt(prompt, limits)
-            stopped = TeachView(skip, skip, skip, skip, skip, skip, skip, STOPPED, skip, skip)
+            stopped = TeachView(None, 0, "", "", "", None, None, STOPPED, skip, skip)   # no earlier run's cycles
             if stop.requested:   # stopped while it waited for the queue
                 yield stopped
                 return
@@ -63,9 +63,10 @@ def teach_work(limits: Limits, loader: Loader | None = None):
                     yield stopped
                     return
                 yield TICK
-            run = None
+            run, cut = None, False
             for run in race(settings, prompt, pair, baseline=False, warm_up=False):
                 if stop.requested:
+                    cut = True
                     break
                 yield TICK
             if run is None or not run.cycles:
@@ -74,8 +75,8 @@ def teach_work(limits: Limits, loader: Loader | None = None):
             label = config_label(settings)
             view = teach_view(teach.teach_run(run, pair.tokenizer, label=label), 0,
                               explain.run_numbers(label, run.stats),
-                              recording_button(run, "teach-stopped" if stop.requested else "teach"))
-            if stop.requested:
+                              recording_button(run, "teach-stopped" if cut else "teach"))
+            if cut:   # a Stop pressed after the last cycle leaves the run complete
                 view = view._replace(position=f"Stopped after {len(run.cycles)} cycle"
                                               f"{'s' if len(run.cycles) != 1 else ''}. {view.position}")
             yield view
