@@ -194,6 +194,11 @@ def test_teach_stop_keeps_the_cycles_so_far(app_url, browser):
     page.locator("#teach-next").click()    # the stopped run steps like a finished one
     page.wait_for_function(f"document.querySelector('#teach-position').innerText.includes('Cycle 2 of {cycles}')",
                            timeout=30_000, polling=250)
+    page.locator("#teach-next-test").click()   # then test by test: cycle 2's outcome was shown, so cycle 3's first test
+    page.wait_for_function("document.querySelector('#teach-position').innerText.includes(', test 1 of')",
+                           timeout=30_000, polling=250)
+    assert page.locator("#teach-table tr.sv-current-row").count() == 1
+    assert "this test" in page.locator("#teach-narrative").inner_text()
     page.close()
 
 

@@ -300,14 +300,25 @@ def test_hosted_prompt_sets_are_presets_within_a_budget(tiny):
     assert "Unknown prompt set" in found[-1].status
 
 
-def test_teach_steps_through_a_token_tree(tiny):
+@pytest.mark.parametrize("temperature", [0.0, 0.8])   # 0.8: the tab's default (a sampled tree's table once failed)
+def test_teach_steps_through_a_token_tree(tiny, temperature):
     from specviz.ui.common import PROMPT_LOOKUP_TREE
 
-    (view,) = views(teach_tab.teach_work(LOCAL, tiny.loader), PROMPT, PROMPT_LOOKUP_TREE, "", 2, 4, 0.0, 0, 24, RAW)
-    for index in range(len(view.run.cycles)):
+    (view,) = views(teach_tab.teach_work(LOCAL, tiny.loader), PROMPT, PROMPT_LOOKUP_TREE, "", 2, 4, temperature, 0,
+                    24, RAW)
+    assert "sv-error" not in view.narrative
+    trees = [i for i, c in enumerate(view.run.cycles) if c.is_tree and len(c.drafted) > 1]
+    for index in trees:
         step = teach_tab.step(view.run, index, 0)
-        if view.run.cycles[index].is_tree and view.run.cycles[index].drafted:
-            assert "form a **tree**" in step.narrative and step.verification.layout.title.text.startswith("The token tree")
+        assert "form a **tree**" in step.narrative and step.verification.layout.title.text.startswith("The token tree")
+    # Test by test: from the cycle before a tree, Next test lands on the tree's first test, node by node.
+    index = trees[0]
+    first = teach_tab.step_test(view.run, index - 1, None, +1) if index else teach_tab.step_test(view.run, 0, 0, 0)
+    assert (first.index, first.test) == (index, 0) and re.search(r", test 1 of \d+$", first.position)
+    assert "this test" in first.narrative and "Depth 1" in first.narrative
+    second = teach_tab.step_test(view.run, first.index, first.test, +1)
+    assert second.index == index and second.test in (1, None)
+    assert teach_tab.step_test(None, 0, None, +1) is None
 
 
 def test_a_stopped_prompt_set_comparison_says_so(tiny):

@@ -5,7 +5,7 @@ import pytest
 import torch
 from tiny_pair import PROMPT, WORDS, TinyModels
 
-from specviz.views import teach
+from specviz.views import teach, teach_figures, teach_rows
 from specviz.core.events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle
 from specviz.metrics import expected_speedup, expected_tokens_per_pass, summarize
 from specviz.runs import execute
@@ -22,10 +22,10 @@ def text_of(token: int) -> str:
     return WORDS[token]
 
 
-def check_rows_recompute_verdicts(cycle: Cycle) -> list[teach.TokenRow]:
-    rows = teach.token_rows(cycle, text_of)
+def check_rows_recompute_verdicts(cycle: Cycle) -> list[teach_rows.TokenRow]:
+    rows = teach_rows.token_rows(cycle, text_of)
     assert [row.verdict for row in rows] == cycle.verdicts
-    assert teach.recomputed_num_accepted(rows) == cycle.num_accepted
+    assert teach_rows.recomputed_num_accepted(rows) == cycle.num_accepted
     for row in rows:
         if row.position <= cycle.num_accepted:                       # the accepted prefix passed its test
             assert row.checked and row.accepted
@@ -88,7 +88,7 @@ def test_rows_table_and_narrative_of_a_known_cycle():
     rows = check_rows_recompute_verdicts(cycle)
     assert [r.ratio for r in rows] == pytest.approx([0.9, 0.25, 2 / 3])
     assert [r.uniform for r in rows] == [0.5, 0.9, None]
-    table = teach.rows_html(rows, greedy=False)
+    table = teach_rows.rows_html(rows, greedy=False)
     assert "0.500 &lt; 0.900" in table and "0.900 \u2265 0.250" in table and "not checked" in table
     assert table.count('data-verdict="accepted"') == 1 and table.count('data-verdict="rejected"') == 2
     text = teach.cycle_markdown(cycle, rows, text_of, total=7)
@@ -100,23 +100,23 @@ def test_rows_table_and_narrative_of_a_known_cycle():
 
 def test_residual_figure_shows_the_distribution_the_correction_came_from():
     cycle = make_cycle()
-    figure = teach.residual_figure(cycle, text_of)
+    figure = teach_figures.residual_figure(cycle, text_of)
     bars = figure.data[0]
     assert list(bars.x) == [0.6, 0.3, 0.1] and bars.y[0] == f"{WORDS[9]} #9"
     assert bars.marker.color[0] != bars.marker.color[1]          # the correction stands out
     bonus = make_cycle(num_accepted=3, emitted=[4, 5, 6, 9], correction_kind=BONUS, uniforms=[0.1, 0.1, 0.1],
                        target_probs=[0.9, 0.9, 0.9], residual_top=[])
-    note = teach.residual_figure(bonus, text_of)
+    note = teach_figures.residual_figure(bonus, text_of)
     assert not note.data and "every draft was accepted" in note.layout.annotations[0].text
 
 
 def test_verification_figure_puts_each_draw_against_its_ratio():
     cycle = make_cycle()
-    figure = teach.verification_figure(cycle, teach.token_rows(cycle, text_of))
+    figure = teach_figures.verification_figure(cycle, teach_rows.token_rows(cycle, text_of))
     ratio, draws = figure.data
     assert list(ratio.y) == pytest.approx([0.9, 0.25, 2 / 3]) and list(draws.y) == [0.5, 0.9]
     greedy = make_cycle(greedy=True, uniforms=[], target_top=[4, 7], residual_top=[], correction=7, emitted=[4, 7])
-    figure = teach.verification_figure(greedy, check_rows_recompute_verdicts(greedy))
+    figure = teach_figures.verification_figure(greedy, check_rows_recompute_verdicts(greedy))
     assert [t.name for t in figure.data] == ["draft p", "target p"]
     assert "= argmax" in figure.layout.xaxis.ticktext[0] and "\u2260 argmax" in figure.layout.xaxis.ticktext[1]
 
@@ -135,10 +135,10 @@ def test_step_view_walks_through_a_run(tiny):
 
 
 def test_visible_whitespace():
-    assert teach.visible(" the") == "\u2423the" and teach.visible("a\n") == "a\u21b5"
-    assert teach.visible("  ") == "\u2423\u2423" and teach.visible("") == "\u2205"
-    assert teach.visible("\u00a0") == "U+00A0" and teach.visible("\r\n") == "\u240d\u21b5"
-    assert teach.number(0.000012) == "1.2e-5" and teach.number(0.000012, latex=True) == r"1.2\times10^{-5}"
+    assert teach_rows.visible(" the") == "\u2423the" and teach_rows.visible("a\n") == "a\u21b5"
+    assert teach_rows.visible("  ") == "\u2423\u2423" and teach_rows.visible("") == "\u2205"
+    assert teach_rows.visible("\u00a0") == "U+00A0" and teach_rows.visible("\r\n") == "\u240d\u21b5"
+    assert teach_rows.number(0.000012) == "1.2e-5" and teach_rows.number(0.000012, latex=True) == r"1.2\times10^{-5}"
 
 
 def test_formulas_are_filled_with_a_runs_numbers(tiny):
@@ -196,3 +196,52 @@ def test_teach_tells_a_trees_verification_node_by_node(tiny, temperature):
         if temperature:
             assert len(tries) == len(cycle.uniforms)
         assert sum(line.startswith("**Depth") for line in lines) >= 1
+
+
+@pytest.mark.parametrize("draft, temperature", [("ngram-tree", 0.0), ("ngram-tree", 0.9), ("small", 0.9), ("small", 0.0)])
+def test_stepping_test_by_test_walks_every_test_in_order_then_each_outcome(tiny, draft, temperature):
+    settings = RunSettings(target="tiny", draft=draft, k=4, max_new_tokens=32, chat=False,
+                           temperature=temperature, seed=2)
+    result = execute(settings, PROMPT, tiny.loader(settings))
+    stepped = teach.teach_run(result, tiny.tokenizer, label=draft)
+    # From the first cycle's first test to the run's end, Next test visits each cycle's tests, then its outcome.
+    position, seen = (0, 0 if teach_rows.tested_nodes(result.cycles[0], teach_rows.token_rows(result.cycles[0], text_of))
+                      else None), []
+    while True:
+        seen.append(position)
+        after = teach.next_test(stepped, *position, +1)
+        if after == position:
+            break
+        assert teach.next_test(stepped, *after, -1) == position    # Previous test undoes it
+        position = after
+    expected = []
+    for i, cycle in enumerate(result.cycles):
+        tested = teach_rows.tested_nodes(cycle, teach_rows.token_rows(cycle, text_of))
+        expected += [(i, j) for j in range(len(tested))] + [(i, None)]
+        # The target tests the accepted drafts, and each rejected one where it went on; nothing else.
+        assert len(tested) == len(set(tested)) == sum(v in (ACCEPTED, REJECTED) for v in cycle.verdicts) - (
+            0 if cycle.is_tree else sum(not r.checked for r in teach_rows.token_rows(cycle, text_of)))
+        assert [n for n in tested if cycle.verdicts[n] == ACCEPTED] == (
+            cycle.accepted_nodes if cycle.is_tree else list(range(cycle.num_accepted)))
+    assert seen == expected
+    for index, test in seen:                                      # every step draws (sampled trees included)
+        assert teach.step_view(stepped, index, test).position.startswith(f"Cycle {index + 1} of")
+    assert teach.next_test(stepped, 0, 0, -1) == (0, 0)           # the run's first test stays put
+
+    # A test's view shows the tests so far, the one just made marked, and not yet the outcome.
+    index, cycle = next((i, c) for i, c in enumerate(result.cycles)
+                        if len(teach_rows.tested_nodes(c, teach_rows.token_rows(c, text_of))) > 1)
+    tested = teach_rows.tested_nodes(cycle, teach_rows.token_rows(cycle, text_of))
+    view = teach.step_view(stepped, index, 0)
+    assert view.position == f"Cycle {index + 1} of {len(result.cycles)}, test 1 of {len(tested)}"
+    assert view.narrative.count(teach.CURRENT) == 1 and "Test 1 of" in view.narrative
+    # one verdict so far; every other draft (even one the target will never reach) is "not yet"
+    assert view.table.count("data-verdict") == 1 and view.table.count(teach_rows.NOT_YET) == len(cycle.drafted) - 1
+    assert view.table.count("sv-current-row") == 1
+    assert view.tokens.count("data-cycle=") == index              # this cycle's tokens are not decided yet
+    whole = teach.step_view(stepped, index)
+    assert teach.CURRENT not in whole.narrative and "emitted" in whole.narrative and "emitted" not in view.narrative
+    if cycle.is_tree:
+        drawn = {trace.name: len(trace.x) for trace in view.verification.data[2:]}
+        assert drawn["this test"] == 1 and sum(n for name, n in drawn.items() if name != "this test") == len(cycle.drafted)
+        assert drawn[teach_rows.NOT_YET] == len(cycle.drafted) - 1

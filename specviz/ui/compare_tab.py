@@ -300,7 +300,7 @@ def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run:
         return flat_work
 
     events = []
-    stop_signal = gr.State(StopSignal())   # replaced by a fresh one at each run; see `StopSignal`
+    stop_signal = gr.State(StopSignal())   # a Run click picks its own: `StopSignal.for_click`
     for button, is_sweep, name in ((run, False, "compare"), (run_sweep, True, "sweep")):
         handler = streaming(gpu_task(flat(compare_work(limits, loader, sweep=is_sweep)), duration=COMPARE_GPU_SECONDS))
         events.append(click_with_stop(button, handler, inputs, outputs, stop_signal, concurrency_limit=1,

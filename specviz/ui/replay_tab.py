@@ -159,7 +159,7 @@ def build_replay_tab() -> ReplayTab:
     info = gr.HTML(opened_html(opened) if opened else "", elem_id="replay-info")
     views = build_run_views("replay-")
     position = gr.State(0)
-    stop_signal = gr.State(StopSignal())   # replaced by a fresh one at each run; see `StopSignal`
+    stop_signal = gr.State(StopSignal())   # a Run click picks its own: `StopSignal.for_click`
     private = dict(queue=False, api_visibility="private")
 
     def on_open(bundled_name, uploaded):

@@ -228,7 +228,7 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
                 gr.Markdown(f"Hosted demo: preset models only, at most {limits.max_new_tokens} new tokens.")
 
     views = build_run_views()
-    stop_signal = gr.State(StopSignal())   # replaced by a fresh one at each run; see `StopSignal`
+    stop_signal = gr.State(StopSignal())   # a Run click picks its own: `StopSignal.for_click`
     memory = gr.State({})                  # the session's suffix drafter: it drafts from earlier runs
 
     # --- events

@@ -22,6 +22,8 @@ body.sv-large .sv-text { font-size: 1.2em; }
 .sv-teach code, .sv-compare code { font-family: var(--font-mono, ui-monospace, monospace); }
 .sv-id { opacity: 0.6; font-size: 0.85em; }
 .sv-cycle.sv-current { outline: 2px solid #0072B2; outline-offset: 2px; border-radius: 3px; }
+.sv-teach tr.sv-current-row { outline: 2px solid #0072B2; outline-offset: -2px; }
+.sv-not-yet { opacity: 0.6; font-style: italic; }
 .sv-prompt { opacity: 0.7; }
 .sv-explain ol { margin: 8px 0 0 1.2em; }
 .sv-winner { font-size: 1.15em; font-weight: 600; }

@@ -1,5 +1,6 @@
-"""The Teach tab: decode a short answer once, then step through it one cycle at a time, with every
-number that decided each verdict (views from `views.teach`). Decoding goes through `runs.race`,
+"""The Teach tab: decode a short answer once, then step through it one cycle at a time, or one test
+at a time (a chain's drafts in order, a tree's nodes as the target tried them), with every number
+that decided each verdict (views from `views.teach`). Decoding goes through `runs.race`,
 cycle by cycle, so Stop ends it within one cycle, keeping the cycles decoded so far."""
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ STOPPED = "Stopped before the first cycle."
 class TeachView(NamedTuple):
     run: object             # teach.TeachRun in session state
     index: int
+    test: int | None        # stepping test by test: the test shown (None: the whole cycle)
     tokens: str
     narrative: str
     table: str
@@ -34,10 +36,10 @@ class TeachView(NamedTuple):
     record: object          # the Download recording button (offered once the run is decoded)
 
 
-def teach_view(run: teach.TeachRun, index: int, numbers=None, record=None) -> TeachView:
-    view = teach.step_view(run, index)
+def teach_view(run: teach.TeachRun, index: int, numbers=None, record=None, test: int | None = None) -> TeachView:
+    view = teach.step_view(run, index, test)
     index = max(0, min(index, len(run.cycles) - 1))
-    return TeachView(run, index, view.tokens, view.narrative, view.table, view.verification, view.residual,
+    return TeachView(run, index, test, view.tokens, view.narrative, view.table, view.verification, view.residual,
                      view.position, gr.skip() if numbers is None else numbers, gr.skip() if record is None else record)
 
 
@@ -54,7 +56,7 @@ def teach_work(limits: Limits, loader: Loader | None = None):
                                             temperature=temperature, seed=seed,
                                             max_new_tokens=max_new_tokens, chat=prompt_format != RAW), limits)
             prompt = check_prompt(prompt, limits)
-            stopped = TeachView(None, 0, "", "", "", None, None, STOPPED, skip, skip)   # no earlier run's cycles
+            stopped = TeachView(None, 0, None, "", "", "", None, None, STOPPED, skip, skip)   # no earlier run's cycles
             if stop.requested:   # stopped while it waited for the queue
                 yield stopped
                 return
@@ -81,22 +83,33 @@ def teach_work(limits: Limits, loader: Loader | None = None):
                                               f"{'s' if len(run.cycles) != 1 else ''}. {view.position}")
             yield view
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
-            yield TeachView(skip, skip, skip, error_html(failure(exc, "teach run")), skip, skip, skip, skip, skip, skip)
+            yield TeachView(skip, skip, skip, skip, error_html(failure(exc, "teach run")), skip, skip, skip, skip, skip,
+                            skip)
 
     return work
 
 
 def step(run: teach.TeachRun | None, index: int, delta: int) -> TeachView | None:
-    """Next (+1) or previous (-1) cycle of the run in state; None when there is no run."""
+    """Next (+1) or previous (-1) cycle of the run in state, whole; None when there is no run."""
     if not isinstance(run, teach.TeachRun) or not run.cycles:
         return None
     return teach_view(run, int(index) + delta)
+
+
+def step_test(run: teach.TeachRun | None, index: int, test: int | None, delta: int) -> TeachView | None:
+    """Next (+1) or previous (-1) test of the run in state (`teach.next_test`); None when there is no run."""
+    if not isinstance(run, teach.TeachRun) or not run.cycles:
+        return None
+    index, test = teach.next_test(run, int(index), None if test is None else int(test), delta)
+    return teach_view(run, index, test=test)
 
 
 class TeachTab(NamedTuple):
     run: gr.Button
     previous: gr.Button
     next: gr.Button
+    previous_test: gr.Button
+    next_test: gr.Button
     stop: gr.Button
     state: gr.State
     index: gr.State
@@ -111,9 +124,10 @@ class TeachTab(NamedTuple):
 
 def build_teach_tab(*, limits: Limits, loader: Loader | None = None, last_run: gr.State | None = None) -> TeachTab:
     """Step mode: decode once, then walk through the cycles one at a time."""
-    gr.Markdown("Decode a short answer once, then step through it **one cycle at a time**: every drafted token "
-                "with its draft and target probabilities, the acceptance test and its verdict, and after a rejection "
-                "the distribution the correction was drawn from. A temperature above 0 shows speculative "
+    gr.Markdown("Decode a short answer once, then step through it **one cycle at a time**, or **one test at a "
+                "time** (the drafts in the order the target checked them; a token tree node by node): every drafted "
+                "token with its draft and target probabilities, the acceptance test and its verdict, and after a "
+                "rejection the distribution the correction was drawn from. A temperature above 0 shows speculative "
                 "sampling (with its uniform draws); 0 shows greedy verification.")
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
@@ -126,6 +140,9 @@ def build_teach_tab(*, limits: Limits, loader: Loader | None = None, last_run: g
                 previous = gr.Button("\u25c0 Previous cycle", elem_id="teach-previous")
                 position = gr.Markdown("No run yet.", elem_id="teach-position")
                 next_ = gr.Button("Next cycle \u25b6", variant="primary", elem_id="teach-next")
+            with gr.Row():
+                previous_test = gr.Button("\u25c0 Previous test", size="sm", elem_id="teach-previous-test")
+                next_test = gr.Button("Next test \u25b6", size="sm", elem_id="teach-next-test")
         with gr.Column(scale=2):
             drafter = gr.Radio(DRAFTERS, value=EARLY_EXIT, label="Drafter", elem_id="teach-drafter")
             draft_model = gr.Textbox(label="Draft model (same tokenizer as the target)", visible=False,
@@ -150,29 +167,31 @@ def build_teach_tab(*, limits: Limits, loader: Loader | None = None, last_run: g
         residual = gr.Plot(show_label=False, elem_id="teach-residual")
     state = gr.State(None)
     index = gr.State(0)
+    test = gr.State(None)
     numbers = last_run if last_run is not None else gr.State(None)
 
     private = dict(queue=False, api_visibility="private")
     drafter.change(lambda d: (gr.update(visible=d == DRAFT_MODEL), gr.update(visible=d == EARLY_EXIT)),
                    drafter, [draft_model, exit_layer], **private)
-    view_outputs = [state, index, tokens, narrative, table, verification, residual, position]
-    stop_signal = gr.State(StopSignal())   # replaced by a fresh one at each run; see `StopSignal`
+    view_outputs = [state, index, test, tokens, narrative, table, verification, residual, position]
+    stop_signal = gr.State(StopSignal())   # a Decode click picks its own: `StopSignal.for_click`
     run_event = click_with_stop(run, streaming(gpu_task(teach_work(limits, loader))),
                                 [prompt, drafter, draft_model, exit_layer, k, temperature, seed, max_new_tokens,
                                  prompt_format], view_outputs + [numbers, record], stop_signal, concurrency_limit=1,
                                 concurrency_id=CONCURRENCY_ID, show_progress="minimal", api_name="teach")
     stop_with(stop, stop_signal)
 
-    def stepper(delta: int):
-        def on_click(run_value, index_value):
-            view = step(run_value, index_value, delta)
+    def stepper(by_test: bool, delta: int):
+        def on_click(run_value, index_value, test_value):
+            view = step_test(run_value, index_value, test_value, delta) if by_test else step(run_value, index_value, delta)
             if view is None:
                 gr.Warning(html.escape("Decode first: press \u201cDecode, then step through\u201d."))
                 return [gr.skip()] * len(view_outputs)
             return list(view)[: len(view_outputs)]
         return on_click
 
-    next_.click(stepper(+1), [state, index], view_outputs, **private)
-    previous.click(stepper(-1), [state, index], view_outputs, **private)
-    return TeachTab(run, previous, next_, stop, state, index, tokens, narrative, table, verification, residual,
-                    position, run_event)
+    for button, by_test, delta in ((next_, False, +1), (previous, False, -1), (next_test, True, +1),
+                                   (previous_test, True, -1)):
+        button.click(stepper(by_test, delta), [state, index, test], view_outputs, **private)
+    return TeachTab(run, previous, next_, previous_test, next_test, stop, state, index, tokens, narrative, table,
+                    verification, residual, position, run_event)
