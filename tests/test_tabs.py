@@ -51,12 +51,16 @@ def test_model_events_share_the_gpu_queue_and_can_be_stopped(demo):
     for fn in gpu_events:
         assert fn.concurrency_id == common.CONCURRENCY_ID == "gpu" and fn.concurrency_limit == 1
     # Stop is a signal the work reads (its last view then says "Stopped"), in Compare and in Teach;
-    # each button click puts its signal in the session's state before its work is queued. Nothing cancels.
+    # each button click puts its signal in its own state before its work is queued (Compare's Stop
+    # sets both of its buttons'). Nothing cancels. A button's work is not started again while it is
+    # pending (trigger mode "once"): what lets a second click keep the running work's signal.
     for stop, events in ((compare.stop, gpu_events[:2]), (teach_ui.stop, gpu_events[2:])):
-        (stop_fn,) = functions_of(blocks, stop)
-        signal = stop_fn.inputs[0]
-        assert stop_fn.fn.__qualname__ == "StopSignal.request" and not stop_fn.queue and not stop_fn.cancels
-        assert all(fn.inputs[-1] is signal for fn in events)
+        stop_fns = functions_of(blocks, stop)
+        assert len(stop_fns) == len(events)
+        assert all(f.fn.__qualname__ == "StopSignal.request" and not f.queue and not f.cancels for f in stop_fns)
+        assert {fn.inputs[-1]._id for fn in events} == {f.inputs[0]._id for f in stop_fns}
+        assert len({fn.inputs[-1]._id for fn in events}) == len(events)   # one state per button
+        assert all(fn.trigger_mode == "once" for fn in events)
     # Stepping is instant and needs no queue slot.
     assert all(not fn.queue for fn in functions_of(blocks, teach_ui.next) + functions_of(blocks, teach_ui.previous))
 
@@ -311,13 +315,13 @@ def test_teach_steps_through_a_token_tree(tiny, temperature):
     for index in trees:
         step = teach_tab.step(view.run, index, 0)
         assert "form a **tree**" in step.narrative and step.verification.layout.title.text.startswith("The token tree")
-    # Test by test: from the cycle before a tree, Next test lands on the tree's first test, node by node.
+    # Test by test: from a tree cycle's whole view (a cycle step), Next test starts its tests, node by node.
     index = trees[0]
-    first = teach_tab.step_test(view.run, index - 1, None, +1) if index else teach_tab.step_test(view.run, 0, 0, 0)
-    assert (first.index, first.test) == (index, 0) and re.search(r", test 1 of \d+$", first.position)
+    first = teach_tab.step_test(view.run, index, None, +1)
+    assert (first.index, first.test) == (index, 0) and first.position.endswith(", test 1")
     assert "this test" in first.narrative and "Depth 1" in first.narrative
     second = teach_tab.step_test(view.run, first.index, first.test, +1)
-    assert second.index == index and second.test in (1, None)
+    assert second.index == index and second.test == 1   # a second test, or the outcome after one
     assert teach_tab.step_test(None, 0, None, +1) is None
 
 

@@ -217,14 +217,32 @@ def test_a_stop_pressed_while_queued_stops_the_run_before_it_loads_anything():
 
 
 def test_a_second_run_click_while_one_streams_keeps_the_signal_stop_must_reach():
-    running = common.StopSignal.for_click(None)          # the first Run click
+    async def handler(*args):
+        yield "view"
+
+    async def drain(generator):
+        return [item async for item in generator]
+
+    work = common.holding_its_signal(handler)
+    running = common.StopSignal.for_click(common.StopSignal())   # Run: its work is queued, then streams
     assert running.live and not running.requested
-    assert common.StopSignal.for_click(running) is running  # Run (or Sweep) pressed again while it streams
-    running.request()                                     # Stop reaches the running work
-    after_stop = common.StopSignal.for_click(running)     # Run right after Stop: its own signal
+    assert common.StopSignal.for_click(running) is running       # Run again meanwhile (Gradio skips its work)
+    running.request()                                             # so Stop still reaches the running work
+    assert asyncio.run(drain(work(running))) == ["view"] and not running.live   # it ended: no longer live
+    after_stop = common.StopSignal.for_click(running)             # Run after Stop: a signal of its own
     assert after_stop is not running and not after_stop.requested
-    after_stop.finish()                                   # the run ended: the next click starts afresh
-    assert common.StopSignal.for_click(after_stop) is not after_stop
+    after_stop.live = False                                       # (its work ended)
+    assert common.StopSignal.for_click(after_stop) is not after_stop   # the next click starts afresh
+
+    async def failing(*args):
+        raise RuntimeError("boom")
+        yield
+    failed = common.StopSignal.for_click(None)
+    with pytest.raises(RuntimeError):
+        asyncio.run(drain(common.holding_its_signal(failing)(failed)))
+    assert not failed.live                                        # however the work ends
+    with pytest.raises(TypeError):
+        common.holding_its_signal(lambda stop: None)
 
 # ----------------------------------------------------------------------------- hosted mode
 
@@ -361,18 +379,16 @@ def test_the_demo_has_one_gpu_queue_and_stable_api_names(tiny):
         fn = demo.fns[public[name]["id"]]
         assert fn.concurrency_id == common.CONCURRENCY_ID and fn.concurrency_limit == 1
     # The Run tab's Stop signals the run's work (its last view says "Stopped"); each Run click puts its
-    # signal in the session's state before its work is queued, and the signal stops being live after
-    # the work. None of the three waits for the queue.
+    # signal in the session's state before its work is queued. Neither waits for the queue.
     run_fn = demo.fns[public["run"]["id"]]
     signal = run_fn.inputs[-1]
     by_name = {fn.fn.__qualname__: fn for fn in demo.fns.values() if signal in fn.inputs and fn is not run_fn}
-    assert set(by_name) == {"StopSignal.for_click", "StopSignal.request", "StopSignal.finish"}
-    pick, request, finish = by_name["StopSignal.for_click"], by_name["StopSignal.request"], by_name["StopSignal.finish"]
-    assert pick.outputs == [signal] and not pick.queue and not request.queue and not finish.queue
+    assert set(by_name) == {"StopSignal.for_click", "StopSignal.request"}
+    pick, request = by_name["StopSignal.for_click"], by_name["StopSignal.request"]
+    assert pick.outputs == [signal] and not pick.queue and not request.queue
     ids = {c["props"].get("elem_id"): c["id"] for c in config["components"]}
     assert (ids["run"], "click") in pick.targets and (ids["stop"], "click") in request.targets
-    assert run_fn.trigger_after == pick._id and finish.trigger_after == run_fn._id
-    assert not finish.trigger_only_on_success   # a failed run's signal stops being live too
+    assert run_fn.trigger_after == pick._id and run_fn.trigger_mode == "once"   # see `StopSignal`
     assert demo._queue.max_size == common.QUEUE_MAX_SIZE
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import inspect
 import logging
 import os
 import re
@@ -160,12 +161,13 @@ class StopSignal:
     handler's output and the run's messages still in flight in either order, so a stopped run could
     go on showing "Running".
 
-    A Run click puts its signal in the session's `gr.State` before its work is queued
-    (`click_with_stop`), and the work holds that one, so a Stop pressed while the run waits in the
-    queue stops it as soon as it starts. The click takes a fresh signal unless the session's signal
-    is `live` (its run is queued or running) and not yet stopped: a second Run (or Sweep) pressed
-    while a run streams keeps that signal, so Stop still reaches the running work; a Run pressed
-    right after a Stop gets its own signal and cannot revive the run that Stop was meant for."""
+    A Run click puts its signal in the session's `gr.State` (one per button) before its work is
+    queued (`click_with_stop`), and the work holds that one, so a Stop pressed while the run waits in
+    the queue stops it as soon as it starts. The click takes a fresh signal unless the state's signal
+    is `live` (its work is queued or running) and not yet stopped: Gradio does not start a button's
+    work again while it is pending (trigger mode "once"), so a second Run pressed meanwhile must
+    leave the running work's signal in place for Stop to reach it. A Run pressed right after a Stop
+    gets its own signal and cannot revive the run that Stop was meant for."""
 
     def __init__(self):
         self.requested = False
@@ -174,32 +176,42 @@ class StopSignal:
     def request(self) -> None:
         self.requested = True
 
-    def finish(self) -> None:
-        self.live = False
-
     @staticmethod
     def for_click(current: "StopSignal | None") -> "StopSignal":
-        """The signal a Run click's work gets, given the session's `current` one."""
-        if current is not None and current.live and not current.requested:
-            return current
-        fresh = StopSignal()
-        fresh.live = True
-        return fresh
+        """The signal a Run click's work gets, given the state's `current` one."""
+        signal = current if current is not None and current.live and not current.requested else StopSignal()
+        signal.live = True
+        return signal
 
 
 def click_with_stop(button, handler: Callable, inputs: list, outputs: list, signal, **queue):
-    """`button` runs `handler` with the signal `StopSignal.for_click` picks, kept in the session's
-    `signal` state, as its last input; returns the handler's event. The signal stops being live once
-    the handler has ended (`.then` follows a failed handler too)."""
-    event = button.click(StopSignal.for_click, signal, signal, queue=False, api_visibility="private").then(
-        handler, [*inputs, signal], outputs, **queue)
-    event.then(StopSignal.finish, signal, None, queue=False, api_visibility="private")
-    return event
+    """`button` runs `handler` (an async generator function, see `streaming`) with the signal
+    `StopSignal.for_click` picks, kept in `signal` (a `gr.State` for this button alone), as its last
+    input; returns the handler's event."""
+    return button.click(StopSignal.for_click, signal, signal, queue=False, api_visibility="private").then(
+        holding_its_signal(handler), [*inputs, signal], outputs, **queue)
 
 
-def stop_with(stop_button, signal) -> None:
-    """`stop_button` sets the signal in the session's `signal` state, at once (no queue slot)."""
-    stop_button.click(StopSignal.request, signal, None, queue=False, api_visibility="private")
+def holding_its_signal(handler: Callable) -> Callable:
+    """`handler`, whose signal (its last argument) stops being live when it ends, however it ends."""
+    if not inspect.isasyncgenfunction(handler):
+        raise TypeError("click_with_stop needs an async generator handler (see `streaming`)")
+
+    @functools.wraps(handler)
+    async def run(*args):
+        try:
+            async for item in handler(*args):
+                yield item
+        finally:
+            args[-1].live = False
+
+    return run
+
+
+def stop_with(stop_button, *signals) -> None:
+    """`stop_button` sets the signals in the session's `signals` states, at once (no queue slot)."""
+    for signal in signals:
+        stop_button.click(StopSignal.request, signal, None, queue=False, api_visibility="private")
 
 
 def streaming(work: Callable[..., Iterator]) -> Callable:

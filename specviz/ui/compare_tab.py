@@ -299,13 +299,13 @@ def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run:
                                                  view.set_plot]
         return flat_work
 
-    events = []
-    stop_signal = gr.State(StopSignal())   # a Run click picks its own: `StopSignal.for_click`
+    events, signals = [], []
     for button, is_sweep, name in ((run, False, "compare"), (run_sweep, True, "sweep")):
         handler = streaming(gpu_task(flat(compare_work(limits, loader, sweep=is_sweep)), duration=COMPARE_GPU_SECONDS))
-        events.append(click_with_stop(button, handler, inputs, outputs, stop_signal, concurrency_limit=1,
+        signals.append(gr.State(StopSignal()))   # each button's own; a click picks one: `StopSignal.for_click`
+        events.append(click_with_stop(button, handler, inputs, outputs, signals[-1], concurrency_limit=1,
                                       concurrency_id=CONCURRENCY_ID, show_progress="minimal", api_name=name))
-    stop_with(stop, stop_signal)
+    stop_with(stop, *signals)
     source.change(lambda choice: gr.update(visible=choice == compare_sets.FROM_FILE), source, upload, queue=False,
                   api_visibility="private")
     export.click(export_work, [result, png], files, concurrency_limit=1, concurrency_id=CONCURRENCY_ID,
