@@ -1,7 +1,10 @@
 """Step mode: the numbers shown for each cycle recompute its verdicts; the residual and greedy
 views; the Explain tab's formulas filled with a run's numbers."""
 
+import re
+
 import pytest
+from markdown_it import MarkdownIt
 import torch
 from tiny_pair import PROMPT, WORDS, TinyModels
 
@@ -184,18 +187,23 @@ def test_teach_tells_a_trees_verification_node_by_node(tiny, temperature):
     from specviz.runs import execute
     from specviz.settings import RunSettings
 
-    settings = RunSettings(target="tiny", draft="ngram-tree", k=4, max_new_tokens=32, chat=False,
-                           temperature=temperature, seed=2)
+    settings = RunSettings(target="tiny", draft="ngram-tree", k=4, max_new_tokens=64, chat=False,
+                           temperature=temperature, seed=0)
     run = execute(settings, PROMPT, tiny.loader(settings))
+    # some cycle goes deeper than one level (so the Markdown check below sees two depths)
+    assert any(sum(line.startswith("**Depth") for line in teach.tree_tries(c, str)) > 1 for c in run.cycles if c.is_tree)
     for cycle in (c for c in run.cycles if c.is_tree and c.drafted):
         lines = teach.tree_tries(cycle, lambda token: str(token))
-        tries = [line for line in lines if line[0].isdigit()]
+        tries = [line for line in lines if line[:1].isdigit()]
         # Every node the target tried appears once, in order, with its recorded verdict.
         assert len(tries) == sum(v in (ACCEPTED, REJECTED) for v in cycle.verdicts)
         assert sum("**accepted**" in t for t in tries) == cycle.num_accepted
         if temperature:
             assert len(tries) == len(cycle.uniforms)
         assert sum(line.startswith("**Depth") for line in lines) >= 1
+        # Rendered, each depth is a paragraph of its own, not swallowed by the list above it.
+        page = MarkdownIt().render("\n".join(lines))
+        assert page.count("<li>") == len(tries) and not re.search(r"<li>(?:(?!</li>).)*Depth", page, re.S)
 
 
 @pytest.mark.parametrize("draft, temperature", [("ngram-tree", 0.0), ("ngram-tree", 0.9), ("small", 0.9), ("small", 0.0)])
@@ -204,9 +212,12 @@ def test_stepping_test_by_test_walks_every_test_in_order_then_each_outcome(tiny,
                            temperature=temperature, seed=2)
     result = execute(settings, PROMPT, tiny.loader(settings))
     stepped = teach.teach_run(result, tiny.tokenizer, label=draft)
-    # From the first cycle's first test to the run's end, Next test visits each cycle's tests, then its outcome.
-    position, seen = (0, 0 if teach_rows.tested_nodes(result.cycles[0], teach_rows.token_rows(result.cycles[0], text_of))
-                      else None), []
+    def tested_in(cycle):
+        return teach_rows.tested_nodes(cycle, teach_rows.token_rows(cycle, text_of))
+
+    # From the first cycle's first step to the run's end, Next test visits each cycle's tests, then its
+    # outcome (step m of a cycle with m tests).
+    position, seen = (0, 0), []
     while True:
         seen.append(position)
         after = teach.next_test(stepped, *position, +1)
@@ -216,32 +227,47 @@ def test_stepping_test_by_test_walks_every_test_in_order_then_each_outcome(tiny,
         position = after
     expected = []
     for i, cycle in enumerate(result.cycles):
-        tested = teach_rows.tested_nodes(cycle, teach_rows.token_rows(cycle, text_of))
-        expected += [(i, j) for j in range(len(tested))] + [(i, None)]
+        tested = tested_in(cycle)
+        expected += [(i, j) for j in range(len(tested) + 1)]
         # The target tests the accepted drafts, and each rejected one where it went on; nothing else.
         assert len(tested) == len(set(tested)) == sum(v in (ACCEPTED, REJECTED) for v in cycle.verdicts) - (
             0 if cycle.is_tree else sum(not r.checked for r in teach_rows.token_rows(cycle, text_of)))
         assert [n for n in tested if cycle.verdicts[n] == ACCEPTED] == (
             cycle.accepted_nodes if cycle.is_tree else list(range(cycle.num_accepted)))
+        # From a cycle step's whole view, Next test starts this cycle's tests; Previous test goes back
+        # to the previous cycle's outcome.
+        following = (i, 0) if tested else teach.next_test(stepped, i, 0, +1)
+        assert teach.next_test(stepped, i, None, +1) == following
+        assert teach.next_test(stepped, i, None, -1) == ((i - 1, len(tested_in(result.cycles[i - 1]))) if i else (0, None))
     assert seen == expected
     for index, test in seen:                                      # every step draws (sampled trees included)
-        assert teach.step_view(stepped, index, test).position.startswith(f"Cycle {index + 1} of")
+        view = teach.step_view(stepped, index, test)
+        outcome = test == len(tested_in(result.cycles[index]))
+        assert view.position == f"Cycle {index + 1} of {len(result.cycles)}, " + ("outcome" if outcome else f"test {test + 1}")
     assert teach.next_test(stepped, 0, 0, -1) == (0, 0)           # the run's first test stays put
 
-    # A test's view shows the tests so far, the one just made marked, and not yet the outcome.
-    index, cycle = next((i, c) for i, c in enumerate(result.cycles)
-                        if len(teach_rows.tested_nodes(c, teach_rows.token_rows(c, text_of))) > 1)
-    tested = teach_rows.tested_nodes(cycle, teach_rows.token_rows(cycle, text_of))
+    # A test's view shows the tests so far, the one just made marked, and not yet the outcome; it does
+    # not say how many tests there will be (that would tell where the first rejection is).
+    index, cycle = next((i, c) for i, c in enumerate(result.cycles) if len(tested_in(c)) > 1)
+    tested = tested_in(cycle)
     view = teach.step_view(stepped, index, 0)
-    assert view.position == f"Cycle {index + 1} of {len(result.cycles)}, test 1 of {len(tested)}"
-    assert view.narrative.count(teach.CURRENT) == 1 and "Test 1 of" in view.narrative
-    # one verdict so far; every other draft (even one the target will never reach) is "not yet"
+    assert view.position == f"Cycle {index + 1} of {len(result.cycles)}, test 1"
+    assert view.narrative.count(teach.CURRENT) == 1 and "*Test 1. Next test" in view.narrative
+    # one verdict so far; every other draft (even one the target will never reach) is "not yet", its
+    # target probability hidden
     assert view.table.count("data-verdict") == 1 and view.table.count(teach_rows.NOT_YET) == len(cycle.drafted) - 1
     assert view.table.count("sv-current-row") == 1
     assert view.tokens.count("data-cycle=") == index              # this cycle's tokens are not decided yet
+    shown = {f"{p:.3f}" for p in cycle.target_probs[1:]} - {f"{cycle.target_probs[tested[0]]:.3f}"}
+    if not cycle.is_tree:
+        assert not any(f"<td>{p}</td>" in view.table for p in shown)
     whole = teach.step_view(stepped, index)
     assert teach.CURRENT not in whole.narrative and "emitted" in whole.narrative and "emitted" not in view.narrative
+    last = teach.step_view(stepped, index, len(tested) - 1)       # the last test: what was never tested is known
+    assert "That was the last test" in last.narrative and teach_rows.NOT_YET not in last.table
     if cycle.is_tree:
         drawn = {trace.name: len(trace.x) for trace in view.verification.data[2:]}
         assert drawn["this test"] == 1 and sum(n for name, n in drawn.items() if name != "this test") == len(cycle.drafted)
         assert drawn[teach_rows.NOT_YET] == len(cycle.drafted) - 1
+        assert teach_rows.NOT_YET not in {trace.name for trace in last.verification.data}
+        assert "tested so far" in view.verification.layout.title.text and "accepted" not in view.verification.layout.title.text

@@ -19,15 +19,11 @@ CACHE_BUDGET_ENV = "SPECVIZ_MODEL_MEMORY_GB"   # in-memory model cache budget, G
 DEFAULT_CACHE_BUDGET_GB = 8.0
 
 def collect() -> None:
-    """A full collection that reaches frozen objects too (the app freezes its start-up objects, the
-    default pair among them, so that collections skip them): they are unfrozen, collected, and what
-    survives is frozen again."""
-    frozen = gc.get_freeze_count() > 0
-    if frozen:
-        gc.unfreeze()
+    """A full collection that reaches frozen objects too: the app freezes its start-up objects (the
+    default pair among them) so that collections skip them, and an evicted pair must still be freed.
+    They are unfrozen for good: decoding pauses the collector anyway (`core.timing`)."""
+    gc.unfreeze()
     gc.collect()
-    if frozen:
-        gc.freeze()
 
 
 class ModelCache:

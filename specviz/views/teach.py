@@ -30,19 +30,19 @@ def _md_token(text: str) -> str:
 
 
 def tree_tries(cycle: Cycle, text_of: TokenText, upto: int | None = None) -> list[str]:
-    """A tree's verification node by node, in the order the target tried the children: at each node
-    it reached, each child until one was accepted (greedy: the child equal to its argmax; sampling:
-    a draw u against what is left of its distribution). With `upto`, the tries up to that one
-    (0-based), which is marked."""
+    """A tree's verification node by node, in the order the target tested the children of each node
+    it reached (`tree_walk`; greedy: every child against its argmax; sampling: each child in turn, a
+    draw u against what is left of its distribution, until one is accepted). With `upto`, the tests
+    up to that one (0-based), which is marked."""
     lines, draws, last_depth = [], iter(cycle.uniforms), None
     walk = tree_walk(cycle)
     for step, (depth, visited, child) in enumerate(walk if upto is None else walk[: upto + 1], start=1):
-        if depth != last_depth:
+        if depth != last_depth:   # a paragraph between two numbered lists, blank lines around it
             last_depth = depth
             where = "after the last token" if visited < 0 else f"after {_md_token(text_of(cycle.drafted[visited]))}"
             if cycle.greedy and depth < len(cycle.target_top):
                 where += f", the target's argmax is {_md_token(text_of(cycle.target_top[depth]))}"
-            lines.append(f"**Depth {depth + 1}** ({where}):")
+            lines += ([""] if lines else []) + [f"**Depth {depth + 1}** ({where}):", ""]
         verdict = cycle.verdicts[child]
         token = _md_token(text_of(cycle.drafted[child]))
         if cycle.greedy:
@@ -51,8 +51,9 @@ def tree_tries(cycle: Cycle, text_of: TokenText, upto: int | None = None) -> lis
             u = next(draws, None)
             test = ("" if u is None else f"$u = {number(u, latex=True)}$ against its probability in what is "
                     "left of the target's distribution")
+        marked = CURRENT if upto is not None and step == upto + 1 else ""
         lines.append(f"{step}. node {child + 1}, {token} (draft p {number(cycle.draft_probs[child])}): "
-                     f"{test} \u2192 **{verdict}**" + (CURRENT if step == (upto or 0) + 1 and upto is not None else ""))
+                     f"{test} \u2192 **{verdict}**{marked}")
     return lines
 
 
@@ -76,13 +77,16 @@ def _row_line(row: TokenRow, greedy: bool) -> str:
 
 def _tests_so_far(cycle: Cycle, rows: Sequence[TokenRow], text_of: TokenText, upto: int) -> list[str]:
     """Stepping test by test: how the target checks this cycle's drafts, its tests up to `upto`
-    (the last one marked), and what comes next."""
+    (the last one marked), and what comes next. It does not say how many tests there will be: that
+    would tell where the first rejection is."""
     tested = tested_nodes(cycle, rows)
     upto = max(0, min(upto, len(tested) - 1))
     if cycle.is_tree:
+        how = ("compares every child of each node it reaches with its argmax and follows the one that matches"
+               if cycle.greedy else "tries the children of each node it reaches in turn and follows the first "
+               "it accepts")
         lines = [f"The drafter proposed a **tree** of {len(cycle.drafted)} tokens; one target pass scored them "
-                 "all. The target now checks the children of each node it reaches, in order, and follows the "
-                 "first it agrees with (grey nodes in the picture: not tested yet).", "",
+                 f"all. The target now {how} (grey nodes in the picture: not tested yet).", "",
                  *tree_tries(cycle, text_of, upto)]
     else:
         lines = [f"The drafter proposed {len(cycle.drafted)} token{'s' if len(cycle.drafted) > 1 else ''}; one "
@@ -92,7 +96,7 @@ def _tests_so_far(cycle: Cycle, rows: Sequence[TokenRow], text_of: TokenText, up
         lines[-1] += CURRENT
     more = ("Next test \u25b6 shows the next one." if upto + 1 < len(tested) else
             "That was the last test: Next test \u25b6 shows the outcome.")
-    return lines + ["", f"*Test {upto + 1} of {len(tested)}. {more}*"]
+    return lines + ["", f"*Test {upto + 1}. {more}*"]
 
 
 def cycle_markdown(cycle: Cycle, rows: Sequence[TokenRow], text_of: TokenText, total: int | None = None,
@@ -102,7 +106,7 @@ def cycle_markdown(cycle: Cycle, rows: Sequence[TokenRow], text_of: TokenText, t
     of_total = f" of {total}" if total else ""
     mode = "greedy verification" if cycle.greedy else "speculative sampling"
     lines = [f"### Cycle {cycle.index + 1}{of_total}: k = {cycle.k}, {mode}", ""]
-    if upto is not None:
+    if upto is not None and tested_nodes(cycle, rows):
         return "\n".join(lines + _tests_so_far(cycle, rows, text_of, upto))
     if not cycle.drafted:
         lines.append("The drafter had nothing to propose (prompt lookup found no match), so this target pass "
@@ -172,12 +176,13 @@ class StepView(NamedTuple):
     table: str                # per-token HTML table
     verification: go.Figure
     residual: go.Figure
-    position: str             # "Cycle i of n", and stepping test by test ", test j of m"
+    position: str             # "Cycle i of n"; stepping test by test ", test j" or ", outcome"
 
 
 def step_view(run: TeachRun, index: int, test: int | None = None) -> StepView:
-    """Everything the Teach tab shows for cycle `index` (clamped to the run): the whole cycle, or with
-    `test` the target's tests up to that one (0-based, see `tested_nodes`) and not yet the outcome."""
+    """Everything the Teach tab shows for cycle `index` (clamped to the run): the whole cycle (`test`
+    None), the target's tests up to `test` (0-based, see `tested_nodes`) and not yet the outcome, or
+    with `test` past the last test the whole cycle as the outcome of stepping through it."""
     index = max(0, min(index, len(run.cycles) - 1))
     cycle = run.cycles[index]
     rows = token_rows(cycle, run.text_of)
@@ -187,41 +192,43 @@ def step_view(run: TeachRun, index: int, test: int | None = None) -> StepView:
     tokens = render.token_view_html(shown, f"{run.label} \u00b7 cycle {index + 1} of {len(run.cycles)}")
     position = f"Cycle {index + 1} of {len(run.cycles)}"
     tested = tested_nodes(cycle, rows)
-    if test is None or not tested:
-        return StepView(tokens, cycle_markdown(cycle, rows, run.text_of, len(run.cycles)), rows_html(rows, cycle.greedy, tree=cycle.is_tree),
+    if test is None or test >= len(tested):
+        return StepView(tokens, cycle_markdown(cycle, rows, run.text_of, len(run.cycles)),
+                        rows_html(rows, cycle.greedy, tree=cycle.is_tree),
                         tree_figure(cycle, run.text_of) if cycle.is_tree else verification_figure(cycle, rows),
-                        residual_figure(cycle, run.text_of), position)
-    test = max(0, min(test, len(tested) - 1))
-    so_far = up_to_test(rows, tested, test)
+                        residual_figure(cycle, run.text_of), position + ("" if test is None else ", outcome"))
+    test = max(0, test)
+    last = test == len(tested) - 1    # then the drafts not tested are known never to be
+    so_far = rows if last else up_to_test(rows, tested, test)
     # This cycle's tokens are not decided yet: the token view shows the cycles before it.
     tokens = render.token_view_html(run.cycle_html[:index], f"{run.label} \u00b7 before cycle {index + 1}")
-    figure = (tree_figure(cycle, run.text_of, tested[: test + 1]) if cycle.is_tree else
+    figure = (tree_figure(cycle, run.text_of, tested[: test + 1], untested_known=last) if cycle.is_tree else
               verification_figure(cycle, so_far))
     return StepView(tokens, cycle_markdown(cycle, rows, run.text_of, len(run.cycles), upto=test),
                     rows_html(so_far, cycle.greedy, current=tested[test] + 1, tree=cycle.is_tree), figure,
                     note_figure("Correction or bonus", "Comes after the last test: press Next test."),
-                    f"{position}, test {test + 1} of {len(tested)}")
+                    f"{position}, test {test + 1}")
 
 
-def next_test(run: TeachRun, index: int, test: int | None, delta: int) -> tuple[int, int | None]:
-    """Stepping test by test (`delta` +1 or -1) from cycle `index` at `test` (None: its outcome, the
-    whole cycle). Each cycle is its tests in order, then its outcome; the steps run on across cycles
-    and stop at either end of the run."""
-    def tests_in(i: int) -> int:
+def next_test(run: TeachRun, index: int, test: int | None, delta: int) -> tuple[int, int]:
+    """Stepping test by test (`delta` +1 or -1) from cycle `index` at `test`. A cycle's steps are its
+    tests (0 .. m - 1, see `tested_nodes`), then its outcome (m); they run on across cycles and stop
+    at either end of the run. `test` None is the whole cycle as a cycle step showed it: Next test
+    starts its tests, Previous test goes to the previous cycle's outcome."""
+    def steps_in(i: int) -> int:
         return len(tested_nodes(run.cycles[i], token_rows(run.cycles[i], run.text_of)))
     index = max(0, min(index, len(run.cycles) - 1))
-    steps = tests_in(index)
-    here = steps if test is None else max(0, min(test, steps))   # the outcome is step `steps`
+    steps = steps_in(index)
+    if test is None:
+        here = (-1 if steps else 0) if delta > 0 else 0
+    else:
+        here = max(0, min(test, steps))
     here += delta
     if here < 0:
-        if index == 0:
-            return 0, (0 if steps else None)
-        return index - 1, None
+        return (index, 0 if test is not None else None) if index == 0 else (index - 1, steps_in(index - 1))
     if here > steps:
-        if index == len(run.cycles) - 1:
-            return index, None
-        return index + 1, (0 if tests_in(index + 1) else None)
-    return index, (None if here == steps else here)
+        return (index, steps) if index == len(run.cycles) - 1 else (index + 1, 0)
+    return index, here
 
 
 def token_texts(cycles: Sequence[Cycle], decode: Callable[[list[int]], str]) -> dict[int, str]:

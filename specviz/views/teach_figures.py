@@ -60,11 +60,13 @@ TREE_COLOURS = {ACCEPTED: render.COLOURS[ACCEPTED], REJECTED: render.COLOURS[REJ
                 NOT_YET: "#e3e7ec"}
 
 
-def tree_figure(cycle: Cycle, text_of: TokenText, tested: Sequence[int] | None = None) -> go.Figure:
+def tree_figure(cycle: Cycle, text_of: TokenText, tested: Sequence[int] | None = None,
+                untested_known: bool = False) -> go.Figure:
     """A token tree as drawn: the last token at the root on the left, each node one column deeper
     than its parent, an edge to its parent, coloured by verdict (accepted, rejected, not reached).
-    Stepping test by test, `tested` holds the nodes tested so far: the others are "not yet", and
-    the last one tested is ringed."""
+    Stepping test by test, `tested` holds the nodes tested so far: the others are "not yet" (unless
+    `untested_known`: after the last test they are known never to be), and the last one tested is
+    ringed."""
     depth, row, rows_used = {-1: 0}, {-1: 0.0}, {}
     for node, parent in enumerate(cycle.parents):
         depth[node] = depth[parent] + 1
@@ -74,7 +76,8 @@ def tree_figure(cycle: Cycle, text_of: TokenText, tested: Sequence[int] | None =
     for node, parent in enumerate(cycle.parents):
         edges_x += [depth[parent], depth[node], None]
         edges_y += [row[parent], row[node], None]
-    verdicts = cycle.verdicts if tested is None else [v if i in tested else NOT_YET for i, v in enumerate(cycle.verdicts)]
+    verdicts = (cycle.verdicts if tested is None or untested_known else
+                [v if i in tested else NOT_YET for i, v in enumerate(cycle.verdicts)])
     labels = [visible(text_of(t)) for t in cycle.drafted]
     traces = [go.Scatter(x=edges_x, y=edges_y, mode="lines", line=dict(color="#9aa5b1", width=1.5),
                          hoverinfo="skip", showlegend=False),
@@ -88,7 +91,8 @@ def tree_figure(cycle: Cycle, text_of: TokenText, tested: Sequence[int] | None =
                 text=[labels[i] for i in nodes], textposition="top center",
                 marker=dict(size=14, color=TREE_COLOURS[verdict], line=dict(color="white", width=1)),
                 customdata=[[cycle.target_probs[i]] for i in nodes],
-                hovertemplate="%{text}: target p %{customdata[0]:.3f}<extra>" + verdict + "</extra>"))
+                hovertemplate=("%{text}: not tested yet<extra></extra>" if verdict == NOT_YET else
+                               "%{text}: target p %{customdata[0]:.3f}<extra>" + verdict + "</extra>")))
     if tested:
         last = tested[-1]
         traces.append(go.Scatter(x=[depth[last]], y=[row[last]], mode="markers", name="this test",

@@ -72,8 +72,8 @@ class TokenRow:
     token: int
     text: str
     draft_prob: float
-    target_prob: float
-    ratio: float                  # min(1, target / draft)
+    target_prob: float | None     # None: hidden, not tested yet (`up_to_test`)
+    ratio: float | None           # min(1, target / draft)
     uniform: float | None         # the draw compared with `ratio` (sampling, checked tokens only)
     target_top: int | None        # greedy: the target's argmax here (checked tokens only)
     target_top_text: str | None
@@ -138,16 +138,16 @@ def rows_html(rows: Sequence[TokenRow], greedy: bool, current: int | None = None
             test = "same token" if row.accepted else "different token"
             verdict = row.verdict
         elif tree:   # a later sibling is tested against what is left of the target's distribution
-            test = "\u2013" if row.uniform is None else f"u = {number(row.uniform)}, see the account"
+            test = "\u2013" if row.uniform is None else f"u = {number(row.uniform)}: see the steps"
             verdict = row.verdict
         else:
             test = f"{number(row.uniform)} {'<' if row.accepted else GE} {number(row.ratio)}"
             verdict = row.verdict
-        cells = [str(row.position), token, number(row.draft_prob), number(row.target_prob)]
+        cells = [str(row.position), token, number(row.draft_prob), _maybe(row.target_prob)]
         if greedy:
             cells.append("" if row.target_top is None else _token_cell(row.target_top_text, row.target_top))
         else:
-            cells += [number(row.ratio), "" if row.uniform is None else number(row.uniform)]
+            cells += [_maybe(row.ratio), "" if row.uniform is None else number(row.uniform)]
         cells += [html.escape(test), _verdict_cell(verdict)]
         marked = ' class="sv-current-row"' if row.position == current else ""
         body.append(f"<tr{marked}>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
@@ -156,6 +156,10 @@ def rows_html(rows: Sequence[TokenRow], greedy: bool, current: int | None = None
     header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     return (f'<div class="sv-stats sv-teach"><table aria-label="drafted tokens and their tests">'
             f'<thead><tr>{header}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
+
+
+def _maybe(x: float | None) -> str:
+    return "\u2013" if x is None else number(x)
 
 
 def _token_cell(text: str | None, token: int) -> str:
@@ -171,8 +175,9 @@ def _verdict_cell(verdict: str) -> str:
 
 
 def tree_walk(cycle: Cycle) -> list[tuple[int, int, int]]:
-    """(depth, node reached, child tried) for each child the target tested, in order: at each node it
-    reached, its children until one was accepted. Node -1 is the root (the last token)."""
+    """(depth, node reached, child tested) for each child the target tested, in order, at each node it
+    reached (its children not marked "not reached": sampling tries them in turn until one is
+    accepted; greedy compares every one with the argmax). Node -1 is the root (the last token)."""
     kids = trees.children(cycle.parents)   # kids[node + 1]: a node's children; kids[0]: the root's
     walk = []
     for depth, visited in enumerate([-1] + cycle.accepted_nodes):
@@ -192,9 +197,10 @@ def tested_nodes(cycle: Cycle, rows: Sequence[TokenRow]) -> list[int]:
 
 
 def up_to_test(rows: Sequence[TokenRow], tested: Sequence[int], test: int) -> list[TokenRow]:
-    """`rows` as they stand after the test at `test` (0-based) of `tested`: later ones not yet tested."""
+    """`rows` as they stand after the test at `test` (0-based) of `tested`: the others not tested yet,
+    their target probability hidden too (greedy: above 0.5 it would tell the verdict)."""
     done = set(tested[: test + 1])
     return [row if row.position - 1 in done else
-            dataclasses.replace(row, checked=False, accepted=None, uniform=None, target_top=None,
-                                target_top_text=None, verdict=NOT_YET)
+            dataclasses.replace(row, target_prob=None, ratio=None, checked=False, accepted=None, uniform=None,
+                                target_top=None, target_top_text=None, verdict=NOT_YET)
             for row in rows]
