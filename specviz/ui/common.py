@@ -184,10 +184,13 @@ class StopSignal:
         return signal
 
 
-def click_with_stop(button, handler: Callable, inputs: list, outputs: list, signal, **queue):
-    """`button` runs `handler` (an async generator function, see `streaming`) with the signal
-    `StopSignal.for_click` picks, kept in `signal` (a `gr.State` for this button alone), as its last
-    input; returns the handler's event."""
+def click_with_stop(button, stop_button, handler: Callable, inputs: list, outputs: list, **queue):
+    """`button` runs `handler` (an async generator function, see `streaming`) with a `StopSignal` as
+    its last input, and `stop_button` sets that signal at once (no queue slot). The signal lives in a
+    `gr.State` of this button alone; each click puts the one `StopSignal.for_click` picks there
+    before the work is queued. Returns the handler's event."""
+    signal = gr.State(StopSignal())
+    stop_button.click(StopSignal.request, signal, None, queue=False, api_visibility="private")
     return button.click(StopSignal.for_click, signal, signal, queue=False, api_visibility="private").then(
         holding_its_signal(handler), [*inputs, signal], outputs, **queue)
 
@@ -206,12 +209,6 @@ def holding_its_signal(handler: Callable) -> Callable:
             args[-1].live = False
 
     return run
-
-
-def stop_with(stop_button, *signals) -> None:
-    """`stop_button` sets the signals in the session's `signals` states, at once (no queue slot)."""
-    for signal in signals:
-        stop_button.click(StopSignal.request, signal, None, queue=False, api_visibility="private")
 
 
 def streaming(work: Callable[..., Iterator]) -> Callable:

@@ -22,7 +22,7 @@ from ..views.prose import (SWEEP_HEADERS, TABLE_HEADERS, sweep_line, sweep_rows,
                            winner_line)
 from . import compare_sets
 from .common import (CHAT, CONCURRENCY_ID, RAW, TICK, StopSignal, Throttle, click_with_stop, error_html, export_folder,
-                     failure, gpu_task, slider_max_new_tokens, stop_with, streaming)
+                     failure, gpu_task, slider_max_new_tokens, streaming)
 
 MAX_CONFIGS = 4
 COMPARE_GPU_SECONDS = 300          # ZeroGPU time for a comparison or a sweep (several runs in one call)
@@ -299,13 +299,11 @@ def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run:
                                                  view.set_plot]
         return flat_work
 
-    events, signals = [], []
+    events = []
     for button, is_sweep, name in ((run, False, "compare"), (run_sweep, True, "sweep")):
         handler = streaming(gpu_task(flat(compare_work(limits, loader, sweep=is_sweep)), duration=COMPARE_GPU_SECONDS))
-        signals.append(gr.State(StopSignal()))   # each button's own; a click picks one: `StopSignal.for_click`
-        events.append(click_with_stop(button, handler, inputs, outputs, signals[-1], concurrency_limit=1,
+        events.append(click_with_stop(button, stop, handler, inputs, outputs, concurrency_limit=1,
                                       concurrency_id=CONCURRENCY_ID, show_progress="minimal", api_name=name))
-    stop_with(stop, *signals)
     source.change(lambda choice: gr.update(visible=choice == compare_sets.FROM_FILE), source, upload, queue=False,
                   api_visibility="private")
     export.click(export_work, [result, png], files, concurrency_limit=1, concurrency_id=CONCURRENCY_ID,

@@ -20,7 +20,7 @@ from ..runs import recording
 from ..runs.recording import Recording
 from ..views import render
 from ..views.run_view import RunRenderer, empty_view
-from .common import TICK, StopSignal, Throttle, click_with_stop, error_html, failure, stop_with, streaming
+from .common import TICK, StopSignal, Throttle, click_with_stop, error_html, failure, streaming
 from .run_tab import build_run_views, shown
 
 DEFAULT_RECORDING = "prompt-lookup-rewrite.json"
@@ -159,7 +159,6 @@ def build_replay_tab() -> ReplayTab:
     info = gr.HTML(opened_html(opened) if opened else "", elem_id="replay-info")
     views = build_run_views("replay-")
     position = gr.State(0)
-    stop_signal = gr.State(StopSignal())   # a Run click picks its own: `StopSignal.for_click`
     private = dict(queue=False, api_visibility="private")
 
     def on_open(bundled_name, uploaded):
@@ -174,10 +173,9 @@ def build_replay_tab() -> ReplayTab:
     # Choosing a bundled recording clears an upload (an upload wins while it is there).
     bundled.input(lambda name: (None, *on_open(name, None)), bundled, [upload, which, info, position], **private)
     upload.change(on_open, [bundled, upload], [which, info, position], **private)
-    click_with_stop(play, streaming(replay_work), [*chosen, speed], outputs, stop_signal,
+    click_with_stop(play, stop, streaming(replay_work), [*chosen, speed], outputs,
                     concurrency_limit=REPLAY_CONCURRENCY, concurrency_id="replay", show_progress="hidden",
                     api_visibility="private")
-    stop_with(stop, stop_signal)
     next_.click(lambda b, u, w, p: step_view(b, u, w, p, +1), [*chosen, position], outputs, **private)
     previous.click(lambda b, u, w, p: step_view(b, u, w, p, -1), [*chosen, position], outputs, **private)
     return ReplayTab(bundled, upload, speed, play, stop, next_, previous, views.stats)

@@ -20,7 +20,7 @@ from ..views.run_view import RunRenderer, RunView, empty_view, stopped_view
 from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
                      PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK, StopSignal, Throttle, click_with_stop, draft_spec,
                      error_html, failure, gpu_task, presets, recording_button, session_drafter, slider_max_new_tokens,
-                     stop_with, streaming)
+                     streaming)
 
 
 # What the Run button's work yields, in the order of its outputs: the run's views (`RunView`'s
@@ -228,7 +228,6 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
                 gr.Markdown(f"Hosted demo: preset models only, at most {limits.max_new_tokens} new tokens.")
 
     views = build_run_views()
-    stop_signal = gr.State(StopSignal())   # a Run click picks its own: `StopSignal.for_click`
     memory = gr.State({})                  # the session's suffix drafter: it drafts from earlier runs
 
     # --- events
@@ -259,7 +258,6 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
     inputs = [prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
               max_new_tokens, seed, prompt_format, branch, memory]
     # Stop is a signal the work reads, not a cancel: see `StopSignal`. (A closed page still cancels.)
-    run_event = click_with_stop(run, handler, inputs, [*views, record], stop_signal, concurrency_limit=1,
+    run_event = click_with_stop(run, stop, handler, inputs, [*views, record], concurrency_limit=1,
                                 concurrency_id=CONCURRENCY_ID, show_progress="minimal", api_name="run")
-    stop_with(stop, stop_signal)
     return RunTab(prompt, run, stop, views.tokens, views.stats, run_event)

@@ -15,7 +15,7 @@ from ..runs import Loader, config_label, load_stepwise, race
 from ..settings import Limits, RunSettings, check_prompt, validate
 from ..views import explain, render, teach
 from .common import (CHAT, CONCURRENCY_ID, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, RAW, TICK, StopSignal, click_with_stop,
-                     draft_spec, error_html, failure, gpu_task, recording_button, stop_with, streaming)
+                     draft_spec, error_html, failure, gpu_task, recording_button, streaming)
 
 TEACH_PROMPT = "Write a short poem about the sea."
 TEACH_MAX_NEW_TOKENS = 128
@@ -174,12 +174,10 @@ def build_teach_tab(*, limits: Limits, loader: Loader | None = None, last_run: g
     drafter.change(lambda d: (gr.update(visible=d == DRAFT_MODEL), gr.update(visible=d == EARLY_EXIT)),
                    drafter, [draft_model, exit_layer], **private)
     view_outputs = [state, index, test, tokens, narrative, table, verification, residual, position]
-    stop_signal = gr.State(StopSignal())   # a Decode click picks its own: `StopSignal.for_click`
-    run_event = click_with_stop(run, streaming(gpu_task(teach_work(limits, loader))),
+    run_event = click_with_stop(run, stop, streaming(gpu_task(teach_work(limits, loader))),
                                 [prompt, drafter, draft_model, exit_layer, k, temperature, seed, max_new_tokens,
-                                 prompt_format], view_outputs + [numbers, record], stop_signal, concurrency_limit=1,
+                                 prompt_format], view_outputs + [numbers, record], concurrency_limit=1,
                                 concurrency_id=CONCURRENCY_ID, show_progress="minimal", api_name="teach")
-    stop_with(stop, stop_signal)
 
     def stepper(by_test: bool, delta: int):
         def on_click(run_value, index_value, test_value):
