@@ -347,7 +347,6 @@ def test_model_cache_lru_order():
     assert cache.keys() == ["e"]
 
 
-
 def test_an_evicted_model_is_collected_even_after_the_app_froze_its_start_up_objects():
     class Model:                            # reference cycles, as real models have: only the collector frees them
         def __init__(self):

@@ -75,11 +75,11 @@ def _row_line(row: TokenRow, greedy: bool) -> str:
             rf"\min\left(1, \frac{{{t}}}{{{d}}}\right) = {r}$" f" \u2192 **{row.verdict}**")
 
 
-def _tests_so_far(cycle: Cycle, rows: Sequence[TokenRow], text_of: TokenText, upto: int) -> list[str]:
-    """Stepping test by test: how the target checks this cycle's drafts, its tests up to `upto`
-    (the last one marked), and what comes next. It does not say how many tests there will be: that
-    would tell where the first rejection is."""
-    tested = tested_nodes(cycle, rows)
+def _tests_so_far(cycle: Cycle, rows: Sequence[TokenRow], tested: Sequence[int], text_of: TokenText,
+                  upto: int) -> list[str]:
+    """Stepping test by test: how the target checks this cycle's drafts, its `tested` nodes up to
+    `upto` (the last one marked), and what comes next. It does not say how many tests there will be:
+    that would tell where the first rejection is."""
     upto = max(0, min(upto, len(tested) - 1))
     if cycle.is_tree:
         how = ("compares every child of each node it reaches with its argmax and follows the one that matches"
@@ -106,8 +106,9 @@ def cycle_markdown(cycle: Cycle, rows: Sequence[TokenRow], text_of: TokenText, t
     of_total = f" of {total}" if total else ""
     mode = "greedy verification" if cycle.greedy else "speculative sampling"
     lines = [f"### Cycle {cycle.index + 1}{of_total}: k = {cycle.k}, {mode}", ""]
-    if upto is not None and tested_nodes(cycle, rows):
-        return "\n".join(lines + _tests_so_far(cycle, rows, text_of, upto))
+    tested = tested_nodes(cycle, rows) if upto is not None else []
+    if tested:
+        return "\n".join(lines + _tests_so_far(cycle, rows, tested, text_of, upto))
     if not cycle.drafted:
         lines.append("The drafter had nothing to propose (prompt lookup found no match), so this target pass "
                      "produced one token, as plain decoding would.")
@@ -186,13 +187,13 @@ def step_view(run: TeachRun, index: int, test: int | None = None) -> StepView:
     index = max(0, min(index, len(run.cycles) - 1))
     cycle = run.cycles[index]
     rows = token_rows(cycle, run.text_of)
-    # The current cycle is marked so that the page can outline it.
-    current = run.cycle_html[index].replace('class="sv-cycle"', 'class="sv-cycle sv-current"', 1)
-    shown = run.cycle_html[:index] + [current]
-    tokens = render.token_view_html(shown, f"{run.label} \u00b7 cycle {index + 1} of {len(run.cycles)}")
     position = f"Cycle {index + 1} of {len(run.cycles)}"
     tested = tested_nodes(cycle, rows)
     if test is None or test >= len(tested):
+        # The current cycle is marked so that the page can outline it.
+        current = run.cycle_html[index].replace('class="sv-cycle"', 'class="sv-cycle sv-current"', 1)
+        tokens = render.token_view_html(run.cycle_html[:index] + [current],
+                                        f"{run.label} \u00b7 cycle {index + 1} of {len(run.cycles)}")
         return StepView(tokens, cycle_markdown(cycle, rows, run.text_of, len(run.cycles)),
                         rows_html(rows, cycle.greedy, tree=cycle.is_tree),
                         tree_figure(cycle, run.text_of) if cycle.is_tree else verification_figure(cycle, rows),
@@ -210,7 +211,7 @@ def step_view(run: TeachRun, index: int, test: int | None = None) -> StepView:
                     f"{position}, test {test + 1}")
 
 
-def next_test(run: TeachRun, index: int, test: int | None, delta: int) -> tuple[int, int]:
+def next_test(run: TeachRun, index: int, test: int | None, delta: int) -> tuple[int, int | None]:
     """Stepping test by test (`delta` +1 or -1) from cycle `index` at `test`. A cycle's steps are its
     tests (0 .. m - 1, see `tested_nodes`), then its outcome (m); they run on across cycles and stop
     at either end of the run. `test` None is the whole cycle as a cycle step showed it: Next test
