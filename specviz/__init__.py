@@ -1,9 +1,9 @@
 """specviz: speculative decoding on real language models, shown cycle by cycle."""
 
+from .catalog import VERSION as __version__
 from .core.decoding import autoregressive_decode, speculative_decode
 from .core.drafters import Draft, Drafter, DraftModelDrafter, PromptLookupDrafter, early_exit_model
 from .core.events import Cycle, Step
 
-__all__ = ["speculative_decode", "autoregressive_decode", "Cycle", "Step", "Draft", "Drafter",
+__all__ = ["__version__", "speculative_decode", "autoregressive_decode", "Cycle", "Step", "Draft", "Drafter",
            "DraftModelDrafter", "PromptLookupDrafter", "early_exit_model"]
-__version__ = "0.1.0"

@@ -1,5 +1,5 @@
-"""What ships in assets/: the model-pair presets, the example prompts of the app and the benchmark's
-prompt set. Plain data, read once per call; nothing here loads a model."""
+"""What ships: specviz's version, and in assets/ the model-pair presets, the example prompts of the app
+and the benchmark's prompt set. Plain data, read once per call; nothing here loads a model."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SpecvizError
+
+# The one place the version is written: pyproject.toml reads it from here ([tool.setuptools.dynamic]),
+# the package exports it as `specviz.__version__`, environments record it.
+VERSION = "0.1.0"
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 PRESETS_FILE = ASSETS / "presets.json"

@@ -18,6 +18,7 @@ from specviz.models.tiny import ByteTokenizer, encode_bytes, tiny_pair
 from specviz.runs import bench
 from specviz.runs import prompt_sets
 from specviz.runs.run import race
+from specviz.views import bench_table
 from specviz.settings import RunSettings, validate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,7 +147,7 @@ def test_markdown_table_renders():
                  specviz_speedup=2.0, transformers_speedup=1.9, specviz_vs_transformers=1.05, expected_speedup=2.1,
                  speedup_vs_theory=0.95, identical_to_baseline=True, transformers_identical_to_baseline=True)
             for c in ("code", "maths")]
-    table = bench.markdown_table(bench.summarize_rows(rows))
+    table = bench_table.markdown_table(bench.summarize_rows(rows))
     lines = table.splitlines()
     assert len(lines) == 2 + 3 and all(line.startswith("|") and line.endswith("|") for line in lines)
     assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|")

@@ -157,7 +157,7 @@ def test_defaults_are_builtin_target_and_ngram(monkeypatch):
         seen.append(spec)
         raise SpecvizError("stop")
 
-    monkeypatch.setattr(pairs, "_load", record)
+    monkeypatch.setattr(pairs, "load_cached", record)
     with pytest.raises(SpecvizError):
         load_pair()
     assert seen == [DEFAULT_TARGET] == ["SmolLM2-135M-Instruct"]
@@ -328,7 +328,7 @@ def test_missing_builtin_package_falls_back_to_the_hub_when_online(monkeypatch, 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     monkeypatch.setattr(sources.importlib.util, "find_spec", lambda name, *a: None)
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    source = sources._builtin_source(models.BUILTINS["SmolLM2-135M-Instruct"], None)
+    source = sources.builtin_source(models.BUILTINS["SmolLM2-135M-Instruct"], None)
     assert (source.kind, source.location) == ("hub", "HuggingFaceTB/SmolLM2-135M-Instruct")
 
 

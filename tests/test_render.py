@@ -9,7 +9,8 @@ from transformers import PreTrainedTokenizerFast
 
 from specviz.core.events import Cycle, Step
 from specviz.models import Detokenizer
-from specviz.runs.run import Run, cycle_text
+from specviz.runs.result import Run
+from specviz.runs.run import cycle_text
 from specviz.settings import RunSettings
 from specviz.views import charts, render
 

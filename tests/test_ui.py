@@ -12,7 +12,7 @@ from tiny_pair import PROMPT
 
 from specviz.errors import SpecvizError
 from specviz.runs import race
-from specviz.runs.run import _interleave
+from specviz.runs.run import interleave
 from specviz.settings import LOCAL, RunSettings, hosted
 from specviz.ui import build_demo, common, run_tab
 from specviz.ui.common import DRAFT_MODEL, EARLY_EXIT, PROMPT_LOOKUP, RAW, TICK
@@ -106,7 +106,7 @@ def test_the_race_advances_the_method_that_is_behind():
                      greedy=True, draft_seconds=0.0, verify_seconds=seconds)
     spec = iter([cycle(0, 0.3), cycle(1, 0.3)])
     plain = iter([Step(i, 1, 1.0, 0.1) for i in range(7)])
-    order = ["S" if isinstance(e, Cycle) else "P" for e in _interleave(spec, plain)]
+    order = ["S" if isinstance(e, Cycle) else "P" for e in interleave(spec, plain)]
     assert order == ["S", "P", "P", "P", "S", "P", "P", "P", "P"]
 
 

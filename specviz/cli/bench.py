@@ -13,7 +13,8 @@ from pathlib import Path
 from ..catalog import BENCH_PROMPTS_FILE, load_bench_prompts
 from ..errors import SpecvizError
 from ..runs.bench import (DEFAULT_K, TINY_TARGET, Setup, default_draft, default_k, describe, load_bench_pair,
-                          markdown_table, run_bench, summarize_rows)
+                          run_bench, summarize_rows)
+from ..views.bench_table import markdown_table
 from . import DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, progress_printer, settings_from
 
 

@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 
 from ..runs import recording
-from ..runs.run import Run, execute, load
+from ..runs.result import Run
+from ..runs.run import execute, load
 from ..settings import check_prompt
 from ..views.prose import summary_lines
 from ..views.render import cycle_pieces

@@ -3,6 +3,7 @@ models), loading and caching them, the drafter a draft spec names, and prompts a
 
     sources   what a model string names; the built-in models, converted once from GGUF
     devices   'auto' device and dtype for this machine
+    host      the machine: its description, software versions and load (the only reader of /proc)
     cache     loaded models kept in memory, least recently used first out
     loading   one model and its tokenizer, with errors a user can act on
     pairs     a target and its drafter (`load_pair`, `make_drafter`)

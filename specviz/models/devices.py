@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from ..errors import SpecvizError
+from .host import parse_cpuinfo, read_cpuinfo
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
@@ -14,17 +13,9 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
 
 def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
     """True when the CPU computes in bf16 natively (AVX512-BF16 or AMX); elsewhere bf16 is emulated
-    and slower than fp32."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return False
-    flags = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags.update(line.partition(":")[2].split())
-    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    and slower than fp32. `cpuinfo`: /proc/cpuinfo's text (default: this machine's)."""
+    info = read_cpuinfo() if cpuinfo is None else parse_cpuinfo(cpuinfo)
+    return bool(info.flags & {"avx512_bf16", "amx_bf16"})
 
 
 def auto_dtype(device_type: str, *, cuda_bf16: bool = False, cpu_bf16: bool = False) -> torch.dtype:

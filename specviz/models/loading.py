@@ -20,7 +20,7 @@ from ..errors import SpecvizError, is_out_of_memory
 from .cache import lock as _lock
 from .cache import model_cache
 from .devices import needs_device_map, resolve_device, resolve_dtype
-from .sources import BUILTINS, DEFAULT_TARGET, Progress, Source, _builtin_source, report, resolve_source
+from .sources import BUILTINS, DEFAULT_TARGET, Progress, Source, builtin_source, report, resolve_source
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +87,12 @@ def model_bytes(model: torch.nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
-def _load(spec: str, device: torch.device, dtype: torch.dtype, *, allow_pickle: bool, trust_remote_code: bool,
-          progress: Progress | None, vet: Callable[[Any, Source], None] | None = None,
-          keep: set = frozenset()) -> tuple[LoadedModel, Hashable]:
+def load_cached(spec: str, device: torch.device, dtype: torch.dtype, *, allow_pickle: bool, trust_remote_code: bool,
+                progress: Progress | None, vet: Callable[[Any, Source], None] | None = None,
+                keep: set = frozenset()) -> tuple[LoadedModel, Hashable]:
+    """`spec`'s model and tokenizer from the model cache, or loaded into it, and its cache key. The
+    caller holds the cache's lock (`load_model`, `pairs.load_pair`); `vet` checks the tokenizer before
+    the weights load; `keep` names cache entries that must not be evicted to make room."""
     source = resolve_source(spec)
     key = (source.key, str(dtype).removeprefix("torch."), str(device))
     cached = model_cache.get(key)
@@ -101,7 +104,7 @@ def _load(spec: str, device: torch.device, dtype: torch.dtype, *, allow_pickle: 
 
     started = time.perf_counter()
     if source.kind == "builtin":
-        source = _builtin_source(BUILTINS[source.location], progress)
+        source = builtin_source(BUILTINS[source.location], progress)
     where = {"gguf_file": source.gguf_file} if source.gguf_file else {}
     try:
         report(progress, 0.1, f"Reading {source.name}'s config and tokenizer")
@@ -150,7 +153,7 @@ def load_model(spec: str, *, device: str | torch.device = "auto", dtype: str | t
     """One causal LM and its tokenizer (cached), from a built-in name, hub id, folder or .gguf file."""
     with _lock:
         resolved = resolve_device(device)
-        loaded, _ = _load(spec, resolved, resolve_dtype(dtype, resolved), allow_pickle=allow_pickle,
-                          trust_remote_code=trust_remote_code, progress=progress)
+        loaded, _ = load_cached(spec, resolved, resolve_dtype(dtype, resolved), allow_pickle=allow_pickle,
+                                trust_remote_code=trust_remote_code, progress=progress)
         return loaded
 

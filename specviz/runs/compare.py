@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 from ..errors import SpecvizError
 from ..metrics import best_k, expected_speedup, median, pooled_alpha
 from ..settings import RunSettings
-from .run import Loader, Run, load, load_stepwise, race
+from .result import Run
+from .run import Loader, last, load, load_stepwise, race
 
 SWEEP_KS = tuple(range(1, 9))
 
@@ -119,10 +120,7 @@ def iter_comparison(configs: Sequence[RunSettings], prompt: str, *, loader: Load
 
 
 def compare(configs: Sequence[RunSettings], prompt: str, **options) -> Comparison:
-    comparison = None
-    for comparison in iter_comparison(configs, prompt, **options):
-        pass
-    return comparison
+    return last(iter_comparison(configs, prompt, **options))
 
 
 def ranked(comparison: Comparison) -> list[tuple[str, Run]]:
@@ -172,7 +170,4 @@ def iter_sweep(settings: RunSettings, prompt: str, ks: Iterable[int] = SWEEP_KS,
 
 
 def sweep(settings: RunSettings, prompt: str, ks: Iterable[int] = SWEEP_KS, **options) -> Sweep:
-    result = None
-    for result in iter_sweep(settings, prompt, ks, **options):
-        pass
-    return result
+    return last(iter_sweep(settings, prompt, ks, **options))

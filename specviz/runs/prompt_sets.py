@@ -22,7 +22,8 @@ from ..metrics import bootstrap_median, median, paired_ratio, ratio
 from ..models import ModelPair
 from ..settings import RunSettings
 from .compare import baseline_key, config_labels
-from .run import Loader, Run, load, load_stepwise, race
+from .result import Run
+from .run import Loader, last, load, load_stepwise, race
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,4 @@ def iter_prompt_set(configs: Sequence[RunSettings], prompts: Sequence[BenchPromp
 
 
 def compare_prompt_set(configs: Sequence[RunSettings], prompts: Sequence[BenchPrompt], **options) -> PromptSetComparison:
-    comparison = None
-    for comparison in iter_prompt_set(configs, prompts, **options):
-        pass
-    return comparison
+    return last(iter_prompt_set(configs, prompts, **options))

@@ -26,8 +26,10 @@ import pydantic
 from ..core.events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle, Step
 from ..core.trees import NOT_REACHED, check_tree
 from ..errors import SpecvizError
+from ..models.host import HostLoad, environment
 from ..settings import LOCAL, RunSettings, validate
-from .run import CycleText, Run, _interleave, environment
+from .result import CycleText, Run
+from .run import interleave
 
 FORMAT = "specviz-recording"
 VERSION = 1
@@ -179,7 +181,7 @@ def _run_from(record) -> tuple[Run, str]:
               prompt_tokens=fields_["prompt_tokens"], eos_token_ids=fields_.get("eos_token_ids", []),
               baseline=fields_.get("baseline", bool(steps)), cycles=cycles, texts=texts, steps=steps,
               step_texts=step_texts, spec_done=fields_.get("spec_done", True),
-              plain_done=fields_.get("plain_done", True))
+              plain_done=fields_.get("plain_done", True), host_load=HostLoad.from_dict(record.get("summary")))
     return run, fields_.get("label") or f"{run.target_name} + {run.draft_name}"
 
 
@@ -260,7 +262,7 @@ def _check_cycle(cycle: Cycle, text: CycleText, number: int) -> None:
 def timeline(recorded: Run) -> list[tuple[float, Cycle | Step]]:
     """The run's events in the order its race showed them, each with the time it ended on its own
     method's clock (seconds since that method started): replay at speed s shows an event at t / s."""
-    order = list(_interleave(iter(recorded.cycles), iter(recorded.steps) if recorded.steps else None))
+    order = list(interleave(iter(recorded.cycles), iter(recorded.steps) if recorded.steps else None))
     spec = plain = 0.0
     events = []
     for event in order:

@@ -9,17 +9,19 @@ decoding within one cycle. `execute` drains it. The app's tabs, the command line
 benchmark all go through here.
 
 Each event is timed by `core.decoding.Clock` on its own: nothing done between events (rendering,
-streaming to a browser) is counted.
+streaming to a browser) is counted. A busy host still inflates those times (see `models.host`): the
+race records the host's load over its events in `Run.host_load`.
+
+The result model, `Run`, is in `runs.result`.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
-import os
-import platform
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 import torch
 
@@ -29,13 +31,14 @@ from ..core.draft_trees import DraftTreeDrafter
 from ..core.drafters import DraftModelDrafter, Drafter
 from ..core.events import Cycle, Step
 from ..errors import SpecvizError
-from ..metrics import (PlainStats, SpecStats, Speed, first_divergence, ideal_speedup, measure_speed, summarize,
-                       summarize_plain, theory_at_pass_cost)
 from ..models import Detokenizer, ModelPair, check_context, encode_prompt, load_pair
+from ..models.host import HostLoad, read_cpu_times
 from ..models.sources import Progress
 from ..settings import RunSettings
+from .result import CycleText, Run
 
 Loader = Callable[[RunSettings, Progress | None], ModelPair]
+T = TypeVar("T")
 
 
 def load(settings: RunSettings, progress: Progress | None = None) -> ModelPair:
@@ -73,154 +76,6 @@ def load_stepwise(settings: RunSettings, loader: Loader | None = None, *, tick: 
     yield outcome["pair"]
 
 
-@dataclass
-class CycleText:
-    """How each token of a cycle reads, as the tokenizer decoded it in context."""
-    drafted: list[str]
-    correction: str | None
-
-
-@dataclass
-class Run:
-    """Everything a run has produced so far, and the numbers computed from it."""
-    settings: RunSettings
-    prompt: str
-    target_name: str
-    draft_name: str
-    target_parameters: int
-    draft_parameters: int
-    dtype: str
-    device: str
-    clock: str                      # which clock timed the events (Clock.name)
-    prompt_tokens: int
-    eos_token_ids: list[int]
-    baseline: bool                  # whether plain decoding runs (or was attached) for comparison
-    cycles: list[Cycle] = field(default_factory=list)
-    texts: list[CycleText] = field(default_factory=list)
-    steps: list[Step] = field(default_factory=list)
-    step_texts: list[str] = field(default_factory=list)
-    spec_done: bool = False
-    plain_done: bool = False
-    _stats: tuple = (-1, None)
-    _speed: tuple = ((-1, -1), None)
-    _decode: Callable[[list[int]], str] | None = None   # holds the tokenizer only, never the models
-
-    # --- what was produced
-    @property
-    def tokens(self) -> list[int]:
-        return [t for c in self.cycles for t in c.emitted]
-
-    @property
-    def baseline_tokens(self) -> list[int]:
-        return [s.token for s in self.steps]
-
-    @property
-    def text(self) -> str:
-        return self._decode(self.tokens) if self._decode else "".join(self.emitted_texts())
-
-    def emitted_texts(self) -> list[str]:
-        out = []
-        for cycle, text in zip(self.cycles, self.texts):
-            out += [text.drafted[i] for i in cycle.accepted_nodes]
-            out += [text.correction] if text.correction is not None else []
-        return out
-
-    @property
-    def done(self) -> bool:
-        return self.spec_done and (self.plain_done or not self.baseline)
-
-    # --- numbers (metrics computes them all; the speculative stats are cached per cycle count)
-    @property
-    def stats(self) -> SpecStats:
-        if self._stats[0] != len(self.cycles):
-            self._stats = (len(self.cycles), summarize(self.cycles))
-        return self._stats[1]
-
-    @property
-    def plain(self) -> PlainStats | None:
-        return summarize_plain(self.steps) if self.steps else None
-
-    @property
-    def speed(self) -> Speed | None:
-        key = (len(self.cycles), len(self.steps))
-        if self._speed[0] != key:
-            self._speed = (key, measure_speed(self.cycles, self.steps))
-        return self._speed[1]
-
-    @property
-    def speedup(self) -> float | None:
-        speed = self.speed
-        return speed.speedup if speed else None
-
-    @property
-    def theory_at_pass_cost(self) -> float | None:
-        return theory_at_pass_cost(self.stats, self.speed)
-
-    @property
-    def divergence(self) -> int | None:
-        return first_divergence(self.tokens, self.baseline_tokens) if self.steps else None
-
-    @property
-    def identical(self) -> bool | None:
-        return (self.divergence is None) if self.steps else None
-
-    def attach_baseline(self, other: Run) -> None:
-        """Share another run's plain decoding (same target, prompt and sampling rule)."""
-        self.baseline, self.steps, self.step_texts, self.plain_done = True, other.steps, other.step_texts, True
-
-    def summary(self) -> dict:
-        summary = {"target": self.target_name, "draft": self.draft_name, "target_parameters": self.target_parameters,
-                   "draft_parameters": self.draft_parameters, "prompt_tokens": self.prompt_tokens, "dtype": self.dtype,
-                   "device": self.device, "clock": self.clock, **self.stats.to_dict()}
-        speed = self.speed
-        if self.steps:
-            summary.update(baseline_tokens=len(self.steps), baseline_seconds=self.plain.seconds,
-                           baseline_tokens_per_second=self.plain.tokens_per_second,
-                           identical=self.identical, first_divergence=self.divergence)
-        if speed is not None:
-            summary.update(speedup=speed.speedup, speedup_low=speed.low, speedup_high=speed.high,
-                           speedup_reliable=speed.reliable, compared="decode-only seconds per token",
-                           spec_prefill_seconds=speed.spec_prefill_seconds,
-                           spec_decode_seconds=speed.spec_decode_seconds,
-                           baseline_prefill_seconds=speed.plain_prefill_seconds,
-                           baseline_decode_seconds=speed.plain_decode_seconds,
-                           verify_pass_cost=speed.pass_cost,
-                           expected_speedup_at_pass_cost=theory_at_pass_cost(self.stats, speed),
-                           expected_speedup_ideal=ideal_speedup(self.stats, speed))
-        return summary
-
-    def cycle_records(self) -> list[dict]:
-        """Every cycle's fields and its token texts (for `--json` and recordings)."""
-        return [{**c.to_dict(), "drafted_text": t.drafted, "correction_text": t.correction}
-                for c, t in zip(self.cycles, self.texts)]
-
-    def to_json(self) -> dict:
-        return {"settings": self.settings.to_dict(), "prompt": self.prompt, "text": self.text,
-                "cycles": self.cycle_records(), "summary": self.summary(), "environment": environment(self.device)}
-
-
-def environment(device: str) -> dict:
-    import transformers
-
-    from .. import __version__
-
-    name = torch.cuda.get_device_name() if device.startswith("cuda") and torch.cuda.is_available() else cpu_name()
-    return {"device_name": name, "torch": torch.__version__,
-            "transformers": transformers.__version__, "specviz": __version__, "torch_threads": torch.get_num_threads()}
-
-
-def cpu_name() -> str:
-    """The CPU's model name (Linux: /proc/cpuinfo), else what `platform` knows."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 # ----------------------------------------------------------------------------- running
 
 def encode(settings: RunSettings, prompt: str, pair: ModelPair) -> torch.Tensor:
@@ -230,7 +85,7 @@ def encode(settings: RunSettings, prompt: str, pair: ModelPair) -> torch.Tensor:
     return input_ids.to(pair.device)
 
 
-def _interleave(spec: Iterator[Cycle], plain: Iterator[Step] | None) -> Iterator[Cycle | Step]:
+def interleave(spec: Iterator[Cycle], plain: Iterator[Step] | None) -> Iterator[Cycle | Step]:
     """Always advance the method that has used less of its own time so far."""
     spec_seconds = plain_seconds = 0.0
     spec_live, plain_live = True, plain is not None
@@ -300,19 +155,25 @@ def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool 
     spec_text, plain_text = Detokenizer(pair.tokenizer, prompt_ids), Detokenizer(pair.tokenizer, prompt_ids)
     limit, ends = settings.max_new_tokens, set(eos)
     spec_tokens = 0
-    for event in _interleave(cycles, steps):
-        if isinstance(event, Cycle):
-            run.cycles.append(event)
-            run.texts.append(cycle_text(event, spec_text))
-            spec_tokens += len(event.emitted)
-            run.spec_done = spec_tokens >= limit or event.emitted[-1] in ends
-        else:
-            run.steps.append(event)
-            # The end-of-turn token is not text: the baseline panel shows none (the token view marks it).
-            run.step_texts.append("" if event.token in ends else plain_text.push(event.token))
-            run.plain_done = len(run.steps) >= limit or event.token in ends
-        yield run
-    run.spec_done = run.plain_done = True
+    started = read_cpu_times()
+    try:
+        for event in interleave(cycles, steps):
+            if isinstance(event, Cycle):
+                run.cycles.append(event)
+                run.texts.append(cycle_text(event, spec_text))
+                spec_tokens += len(event.emitted)
+                run.spec_done = spec_tokens >= limit or event.emitted[-1] in ends
+            else:
+                run.steps.append(event)
+                # The end-of-turn token is not text: the baseline panel shows none (the token view marks it).
+                run.step_texts.append("" if event.token in ends else plain_text.push(event.token))
+                run.plain_done = len(run.steps) >= limit or event.token in ends
+            yield run
+        run.spec_done = run.plain_done = True
+    finally:
+        # Also when the consumer stops early (a Stop closes this generator): a stopped run's summary
+        # says how busy the host was too.
+        run.host_load = HostLoad.over(started)
     yield run
 
 
@@ -335,10 +196,14 @@ def cycle_text(cycle: Cycle, detok: Detokenizer) -> CycleText:
     return CycleText(drafted, correction)
 
 
+def last(items: Iterable[T]) -> T | None:
+    """Iterate `items` to the end and return the last one (None when there was none): the result of a
+    generator that yields its growing result, such as `race`."""
+    tail = collections.deque(items, maxlen=1)
+    return tail[0] if tail else None
+
+
 def execute(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool = False,
             warm_up: bool = True) -> Run:
     """`race` drained: the finished run."""
-    run = None
-    for run in race(settings, prompt, pair, baseline=baseline, warm_up=warm_up):
-        pass
-    return run
+    return last(race(settings, prompt, pair, baseline=baseline, warm_up=warm_up))

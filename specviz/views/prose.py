@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from ..metrics import draft_cost, drafted_per_cycle, ideal_speedup, pass_seconds
 from ..runs.compare import Comparison, Sweep, ranked
-from ..runs.run import Run
+from ..runs.result import Run
 
 X = "\u00d7"
 
@@ -60,6 +60,18 @@ def theory_lines(run: Run) -> list[tuple[str, str, str]]:
     return rows
 
 
+def busy_host_text(run: Run) -> str | None:
+    """A warning when the host was busy while the run was timed (`models.host.HostLoad.busy`), else None."""
+    load = run.host_load
+    if load is None or not load.busy:
+        return None
+    measured = [f"load {load.load_average:.1f} on {load.cpus} cores"] if load.load_average is not None else []
+    if load.steal_share is not None:
+        measured.append(f"{load.steal_share:.0%} steal")
+    fair = "; the interleaved speedup stays fair (both methods paid alike)" if run.steps else ""
+    return f"the host was busy ({', '.join(measured)}): absolute times and tokens/s are inflated{fair}"
+
+
 def summary_lines(run: Run) -> list[str]:
     """The command line's summary of one run."""
     s = run.stats
@@ -81,6 +93,9 @@ def summary_lines(run: Run) -> list[str]:
         else:
             lines.append(f"greedy outputs identical: no, they diverge at token {run.divergence} (reduced precision "
                          "such as bf16 can flip near-tied logits; use --dtype float32 for exact equality)")
+    busy = busy_host_text(run)
+    if busy:
+        lines.append(f"warning: {busy}")
     return lines
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..core import trees
 from ..core.events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle
-from ..runs.run import CycleText
+from ..runs.result import CycleText
 
 VERDICTS = (ACCEPTED, REJECTED, RESAMPLED, BONUS)
 

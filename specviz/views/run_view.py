@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 from ..runs import Run
 from . import charts, render
+from .prose import busy_host_text
 
 
 class RunView(NamedTuple):
@@ -58,6 +59,9 @@ class RunRenderer:
             stats = render.idle_html()
         else:
             notes = [describe(run)]
+            busy = busy_host_text(run)
+            if busy:
+                notes.append(f"Timing: {busy}.")
             if final:
                 note = render.comparison_note(run.tokens, run.baseline_tokens, run.emitted_texts(), run.step_texts,
                                               run.dtype, run.settings.temperature == 0, run.done)

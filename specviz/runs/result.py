@@ -1,0 +1,144 @@
+"""A run's result: everything a race has produced so far (`Run`), and how each token of a cycle reads
+(`CycleText`). `run.race` grows a `Run` event by event; `recording.load` rebuilds finished ones from a
+file. Every number is computed by `metrics` from the recorded events; nothing here runs a model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..core.events import Cycle, Step
+from ..metrics import (PlainStats, SpecStats, Speed, first_divergence, ideal_speedup, measure_speed, summarize,
+                       summarize_plain, theory_at_pass_cost)
+from ..models.host import HostLoad, environment
+from ..settings import RunSettings
+
+
+@dataclass
+class CycleText:
+    """How each token of a cycle reads, as the tokenizer decoded it in context."""
+    drafted: list[str]
+    correction: str | None
+
+
+@dataclass
+class Run:
+    """Everything a run has produced so far, and the numbers computed from it."""
+    settings: RunSettings
+    prompt: str
+    target_name: str
+    draft_name: str
+    target_parameters: int
+    draft_parameters: int
+    dtype: str
+    device: str
+    clock: str                      # which clock timed the events (Clock.name)
+    prompt_tokens: int
+    eos_token_ids: list[int]
+    baseline: bool                  # whether plain decoding runs (or was attached) for comparison
+    cycles: list[Cycle] = field(default_factory=list)
+    texts: list[CycleText] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    step_texts: list[str] = field(default_factory=list)
+    spec_done: bool = False
+    plain_done: bool = False
+    host_load: HostLoad | None = None   # how busy the machine was over the race (None: not measured)
+    _stats: tuple = (-1, None)
+    _speed: tuple = ((-1, -1), None)
+    _decode: Callable[[list[int]], str] | None = None   # holds the tokenizer only, never the models
+
+    # --- what was produced
+    @property
+    def tokens(self) -> list[int]:
+        return [t for c in self.cycles for t in c.emitted]
+
+    @property
+    def baseline_tokens(self) -> list[int]:
+        return [s.token for s in self.steps]
+
+    @property
+    def text(self) -> str:
+        return self._decode(self.tokens) if self._decode else "".join(self.emitted_texts())
+
+    def emitted_texts(self) -> list[str]:
+        out = []
+        for cycle, text in zip(self.cycles, self.texts):
+            out += [text.drafted[i] for i in cycle.accepted_nodes]
+            out += [text.correction] if text.correction is not None else []
+        return out
+
+    @property
+    def done(self) -> bool:
+        return self.spec_done and (self.plain_done or not self.baseline)
+
+    # --- numbers (metrics computes them all; the speculative stats are cached per cycle count)
+    @property
+    def stats(self) -> SpecStats:
+        if self._stats[0] != len(self.cycles):
+            self._stats = (len(self.cycles), summarize(self.cycles))
+        return self._stats[1]
+
+    @property
+    def plain(self) -> PlainStats | None:
+        return summarize_plain(self.steps) if self.steps else None
+
+    @property
+    def speed(self) -> Speed | None:
+        key = (len(self.cycles), len(self.steps))
+        if self._speed[0] != key:
+            self._speed = (key, measure_speed(self.cycles, self.steps))
+        return self._speed[1]
+
+    @property
+    def speedup(self) -> float | None:
+        speed = self.speed
+        return speed.speedup if speed else None
+
+    @property
+    def theory_at_pass_cost(self) -> float | None:
+        return theory_at_pass_cost(self.stats, self.speed)
+
+    @property
+    def divergence(self) -> int | None:
+        return first_divergence(self.tokens, self.baseline_tokens) if self.steps else None
+
+    @property
+    def identical(self) -> bool | None:
+        return (self.divergence is None) if self.steps else None
+
+    def attach_baseline(self, other: Run) -> None:
+        """Share another run's plain decoding (same target, prompt and sampling rule)."""
+        self.baseline, self.steps, self.step_texts, self.plain_done = True, other.steps, other.step_texts, True
+
+    def summary(self) -> dict:
+        summary = {"target": self.target_name, "draft": self.draft_name, "target_parameters": self.target_parameters,
+                   "draft_parameters": self.draft_parameters, "prompt_tokens": self.prompt_tokens, "dtype": self.dtype,
+                   "device": self.device, "clock": self.clock, **self.stats.to_dict()}
+        if self.host_load is not None:
+            summary.update(self.host_load.to_dict())
+        speed = self.speed
+        if self.steps:
+            summary.update(baseline_tokens=len(self.steps), baseline_seconds=self.plain.seconds,
+                           baseline_tokens_per_second=self.plain.tokens_per_second,
+                           identical=self.identical, first_divergence=self.divergence)
+        if speed is not None:
+            summary.update(speedup=speed.speedup, speedup_low=speed.low, speedup_high=speed.high,
+                           speedup_reliable=speed.reliable, compared="decode-only seconds per token",
+                           spec_prefill_seconds=speed.spec_prefill_seconds,
+                           spec_decode_seconds=speed.spec_decode_seconds,
+                           baseline_prefill_seconds=speed.plain_prefill_seconds,
+                           baseline_decode_seconds=speed.plain_decode_seconds,
+                           verify_pass_cost=speed.pass_cost,
+                           expected_speedup_at_pass_cost=theory_at_pass_cost(self.stats, speed),
+                           expected_speedup_ideal=ideal_speedup(self.stats, speed))
+        return summary
+
+    def cycle_records(self) -> list[dict]:
+        """Every cycle's fields and its token texts (for `--json` and recordings)."""
+        return [{**c.to_dict(), "drafted_text": t.drafted, "correction_text": t.correction}
+                for c, t in zip(self.cycles, self.texts)]
+
+    def to_json(self) -> dict:
+        return {"settings": self.settings.to_dict(), "prompt": self.prompt, "text": self.text,
+                "cycles": self.cycle_records(), "summary": self.summary(), "environment": environment(self.device)}
+
