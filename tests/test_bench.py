@@ -93,6 +93,9 @@ def test_tiny_bench_rows(draft, monkeypatch):
         assert row["transformers_identical_to_baseline"] is True
         assert row["specviz_tokens_per_s"] > 0 and row["transformers_tokens_per_s"] > 0
         assert 0.0 <= row["acceptance_rate"] <= 1.0 and 1.0 <= row["tokens_per_pass"] <= k + 1
+        # The host's load over the prompt's runs (steal: None for a race shorter than a clock tick).
+        assert row["busy_host_repeats"] in (0, 1) and row["host_load_average"] >= 0
+        assert row["host_steal_share"] is None or 0.0 <= row["host_steal_share"] <= 1.0
     summary = bench.summarize_rows(rows)
     assert [s["category"] for s in summary] == ["rewrite", "maths", "overall"]
     assert summary[-1]["prompts"] == 2 and summary[-1]["identical"] == 2

@@ -48,7 +48,7 @@ STAT_END = "cpu  1500 0 600 8300 100 0 30 470 40 0\ncpu0 750 0 300 4150 50 0 15 
 
 
 def tiny_settings(**changes) -> RunSettings:
-    return RunSettings(**{**dict(target="tiny", draft="ngram", k=4, max_new_tokens=24, chat=False), **changes})
+    return RunSettings(**{"target": "tiny", "draft": "ngram", "k": 4, "max_new_tokens": 24, "chat": False, **changes})
 
 
 # ----------------------------------------------------------------------------- the description

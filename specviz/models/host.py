@@ -2,13 +2,14 @@
 ran it, and how busy it was.
 
 Everything that reads /proc lives here, as a parser of the file's text (testable with any text) and
-a reader that hands it the real file. Where the OS has no such file (macOS, Windows) a reader gives
-None and the description falls back to what `platform` knows.
+a reader that hands it the real file. Where the OS has no such file (macOS, Windows) the readers give
+nothing (an empty `CpuInfo`, None) and the description falls back to what `platform` knows.
 
 Why the load matters: every event is timed on its own clock, and on a CPU with one torch thread that
 clock is the thread's CPU time. That keeps other processes' work out, but not a busy host's cost: a
-virtual CPU's stolen time (the hypervisor running another guest) is counted as the thread's, and
-contended caches and memory bandwidth slow the thread's own instructions. A run measured at 0.15 s
+virtual CPU's stolen time (the hypervisor running another guest) is counted as the thread's, and a
+core shared with other work (caches, memory bandwidth, a hyperthread sibling) runs the thread's own
+instructions slower. A run measured at 0.15 s
 per pass on a quiet host took 0.68 s per pass while three heavy processes ran. The race interleaves
 its two methods event by event, so both pay alike and their ratio stays fair; absolute times and
 tokens/s do not. So each run records the load it ran under (`HostLoad`), and the views say when it
@@ -149,10 +150,10 @@ class HostLoad:
     steal_share: float | None       # share of CPU time stolen by the hypervisor over the run; None: not reported
 
     @classmethod
-    def over(cls, start: CpuTimes | None, end: CpuTimes | None = None) -> HostLoad:
-        """The load from the sample `start` (taken when the run started) to now (or `end`)."""
+    def since(cls, start: CpuTimes | None) -> HostLoad:
+        """The load from the sample `start` (`read_cpu_times()` when the run started) to now."""
         return cls(load_average=load_average(), cpus=os.cpu_count() or 1,
-                   steal_share=steal_share(start, read_cpu_times() if end is None else end))
+                   steal_share=steal_share(start, read_cpu_times()))
 
     @property
     def busy(self) -> bool:

@@ -173,7 +173,7 @@ def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool 
     finally:
         # Also when the consumer stops early (a Stop closes this generator): a stopped run's summary
         # says how busy the host was too.
-        run.host_load = HostLoad.over(started)
+        run.host_load = HostLoad.since(started)
     yield run
 
 
