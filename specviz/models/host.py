@@ -143,11 +143,13 @@ def load_average() -> float | None:
 
 @dataclass(frozen=True)
 class HostLoad:
-    """How busy the host was while a run was timed. Busy means another process competed for its
-    cores, so absolute times are inflated (a race's ratio stays fair: both methods paid alike)."""
+    """How busy the host was while a run was timed. Busy means other work (another process, or
+    another virtual machine on the same physical cores) competed for its CPUs, so absolute times are
+    inflated (a race's ratio stays fair: both methods paid alike)."""
     load_average: float | None      # 1-minute load average when the run ended (the run's own threads count too)
     cpus: int                       # logical CPUs the OS reports
-    steal_share: float | None       # share of CPU time stolen by the hypervisor over the run; None: not reported
+    steal_share: float | None       # share of CPU time stolen by the hypervisor over the run; None: not
+                                    # reported, or the run was shorter than one clock tick
 
     @classmethod
     def since(cls, start: CpuTimes | None) -> HostLoad:
