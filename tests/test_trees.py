@@ -6,18 +6,13 @@ import random
 import pytest
 import torch
 
-from conftest import make_gpt2, make_llama, make_qwen2
+from conftest import make_gpt2, make_llama, make_qwen2, reference
 from specviz import speculative_decode
 from specviz.core import trees
 from specviz.core.drafters import Draft, Drafter, NgramTreeDrafter
 
 N = 40
 PROMPT = torch.tensor([[5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9, 13, 22, 5, 9, 30, 5, 9]])
-
-
-def reference(target, prompt, eos=None, n=N):
-    out = target.generate(prompt, do_sample=False, max_new_tokens=n, eos_token_id=eos, pad_token_id=0)
-    return out[0, prompt.shape[1]:].tolist()
 
 
 class OracleTree(Drafter):
