@@ -121,15 +121,17 @@ def _speculative_cycles(target, drafter: Drafter, input_ids: torch.Tensor, sampl
         start = run.clock()
         draft = drafter.propose(sequence[:, :length], budget, sampler) if budget > 0 else Draft(sequence[0, :0], None)
         draft_seconds += run.clock() - start
-        # 2-4. Verify in one target pass, keep the accepted tokens and the target's own (see below).
+        # 2. Verify it in one target pass and keep the accepted tokens plus the target's own (the
+        # two cycle functions below: a chain, and a tree, of which a chain is the simplest case).
         verify = _chain_cycle if draft.parents is None else _tree_cycle
         cycle = verify(run, length, draft, budget, index=index, k=k, draft_seconds=draft_seconds)
+        # 3. Report it.
         yield cycle
         length += len(cycle.emitted)
         generated += len(cycle.emitted)
         if cycle.emitted[-1] in options.eos:
             return
-        # 5. Dynamic k: longer after a fully accepted draft, shorter after a rejection.
+        # 4. Dynamic k: longer after a fully accepted draft, shorter after a rejection.
         if options.dynamic_k and cycle.drafted:
             k = min(k + 2, options.max_k) if cycle.num_accepted == _reach(cycle) else max(k - 1, 1)
         index, draft_seconds = index + 1, 0.0
@@ -152,7 +154,7 @@ def _close(accepted: list[int], complete: bool, correction: int, correction_prob
 
 def _chain_cycle(run: _Pass, length: int, draft: Draft, budget: int, *, index: int, k: int,
                  draft_seconds: float) -> Cycle:
-    """Steps 2-4 for a chain of drafted tokens."""
+    """Step 2 for a chain of drafted tokens: pass, accept a prefix, roll the caches back."""
     start = run.clock()
     drafted = draft.tokens.tolist()
     # A draft never runs past an EOS token: cut it there. A one-hot draft (prompt lookup) stops
@@ -164,13 +166,13 @@ def _chain_cycle(run: _Pass, length: int, draft: Draft, budget: int, *, index: i
     drafted, tokens = drafted[:n], draft.tokens[:n]
     draft_probs = None if draft.probs is None else draft.probs[:n]
 
-    # 2. One target pass over what its cache lacks: [last token] + drafted (the whole prompt
+    # One target pass over what its cache lacks: [last token] + drafted (the whole prompt
     # too, the first time): n + 1 next-token distributions.
     run.sequence[0, length:length + n] = tokens
     cached = run.cache.get_seq_length()
     logits = run.target(run.sequence[:, cached:length + n], cache=run.cache, logits_to_keep=n + 1).logits[0]
 
-    # 3. Accept a prefix, then add the target's own token (correction or bonus).
+    # Accept a prefix, then add the target's own token (correction or bonus).
     sampler = run.sampler
     if sampler.greedy:
         verdict = verify_greedy(logits, tokens, draft_probs)
@@ -183,7 +185,7 @@ def _chain_cycle(run: _Pass, length: int, draft: Draft, budget: int, *, index: i
     if correction is not None:
         run.sequence[0, length + accepted] = correction
 
-    # 4. Roll back both caches to the accepted prefix (the target cache keeps every token
+    # Roll back both caches to the accepted prefix (the target cache keeps every token
     # but the newest; the drafter keeps whatever of its cache is still a prefix).
     if n > accepted:
         run.cache.crop(accepted - n)
@@ -198,7 +200,7 @@ def _chain_cycle(run: _Pass, length: int, draft: Draft, budget: int, *, index: i
 
 def _tree_cycle(run: _Pass, length: int, draft: Draft, budget: int, *, index: int, k: int,
                 draft_seconds: float) -> Cycle:
-    """Steps 2-4 for a drafted tree: all its branches verified in one target pass (core.trees)."""
+    """Step 2 for a drafted tree: all its branches verified in one target pass (core.trees)."""
     start = run.clock()
     # A branch never runs past an EOS token (a one-hot candidate stops just before it, as in a
     # chain) nor deeper than the length budget allows.
@@ -214,7 +216,7 @@ def _tree_cycle(run: _Pass, length: int, draft: Draft, budget: int, *, index: in
     draft_probs = None if one_hot else draft.probs[kept]
     drafted = [tokens[i] for i in kept]
 
-    # 2. One pass over what the cache lacks ([last], the whole prompt the first time) and every node.
+    # One pass over what the cache lacks ([last], the whole prompt the first time) and every node.
     cached = run.cache.get_seq_length()
     device = run.sequence.device
     mask, position_ids = trees.tree_inputs(parents, cached, length - cached, run.target.dtype, device)
@@ -222,7 +224,7 @@ def _tree_cycle(run: _Pass, length: int, draft: Draft, budget: int, *, index: in
     logits = run.target(inputs, cache=run.cache, attention_mask=mask, position_ids=position_ids,
                         logits_to_keep=len(parents) + 1).logits[0]
 
-    # 3. Accept a path from the root, then add the target's own token. Where the path stopped: a
+    # Accept a path from the root, then add the target's own token. Where the path stopped: a
     # leaf (no children on offer) gets a bonus token, else a correction.
     sampler = run.sampler
     if sampler.greedy:
@@ -235,7 +237,7 @@ def _tree_cycle(run: _Pass, length: int, draft: Draft, budget: int, *, index: in
     emitted, correction, kind, correction_prob = _close([drafted[i] for i in path], at_leaf, verdict.correction,
                                                         verdict.correction_prob, run.eos)
 
-    # 4. The target cache keeps the prefix and exactly the accepted path; the drafter its prefix.
+    # The target cache keeps the prefix and exactly the accepted path; the drafter its prefix.
     trees.keep_path(run.cache, length, [length + i for i in path])
     run.sequence[0, length:length + len(emitted)] = torch.tensor(emitted, device=device)
     run.drafter.keep_path(length + len(path), [kept[i] for i in path])

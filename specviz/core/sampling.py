@@ -103,11 +103,15 @@ def to_host(*columns: torch.Tensor) -> list[list[float]]:
     return torch.stack([c.double() for c in columns]).tolist()
 
 
+GreedyReads = tuple[list[int], list[float], list[int], list[float], list[float]]
+
+
 def greedy_reads(target_logits: torch.Tensor, rows: torch.Tensor, drafted: torch.Tensor,
-                 draft_probs: torch.Tensor | None) -> tuple[list[int], list[float], list[int], list[float], list[float]]:
+                 draft_probs: torch.Tensor | None) -> GreedyReads:
     """What greedy verification reads, in one copy: the argmax and its probability at each of the
     n + 1 rows of `target_logits`, and the ids and the target's and the draft's probabilities of the
-    n drafted tokens, drafted[i] being scored by row rows[i] (a chain: row i; a tree: its parent's).
+    n drafted tokens, drafted[i] being scored by row rows[i] (a chain: row i; a tree: its parent's):
+    (argmax per row, its probability, drafted ids, their target probabilities, their draft ones).
 
     Probabilities are the plain softmax (temperature 1) from one normaliser per row, never a full
     (n + 1, V) softmax. `draft_probs` (n, V), when given, is read at the drafted tokens."""
@@ -194,5 +198,7 @@ def verify_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor | None,
 
 
 def top_tokens(probs: torch.Tensor, n: int = 10) -> list[tuple[int, float]]:
+    """The n most probable tokens of `probs` (V,) with their probabilities (those above 0), in one copy."""
     values, indices = probs.topk(min(n, probs.shape[-1]))
-    return [(int(i), float(v)) for i, v in zip(indices.tolist(), values.tolist()) if v > 0]
+    ids, values = to_host(indices, values)
+    return [(int(i), v) for i, v in zip(ids, values) if v > 0]
