@@ -343,3 +343,19 @@ def test_a_run_drafting_chains_as_trees_is_the_chain_run(draft_kind, temperature
             assert t.target_probs == pytest.approx(c.target_probs, rel=1e-4)
             assert t.correction_prob == pytest.approx(c.correction_prob, rel=1e-4)
             assert t.draft_probs == c.draft_probs and [i for i, _ in t.residual_top] == [i for i, _ in c.residual_top]
+
+
+def test_greedy_tree_probabilities_are_the_softmax_at_each_parent():
+    rng = random.Random(1)
+    for case in range(50):
+        parents = [-1] + [rng.randrange(-1, i) for i in range(1, rng.randint(1, 8))]
+        logits = torch.randn(len(parents) + 1, 11, generator=torch.Generator().manual_seed(case)) * 3
+        tokens = torch.tensor([int(logits[p + 1].argmax()) if rng.random() < 0.6 else rng.randrange(11)
+                               for p in parents])
+        v = trees.verify_tree_greedy(logits, tokens, parents)
+        probs = torch.softmax(logits, dim=-1)
+        assert v.target_probs == pytest.approx([float(probs[p + 1, t]) for p, t in zip(parents, tokens.tolist())])
+        row = v.path[-1] + 1 if v.path else 0
+        assert v.correction == int(logits[row].argmax())
+        assert v.correction_prob == pytest.approx(float(probs[row].max()))
+        assert [int(tokens[i]) for i in v.path] == v.target_top[:len(v.path)]
