@@ -56,7 +56,7 @@ class SpecStats:
     mean_acceptance_length: float        # tokens per target pass (vLLM's name)
     acceptance_histogram: list[int]
     acceptance_by_position: list[float]
-    mean_k: float
+    mean_k: float                        # mean draft length asked for (Cycle.k); drafted: `drafted / cycles`
     draft_seconds: float
     verify_seconds: float
     seconds: float
@@ -269,8 +269,10 @@ def running_speedup(cycles: Sequence[Cycle], steps: Sequence[Step]) -> tuple[lis
 
 
 def draft_cost(stats: SpecStats) -> float:
-    """Drafting time per cycle in target passes: k c, the term the theory divides by (1 + k c)."""
-    return stats.mean_k * stats.cost_ratio
+    """Drafting time per cycle in target passes: n c, the term the theory divides by (1 + n c). c is
+    per drafted token, so n is the tokens drafted per cycle, not the k asked for (prompt lookup
+    often drafts fewer, or none)."""
+    return drafted_per_cycle(stats) * stats.cost_ratio
 
 
 def pass_seconds(cycles: Sequence[Cycle]) -> float:

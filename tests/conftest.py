@@ -9,6 +9,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
+from specviz.core.events import BONUS, RESAMPLED, Cycle
+
 VOCAB = 97
 
 # Tiny models are dominated by per-op overhead, where extra threads only add contention (and on a
@@ -72,6 +74,28 @@ def truncated_copy(model, layers: int):
     small.load_state_dict(model.state_dict(), strict=False)
     small.generation_config.eos_token_id = model.generation_config.eos_token_id
     return small
+
+
+def reference(target, prompt, eos=None, n=40):
+    """`target.generate`'s greedy continuation of `prompt`: what speculative decoding must equal."""
+    out = target.generate(prompt, do_sample=False, max_new_tokens=n, eos_token_id=eos, pad_token_id=0)
+    return out[0, prompt.shape[1]:].tolist()
+
+
+def make_cycle(index=0, drafted=(1, 2, 3), num_accepted=1, correction=9, **fields) -> Cycle:
+    """A hand-made chain cycle whose fields agree with each other (`emitted`, the correction's
+    kind, one probability per drafted token), for tests of what reads cycles. Any field may be
+    given; `k` defaults to the number drafted."""
+    drafted = list(drafted)
+    n = len(drafted)
+    record = dict(index=index, k=max(n, 1), drafted=drafted, num_accepted=num_accepted,
+                  emitted=drafted[:num_accepted] + ([] if correction is None else [correction]),
+                  correction=correction,
+                  correction_kind=None if correction is None else BONUS if num_accepted == n else RESAMPLED,
+                  correction_prob=0.5, draft_probs=[0.9] * n, target_probs=[0.4] * n, uniforms=[],
+                  residual_top=[], greedy=True, draft_seconds=0.01, verify_seconds=0.04)
+    record.update(fields)
+    return Cycle(**record)
 
 
 @pytest.fixture(scope="session")

@@ -3,15 +3,10 @@
 import pytest
 import torch
 
-from conftest import make_gpt2, make_llama, truncated_copy
+from conftest import make_gpt2, make_llama, reference, truncated_copy
 from specviz import DraftModelDrafter, PromptLookupDrafter, autoregressive_decode, early_exit_model, speculative_decode
 
 N = 40
-
-
-def reference(target, prompt, eos=None, n=N):
-    out = target.generate(prompt, do_sample=False, max_new_tokens=n, eos_token_id=eos, pad_token_id=0)
-    return out[0, prompt.shape[1]:].tolist()
 
 
 def run(target, draft, prompt, **kw):
@@ -256,15 +251,50 @@ def test_empty_prompt_and_bad_draft(pairs):
         speculative_decode(target, "ngram", torch.tensor([[1, 2]]))
 
 
-def test_prompt_lookup_matches_transformers_rule():
-    drafter = PromptLookupDrafter(max_ngram=3)
-    seq = torch.tensor([[1, 2, 3, 4, 5, 6, 9, 2, 3]])
-    # The last 2-gram [2, 3] occurred at position 1; propose what followed it.
-    assert drafter.propose(seq, 3, None).tokens.tolist() == [4, 5, 6]
-    # Proposals never run past the end of the sequence.
-    assert drafter.propose(torch.tensor([[7, 8, 7]]), 5, None).tokens.tolist() == [8, 7]
-    assert drafter.propose(torch.tensor([[1, 2, 3]]), 4, None).tokens.tolist() == []
-    assert drafter.propose(torch.tensor([[1, 2, 3]]), 4, None).probs is None
+def test_prompt_lookup_proposes_what_transformers_prompt_lookup_proposes():
+    import random
+
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+    rng = random.Random(0)
+    for _ in range(500):
+        sequence = torch.tensor([[rng.randrange(4) for _ in range(rng.randint(1, 20))]])
+        k, max_ngram = rng.randint(1, 6), rng.randint(1, 3)
+        theirs = PromptLookupCandidateGenerator(num_output_tokens=k, max_matching_ngram_size=max_ngram,
+                                                max_length=10_000).get_candidates(sequence)[0]
+        ours = PromptLookupDrafter(max_ngram=max_ngram).propose(sequence, k, None)
+        assert ours.tokens.tolist() == theirs[0, sequence.shape[1]:].tolist(), (sequence, k, max_ngram)
+        assert ours.probs is None                  # one-hot: no draft distribution
+
+
+@pytest.mark.parametrize("draft_name", ["same", "unrelated", "smaller"])
+def test_dynamic_k_follows_transformers_heuristic(pairs, prompt, draft_name):
+    """The k of each cycle is what transformers' assisted generation (num_assistant_tokens_schedule
+    "heuristic") would ask for next, fed the same acceptances."""
+    from transformers import GenerationConfig
+    from transformers.generation.candidate_generator import AssistedCandidateGenerator
+
+    target, drafts = pairs["llama"]
+    draft = drafts[draft_name]
+    # max_k out of reach: transformers' heuristic has no upper bound.
+    _, cycles = run(target, draft, prompt, max_new_tokens=N, k=2, dynamic_k=True, max_k=4 * N)
+    config = draft.generation_config
+    saved = (config.num_assistant_tokens, config.num_assistant_tokens_schedule, config.assistant_confidence_threshold)
+    config.num_assistant_tokens, config.num_assistant_tokens_schedule = 2, "heuristic"
+    config.assistant_confidence_threshold = 0          # transformers' other adaptation, off
+    try:
+        theirs = AssistedCandidateGenerator(prompt, draft, GenerationConfig(), {})
+        expected = []
+        for cycle in cycles:
+            expected.append(theirs.num_assistant_tokens)
+            scores = torch.zeros(1, len(cycle.drafted) + 1, target.config.vocab_size)   # one row per candidate + 1
+            theirs.update_candidate_strategy(prompt, scores, cycle.num_accepted)
+    finally:
+        config.num_assistant_tokens, config.num_assistant_tokens_schedule, config.assistant_confidence_threshold = saved
+    assert [c.k for c in cycles] == expected
+    # The rule was exercised: k grew after full acceptances, shrank after rejections, stayed at 1.
+    moves = {after - before for before, after in zip(expected, expected[1:])}
+    assert moves == ({2} if draft_name == "same" else {-1, 0, 2})
 
 
 def test_early_exit_bounds():
@@ -274,3 +304,13 @@ def test_early_exit_bounds():
             early_exit_model(target, bad)
     with pytest.raises(ValueError, match="model.layers"):
         early_exit_model(make_gpt2(0), 1)
+
+
+def test_a_drafter_must_say_how_it_proposes():
+    from specviz.core.drafters import Drafter
+
+    class Silent(Drafter):                      # forgot `propose`
+        name = "silent"
+
+    with pytest.raises(TypeError, match="propose"):
+        Silent()

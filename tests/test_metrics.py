@@ -2,17 +2,9 @@
 
 import pytest
 
-from specviz.core.events import Cycle
+from conftest import make_cycle
 from specviz.metrics import (best_k, cost_ratio, expected_speedup, expected_tokens_per_pass, first_divergence,
                              summarize)
-
-
-def cycle(index, drafted, accepted, draft_s=0.01, verify_s=0.1, k=4):
-    kind = "bonus" if accepted == len(drafted) else "resampled"
-    return Cycle(index=index, k=k, drafted=drafted, num_accepted=accepted, emitted=drafted[:accepted] + [99],
-                 correction=99, correction_kind=kind, correction_prob=0.5, draft_probs=[0.5] * len(drafted),
-                 target_probs=[0.5] * len(drafted), uniforms=[], residual_top=[], greedy=True,
-                 draft_seconds=draft_s * len(drafted), verify_seconds=verify_s)
 
 
 def test_theory_formulas():
@@ -30,8 +22,11 @@ def test_theory_formulas():
 
 
 def test_summarize_counts_and_vllm_names():
-    cycles = [cycle(0, [1, 2, 3, 4], 4, verify_s=0.5), cycle(1, [1, 2, 3, 4], 1), cycle(2, [5, 6, 7, 8], 0),
-              cycle(3, [1, 2], 2)]
+    # 0.01 s per drafted token, 0.1 s per pass (the first: 0.5 s, it carries the prefill).
+    cycles = [make_cycle(index=0, drafted=[1, 2, 3, 4], num_accepted=4, draft_seconds=0.04, verify_seconds=0.5),
+              make_cycle(index=1, drafted=[1, 2, 3, 4], num_accepted=1, draft_seconds=0.04, verify_seconds=0.1),
+              make_cycle(index=2, drafted=[5, 6, 7, 8], num_accepted=0, draft_seconds=0.04, verify_seconds=0.1),
+              make_cycle(index=3, drafted=[1, 2], num_accepted=2, draft_seconds=0.02, verify_seconds=0.1)]
     s = summarize(cycles)
     assert (s.drafted, s.accepted, s.tokens, s.cycles) == (14, 7, 11, 4)
     assert s.draft_acceptance_rate == pytest.approx(7 / 14)
@@ -65,8 +60,9 @@ def test_speedup_compares_decode_only_cost_per_token_when_lengths_differ():
     from specviz.metrics import measure_speed
 
     # Sampling made the methods stop at different lengths: speculative 5 x 3 = 15 tokens, plain 4.
-    cycles = [cycle(0, [1, 2], 2, draft_s=0.0, verify_s=0.6)] + [cycle(i, [1, 2, 3], 2, draft_s=0.0, verify_s=0.06)
-                                                    for i in range(1, 5)]
+    cycles = [make_cycle(index=0, drafted=[1, 2], num_accepted=2, draft_seconds=0.0, verify_seconds=0.6)] + [
+        make_cycle(index=i, drafted=[1, 2, 3], num_accepted=2, draft_seconds=0.0, verify_seconds=0.06)
+        for i in range(1, 5)]
     speed = measure_speed(cycles, plain_steps(4))
     # Per token after the prefill: plain 0.04 s; speculative 4 x 0.06 s for 12 tokens = 0.02 s.
     assert speed.speedup == pytest.approx(2.0)
@@ -83,15 +79,18 @@ def test_the_range_reflects_timing_noise_and_decides_reliability():
 
     from specviz.metrics import measure_speed
 
-    steady = [cycle(i, [1, 2, 3], 2, draft_s=0.0, verify_s=0.06) for i in range(30)]
+    steady = [make_cycle(index=i, drafted=[1, 2, 3], num_accepted=2, draft_seconds=0.0, verify_seconds=0.06)
+              for i in range(30)]
     speed = measure_speed(steady, plain_steps(40))
     assert speed.low == speed.high == pytest.approx(speed.speedup) and speed.reliable
     rng = random.Random(1)
-    noisy = [cycle(i, [1, 2, 3], 2, draft_s=0.0, verify_s=0.06 * rng.choice([0.3, 1, 3])) for i in range(30)]
+    noisy = [make_cycle(index=i, drafted=[1, 2, 3], num_accepted=2, draft_seconds=0.0,
+                        verify_seconds=0.06 * rng.choice([0.3, 1, 3])) for i in range(30)]
     speed = measure_speed(noisy, plain_steps(40))
     assert speed.low < speed.speedup < speed.high and not speed.reliable
     # A pass's cost follows its draft length: that alone is not noise.
-    sized = [cycle(i, [1] * n, n, draft_s=0.0, verify_s=0.03 + 0.01 * n) for i, n in enumerate([0, 4, 8] * 10)]
+    sized = [make_cycle(index=i, drafted=[1] * n, num_accepted=n, draft_seconds=0.0, verify_seconds=0.03 + 0.01 * n)
+             for i, n in enumerate([0, 4, 8] * 10)]
     speed = measure_speed(sized, plain_steps(40))
     assert speed.high / speed.low < 1.01 and speed.reliable
 
@@ -100,24 +99,47 @@ def test_theory_at_the_measured_pass_cost():
     from specviz.metrics import measure_speed, summarize, theory_at_pass_cost
 
     # Verification passes of 0.06 s against plain steps of 0.04 s: a pass costs 1.5 steps.
-    cycles = [cycle(i, [1, 2, 3, 4], 3, draft_s=0.0, verify_s=0.06) for i in range(10)]
+    cycles = [make_cycle(index=i, drafted=[1, 2, 3, 4], num_accepted=3, draft_seconds=0.0, verify_seconds=0.06)
+              for i in range(10)]
     stats, speed = summarize(cycles), measure_speed(cycles, plain_steps(20))
     assert speed.pass_cost == pytest.approx(1.5)
     assert theory_at_pass_cost(stats, speed) == pytest.approx(stats.expected_speedup / 1.5)
     assert theory_at_pass_cost(stats, None) is None
 
 
-def test_run_summary_has_both_lengths_both_times_and_prefill_apart(tiny):
+def test_run_summary_reports_both_runs_with_the_prefill_apart(tiny):
+    import statistics
+
     from specviz.runs import execute
     from specviz.settings import RunSettings
     from tiny_pair import PROMPT
 
     settings = RunSettings(draft="small", k=3, temperature=1.0, seed=4, max_new_tokens=24)
-    summary = execute(settings, PROMPT, tiny.loader(settings), baseline=True).summary()
-    for key in ("tokens", "baseline_tokens", "seconds", "baseline_seconds", "spec_prefill_seconds",
-                "spec_decode_seconds", "baseline_prefill_seconds", "baseline_decode_seconds", "speedup",
-                "speedup_low", "speedup_high", "speedup_reliable", "verify_pass_cost",
-                "expected_speedup_at_pass_cost", "expected_speedup", "clock"):
-        assert key in summary, key
+    run = execute(settings, PROMPT, tiny.loader(settings), baseline=True)
+    summary, cycles, steps = run.summary(), run.cycles, run.steps
+    assert summary["tokens"] == sum(len(c.emitted) for c in cycles) and summary["baseline_tokens"] == len(steps)
+    assert summary["seconds"] == pytest.approx(sum(c.seconds for c in cycles))
+    # Each method's first event carries the prompt's prefill: reported apart, left out of the speedup.
+    assert summary["spec_prefill_seconds"] == pytest.approx(cycles[0].seconds)
+    assert summary["spec_decode_seconds"] == pytest.approx(sum(c.seconds for c in cycles[1:]))
+    assert summary["baseline_prefill_seconds"] == pytest.approx(steps[0].seconds)
+    assert summary["baseline_decode_seconds"] == pytest.approx(sum(s.seconds for s in steps[1:]))
     assert summary["compared"] == "decode-only seconds per token"
-    assert summary["spec_prefill_seconds"] + summary["spec_decode_seconds"] == pytest.approx(summary["seconds"])
+    spec_per_token = summary["spec_decode_seconds"] / (summary["tokens"] - len(cycles[0].emitted))
+    plain_per_token = summary["baseline_decode_seconds"] / (len(steps) - 1)
+    assert summary["speedup"] == pytest.approx(plain_per_token / spec_per_token)
+    assert summary["speedup_low"] <= summary["speedup"] <= summary["speedup_high"]
+    assert summary["verify_pass_cost"] == pytest.approx(statistics.median(c.verify_seconds for c in cycles[1:])
+                                                        / statistics.median(s.seconds for s in steps[1:]))
+
+
+def test_draft_cost_counts_the_tokens_drafted_not_the_k_asked_for():
+    from specviz.metrics import draft_cost
+
+    # k = 8 asked for, 2 tokens drafted per cycle at 0.01 s each, 0.1 s per pass: c = 0.1, and
+    # drafting costs 0.2 of a pass per cycle (not 8 x 0.1).
+    cycles = [make_cycle(index=i, drafted=[1, 2], num_accepted=1, k=8, draft_seconds=0.02, verify_seconds=0.1)
+              for i in range(5)]
+    stats = summarize(cycles)
+    assert stats.cost_ratio == pytest.approx(0.1) and stats.mean_k == 8
+    assert draft_cost(stats) == pytest.approx(0.2)

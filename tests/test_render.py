@@ -7,7 +7,8 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from specviz.core.events import Cycle, Step
+from conftest import make_cycle
+from specviz.core.events import ACCEPTED, NOT_REACHED, REJECTED, Step
 from specviz.models import Detokenizer
 from specviz.runs.result import Run
 from specviz.runs.run import cycle_text
@@ -26,15 +27,6 @@ def tokenizer():
     tok.train_from_iterator(TEXT * 5, trainers.BpeTrainer(
         vocab_size=280, special_tokens=["<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>")
-
-
-def make_cycle(index=0, drafted=(1, 2, 3), accepted=1, correction=9, kind="resampled", greedy=True):
-    drafted = list(drafted)
-    emitted = drafted[:accepted] + ([correction] if correction is not None else [])
-    return Cycle(index=index, k=len(drafted), drafted=drafted, num_accepted=accepted, emitted=emitted,
-                 correction=correction, correction_kind=kind, correction_prob=0.5,
-                 draft_probs=[0.9] * len(drafted), target_probs=[0.4] * len(drafted), uniforms=[],
-                 residual_top=[], greedy=greedy, draft_seconds=0.01, verify_seconds=0.04)
 
 
 def make_run(cycles, steps=(), **settings) -> Run:
@@ -85,7 +77,7 @@ def test_detokenizer_fork_leaves_the_original_alone(tokenizer):
 
 def test_cycle_pieces_order_and_verdicts(tokenizer):
     a, b, c, fix = (tokenizer.encode(w)[0] for w in ("the", " cat", " sat", " mat"))
-    pieces = pieces_of(make_cycle(drafted=(a, b, c), accepted=1, correction=fix), Detokenizer(tokenizer))
+    pieces = pieces_of(make_cycle(drafted=(a, b, c), num_accepted=1, correction=fix), Detokenizer(tokenizer))
     assert [p.verdict for p in pieces] == ["accepted", "rejected", "rejected", "resampled"]
     assert [p.text for p in pieces] == [tokenizer.decode([a]), tokenizer.decode([b]), tokenizer.decode([c]),
                                         tokenizer.decode([fix])]
@@ -94,11 +86,11 @@ def test_cycle_pieces_order_and_verdicts(tokenizer):
 
 def test_cycle_pieces_bonus_and_eos_end(tokenizer):
     detok = Detokenizer(tokenizer)
-    bonus = pieces_of(make_cycle(drafted=(5, 6), accepted=2, correction=7, kind="bonus"), detok)
+    bonus = pieces_of(make_cycle(drafted=(5, 6), num_accepted=2, correction=7), detok)
     assert [p.verdict for p in bonus] == ["accepted", "accepted", "bonus"]
-    nothing_drafted = pieces_of(make_cycle(drafted=(), accepted=0, correction=8, kind="bonus"), detok)
+    nothing_drafted = pieces_of(make_cycle(drafted=(), num_accepted=0, correction=8), detok)
     assert [p.verdict for p in nothing_drafted] == ["bonus"] and "nothing was drafted" in nothing_drafted[0].title
-    eos_end = pieces_of(make_cycle(drafted=(5, 0), accepted=2, correction=None, kind=None), detok)
+    eos_end = pieces_of(make_cycle(drafted=(5, 0), num_accepted=2, correction=None), detok)
     assert [p.verdict for p in eos_end] == ["accepted", "accepted"]
 
 
@@ -137,7 +129,7 @@ def test_legend_names_every_verdict_and_the_cycle_boundary():
 
 def test_cycles_are_wrapped_with_boundaries(tokenizer):
     detok = Detokenizer(tokenizer)
-    cycles = [make_cycle(index=i, drafted=(5, 6), accepted=1, correction=7) for i in range(3)]
+    cycles = [make_cycle(index=i, drafted=(5, 6), num_accepted=1, correction=7) for i in range(3)]
     html_cycles = [render.render_cycle(c.index, pieces_of(c, detok)) for c in cycles]
     view = render.token_view_html(html_cycles, "9 tokens")
     assert view.count('class="sv-cycle"') == 3
@@ -148,8 +140,8 @@ def test_cycles_are_wrapped_with_boundaries(tokenizer):
 
 def test_summary_names_the_speedup_its_range_clock_and_both_theories():
     # 12 passes of 0.05 s emitting 2 tokens each against 25 plain steps of 0.04 s: 1.6x decode-only.
-    cycles = [make_cycle(index=i, drafted=(1, 2), accepted=1, correction=9) for i in range(13)]
-    cycles = [Cycle(**{**c.__dict__, "draft_seconds": 0.0, "verify_seconds": 0.05}) for c in cycles]
+    cycles = [make_cycle(index=i, drafted=(1, 2), num_accepted=1, correction=9, draft_seconds=0.0, verify_seconds=0.05)
+              for i in range(13)]
     steps = [Step(index=i, token=1, prob=0.5, seconds=0.04) for i in range(26)]
     markup = render.summary_html(make_run(cycles, steps), state="Finished.", notes=["a <note>"])
     text = html.unescape(re.sub(r"<[^>]+>", " ", markup))
@@ -181,9 +173,9 @@ def test_error_box_is_escaped():
 # ----------------------------------------------------------------------------- charts
 
 def test_charts_have_the_expected_traces():
-    cycles = [make_cycle(index=0, drafted=(1, 2, 3), accepted=3, correction=4, kind="bonus"),
-              make_cycle(index=1, drafted=(1, 2, 3), accepted=0, correction=4),
-              make_cycle(index=2, drafted=(), accepted=0, correction=4, kind="bonus")]
+    cycles = [make_cycle(index=0, drafted=(1, 2, 3), num_accepted=3, correction=4),
+              make_cycle(index=1, drafted=(1, 2, 3), num_accepted=0, correction=4),
+              make_cycle(index=2, drafted=(), num_accepted=0, correction=4)]
     steps = [Step(index=i, token=1, prob=0.5, seconds=0.04) for i in range(5)]
     acceptance, per_pass, race, positions = charts.run_figures(make_run(cycles, steps))
     assert [t.name for t in acceptance.data] == ["this cycle", "cumulative"]
@@ -198,14 +190,23 @@ def test_charts_have_the_expected_traces():
     assert list(positions.data[0].y) == [0.5, 0.5, 0.5]
 
 
-def test_charts_draw_empty():
-    for figure in charts.run_figures():
-        assert figure.layout.title.text
+def test_before_a_run_the_charts_have_the_run_charts_axes_and_no_data():
+    cycles = [make_cycle(index=i) for i in range(3)]
+    steps = [Step(index=i, token=1, prob=0.5, seconds=0.04) for i in range(5)]
+    empty, full = charts.run_figures(), charts.run_figures(make_run(cycles, steps))
+    for before, after in zip(empty, full, strict=True):    # the same charts: nothing moves when a run starts
+        assert after.layout.title.text.startswith(before.layout.title.text)
+        assert (before.layout.xaxis.title.text, before.layout.yaxis.title.text) == (
+            after.layout.xaxis.title.text, after.layout.yaxis.title.text)
+        assert [t.name for t in before.data] == [t.name for t in after.data][:len(before.data)]
+    acceptance, per_pass, race, positions = empty
+    assert all(len(trace.y) == 0 for figure in (acceptance, per_pass, positions) for trace in figure.data)
+    assert [list(trace.y) for trace in race.data] == [[0], [0], []]    # both methods start at the origin
 
 
 def test_a_tree_run_shows_the_nodes_each_pass_verified():
-    tree = Cycle(**{**make_cycle(index=0, drafted=(1, 2, 3), accepted=1, correction=9).__dict__,
-                    "parents": [-1, -1, 0], "path": [0], "node_verdicts": ["accepted", "rejected", "not reached"]})
+    tree = make_cycle(index=0, drafted=(1, 2, 3), num_accepted=1, correction=9, parents=[-1, -1, 0], path=[0],
+                      node_verdicts=[ACCEPTED, REJECTED, NOT_REACHED])
     per_pass = charts.run_figures(make_run([tree, tree]))[1]
     assert [t.name for t in per_pass.data][-1] == "nodes verified" and list(per_pass.data[-1].y) == [3, 3]
     chain = charts.run_figures(make_run([make_cycle(index=0), make_cycle(index=1)]))[1]

@@ -224,3 +224,27 @@ def test_tree_sampling_matches_target_distribution(small_pair, kw, drafter):
     assert pooled_chisquare(observed, exact) > 1e-3
     wrong = exact_joint(target, prompt, Sampler(kw["temperature"] * 2.0, kw.get("top_k", 0), 1.0))
     assert pooled_chisquare(observed, wrong) < 1e-4
+
+
+def test_sibling_candidates_keep_the_target_distribution():
+    """Two children of the root tried in turn (SpecInfer's rule): drawn from the draft (each
+    rejection leaves the normalised max(0, p - q)), or one-hot and distinct (a rejection removes the
+    token). Either way the first emitted token follows the target."""
+    from specviz.core.trees import verify_tree_sampled
+
+    target = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.25] * 4, [0.25] * 4])
+    draft = torch.tensor([0.5, 0.3, 0.1, 0.1])
+    trials = 6000
+    for with_draft in (True, False):
+        counts, g = np.zeros(4), gen(2)
+        for _ in range(trials):
+            if with_draft:
+                tokens = sample_from(draft.expand(2, 4), g)
+                draft_probs = draft.expand(2, 4)
+            else:
+                tokens, draft_probs = torch.tensor([0, 3]), None
+            v = verify_tree_sampled(target, draft_probs, tokens, [-1, -1], torch.rand(2, generator=g), g)
+            counts[int(tokens[v.path[0]]) if v.path else v.correction] += 1
+            assert len(v.uniforms) == (v.path[0] + 1 if v.path else 2)
+        assert chi(counts, target[0].numpy()) > 1e-3
+        assert chi(counts, draft.numpy()) < 1e-6          # the test has power

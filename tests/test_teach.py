@@ -5,15 +5,15 @@ import re
 
 import pytest
 from markdown_it import MarkdownIt
-import torch
-from tiny_pair import PROMPT, WORDS, TinyModels
+from conftest import make_cycle
+from tiny_pair import PROMPT, WORDS
 
 from specviz.views import teach, teach_figures, teach_rows
 from specviz.core.events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle
 from specviz.metrics import expected_speedup, expected_tokens_per_pass, summarize
 from specviz.runs import execute
 from specviz.settings import RunSettings
-from specviz.views import explain, render
+from specviz.views import explain
 
 
 def run(tiny, draft, **options):
@@ -77,17 +77,19 @@ def test_greedy_rows_compare_each_draft_with_the_target_argmax(tiny):
         assert all(row.uniform is None for row in rows)
 
 
-def make_cycle(**fields):
-    base = dict(index=2, k=3, drafted=[4, 5, 6], num_accepted=1, emitted=[4, 9], correction=9,
-                correction_kind=RESAMPLED, correction_prob=0.6, draft_probs=[0.5, 0.4, 0.3],
-                target_probs=[0.45, 0.1, 0.2], uniforms=[0.5, 0.9], residual_top=[(9, 0.6), (10, 0.3), (4, 0.1)],
-                greedy=False, draft_seconds=0.01, verify_seconds=0.02)
-    base.update(fields)
-    return Cycle(**base)
+# A sampled cycle worked out by hand: 4 accepted (u 0.5 < 0.45 / 0.5), 5 rejected (u 0.9 >= 0.1 / 0.4), 6
+# never checked, 9 drawn from the residual.
+KNOWN = dict(index=2, drafted=[4, 5, 6], num_accepted=1, correction=9, correction_prob=0.6,
+             draft_probs=[0.5, 0.4, 0.3], target_probs=[0.45, 0.1, 0.2], uniforms=[0.5, 0.9],
+             residual_top=[(9, 0.6), (10, 0.3), (4, 0.1)], greedy=False, verify_seconds=0.02)
+
+
+def known_cycle(**changes):
+    return make_cycle(**(KNOWN | changes))
 
 
 def test_rows_table_and_narrative_of_a_known_cycle():
-    cycle = make_cycle()
+    cycle = known_cycle()
     rows = check_rows_recompute_verdicts(cycle)
     assert [r.ratio for r in rows] == pytest.approx([0.9, 0.25, 2 / 3])
     assert [r.uniform for r in rows] == [0.5, 0.9, None]
@@ -102,23 +104,23 @@ def test_rows_table_and_narrative_of_a_known_cycle():
 
 
 def test_residual_figure_shows_the_distribution_the_correction_came_from():
-    cycle = make_cycle()
+    cycle = known_cycle()
     figure = teach_figures.residual_figure(cycle, text_of)
     bars = figure.data[0]
     assert list(bars.x) == [0.6, 0.3, 0.1] and bars.y[0] == f"{WORDS[9]} #9"
     assert bars.marker.color[0] != bars.marker.color[1]          # the correction stands out
-    bonus = make_cycle(num_accepted=3, emitted=[4, 5, 6, 9], correction_kind=BONUS, uniforms=[0.1, 0.1, 0.1],
-                       target_probs=[0.9, 0.9, 0.9], residual_top=[])
+    bonus = known_cycle(num_accepted=3, uniforms=[0.1, 0.1, 0.1], target_probs=[0.9, 0.9, 0.9], residual_top=[])
+    assert bonus.emitted == [4, 5, 6, 9] and bonus.correction_kind == BONUS
     note = teach_figures.residual_figure(bonus, text_of)
     assert not note.data and "every draft was accepted" in note.layout.annotations[0].text
 
 
 def test_verification_figure_puts_each_draw_against_its_ratio():
-    cycle = make_cycle()
+    cycle = known_cycle()
     figure = teach_figures.verification_figure(cycle, teach_rows.token_rows(cycle, text_of))
     ratio, draws = figure.data
     assert list(ratio.y) == pytest.approx([0.9, 0.25, 2 / 3]) and list(draws.y) == [0.5, 0.9]
-    greedy = make_cycle(greedy=True, uniforms=[], target_top=[4, 7], residual_top=[], correction=7, emitted=[4, 7])
+    greedy = known_cycle(greedy=True, uniforms=[], target_top=[4, 7], residual_top=[], correction=7)
     figure = teach_figures.verification_figure(greedy, check_rows_recompute_verdicts(greedy))
     assert [t.name for t in figure.data] == ["draft p", "target p"]
     assert "= argmax" in figure.layout.xaxis.ticktext[0] and "\u2260 argmax" in figure.layout.xaxis.ticktext[1]

@@ -1,21 +1,18 @@
 """Token trees: the attention mask and positions of a tree pass, the cache keeping exactly the accepted
 path, greedy output equal to `target.generate` for tree drafters, and the n-gram tree drafter."""
 
+import random
+
 import pytest
 import torch
 
-from conftest import make_gpt2, make_llama, make_qwen2
+from conftest import make_gpt2, make_llama, make_qwen2, reference
 from specviz import speculative_decode
 from specviz.core import trees
 from specviz.core.drafters import Draft, Drafter, NgramTreeDrafter
 
 N = 40
 PROMPT = torch.tensor([[5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9, 13, 22, 5, 9, 30, 5, 9]])
-
-
-def reference(target, prompt, eos=None, n=N):
-    out = target.generate(prompt, do_sample=False, max_new_tokens=n, eos_token_id=eos, pad_token_id=0)
-    return out[0, prompt.shape[1]:].tolist()
 
 
 class OracleTree(Drafter):
@@ -245,3 +242,120 @@ def test_a_tree_branch_is_a_setting_of_draft_models_only(tiny):
         validate(RunSettings(draft="ngram", branch=2))
     with pytest.raises(SpecvizError, match="tree branch"):
         validate(RunSettings(draft="self:2", branch=99))
+
+
+# ----------------------------------------------------------------------------- a chain is a degenerate tree
+
+def chain_as_tree(n):
+    return list(range(-1, n - 1))               # every node's parent is the node before it
+
+
+def random_case(case):
+    """Target logits, drafted tokens and (half the time) the draft distributions they came from."""
+    from specviz.core.sampling import sample_from
+
+    rng = random.Random(case)
+    n, vocab = rng.randint(0, 6), rng.choice([3, 11, 97])
+    g = torch.Generator().manual_seed(case)
+    logits = torch.randn(n + 1, vocab, generator=g) * rng.choice([0.3, 2.0, 6.0])
+    draft_probs = None
+    if rng.random() < 0.5:
+        draft_probs = torch.softmax(torch.randn(n, vocab, generator=g) * rng.choice([0.3, 2.0, 6.0]), dim=-1)
+        tokens = sample_from(draft_probs, g) if n else torch.zeros(0, dtype=torch.long)
+    else:                                       # one-hot: often the target's argmax, so some are accepted
+        tops = logits.argmax(dim=-1)
+        tokens = torch.tensor([int(tops[i]) if rng.random() < 0.7 else rng.randrange(vocab) for i in range(n)],
+                              dtype=torch.long)
+    return logits, tokens, draft_probs, rng.choice([0.5, 1.0, 1.7])
+
+
+def test_a_chain_given_as_a_tree_verifies_exactly_as_the_chain():
+    from specviz.core.sampling import verify_greedy, verify_sampled
+
+    outcomes = set()
+    for case in range(400):
+        logits, tokens, draft_probs, temperature = random_case(case)
+        n = tokens.shape[0]
+        chain = verify_greedy(logits, tokens, draft_probs)
+        tree = trees.verify_tree_greedy(logits, tokens, chain_as_tree(n), draft_probs)
+        assert tree.path == list(range(chain.num_accepted)), case
+        assert (tree.correction, tree.correction_prob, tree.target_top) == (
+            chain.correction, chain.correction_prob, chain.target_top)
+        assert (tree.target_probs, tree.draft_probs) == (chain.target_probs, chain.draft_probs)
+
+        # Seeded sampling: the same draws from the same generator, and nothing else drawn.
+        probs = torch.softmax(logits / temperature, dim=-1)
+        chain_generator, tree_generator = torch.Generator().manual_seed(case), torch.Generator().manual_seed(case)
+        chain = verify_sampled(probs, draft_probs, tokens, torch.rand(n, generator=chain_generator), chain_generator)
+        tree = trees.verify_tree_sampled(probs, draft_probs, tokens, chain_as_tree(n),
+                                         torch.rand(n, generator=tree_generator), tree_generator)
+        assert tree.path == list(range(chain.num_accepted)), case
+        assert (tree.correction, tree.correction_prob, tree.uniforms) == (
+            chain.correction, chain.correction_prob, chain.uniforms)
+        assert (tree.target_probs, tree.draft_probs) == (chain.target_probs, chain.draft_probs)
+        assert (tree.residual is None) == (chain.residual is None)
+        assert tree.residual is None or torch.equal(tree.residual, chain.residual)
+        assert torch.equal(tree_generator.get_state(), chain_generator.get_state())
+        outcomes.add((draft_probs is None, "none" if not chain.num_accepted else "all" if chain.num_accepted == n
+                      else "some"))
+    # The cases cover every outcome (nothing accepted, some, everything), with and without draft distributions.
+    assert len(outcomes) == 6
+
+
+class AsTree(Drafter):
+    """Another drafter's chains, handed over as trees whose nodes each have one child."""
+
+    def __init__(self, drafter):
+        self.drafter = drafter
+
+    def begin(self, prompt_ids):
+        self.drafter.begin(prompt_ids)
+
+    def propose(self, sequence, k, sampler):
+        draft = self.drafter.propose(sequence, k, sampler)
+        return Draft(draft.tokens, draft.probs, chain_as_tree(draft.tokens.shape[0]))
+
+    def rollback(self, valid_length):
+        self.drafter.rollback(valid_length)
+
+
+@pytest.mark.parametrize("draft_kind", ["model", "ngram"])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_run_drafting_chains_as_trees_is_the_chain_run(draft_kind, temperature):
+    from conftest import truncated_copy
+    from specviz.core.drafters import DraftModelDrafter, PromptLookupDrafter
+
+    target = make_llama(0)
+
+    def drafter():
+        return DraftModelDrafter(truncated_copy(target, 1)) if draft_kind == "model" else PromptLookupDrafter()
+
+    for seed in range(3):
+        chain = list(speculative_decode(target, drafter(), PROMPT, N, k=4, temperature=temperature, seed=seed))
+        tree = list(speculative_decode(target, AsTree(drafter()), PROMPT, N, k=4, temperature=temperature,
+                                       seed=seed))
+        assert len(tree) == len(chain) and any(c.is_tree for c in tree)
+        for c, t in zip(chain, tree):
+            assert (t.emitted, t.num_accepted, t.correction, t.correction_kind, t.uniforms) == (
+                c.emitted, c.num_accepted, c.correction, c.correction_kind, c.uniforms)
+            # A tree pass runs attention with an explicit mask, a chain pass the causal one: the same
+            # numbers up to float round-off.
+            assert t.target_probs == pytest.approx(c.target_probs, rel=1e-4)
+            assert t.correction_prob == pytest.approx(c.correction_prob, rel=1e-4)
+            assert t.draft_probs == c.draft_probs and [i for i, _ in t.residual_top] == [i for i, _ in c.residual_top]
+
+
+def test_greedy_tree_probabilities_are_the_softmax_at_each_parent():
+    rng = random.Random(1)
+    for case in range(50):
+        parents = [-1] + [rng.randrange(-1, i) for i in range(1, rng.randint(1, 8))]
+        logits = torch.randn(len(parents) + 1, 11, generator=torch.Generator().manual_seed(case)) * 3
+        tokens = torch.tensor([int(logits[p + 1].argmax()) if rng.random() < 0.6 else rng.randrange(11)
+                               for p in parents])
+        v = trees.verify_tree_greedy(logits, tokens, parents)
+        probs = torch.softmax(logits, dim=-1)
+        assert v.target_probs == pytest.approx([float(probs[p + 1, t]) for p, t in zip(parents, tokens.tolist())])
+        row = v.path[-1] + 1 if v.path else 0
+        assert v.correction == int(logits[row].argmax())
+        assert v.correction_prob == pytest.approx(float(probs[row].max()))
+        assert [int(tokens[i]) for i in v.path] == v.target_top[:len(v.path)]

@@ -98,12 +98,11 @@ def test_a_short_run_says_it_is_too_short_to_measure(tiny):
 
 
 def test_the_race_advances_the_method_that_is_behind():
+    from conftest import make_cycle
     from specviz.core.events import Cycle, Step
 
     def cycle(i, seconds):
-        return Cycle(index=i, k=1, drafted=[], num_accepted=0, emitted=[1], correction=1, correction_kind="bonus",
-                     correction_prob=1.0, draft_probs=[], target_probs=[], uniforms=[], residual_top=[],
-                     greedy=True, draft_seconds=0.0, verify_seconds=seconds)
+        return make_cycle(index=i, drafted=[], num_accepted=0, correction=1, draft_seconds=0.0, verify_seconds=seconds)
     spec = iter([cycle(0, 0.3), cycle(1, 0.3)])
     plain = iter([Step(i, 1, 1.0, 0.1) for i in range(7)])
     order = ["S" if isinstance(e, Cycle) else "P" for e in interleave(spec, plain)]

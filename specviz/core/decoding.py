@@ -4,13 +4,14 @@ yield one event per target pass. Batch size 1. The loops know nothing about toke
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from . import trees
 from .drafters import Draft, Drafter, DraftModelDrafter
 from .events import BONUS, RESAMPLED, Cycle, Step
-from . import trees
 from .sampling import Sampler, top_tokens, validate_sampling, verify_greedy, verify_sampled
 from .timing import Clock, timed_events
 
@@ -50,6 +51,17 @@ def as_drafter(draft: PreTrainedModel | Drafter, target: PreTrainedModel) -> Dra
 
 # ----------------------------------------------------------------------------- speculative
 
+@dataclass(frozen=True)
+class LoopOptions:
+    """What the speculative loop is asked for (checked by `speculative_decode`)."""
+
+    max_new_tokens: int
+    k: int                      # the first cycle's draft length (a tree's depth)
+    max_k: int                  # dynamic k's upper bound (k itself without dynamic k)
+    dynamic_k: bool             # adapt k after each cycle (transformers' heuristic)
+    eos: frozenset[int]         # tokens that end the output
+
+
 def speculative_decode(target: PreTrainedModel, draft: PreTrainedModel | Drafter, input_ids: torch.Tensor,
                        max_new_tokens: int = 64, k: int = 4, temperature: float = 0.0, top_k: int = 0,
                        top_p: float = 1.0, seed: int | None = None, *, dynamic_k: bool = False,
@@ -68,163 +80,175 @@ def speculative_decode(target: PreTrainedModel, draft: PreTrainedModel | Drafter
     if max_k < k:
         raise ValueError(f"max_k ({max_k}) must be >= k ({k})")
     drafter = as_drafter(draft, target)
-    return timed_events(_speculative_cycles(target, drafter, input_ids, max_new_tokens, k, temperature, top_k,
-                                            top_p, seed, dynamic_k, max_k, eos_ids(target, eos_token_id)))
+    sampler = Sampler(temperature, top_k, top_p, seed, target.device)
+    options = LoopOptions(max_new_tokens=max_new_tokens, k=k, max_k=max_k, dynamic_k=dynamic_k,
+                          eos=frozenset(eos_ids(target, eos_token_id)))
+    return timed_events(_speculative_cycles(target, drafter, input_ids, sampler, options))
 
 
-@torch.inference_mode()
-def _speculative_cycles(target, drafter: Drafter, input_ids, max_new_tokens, k, temperature, top_k, top_p,
-                        seed, dynamic_k, max_k, eos: set[int]) -> Iterator[Cycle]:
-    device = target.device
-    clock = Clock(device)
-    sampler = Sampler(temperature, top_k, top_p, seed, device)
-    prompt_length = input_ids.shape[1]
-    # One buffer for the whole sequence; `length` tokens of it are valid.
-    sequence = torch.empty(1, prompt_length + max_new_tokens + max_k + 1, dtype=torch.long, device=device)
-    sequence[:, :prompt_length] = input_ids
-    length = prompt_length
+@dataclass(frozen=True)
+class _Pass:
+    """What every verification pass of one run works on."""
 
+    target: PreTrainedModel
+    drafter: Drafter
+    sampler: Sampler
+    clock: Clock
+    sequence: torch.Tensor      # (1, capacity) buffer of the whole sequence; a prefix of it is valid
     # The target cache holds every token but the newest: that one opens the next verification
     # pass, so the target sees [last] + drafted in a single forward. It starts empty: the first
     # pass is the prompt's prefill and the first verification at once (one forward, not two).
-    target_cache = DynamicCache(config=target.config)
-    start = clock()
-    drafter.begin(sequence[:, :prompt_length])
-    prefill_draft = clock() - start
+    cache: DynamicCache
+    eos: frozenset[int]
 
-    generated, index = 0, 0
-    while generated < max_new_tokens:
+
+@torch.inference_mode()
+def _speculative_cycles(target, drafter: Drafter, input_ids: torch.Tensor, sampler: Sampler,
+                        options: LoopOptions) -> Iterator[Cycle]:
+    length = input_ids.shape[1]
+    sequence = torch.empty(1, length + options.max_new_tokens + options.max_k + 1, dtype=torch.long,
+                           device=target.device)
+    sequence[:, :length] = input_ids
+    run = _Pass(target=target, drafter=drafter, sampler=sampler, clock=Clock(target.device), sequence=sequence,
+                cache=DynamicCache(config=target.config), eos=options.eos)
+    start = run.clock()
+    drafter.begin(sequence[:, :length])
+    draft_seconds = run.clock() - start         # the drafter's prefill counts as the first cycle's drafting
+    generated, index, k = 0, 0, options.k
+    while generated < options.max_new_tokens:
         # 1. Draft up to k tokens (never past the length budget: the pass adds one more).
-        k_now = min(k, max_new_tokens - generated - 1)
-        start = clock()
-        draft = drafter.propose(sequence[:, :length], k_now, sampler) if k_now > 0 else Draft(sequence[0, :0], None)
-        if draft.parents is not None:
-            # A tree: steps 2-4 for all its branches at once (see core.trees).
-            draft_seconds = clock() - start + (prefill_draft if index == 0 else 0.0)
-            start = clock()
-            fields, length = _tree_cycle(target, target_cache, drafter, sampler, sequence, length, draft, k_now, eos)
-            generated += len(fields["emitted"])
-            yield Cycle(index=index, k=k, greedy=sampler.greedy, draft_seconds=draft_seconds,
-                        verify_seconds=clock() - start, **fields)
-            index += 1
-            if fields["emitted"][-1] in eos:
-                return
-            if dynamic_k and fields["drafted"]:
-                deepest = max(trees.depths(fields["parents"]))
-                k = min(k + 2, max_k) if fields["num_accepted"] == deepest else max(k - 1, 1)
-            continue
-        drafted = draft.tokens.tolist()
-        # A draft never runs past an EOS token: cut it there. A one-hot draft (prompt lookup) stops
-        # just before it, as transformers' prompt lookup does: the EOS it copies mostly closes an
-        # earlier turn of the prompt, and leaving it out costs no pass, because when the target
-        # does end there it emits the EOS itself as the bonus token of the same pass.
-        stop_after = 0 if draft.probs is None else 1
-        n = next((i + stop_after for i, t in enumerate(drafted) if t in eos), len(drafted))
-        drafted, tokens = drafted[:n], draft.tokens[:n]
-        draft_probs = None if draft.probs is None else draft.probs[:n]
-        draft_seconds = clock() - start + (prefill_draft if index == 0 else 0.0)
-
-        # 2. One target pass over what its cache lacks: [last token] + drafted (the whole prompt
-        # too, the first time): n + 1 next-token distributions.
-        start = clock()
-        sequence[0, length : length + n] = tokens
-        cached = target_cache.get_seq_length()
-        logits = target(sequence[:, cached : length + n], cache=target_cache, logits_to_keep=n + 1).logits[0]
-
-        # 3. Accept a prefix, then add the target's own token (correction or bonus).
-        if sampler.greedy:
-            verdict = verify_greedy(logits, tokens, draft_probs)
-        else:
-            verdict = verify_sampled(sampler.probs(logits), draft_probs, tokens, sampler.uniform(n, device),
-                                     sampler.generator)
-        accepted = verdict.num_accepted
-        ended_on_eos = accepted == n and n > 0 and drafted[-1] in eos
-        if ended_on_eos:
-            correction, kind, correction_prob = None, None, None
-            emitted = drafted
-        else:
-            correction, correction_prob = verdict.correction, verdict.correction_prob
-            kind = BONUS if accepted == n else RESAMPLED
-            emitted = drafted[:accepted] + [correction]
-            sequence[0, length + accepted] = correction
-
-        # 4. Roll back both caches to the accepted prefix (the target cache keeps every token
-        # but the newest; the drafter keeps whatever of its cache is still a prefix).
-        rejected = n - accepted
-        if rejected:
-            target_cache.crop(-rejected)
-        drafter.rollback(length + accepted)
-        length += len(emitted)
-        generated += len(emitted)
-        verify_seconds = clock() - start
-
-        residual = [] if verdict.residual is None else top_tokens(verdict.residual)
-        yield Cycle(index=index, k=k, drafted=drafted, num_accepted=accepted, emitted=emitted,
-                    correction=correction, correction_kind=kind, correction_prob=correction_prob,
-                    draft_probs=verdict.draft_probs, target_probs=verdict.target_probs, uniforms=verdict.uniforms,
-                    residual_top=residual, greedy=sampler.greedy, draft_seconds=draft_seconds,
-                    verify_seconds=verify_seconds, target_top=verdict.target_top)
-        index += 1
-        if emitted[-1] in eos:
+        budget = min(k, options.max_new_tokens - generated - 1)
+        start = run.clock()
+        draft = drafter.propose(sequence[:, :length], budget, sampler) if budget > 0 else Draft(sequence[0, :0], None)
+        draft_seconds += run.clock() - start
+        # 2. Verify it in one target pass and keep the accepted tokens plus the target's own (the
+        # two cycle functions below: a chain, and a tree, of which a chain is the simplest case).
+        verify = _chain_cycle if draft.parents is None else _tree_cycle
+        cycle = verify(run, length, draft, budget, index=index, k=k, draft_seconds=draft_seconds)
+        # 3. Report it.
+        yield cycle
+        length += len(cycle.emitted)
+        generated += len(cycle.emitted)
+        if cycle.emitted[-1] in options.eos:
             return
-        if dynamic_k and n:
-            k = min(k + 2, max_k) if accepted == n else max(k - 1, 1)
+        # 4. Dynamic k: longer after a fully accepted draft, shorter after a rejection.
+        if options.dynamic_k and cycle.drafted:
+            k = min(k + 2, options.max_k) if cycle.num_accepted == _reach(cycle) else max(k - 1, 1)
+        index, draft_seconds = index + 1, 0.0
 
 
-def _tree_cycle(target, target_cache, drafter: Drafter, sampler: Sampler, sequence: torch.Tensor, length: int,
-                draft: Draft, max_depth: int, eos: set[int]) -> tuple[dict, int]:
-    """Verify a drafted tree in one target pass; returns the cycle's fields and the new length."""
-    device = sequence.device
+def _reach(cycle: Cycle) -> int:
+    """How deep a cycle's draft went: a chain's length, a tree's deepest node."""
+    return max(trees.depths(cycle.parents)) if cycle.is_tree else len(cycle.drafted)
+
+
+def _close(accepted: list[int], complete: bool, correction: int, correction_prob: float,
+           eos: frozenset[int]) -> tuple[list[int], int | None, str | None, float | None]:
+    """(emitted, correction, its kind, its probability) after `accepted`: the target's token is a
+    bonus when nothing was rejected (`complete`), else a correction; an accepted EOS ends the output
+    with no token after it."""
+    if complete and accepted and accepted[-1] in eos:
+        return accepted, None, None, None
+    return accepted + [correction], correction, BONUS if complete else RESAMPLED, correction_prob
+
+
+def _chain_cycle(run: _Pass, length: int, draft: Draft, budget: int, *, index: int, k: int,
+                 draft_seconds: float) -> Cycle:
+    """Step 2 for a chain of drafted tokens: pass, accept a prefix, roll the caches back."""
+    start = run.clock()
+    drafted = draft.tokens.tolist()
+    # A draft never runs past an EOS token: cut it there. A one-hot draft (prompt lookup) stops
+    # just before it, as transformers' prompt lookup does: the EOS it copies mostly closes an
+    # earlier turn of the prompt, and leaving it out costs no pass, because when the target
+    # does end there it emits the EOS itself as the bonus token of the same pass.
+    stop_after = 0 if draft.probs is None else 1
+    n = next((i + stop_after for i, t in enumerate(drafted) if t in run.eos), len(drafted))
+    drafted, tokens = drafted[:n], draft.tokens[:n]
+    draft_probs = None if draft.probs is None else draft.probs[:n]
+
+    # One target pass over what its cache lacks: [last token] + drafted (the whole prompt
+    # too, the first time): n + 1 next-token distributions.
+    run.sequence[0, length:length + n] = tokens
+    cached = run.cache.get_seq_length()
+    logits = run.target(run.sequence[:, cached:length + n], cache=run.cache, logits_to_keep=n + 1).logits[0]
+
+    # Accept a prefix, then add the target's own token (correction or bonus).
+    sampler = run.sampler
+    if sampler.greedy:
+        verdict = verify_greedy(logits, tokens, draft_probs)
+    else:
+        verdict = verify_sampled(sampler.probs(logits), draft_probs, tokens, sampler.uniform(n, run.sequence.device),
+                                 sampler.generator)
+    accepted = verdict.num_accepted
+    emitted, correction, kind, correction_prob = _close(drafted[:accepted], accepted == n, verdict.correction,
+                                                        verdict.correction_prob, run.eos)
+    if correction is not None:
+        run.sequence[0, length + accepted] = correction
+
+    # Roll back both caches to the accepted prefix (the target cache keeps every token
+    # but the newest; the drafter keeps whatever of its cache is still a prefix).
+    if n > accepted:
+        run.cache.crop(accepted - n)
+    run.drafter.rollback(length + accepted)
+    return Cycle(index=index, k=k, drafted=drafted, num_accepted=accepted, emitted=emitted, correction=correction,
+                 correction_kind=kind, correction_prob=correction_prob, draft_probs=verdict.draft_probs,
+                 target_probs=verdict.target_probs, uniforms=verdict.uniforms,
+                 residual_top=[] if verdict.residual is None else top_tokens(verdict.residual),
+                 greedy=sampler.greedy, draft_seconds=draft_seconds, verify_seconds=run.clock() - start,
+                 target_top=verdict.target_top)
+
+
+def _tree_cycle(run: _Pass, length: int, draft: Draft, budget: int, *, index: int, k: int,
+                draft_seconds: float) -> Cycle:
+    """Step 2 for a drafted tree: all its branches verified in one target pass (core.trees)."""
+    start = run.clock()
     # A branch never runs past an EOS token (a one-hot candidate stops just before it, as in a
     # chain) nor deeper than the length budget allows.
     parents = list(draft.parents)
     trees.check_tree(parents)
     tokens = draft.tokens.tolist()
     one_hot = draft.probs is None
-    cut = {i for i, d in enumerate(trees.depths(parents)) if d > max_depth}
-    cut |= {i for i, t in enumerate(tokens) if t in eos} if one_hot else {
-        c for i, t in enumerate(tokens) if t in eos for c in range(len(parents)) if parents[c] == i}
+    cut = {i for i, d in enumerate(trees.depths(parents)) if d > budget}
+    cut |= {i for i, t in enumerate(tokens) if t in run.eos} if one_hot else {
+        c for i, t in enumerate(tokens) if t in run.eos for c in range(len(parents)) if parents[c] == i}
     kept = trees.subtree_without(parents, cut)
     parents, node_ids = trees.reindex(parents, kept), draft.tokens[kept]
     draft_probs = None if one_hot else draft.probs[kept]
-    drafted = node_ids.tolist()
+    drafted = [tokens[i] for i in kept]
 
     # One pass over what the cache lacks ([last], the whole prompt the first time) and every node.
-    cached = target_cache.get_seq_length()
-    prefix = length - cached
-    mask, position_ids = trees.tree_inputs(parents, cached, prefix, target.dtype, device)
-    inputs = torch.cat([sequence[:, cached:length], node_ids[None]], dim=1)
-    logits = target(inputs, cache=target_cache, attention_mask=mask, position_ids=position_ids,
-                    logits_to_keep=len(parents) + 1).logits[0]
+    cached = run.cache.get_seq_length()
+    device = run.sequence.device
+    mask, position_ids = trees.tree_inputs(parents, cached, length - cached, run.target.dtype, device)
+    inputs = torch.cat([run.sequence[:, cached:length], node_ids[None]], dim=1)
+    logits = run.target(inputs, cache=run.cache, attention_mask=mask, position_ids=position_ids,
+                        logits_to_keep=len(parents) + 1).logits[0]
+
+    # Accept a path from the root, then add the target's own token. Where the path stopped: a
+    # leaf (no children on offer) gets a bonus token, else a correction.
+    sampler = run.sampler
     if sampler.greedy:
         verdict = trees.verify_tree_greedy(logits, node_ids, parents, draft_probs)
     else:
-        verdict = trees.verify_tree_sampled(sampler.probs(logits), draft_probs, node_ids, parents, sampler.generator)
-
+        verdict = trees.verify_tree_sampled(sampler.probs(logits), draft_probs, node_ids, parents,
+                                            sampler.uniform(len(parents), device), sampler.generator)
     path = verdict.path
-    path_tokens = [drafted[i] for i in path]
-    # Where the path stopped: a leaf (no children on offer) gets a bonus token, else a correction.
     at_leaf = not trees.children(parents)[path[-1] + 1 if path else 0]
-    ended_on_eos = bool(path_tokens) and path_tokens[-1] in eos and at_leaf
-    if ended_on_eos:
-        correction = kind = correction_prob = None
-        emitted = path_tokens
-    else:
-        correction, correction_prob = verdict.correction, verdict.correction_prob
-        kind = BONUS if at_leaf else RESAMPLED
-        emitted = path_tokens + [correction]
+    emitted, correction, kind, correction_prob = _close([drafted[i] for i in path], at_leaf, verdict.correction,
+                                                        verdict.correction_prob, run.eos)
+
     # The target cache keeps the prefix and exactly the accepted path; the drafter its prefix.
-    trees.keep_path(target_cache, length, [length + i for i in path])
-    sequence[0, length:length + len(emitted)] = torch.tensor(emitted, device=device)
-    drafter.keep_path(length + len(path), [kept[i] for i in path])
-    residual = [] if verdict.residual is None else top_tokens(verdict.residual)
-    shown_draft_probs = verdict.draft_probs if draft.node_probs is None else [draft.node_probs[i] for i in kept]
-    fields = dict(drafted=drafted, num_accepted=len(path), emitted=emitted, correction=correction,
-                  correction_kind=kind, correction_prob=correction_prob, draft_probs=shown_draft_probs,
-                  target_probs=verdict.target_probs, uniforms=verdict.uniforms, residual_top=residual,
-                  target_top=verdict.target_top, parents=parents, path=path, node_verdicts=verdict.node_verdicts,
-                  from_earlier=None if draft.from_earlier is None else [draft.from_earlier[i] for i in kept])
-    return fields, length + len(emitted)
+    trees.keep_path(run.cache, length, [length + i for i in path])
+    run.sequence[0, length:length + len(emitted)] = torch.tensor(emitted, device=device)
+    run.drafter.keep_path(length + len(path), [kept[i] for i in path])
+    return Cycle(index=index, k=k, drafted=drafted, num_accepted=len(path), emitted=emitted, correction=correction,
+                 correction_kind=kind, correction_prob=correction_prob,
+                 draft_probs=verdict.draft_probs if draft.node_probs is None else [draft.node_probs[i] for i in kept],
+                 target_probs=verdict.target_probs, uniforms=verdict.uniforms,
+                 residual_top=[] if verdict.residual is None else top_tokens(verdict.residual),
+                 greedy=sampler.greedy, draft_seconds=draft_seconds, verify_seconds=run.clock() - start,
+                 target_top=verdict.target_top, parents=parents, path=path, node_verdicts=verdict.node_verdicts,
+                 from_earlier=None if draft.from_earlier is None else [draft.from_earlier[i] for i in kept])
 
 
 # ----------------------------------------------------------------------------- plain decoding

@@ -49,7 +49,7 @@ class DraftTreeDrafter(Drafter):
         trees.keep_path(self.base.cache, self.prefix, positions)
 
     def _distribution(self, logits: torch.Tensor, sampler: Sampler) -> torch.Tensor:
-        return sampler.probs(self.base._fit_vocab(logits))
+        return sampler.probs(self.base.fit_vocab(logits))
 
     def propose(self, sequence: torch.Tensor, k: int, sampler: Sampler) -> Draft:
         base, device = self.base, self.base.model.device

@@ -6,6 +6,7 @@ lookup (n-gram matching against the prompt and the output so far)."""
 from __future__ import annotations
 
 import copy
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import torch
@@ -24,8 +25,9 @@ class Draft:
     node_probs: list[float] | None = None    # a one-hot tree from a model: each node's draft probability (shown)
 
 
-class Drafter:
-    """Interface: `begin` once per run, then per cycle `propose` and `rollback`."""
+class Drafter(ABC):
+    """Interface: `begin` once per run, then per cycle `propose` and `rollback` (or `keep_path`
+    after a tree). A drafter must say how it proposes; the rest has defaults for stateless ones."""
 
     name = "drafter"
     parameters = 0                    # extra parameters the drafter runs (for display)
@@ -33,6 +35,7 @@ class Drafter:
     def begin(self, prompt_ids: torch.Tensor) -> None:
         """Reset state for a new run over `prompt_ids` (1, T)."""
 
+    @abstractmethod
     def propose(self, sequence: torch.Tensor, k: int, sampler: Sampler) -> Draft:
         """Propose up to k tokens to follow `sequence` (1, L)."""
 
@@ -46,7 +49,6 @@ class Drafter:
         sees (suffix), then a fresh one with the same settings. For a warm-up (whose output must not
         be remembered) and for an app session (which must not draft from another's outputs)."""
         return self
-        raise NotImplementedError
 
     def rollback(self, valid_length: int) -> None:
         """Only the first `valid_length` tokens of the last sequence it saw are still valid."""
@@ -79,21 +81,19 @@ class DraftModelDrafter(Drafter):
         # Feed what the cache has not seen: usually one token; two after a fully accepted
         # cycle, because the draft never saw its own last (accepted) token.
         pending = sequence[:, self.cache.get_seq_length():].to(self.model.device)
-        tokens, rows = [], []
+        tokens, logit_rows, prob_rows = [], [], []
         for _ in range(k):
-            logits = self._fit_vocab(self.model(pending, cache=self.cache, logits_to_keep=1).logits[0, -1:])
+            logits = self.fit_vocab(self.model(pending, cache=self.cache, logits_to_keep=1).logits[0, -1:])
             if sampler.greedy:   # argmax needs no probabilities: one softmax over all rows at the end
                 token = logits.argmax(dim=-1)
-                rows.append(logits)
+                logit_rows.append(logits)
             else:
                 probs = sampler.probs(logits)
                 token = sampler.sample(probs)
-                rows.append(probs)
+                prob_rows.append(probs)
             tokens.append(token)
             pending = token[None]
-        probs = torch.cat(rows)
-        if sampler.greedy:
-            probs = sampler.probs(probs)
+        probs = sampler.probs(torch.cat(logit_rows)) if sampler.greedy else torch.cat(prob_rows)
         return Draft(torch.cat(tokens).to(sequence.device), probs.to(sequence.device))
 
     def rollback(self, valid_length: int) -> None:
@@ -101,7 +101,8 @@ class DraftModelDrafter(Drafter):
         if excess > 0:
             self.cache.crop(-excess)
 
-    def _fit_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+    def fit_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits over this drafter's vocabulary cut or padded (with -inf) to the target's."""
         size = logits.shape[-1]
         if size > self.vocab_size:
             return logits[..., : self.vocab_size]

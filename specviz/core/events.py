@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-ACCEPTED, REJECTED, RESAMPLED, BONUS = "accepted", "rejected", "resampled", "bonus"
+# The one vocabulary of verdicts, used by every layer. A drafted token (or tree node) is accepted,
+# rejected, or (a tree's node under a branch that lost) not reached; the target's own token after
+# the accepted ones is resampled (after a rejection) or a bonus (nothing was rejected).
+ACCEPTED, REJECTED, NOT_REACHED = "accepted", "rejected", "not reached"
+RESAMPLED, BONUS = "resampled", "bonus"
 
 
 @dataclass(frozen=True)
@@ -20,12 +24,15 @@ class Cycle:
     """
 
     index: int                      # 0-based cycle number
-    k: int                          # draft length asked for this cycle (dynamic k changes it)
+    # The run's draft length in this cycle: its `k`, which dynamic k moves between cycles (the
+    # policy's value, not what was drafted: the drafter may propose fewer, see `drafted`, and the
+    # last cycles ask for fewer so as not to pass max_new_tokens). A tree's k bounds its depth.
+    k: int
     drafted: list[int]              # tokens the drafter proposed (may be fewer than k)
     num_accepted: int               # length of the accepted prefix of `drafted`
     emitted: list[int]              # tokens this cycle appends to the output, in order
     correction: int | None          # the target's own token after the accepted prefix
-    correction_kind: str | None     # "resampled" (after a rejection) or "bonus" (all accepted)
+    correction_kind: str | None     # RESAMPLED (after a rejection) or BONUS (all accepted)
     correction_prob: float | None   # probability of `correction` in the distribution it came from
     draft_probs: list[float]        # draft probability of each drafted token (1.0 for one-hot drafters)
     target_probs: list[float]       # target probability of each drafted token
@@ -39,7 +46,7 @@ class Cycle:
     # child of the last token), `path` the accepted nodes from the root. None for a chain.
     parents: list[int] | None = None
     path: list[int] | None = None
-    node_verdicts: list[str] | None = None   # per node: accepted, rejected or not reached
+    node_verdicts: list[str] | None = None   # per node: ACCEPTED, REJECTED or NOT_REACHED
     # Per drafted token: proposed only by earlier requests' text (suffix decoding's memory of this
     # session or command); None when the drafter does not say.
     from_earlier: list[bool] | None = None
@@ -56,7 +63,7 @@ class Cycle:
     @property
     def verdicts(self) -> list[str]:
         """Per drafted token: accepted or rejected (a chain: the accepted prefix, then the rest);
-        a tree's nodes may also be "not reached"."""
+        a tree's nodes may also be NOT_REACHED."""
         if self.node_verdicts is not None:
             return list(self.node_verdicts)
         return [ACCEPTED] * self.num_accepted + [REJECTED] * (len(self.drafted) - self.num_accepted)

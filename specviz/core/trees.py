@@ -17,6 +17,11 @@ Verification walks down from the root:
   correction is drawn from what is left of p. The output follows the target's distribution exactly.
 
 The target's KV cache then keeps exactly the accepted path (gathered, not cropped).
+
+A tree is verified as a chain is (core.sampling): the acceptance data for every node is computed on
+the device and crosses to the host in one copy, the walk runs on the host, then the correction is
+drawn (one more copy). A chain given as a tree (each node the child of the one before) verifies
+exactly as the chain does, draw for draw.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-ACCEPTED, REJECTED, NOT_REACHED = "accepted", "rejected", "not reached"
+from .events import ACCEPTED, NOT_REACHED, REJECTED
+from .sampling import draw, greedy_reads, residual, to_host
 
 
 def depths(parents: list[int]) -> list[int]:
@@ -121,14 +127,6 @@ class TreeVerification:
     residual: torch.Tensor | None = None                   # sampling: what the correction came from
 
 
-def _node_probs(dist: torch.Tensor, tokens: torch.Tensor, parents: list[int],
-                draft_probs: torch.Tensor | None) -> tuple[list[float], list[float]]:
-    rows = torch.tensor([p + 1 for p in parents], device=tokens.device, dtype=torch.long)
-    target = dist[rows, tokens] if len(parents) else dist.new_zeros(0)
-    draft = torch.ones_like(target) if draft_probs is None else draft_probs[torch.arange(len(parents)), tokens]
-    return target.double().tolist(), draft.double().tolist()
-
-
 def _verdicts(n: int, path: list[int], rejected: list[int]) -> list[str]:
     verdicts = [NOT_REACHED] * n
     for node in rejected:
@@ -138,65 +136,76 @@ def _verdicts(n: int, path: list[int], rejected: list[int]) -> list[str]:
     return verdicts
 
 
+def _parent_rows(parents: list[int], device: torch.device) -> torch.Tensor:
+    """The logits row that scores each node: its parent's (row 0 for the root's children)."""
+    return torch.tensor([p + 1 for p in parents], dtype=torch.long, device=device)
+
+
 def verify_tree_greedy(target_logits: torch.Tensor, tokens: torch.Tensor, parents: list[int],
                        draft_probs: torch.Tensor | None = None) -> TreeVerification:
     """target_logits: (n + 1, V) for [root] + nodes. Follows the argmax down the tree."""
-    scores = target_logits.float()
-    tops = scores.argmax(dim=-1).tolist()
-    probs = torch.softmax(scores, dim=-1)
+    tops, top_probs, ids, target_p, draft_p = greedy_reads(target_logits, _parent_rows(parents, tokens.device),
+                                                           tokens, draft_probs)
     kids = children(parents)
-    token_list = tokens.tolist()
     path, rejected, visited, row = [], [], [], 0
     while True:
         visited.append(tops[row])
-        match = next((c for c in kids[row] if token_list[c] == tops[row]), None)
+        match = next((c for c in kids[row] if ids[c] == tops[row]), None)
         rejected += [c for c in kids[row] if c != match]
         if match is None:
             break
         path.append(match)
         row = match + 1
-    target_p, draft_p = _node_probs(probs, tokens, parents, draft_probs)
-    return TreeVerification(path, tops[row], float(probs[row, tops[row]]), _verdicts(len(parents), path, rejected),
-                            target_p, draft_p, target_top=visited)
+    return TreeVerification(path=path, correction=tops[row], correction_prob=top_probs[row],
+                            node_verdicts=_verdicts(len(parents), path, rejected), target_probs=target_p,
+                            draft_probs=draft_p, target_top=visited)
 
 
 def verify_tree_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, tokens: torch.Tensor,
-                        parents: list[int], generator: torch.Generator) -> TreeVerification:
+                        parents: list[int], uniforms: torch.Tensor, generator: torch.Generator) -> TreeVerification:
     """target_probs: (n + 1, V) warped target distributions for [root] + nodes; draft_probs: (n, V)
-    the distribution each node was drawn from, or None when every node is a one-hot candidate."""
+    the distribution each node was drawn from, or None when every node is a one-hot candidate;
+    uniforms: (n,) U[0, 1) draws, node i's test consulting uniforms[i] (each node is tried at most
+    once, so every test has a draw of its own)."""
+    n = len(parents)
     kids = children(parents)
-    token_list = tokens.tolist()
-    path, rejected, uniforms, row = [], [], [], 0
-    residual = None
+    nodes = torch.arange(n, device=tokens.device)
+    target_p = target_probs[_parent_rows(parents, tokens.device), tokens]
+    draft_p = torch.ones_like(target_p) if draft_probs is None else draft_probs[nodes, tokens]
+
+    def leftovers(row: int, siblings: list[int]):
+        # What is left of a row's target distribution after siblings[0], then siblings[1], ... were rejected.
+        left = target_probs[row]
+        for node in siblings:
+            q = None if draft_probs is None else draft_probs[node]
+            left = residual(left, q, tokens[node:node + 1], target_probs[row])
+            yield left
+
+    # A node is tried only after all its earlier siblings were rejected, so it is tested against what
+    # they left of the target distribution: computed on the device for every node at once.
+    left_p = target_p.clone()
+    for row, siblings in enumerate(kids):
+        for node, left in zip(siblings[1:], leftovers(row, siblings)):   # (list first: no wasted step)
+            left_p[node:node + 1] = left.index_select(0, tokens[node:node + 1])
+    # Accept x with probability min(1, p(x) / q(x)), p being what is left of the target: one copy.
+    accepts, draws, target_list, draft_list = to_host(uniforms * draft_p < left_p, uniforms, target_p, draft_p)
+
+    path, rejected, consulted, row = [], [], [], 0
     while True:
-        p = target_probs[row].clone()
-        taken = None
-        for child in kids[row]:
-            x = token_list[child]
-            q = None if draft_probs is None else draft_probs[child]
-            qx = 1.0 if q is None else float(q[x])
-            u = float(torch.rand(1, generator=generator, device=generator.device))
-            uniforms.append(u)
-            # Accept x with probability min(1, p(x) / q(x)), p being what is left of the target.
-            if u * qx < float(p[x]):
-                taken = child
-                break
-            rejected.append(child)
-            if q is None:
-                p[x] = 0.0
-            else:
-                p = (p - q).clamp_(min=0.0)
-            total = p.sum()
-            # Not in the papers: a rejection implies q(x) > p(x), so mass is left; the guard covers
-            # float round-off only.
-            p = p / total if float(total) > 0 else target_probs[row].clone()
+        taken = next((c for c in kids[row] if accepts[c]), None)
+        tried = kids[row] if taken is None else kids[row][:kids[row].index(taken) + 1]
+        consulted += [draws[c] for c in tried]
+        rejected += [c for c in tried if c != taken]
         if taken is None:
-            residual = p if kids[row] else None
             break
         path.append(taken)
         row = taken + 1
-    dist = residual if residual is not None else target_probs[row]
-    token = int(torch.multinomial(dist, 1, generator=generator))
-    target_p, draft_p = _node_probs(target_probs, tokens, parents, draft_probs)
-    return TreeVerification(path, token, float(dist[token]), _verdicts(len(parents), path, rejected), target_p,
-                            draft_p, uniforms=uniforms, residual=residual)
+    # No child of `row` accepted: the correction comes from what its children left (a leaf: the
+    # target's own distribution, a bonus token).
+    left = None
+    for left in leftovers(row, kids[row]):      # ends on what every child of `row` left
+        pass
+    correction, correction_prob = draw(target_probs[row] if left is None else left, generator)
+    return TreeVerification(path=path, correction=correction, correction_prob=correction_prob,
+                            node_verdicts=_verdicts(n, path, rejected), target_probs=target_list,
+                            draft_probs=draft_list, uniforms=consulted, residual=left)

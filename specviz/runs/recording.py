@@ -23,8 +23,8 @@ from typing_extensions import TypedDict   # pydantic needs this one on Python < 
 
 import pydantic
 
-from ..core.events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle, Step
-from ..core.trees import NOT_REACHED, check_tree
+from ..core.events import ACCEPTED, BONUS, NOT_REACHED, REJECTED, RESAMPLED, Cycle, Step
+from ..core.trees import check_tree
 from ..errors import SpecvizError
 from ..models.host import HostLoad, environment
 from ..settings import LOCAL, RunSettings, validate

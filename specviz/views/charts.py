@@ -17,12 +17,12 @@ from itertools import accumulate
 
 import plotly.graph_objects as go
 
-from ..core.events import Cycle, Step
+from ..core.events import ACCEPTED, Cycle, Step
 from ..metrics import SpecStats, Speed, draft_reach, running_speedup
 from .render import COLOURS
 
 SPEC_COLOUR, PLAIN_COLOUR, THEORY_COLOUR = "#0072B2", "#7f7f7f", "#CC79A7"
-ACCEPTED_COLOUR, RUNNING_COLOUR = COLOURS["accepted"], "#E69F00"
+ACCEPTED_COLOUR, RUNNING_COLOUR = COLOURS[ACCEPTED], "#E69F00"
 
 
 def layout(title: str, x_title: str | None = None, y_title: str | None = None, **extra) -> dict:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..core import trees
-from ..core.events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle
+from ..core.events import ACCEPTED, BONUS, NOT_REACHED, REJECTED, RESAMPLED, Cycle
 from ..runs.result import CycleText
 
 VERDICTS = (ACCEPTED, REJECTED, RESAMPLED, BONUS)
@@ -52,10 +52,11 @@ def cycle_pieces(cycle: Cycle, text: CycleText) -> list[Piece]:
     pieces = []
     accepted = cycle.accepted_nodes
     rejected = [i for i, v in enumerate(cycle.verdicts) if v == REJECTED]
-    depth = {node: d for d, node in enumerate(accepted, start=1)}
+    depths = trees.depths(cycle.parents) if cycle.is_tree else None
+    was_accepted = set(accepted)
     for i in accepted + rejected:
-        verdict = ACCEPTED if i in depth else REJECTED
-        where = f"draft {i + 1}" if not cycle.is_tree else f"node {i + 1} (depth {_depth(cycle, i)})"
+        verdict = ACCEPTED if i in was_accepted else REJECTED
+        where = f"draft {i + 1}" if depths is None else f"node {i + 1} (depth {depths[i]})"
         title = (f"cycle {cycle.index + 1}, {where}: {verdict}\n"
                  f"draft p = {_prob(cycle.draft_probs[i])}, target p = {_prob(cycle.target_probs[i])}")
         earlier = bool(cycle.from_earlier and cycle.from_earlier[i])
@@ -75,13 +76,6 @@ def cycle_pieces(cycle: Cycle, text: CycleText) -> list[Piece]:
     return pieces
 
 
-def _depth(cycle: Cycle, node: int) -> int:
-    depth = 1
-    while cycle.parents[node] >= 0:
-        node, depth = cycle.parents[node], depth + 1
-    return depth
-
-
 def tree_note(cycle: Cycle, text: CycleText) -> str:
     """A tree cycle in words (for a hover): its size, and the branches that lost."""
     if not cycle.is_tree:
@@ -97,7 +91,7 @@ def tree_note(cycle: Cycle, text: CycleText) -> str:
         return out
 
     lost = [branch(i) for i, v in enumerate(verdicts) if v == REJECTED]
-    unreached = verdicts.count("not reached")
+    unreached = verdicts.count(NOT_REACHED)
     return (f"token tree: {len(cycle.drafted)} nodes verified in one pass, {len(cycle.accepted_nodes)} accepted"
             + (f"; rejected branches: {', '.join(repr(b) for b in lost)}" if lost else "")
             + (f"; {unreached} nodes under them not reached" if unreached else ""))

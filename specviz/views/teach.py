@@ -15,9 +15,9 @@ from typing import NamedTuple
 import plotly.graph_objects as go
 
 from . import render
-from ..core.events import ACCEPTED, REJECTED, RESAMPLED, Cycle
+from ..core.events import ACCEPTED, NOT_REACHED, REJECTED, RESAMPLED, Cycle
 from .teach_figures import note_figure, residual_figure, tree_figure, verification_figure
-from .teach_rows import (NOT_REACHED_NODE, TokenRow, TokenText, number, rows_html, token_rows,
+from .teach_rows import (TokenRow, TokenText, number, rows_html, token_rows,
                          tested_nodes, tree_walk, up_to_test, visible)
 
 
@@ -121,7 +121,7 @@ def cycle_markdown(cycle: Cycle, rows: Sequence[TokenRow], text_of: TokenText, t
         lines.append(f"They form a **tree**: the target checked the children of each node it reached, "
                      f"following the one it agreed with. Accepted path: {path}; "
                      f"{cycle.verdicts.count(REJECTED)} candidates rejected where it went on, "
-                     f"{cycle.verdicts.count(NOT_REACHED_NODE)} nodes under them never reached (the picture shows "
+                     f"{cycle.verdicts.count(NOT_REACHED)} nodes under them never reached (the picture shows "
                      "the tree).")
         lines += ["", *tree_tries(cycle, text_of)]
     lines += [] if cycle.is_tree else [_row_line(row, cycle.greedy) for row in rows]

@@ -9,8 +9,8 @@ import plotly.graph_objects as go
 
 from . import render
 from .charts import layout
-from ..core.events import ACCEPTED, BONUS, REJECTED, RESAMPLED, Cycle
-from .teach_rows import NOT_REACHED_NODE, NOT_YET, TokenRow, TokenText, visible
+from ..core.events import ACCEPTED, BONUS, NOT_REACHED, REJECTED, RESAMPLED, Cycle
+from .teach_rows import NOT_YET, TokenRow, TokenText, visible
 
 
 def _layout(title: str, **extra) -> dict:
@@ -56,7 +56,7 @@ def verification_figure(cycle: Cycle, rows: Sequence[TokenRow]) -> go.Figure:
     return go.Figure(traces, layout=layout)
 
 
-TREE_COLOURS = {ACCEPTED: render.COLOURS[ACCEPTED], REJECTED: render.COLOURS[REJECTED], NOT_REACHED_NODE: "#b0b7c0",
+TREE_COLOURS = {ACCEPTED: render.COLOURS[ACCEPTED], REJECTED: render.COLOURS[REJECTED], NOT_REACHED: "#b0b7c0",
                 NOT_YET: "#e3e7ec"}
 
 
@@ -83,7 +83,7 @@ def tree_figure(cycle: Cycle, text_of: TokenText, tested: Sequence[int] | None =
                          hoverinfo="skip", showlegend=False),
               go.Scatter(x=[0], y=[0], mode="markers+text", text=["last token"], textposition="top center",
                          marker=dict(size=14, color="#555"), showlegend=False, hoverinfo="skip")]
-    for verdict in (ACCEPTED, REJECTED, NOT_REACHED_NODE, NOT_YET):
+    for verdict in (ACCEPTED, REJECTED, NOT_REACHED, NOT_YET):
         nodes = [i for i, v in enumerate(verdicts) if v == verdict]
         if nodes:
             traces.append(go.Scatter(

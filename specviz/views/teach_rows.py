@@ -18,11 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..core import trees
-from ..core.events import ACCEPTED, REJECTED, Cycle
+from ..core.events import ACCEPTED, NOT_REACHED, REJECTED, Cycle
 
 TokenText = Callable[[int], str]
 NOT_CHECKED = "not checked"
-NOT_REACHED_NODE = "not reached"   # a tree node under a branch that lost
 NOT_YET = "not yet"                # stepping test by test: a node the target has not tested yet
 GE = "\u2265"
 
@@ -89,8 +88,8 @@ def token_rows(cycle: Cycle, text_of: TokenText) -> list[TokenRow]:
         draws = {} if cycle.greedy else dict(zip((child for _, _, child in tree_walk(cycle)), cycle.uniforms))
         return [TokenRow(i + 1, token, text_of(token), cycle.draft_probs[i], cycle.target_probs[i],
                          acceptance_ratio(cycle.target_probs[i], cycle.draft_probs[i]), draws.get(i), None, None,
-                         verdict != NOT_REACHED_NODE, verdict == ACCEPTED if verdict != NOT_REACHED_NODE else None,
-                         verdict if verdict != NOT_REACHED_NODE else REJECTED)
+                         verdict != NOT_REACHED, verdict == ACCEPTED if verdict != NOT_REACHED else None,
+                         verdict if verdict != NOT_REACHED else REJECTED)
                 for i, (token, verdict) in enumerate(zip(cycle.drafted, cycle.verdicts))]
     rows = []
     for i, token in enumerate(cycle.drafted):
@@ -181,7 +180,7 @@ def tree_walk(cycle: Cycle) -> list[tuple[int, int, int]]:
     kids = trees.children(cycle.parents)   # kids[node + 1]: a node's children; kids[0]: the root's
     walk = []
     for depth, visited in enumerate([-1] + cycle.accepted_nodes):
-        tried = [c for c in kids[visited + 1] if cycle.verdicts[c] != NOT_REACHED_NODE]
+        tried = [c for c in kids[visited + 1] if cycle.verdicts[c] != NOT_REACHED]
         if not tried:
             break
         walk += [(depth, visited, child) for child in tried]
