@@ -185,14 +185,17 @@ def test_stop_ends_the_run_with_its_own_stopped_summary(tiny):
 
 
 def test_suffix_decoding_remembers_a_sessions_runs_and_only_its_own(tiny):
-    from specviz.ui.common import SUFFIX, session_loader
+    from types import SimpleNamespace
+
+    from specviz.ui.common import SUFFIX, SessionMemories, session_loader
 
     loader = session_loader(tiny.loader)            # as build_demo wraps it: the cached pair is shared
-    work = run_tab.run_work(LOCAL, loader)
-    session, other = {}, {}
+    memories = SessionMemories()
+    work = run_tab.run_work(LOCAL, loader, memories)
+    session, other = SimpleNamespace(session_hash="a"), SimpleNamespace(session_hash="b")   # as gr.Request
 
-    def final(memory):
-        pages = [p for p in work(*inputs(drafter=SUFFIX, max_new_tokens=48), memory) if p is not TICK]
+    def final(request):
+        pages = [p for p in work(*inputs(drafter=SUFFIX, max_new_tokens=48), request) if p is not TICK]
         return text(pages[-1].stats), pages[-1].tokens
 
     first, _ = final(session)
@@ -203,6 +206,10 @@ def test_suffix_decoding_remembers_a_sessions_runs_and_only_its_own(tiny):
     assert accepted_from_earlier(first) == 0 == accepted_from_earlier(fresh)
     assert accepted_from_earlier(again) > 10 and 'data-earlier="1"' in tokens
     assert "identical" in again                      # and the output is still the target's own
+    memories.end(session)                            # the session ended (the page's unload event)
+    assert len(memories) == 1
+    ended, _ = final(session)                        # the same hash again starts from nothing
+    assert accepted_from_earlier(ended) == 0
 
 
 def test_a_stop_pressed_while_queued_stops_the_run_before_it_loads_anything():
