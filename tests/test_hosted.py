@@ -19,7 +19,7 @@ from specviz.core.drafters import SuffixDrafter
 from specviz.runs import prompt_sets as prompt_sets_module
 from specviz.runs import iter_prompt_set
 from specviz.settings import HOSTED_MAX_PROMPT_TOKENS, LOCAL, RunSettings, hosted, validate
-from specviz.ui import budget, build_demo, common, compare_tab, run_tab, teach_tab
+from specviz.ui import budget, build_demo, common, compare_tab, fields, run_tab, teach_tab
 from specviz.ui.common import CHAT, PROMPT_LOOKUP, RAW, TICK
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # gr.Warning outside a request
@@ -265,8 +265,8 @@ def test_an_upload_is_removed_by_the_apps_cache_rule(tiny, monkeypatch):
 # ----------------------------------------------------------------------------- #9: values of the wrong type
 
 def test_values_that_are_not_numbers_reach_validation():
-    slider = common.NumberSlider(1, 16, value=4, step=1)
-    box = common.NumberBox(0, precision=0)
+    slider = fields.NumberSlider(1, 16, value=4, step=1)
+    box = fields.NumberBox(0, precision=0)
     assert slider.preprocess("abc") == "abc" and box.preprocess([1]) == [1] and slider.preprocess(True) is True
     assert slider.preprocess(4.0) == 4 and box.preprocess(2.4) == 2
     assert slider.get_block_name() == "slider" and box.get_block_name() == "number"   # drawn as Gradio's own

@@ -183,29 +183,6 @@ def draft_spec(drafter: str, draft_model: str | None, exit_layer) -> str:
     raise SpecvizError(f"Unknown drafter {drafter!r}: choose one of {', '.join(DRAFTERS)}.")
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-class NumberSlider(gr.Slider):
-    """A slider whose value, when an API call sends something other than a number ('abc', None, a
-    list), reaches the handler as sent, so that `settings.validate` names the setting and says what
-    it takes: Gradio's own check compares it with the range and ends in its generic "upstream
-    application raised an error". Numbers are checked against the range by Gradio as before."""
-    is_template = True        # drawn in the page as a plain gr.Slider
-
-    def preprocess(self, payload):
-        return super().preprocess(payload) if _is_number(payload) else payload
-
-
-class NumberBox(gr.Number):
-    """A number field that hands a value that is not a number to the handler, as `NumberSlider`."""
-    is_template = True
-
-    def preprocess(self, payload):
-        return super().preprocess(payload) if _is_number(payload) else payload
-
-
 def gpu_task(fn: Callable | None = None, *, duration: int = GPU_SECONDS):
     """Run `fn` inside one ZeroGPU allocation on Spaces; a no-op elsewhere."""
     if fn is None:

@@ -20,9 +20,10 @@ from ..views.figures import comparison_figures, sweep_figure
 from ..views.prompt_sets import write_files as write_set_files
 from ..views.prose import (SWEEP_HEADERS, TABLE_HEADERS, sweep_line, sweep_rows, table_rows, timing_note, winner_line)
 from .budget import check_comparison_prompt, load_tokenizers
-from .common import (CHAT, CONCURRENCY_ID, RAW, TICK, NumberBox, NumberSlider, StopSignal, Throttle, click_with_stop,
-                     error_html, export_folder, failure, gpu_task, slider_max_new_tokens, streaming)
+from .common import (CHAT, CONCURRENCY_ID, RAW, TICK, StopSignal, Throttle, click_with_stop, error_html, export_folder,
+                     failure, gpu_task, slider_max_new_tokens, streaming)
 from .compare_sets import (FROM_FILE, MAX_REPEATS, ONE_PROMPT, prompts_for, set_stream, sources)
+from .fields import NumberBox, NumberSlider
 
 MAX_CONFIGS = 4
 COMPARE_GPU_SECONDS = 300          # ZeroGPU time for a comparison or a sweep (several runs in one call)

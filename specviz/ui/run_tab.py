@@ -19,9 +19,9 @@ from ..views import charts, render
 from ..views.run_view import RunRenderer, RunView, empty_view, stopped_view
 from .budget import check_pair_prompt
 from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP, PROMPT_LOOKUP_TREE,
-                     RAW, SUFFIX, TICK, NumberBox, NumberSlider, SessionMemories, StopSignal, Throttle, click_with_stop,
-                     draft_spec, error_html, failure, gpu_task, presets, recording_button, slider_max_new_tokens,
-                     streaming)
+                     RAW, SUFFIX, TICK, SessionMemories, StopSignal, Throttle, click_with_stop, draft_spec, error_html,
+                     failure, gpu_task, presets, recording_button, slider_max_new_tokens, streaming)
+from .fields import NumberBox, NumberSlider
 
 # What the Run button's work yields, in the order of its outputs: the run's views (`RunView`'s
 # fields), then the Download recording button (offered once the run has finished or stopped).

@@ -15,9 +15,9 @@ from ..runs import Loader, config_label, load_stepwise, race
 from ..settings import Limits, RunSettings, check_prompt, validate
 from ..views import explain, render, teach
 from .budget import check_pair_prompt
-from .common import (CHAT, CONCURRENCY_ID, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, RAW, TICK, NumberBox, NumberSlider,
-                     StopSignal, click_with_stop, draft_spec, error_html, failure, gpu_task, recording_button,
-                     streaming)
+from .common import (CHAT, CONCURRENCY_ID, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, RAW, TICK, StopSignal, click_with_stop,
+                     draft_spec, error_html, failure, gpu_task, recording_button, streaming)
+from .fields import NumberBox, NumberSlider
 
 TEACH_PROMPT = "Write a short poem about the sea."
 TEACH_MAX_NEW_TOKENS = 128
