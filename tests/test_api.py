@@ -138,8 +138,8 @@ def test_prompt_sets_in_hosted_mode_are_presets_within_a_budget(client):
 
 
 def test_teach_and_compare_explain_values_of_the_wrong_type(client):
-    assert "k (tokens drafted per cycle) must be a whole number from 1 to 16, got 'many'" in answer(client, "the cat", EARLY_EXIT, "", 1, "many",
-                                                                          0.5, 0, 16, CHAT, api_name="/teach", output=1)
+    assert "k (tokens drafted per cycle) must be a whole number from 1 to 16, got 'many'" in answer(
+        client, "the cat", EARLY_EXIT, "", 1, "many", 0.5, 0, 16, CHAT, api_name="/teach", output=1)
     table = {"headers": ["use", "target", "draft", "k", "dynamic k", "temperature"],
              "data": [[True, "", "ngram", 4, False, 0.0]]}
     assert "max new tokens must be a whole number" in answer(client, "the cat sat", table, "lots", 0, CHAT,

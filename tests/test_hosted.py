@@ -168,8 +168,9 @@ def test_suffix_drafts_follow_the_rule_over_several_requests():
             for _ in range(rng.randint(1, 12)):
                 k = rng.randint(1, 8)
                 match, found = reference_proposal(earlier, ids, k, drafter.max_match, drafter.max_occurrences)
-                expected = trie_draft([c for c, _ in found], min(drafter.budget, max(1, int(drafter.spec_factor * match))),
-                                      drafter.min_token_prob * len(found), "cpu", earlier=[old for _, old in found])
+                budget_here = min(drafter.budget, max(1, int(drafter.spec_factor * match)))
+                expected = trie_draft([c for c, _ in found], budget_here, drafter.min_token_prob * len(found), "cpu",
+                                      earlier=[old for _, old in found])
                 draft, seen = drafter.propose(torch.tensor([ids]), k, None), ids
                 assert (draft.tokens.tolist(), draft.parents, draft.from_earlier) == \
                     (expected.tokens.tolist(), expected.parents, expected.from_earlier), trial

@@ -259,8 +259,8 @@ def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run:
                                    elem_id="cmp-configs")
             gr.Markdown(DRAFT_HELP + " **Sweep k** runs the first ticked row at k = 1..8.")
         with gr.Column(scale=1, min_width=240):
-            max_new_tokens = NumberSlider(8, slider_max_new_tokens(limits), value=96, step=8, label="Max new tokens",
-                                       elem_id="cmp-max-new-tokens")
+            max_new_tokens = NumberSlider(8, slider_max_new_tokens(limits), value=96, step=8,
+                                          label="Max new tokens", elem_id="cmp-max-new-tokens")
             seed = NumberBox(0, precision=0, label="Seed (sampled configurations)")
             prompt_format = gr.Radio([CHAT, RAW], value=CHAT, label="Prompt format")
             source = gr.Dropdown(sources(limits), value=ONE_PROMPT, label="Prompts",
@@ -269,7 +269,7 @@ def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run:
             upload = gr.File(label="Prompt file (.txt: one per line; .jsonl: \"prompt\", \"category\")",
                              file_types=[".txt", ".jsonl"], visible=False, elem_id="cmp-upload")
             repeats = NumberSlider(1, MAX_REPEATS, value=1, step=1, label="Rounds over the set",
-                                elem_id="cmp-repeats")
+                                   elem_id="cmp-repeats")
             run = gr.Button("Compare", variant="primary", elem_id="cmp-run")
             run_sweep = gr.Button("Sweep k = 1..8", elem_id="cmp-sweep")
             stop = gr.Button("Stop", variant="stop", elem_id="cmp-stop")

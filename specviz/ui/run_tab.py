@@ -82,7 +82,8 @@ def run_work(limits: Limits, loader: Loader | None = None, memories: SessionMemo
             check_pair_prompt(pair, prompt, settings, limits)     # hosted: in tokens, before any decoding
             renderer = RunRenderer()
             throttle = Throttle()
-            for run in race(settings, prompt, memories.pair_for(pair, getattr(session, "session_hash", None)), baseline=True):
+            pair = memories.pair_for(pair, getattr(session, "session_hash", None))   # its suffix memory
+            for run in race(settings, prompt, pair, baseline=True):
                 if stop.requested:
                     yield page(renderer.stopped(run), recording_button(run, "stopped"))
                     return
@@ -210,17 +211,17 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: Ses
                                      value=initial.get("draft_model", ""), visible=initial.get("drafter") == DRAFT_MODEL,
                                      interactive=not limits.hosted, elem_id="draft-model")
             exit_layer = NumberSlider(1, 63, value=initial.get("exit_layer") or 8, step=1,
-                                   label="Early-exit layer (the draft runs the target's first N layers)",
-                                   visible=initial.get("drafter") == EARLY_EXIT, elem_id="exit-layer")
-            branch = NumberSlider(1, 4, value=1, step=1, label="Tree branch (1 = a chain; b > 1: the draft grows a "
-                               "token tree from its b most probable children, EAGLE-2 style, 16 nodes per pass)",
-                               visible=initial.get("drafter") in (DRAFT_MODEL, EARLY_EXIT), elem_id="branch")
+                                      label="Early-exit layer (the draft runs the target's first N layers)",
+                                      visible=initial.get("drafter") == EARLY_EXIT, elem_id="exit-layer")
+            branch = NumberSlider(1, 4, value=1, step=1, label="Tree branch (1 = a chain; b > 1: the draft grows "
+                                  "a token tree from its b most probable children, EAGLE-2 style, 16 nodes per pass)",
+                                  visible=initial.get("drafter") in (DRAFT_MODEL, EARLY_EXIT), elem_id="branch")
             with gr.Row():
                 k = NumberSlider(1, 16, value=initial.get("k") or 8, step=1, label="k (tokens drafted per cycle)",
-                              elem_id="k")
+                                 elem_id="k")
                 dynamic_k = gr.Checkbox(False, label="Dynamic k", info="+2 after a full accept, \u22121 after a rejection")
-            max_new_tokens = NumberSlider(8, slider_max_new_tokens(limits), value=128, step=8, label="Max new tokens",
-                                       elem_id="max-new-tokens")
+            max_new_tokens = NumberSlider(8, slider_max_new_tokens(limits), value=128, step=8,
+                                          label="Max new tokens", elem_id="max-new-tokens")
             prompt_format = gr.Radio([CHAT, RAW], value=CHAT if examples[first]["chat"] else RAW, label="Prompt format")
             with gr.Accordion("Sampling (temperature 0 = greedy)", open=False):
                 temperature = NumberSlider(0.0, 2.0, value=0.0, step=0.05, label="Temperature")

@@ -153,10 +153,11 @@ def build_teach_tab(*, limits: Limits, loader: Loader | None = None, last_run: g
             exit_layer = NumberSlider(1, 63, value=24, step=1, label="Early-exit layer", elem_id="teach-exit-layer")
             with gr.Row():
                 k = NumberSlider(1, 8, value=4, step=1, label="k", elem_id="teach-k")
-                temperature = NumberSlider(0.0, 2.0, value=0.8, step=0.05, label="Temperature", elem_id="teach-temperature")
+                temperature = NumberSlider(0.0, 2.0, value=0.8, step=0.05, label="Temperature",
+                                           elem_id="teach-temperature")
             with gr.Row():
                 max_new_tokens = NumberSlider(8, min(TEACH_MAX_NEW_TOKENS, limits.max_new_tokens), value=48, step=8,
-                                           label="Max new tokens", elem_id="teach-max-new-tokens")
+                                              label="Max new tokens", elem_id="teach-max-new-tokens")
                 seed = NumberBox(0, precision=0, label="Seed")
             prompt_format = gr.Radio([CHAT, RAW], value=CHAT, label="Prompt format")
     tokens = gr.HTML(render.token_view_html([]), elem_id="teach-tokens")
