@@ -95,7 +95,7 @@ def load_bench_prompts(path: Path | str = BENCH_PROMPTS_FILE, categories=None, l
 
 # ----------------------------------------------------------------------------- prompt sets
 
-MAX_PROMPT_LINE = 20_000      # characters: a longer line is not a prompt, it is a mistake
+MAX_PROMPT_CHARS = 20_000     # characters of one prompt (not of its JSON line, which quoting lengthens)
 MAX_PROMPTS = 1000
 
 
@@ -124,9 +124,8 @@ def read_prompt_file(path: Path | str) -> list[BenchPrompt]:
     jsonl = lines[0][1].lstrip().startswith("{")
     prompts = []
     for n, line in lines:
-        if len(line) > MAX_PROMPT_LINE:
-            raise SpecvizError(f"{path}, line {n}: {len(line)} characters, more than {MAX_PROMPT_LINE} for one prompt.")
         if not jsonl:
+            _check_length(line.strip(), f"{path}, line {n}")
             prompts.append(BenchPrompt(f"{path.stem}-{n}", "file", line.strip()))
             continue
         try:
@@ -135,9 +134,17 @@ def read_prompt_file(path: Path | str) -> list[BenchPrompt]:
             raise SpecvizError(f"{path}, line {n}: not a JSON object ({error.msg}).") from None
         if not isinstance(item, dict) or not isinstance(item.get("prompt"), str) or not item["prompt"].strip():
             raise SpecvizError(f"{path}, line {n}: a JSON line needs a non-empty \"prompt\" string.")
+        earlier = _earlier(item, f"{path}, line {n}")
+        for text in (item["prompt"], *earlier):
+            _check_length(text, f"{path}, line {n}")
         prompts.append(BenchPrompt(str(item.get("id") or f"{path.stem}-{n}"), str(item.get("category") or "file"),
-                                   item["prompt"], bool(item.get("chat", True)), _earlier(item, f"{path}, line {n}")))
+                                   item["prompt"], bool(item.get("chat", True)), earlier))
     return prompts
+
+
+def _check_length(prompt: str, where: str) -> None:
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise SpecvizError(f"{where}: a prompt of {len(prompt)} characters, more than {MAX_PROMPT_CHARS} for one prompt.")
 
 
 def preset_prompt_sets() -> dict[str, list[BenchPrompt]]:

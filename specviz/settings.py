@@ -90,6 +90,8 @@ class Limits:
     max_k: int = 64
     max_temperature: float = 5.0
     max_prompt_chars: int = 100_000
+    max_prompt_tokens: int | None = None    # a prompt as the model reads it (chat template included); None: any
+    max_work_tokens: int | None = None      # one request's prompt + new tokens over all its decodes; None: any
     targets: frozenset | None = None    # allowed targets (None in the set: the built-in); None: any
     draft_models: frozenset | None = None   # allowed draft models; None: any
     hosted: bool = False
@@ -97,11 +99,18 @@ class Limits:
 
 LOCAL = Limits()
 HOSTED_MAX_NEW_TOKENS = 256
+# A hosted prompt's cost is in tokens, not characters: 2,900 characters of Chinese are ~7,700 tokens.
+# 1,024 tokens hold about 4,000 characters of English, the character cap.
+HOSTED_MAX_PROMPT_TOKENS = 1024
+# A prompt-set comparison's whole work: every speculative decode and every plain baseline, each its
+# prompt's tokens plus its new tokens (a Run is at most 2 x (1,024 + 256) = 2,560 of them).
+HOSTED_MAX_WORK_TOKENS = 24_000
 
 
 def hosted(presets: list[dict]) -> Limits:
-    """A public demo's limits: preset models only, short runs."""
+    """A public demo's limits: preset models only, short runs, prompts and work capped in tokens."""
     return Limits(max_new_tokens=HOSTED_MAX_NEW_TOKENS, max_k=16, max_temperature=2.0, max_prompt_chars=4000,
+                  max_prompt_tokens=HOSTED_MAX_PROMPT_TOKENS, max_work_tokens=HOSTED_MAX_WORK_TOKENS,
                   targets=frozenset({p.get("target") or None for p in presets} | {None}),
                   draft_models=frozenset(p["draft"] for p in presets
                                          if p.get("draft") and parse_draft(p["draft"]).kind == "model"),

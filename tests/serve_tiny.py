@@ -1,6 +1,7 @@
 """A specviz app on tiny in-process models, for the API and cancellation tests: `python
-tests/serve_tiny.py PORT [slow]`. Hosted mode: every allowed target name runs the tiny target.
-`slow` uses a wider target (about 20-40 ms a token on one thread) so that a run lasts seconds."""
+tests/serve_tiny.py PORT [slow] [long]`. Hosted mode: every allowed target name runs the tiny target.
+`slow` uses a wider target (about 20-40 ms a token on one thread) so that a run lasts seconds;
+`long` one with a 2,048-token context, so that prompts can reach the hosted cap (the soak test)."""
 
 import sys
 from pathlib import Path
@@ -16,11 +17,13 @@ from specviz.ui import build_demo, configure_torch  # noqa: E402
 
 
 def main() -> None:
-    port, slow = int(sys.argv[1]), "slow" in sys.argv[2:]
+    port, slow, long = int(sys.argv[1]), "slow" in sys.argv[2:], "long" in sys.argv[2:]
     configure_torch()
     tiny = TinyModels()
     if slow:
         tiny.target = make_llama(0, layers=8, vocab=len(WORDS), hidden=1024)
+    if long:
+        tiny.target = make_llama(0, layers=4, vocab=len(WORDS), context=2048)
 
     def loader(settings, progress=None):
         return tiny.pair(None, settings.draft, progress)

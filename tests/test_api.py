@@ -101,6 +101,11 @@ def test_run_through_the_api(client):
     (dict(target="/etc"), "only runs the preset models"),
     (dict(drafter="Draft model", draft_model="someone/huge-model"), "only runs the preset draft models"),
     (dict(prompt="x" * 5000), "at most 4000"),
+    # Values of the wrong type reach the settings' check (Gradio's slider check gave only its generic error).
+    (dict(k="abc"), "k (tokens drafted per cycle) must be a whole number from 1 to 16, got 'abc'"),
+    (dict(temperature="hot"), "temperature must be a number from 0 to 2, got 'hot'"),
+    (dict(seed="x"), "seed must be a whole number"),
+    (dict(max_new_tokens=None), "max new tokens must be a whole number from 1 to 256, got None"),
 ])
 def test_run_refuses_out_of_range_values(client, changes, message):
     assert message in answer(client, *run_inputs(**changes), api_name="/run", output=6)
@@ -130,6 +135,17 @@ def test_prompt_sets_in_hosted_mode_are_presets_within_a_budget(client):
                                                api_name="/compare")
     assert "not in the list of choices" in answer(other, "", table, 16, 0, CHAT, "A file of prompts (upload)", None, 1,
                                                   api_name="/compare")
+
+
+def test_teach_and_compare_explain_values_of_the_wrong_type(client):
+    assert "k (tokens drafted per cycle) must be a whole number from 1 to 16, got 'many'" in answer(
+        client, "the cat", EARLY_EXIT, "", 1, "many", 0.5, 0, 16, CHAT, api_name="/teach", output=1)
+    table = {"headers": ["use", "target", "draft", "k", "dynamic k", "temperature"],
+             "data": [[True, "", "ngram", 4, False, 0.0]]}
+    assert "max new tokens must be a whole number" in answer(client, "the cat sat", table, "lots", 0, CHAT,
+                                                             "This prompt", None, 1, api_name="/compare")
+    assert "rounds must be a whole number from 1 to 5, got 'two'" in answer(
+        client, "", table, 16, 0, CHAT, "Set: chat (5 prompts)", None, "two", api_name="/compare")
 
 
 def test_teach_refuses_out_of_range_values(client):

@@ -83,7 +83,7 @@ def test_prompt_files_one_per_line_or_jsonl(tmp_path):
 @pytest.mark.parametrize("content, message", [
     (b"", "holds no prompts"),
     (b"   \n\n", "holds no prompts"),
-    (b"ok\n" + b"x" * 20_001 + b"\n", "line 2: 20001 characters"),
+    (b"ok\n" + b"x" * 20_001 + b"\n", "line 2: a prompt of 20001 characters"),
     (b"caf\xe9\n", "not UTF-8"),
     (b'{"prompt": "a"}\n{"prompt": \n', "line 2: not a JSON object"),
     (b'{"text": "a"}\n', 'needs a non-empty "prompt"'),
@@ -92,6 +92,23 @@ def test_bad_prompt_files_are_clear_errors(tmp_path, content, message):
     path = tmp_path / "prompts.txt"
     path.write_bytes(content)
     with pytest.raises(SpecvizError, match=message):
+        read_prompt_file(path)
+
+
+def test_the_length_limit_is_the_prompts_not_its_json_lines(tmp_path):
+    # A JSON line is longer than its prompt (the key, the quotes, escapes): the limit is on the prompt.
+    from specviz.catalog import MAX_PROMPT_CHARS
+
+    path = tmp_path / "prompts.jsonl"
+    longest = 'say "' + "x" * (MAX_PROMPT_CHARS - 7) + '"\n'       # quotes and a newline: escaped in JSON
+    line = json.dumps({"prompt": longest, "category": "long"})
+    path.write_text(line + "\n")
+    assert len(line) > MAX_PROMPT_CHARS and [p.prompt for p in read_prompt_file(path)] == [longest]
+    path.write_text(json.dumps({"prompt": "x" * (MAX_PROMPT_CHARS + 1)}) + "\n")
+    with pytest.raises(SpecvizError, match=f"line 1: a prompt of {MAX_PROMPT_CHARS + 1} characters"):
+        read_prompt_file(path)
+    path.write_text(json.dumps({"prompt": "short", "earlier": ["y" * (MAX_PROMPT_CHARS + 1)]}) + "\n")
+    with pytest.raises(SpecvizError, match="a prompt of"):                # earlier turns are prompts too
         read_prompt_file(path)
 
 

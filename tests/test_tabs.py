@@ -165,7 +165,7 @@ def test_export_writes_one_folder_and_old_folders_go(tiny, tmp_path, monkeypatch
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     stale = tmp_path / (common.EXPORT_PREFIX + "old")
     stale.mkdir()
-    os.utime(stale, (time.time() - 2 * common.EXPORT_MAX_AGE_SECONDS,) * 2)
+    os.utime(stale, (time.time() - 2 * common.TEMP_FILE_SECONDS,) * 2)
     *_, final = views(compare_tab.compare_work(LOCAL, tiny.loader), PROMPT, ROWS[:2], 8, 0, CHAT)
     paths, note = compare_tab.export_files(final.result)
     names = {Path(p).name for p in paths}

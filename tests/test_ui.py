@@ -86,10 +86,27 @@ def test_same_draft_accepts_everything_and_random_draft_gets_rejections(tiny):
 
 
 def test_sampled_run_with_early_exit_and_dynamic_k(tiny):
+    # Dynamic k is transformers' heuristic: +2 after a cycle that accepted its whole draft, -1 after
+    # one that did not, within [1, max_k] (default 2k). Read the k of every cycle back from the
+    # run's recording (what the tab offers for download) and check each step against the rule.
+    from specviz.runs import recording
+
     final = views_of(tiny, drafter=EARLY_EXIT, exit_layer=1, temperature=1.0, top_p=0.9, top_k=50, seed=3,
-                     dynamic_k=True)[-1]
-    assert verdicts(final.tokens)
+                     dynamic_k=True, k=3, max_new_tokens=64)[-1]
     assert "Sampled run" in final.stats and "speedup" in final.stats.lower()
+    run = recording.load(final.record["value"]).runs[0]
+    assert run.settings.dynamic_k and run.settings.max_k == 6
+    ks = [cycle.k for cycle in run.cycles]
+    assert ks[0] == 3
+    for cycle, next_k in zip(run.cycles, ks[1:]):
+        if not cycle.drafted:                    # nothing drafted (the length budget's last token): k stays
+            assert next_k == cycle.k
+        elif cycle.num_accepted == len(cycle.drafted):
+            assert next_k == min(cycle.k + 2, 6)
+        else:
+            assert next_k == max(cycle.k - 1, 1)
+    steps = {b - a for a, b in zip(ks, ks[1:])}
+    assert {2, -1} <= steps                      # both rules were exercised, not only one
 
 
 def test_a_short_run_says_it_is_too_short_to_measure(tiny):
@@ -184,14 +201,17 @@ def test_stop_ends_the_run_with_its_own_stopped_summary(tiny):
 
 
 def test_suffix_decoding_remembers_a_sessions_runs_and_only_its_own(tiny):
-    from specviz.ui.common import SUFFIX, session_loader
+    from types import SimpleNamespace
+
+    from specviz.ui.common import SUFFIX, SessionMemories, session_loader
 
     loader = session_loader(tiny.loader)            # as build_demo wraps it: the cached pair is shared
-    work = run_tab.run_work(LOCAL, loader)
-    session, other = {}, {}
+    memories = SessionMemories()
+    work = run_tab.run_work(LOCAL, loader, memories)
+    session, other = SimpleNamespace(session_hash="a"), SimpleNamespace(session_hash="b")   # as gr.Request
 
-    def final(memory):
-        pages = [p for p in work(*inputs(drafter=SUFFIX, max_new_tokens=48), memory) if p is not TICK]
+    def final(request):
+        pages = [p for p in work(*inputs(drafter=SUFFIX, max_new_tokens=48), request) if p is not TICK]
         return text(pages[-1].stats), pages[-1].tokens
 
     first, _ = final(session)
@@ -202,6 +222,10 @@ def test_suffix_decoding_remembers_a_sessions_runs_and_only_its_own(tiny):
     assert accepted_from_earlier(first) == 0 == accepted_from_earlier(fresh)
     assert accepted_from_earlier(again) > 10 and 'data-earlier="1"' in tokens
     assert "identical" in again                      # and the output is still the target's own
+    memories.end(session)                            # the session ended (the page's unload event)
+    assert len(memories) == 1
+    ended, _ = final(session)                        # the same hash again starts from nothing
+    assert accepted_from_earlier(ended) == 0
 
 
 def test_a_stop_pressed_while_queued_stops_the_run_before_it_loads_anything():
@@ -389,6 +413,29 @@ def test_the_demo_has_one_gpu_queue_and_stable_api_names(tiny):
     assert (ids["run"], "click") in pick.targets and (ids["stop"], "click") in request.targets
     assert run_fn.trigger_after == pick._id and run_fn.trigger_mode == "once"   # see `StopSignal`
     assert demo._queue.max_size == common.QUEUE_MAX_SIZE
+
+
+def test_the_ui_package_only_re_exports_and_no_submodule_imports_it():
+    # Issue 17: a package face that re-exports, never imported by its own modules (a parent-child circle).
+    import ast
+    from pathlib import Path
+
+    import grimp
+
+    import specviz.ui
+
+    folder = Path(specviz.ui.__file__).parent
+    face = ast.parse((folder / "__init__.py").read_text())
+    assert all(isinstance(node, (ast.Expr, ast.ImportFrom, ast.Assign)) for node in face.body)   # no definitions
+    graph = grimp.build_graph("specviz")
+    assert graph.find_modules_that_directly_import("specviz.ui") == set()
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and path.name != "__init__.py":
+                assert node.module, f"{path.name}: 'from . import' goes through the package"
+    from specviz.ui import build_demo as face_build_demo
+    from specviz.ui.app import build_demo as app_build_demo
+    assert face_build_demo is app_build_demo
 
 
 def test_hosted_demo_hides_typed_ids(tiny):

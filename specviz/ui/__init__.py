@@ -1,6 +1,8 @@
-"""The Gradio app: `build_demo()` declares the page, one module per tab, then `app.py` launches it.
+"""The Gradio app: `app.build_demo()` declares the page, one module per tab, then `app.py` launches it.
 
+    app           build_demo (the page), launch_options, configure_torch, warm_up
     common        the one queue, hosted-mode limits, drafter controls, `streaming` (handlers that stop)
+    budget        what a hosted request costs in tokens, counted before any decoding
     style         stylesheet, theme, Large text / Light-dark scripts
     run_tab       speculative decoding racing plain decoding, live
     compare_tab   2-4 configurations or a k sweep on one prompt; export
@@ -11,100 +13,9 @@
 Every model-running event joins one queue (`CONCURRENCY_ID`, one at a time) and validates its
 inputs with `settings.validate` against the local or hosted limits before any work. The events a
 user may call through "Use via API" are named `run`, `compare`, `sweep`, `teach` and `export`;
-the others are private.
+the others are private. This package only re-exports; no module of it imports it.
 """
 
-from __future__ import annotations
+from .app import build_demo, configure_torch, launch_options, warm_up
 
-import gc
-import logging
-import os
-import threading
-
-import gradio as gr
-import torch
-
-from ..runs import Loader, load
-from ..settings import RunSettings
-from .common import QUEUE_MAX_SIZE, is_hosted, limits_for, session_loader
-from .compare_tab import build_compare_tab
-from .explain_tab import build_explain_tab
-from .replay_tab import build_replay_tab
-from .run_tab import build_run_tab
-from .style import CSS, DARK_JS, LARGE_TEXT_JS, theme
-from .teach_tab import build_teach_tab
-
-log = logging.getLogger("specviz.ui")
-
-MAX_UPLOAD = "16mb"                # uploads (recordings, prompt sets) beyond this are refused by Gradio
-EXPORT_CACHE = (600, 3600)        # Gradio deletes its copies of exported files older than an hour, every 10 min
-
-
-def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> gr.Blocks:
-    """The whole app. `loader` replaces `runs.load` (tests pass tiny in-process models)."""
-    limits = limits_for(is_hosted() if hosted is None else hosted)
-    loader = session_loader(loader)
-    with gr.Blocks(title="specviz: speculative decoding, live", delete_cache=EXPORT_CACHE) as demo:
-        with gr.Row(equal_height=True):
-            gr.Markdown("# specviz: speculative decoding, live\n"
-                        "A fast drafter proposes *k* tokens; the target model checks them all in one pass and "
-                        "keeps the longest prefix it agrees with, plus one token of its own. The same prompt is "
-                        "also decoded the plain way, one pass per token, and the two race on the same model.",
-                        elem_id="sv-title")
-            with gr.Column(scale=0, min_width=170, elem_id="sv-toolbar"):
-                large = gr.Checkbox(False, label="Large text", elem_id="large-text")
-                dark = gr.Button("Light / dark", size="sm", elem_id="dark-toggle")
-        large.change(None, large, large, js=LARGE_TEXT_JS, api_visibility="private")
-        dark.click(None, None, None, js=DARK_JS, api_visibility="private")
-        last_run = gr.State(None)  # the latest Compare or Teach run, for the Explain tab's numbers
-        with gr.Tabs(elem_id="tabs"):
-            with gr.Tab("Run", id="run-tab"):
-                build_run_tab(limits=limits, loader=loader)
-            with gr.Tab("Compare", id="compare-tab"):
-                build_compare_tab(limits=limits, loader=loader, last_run=last_run)
-            with gr.Tab("Teach", id="teach-tab"):
-                build_teach_tab(limits=limits, loader=loader, last_run=last_run)
-            with gr.Tab("Explain", id="explain-tab"):
-                build_explain_tab(last_run=last_run)
-            with gr.Tab("Replay", id="replay-tab"):
-                build_replay_tab()
-    demo.queue(max_size=QUEUE_MAX_SIZE)
-    return demo
-
-
-def launch_options() -> dict:
-    """Keyword arguments for `demo.launch` (Gradio 6 takes the theme and CSS there)."""
-    return dict(theme=theme(), css=CSS, max_file_size=MAX_UPLOAD)
-
-
-def configure_torch() -> str:
-    """For the app on a CPU: one torch thread, so each decoding event runs on one thread and is timed
-    by that thread's CPU time (the server and the browser share the cores and cannot inflate it).
-    SPECVIZ_THREADS=N overrides. Returns a line for the log."""
-    torch.set_grad_enabled(False)
-    threads = os.environ.get("SPECVIZ_THREADS", "").strip()
-    if threads.isdigit() and int(threads) > 0:
-        torch.set_num_threads(int(threads))
-    elif not torch.cuda.is_available():
-        torch.set_num_threads(1)
-    return f"torch uses {torch.get_num_threads()} CPU thread(s)"
-
-
-def warm_up(loader: Loader | None = None) -> threading.Thread:
-    """Load the default pair in the background so that the first run starts at once (a run that
-    comes sooner waits for the same load instead of starting another)."""
-    def work():
-        try:
-            (loader or load)(RunSettings(), None)
-            log.info("default models ready")
-            # Gradio, plotly and the models live as long as the server: leave them out of every later
-            # collection, which then walks only what requests create (a full walk of the ~560,000
-            # start-up objects costs ~0.3 s; decoding is timed with collection paused, see core.timing).
-            gc.collect()
-            gc.freeze()
-        except Exception:  # noqa: BLE001 - the first run will report it properly
-            log.warning("warming up the default models failed", exc_info=True)
-
-    thread = threading.Thread(target=work, name="specviz-warm-up", daemon=True)
-    thread.start()
-    return thread
+__all__ = ["build_demo", "configure_torch", "launch_options", "warm_up"]

@@ -19,7 +19,9 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -48,11 +50,18 @@ DRAFTERS = [PROMPT_LOOKUP, PROMPT_LOOKUP_TREE, SUFFIX, DRAFT_MODEL, EARLY_EXIT]
 CHAT, RAW = "Chat template", "Raw completion"
 CUSTOM = "Custom"
 TICK = object()                   # yielded by a tab's work after an event that changes nothing on the page
-EXPORT_PREFIX = "specviz-export-"  # exports and recordings for download: one fresh temporary folder each,
-EXPORT_MAX_AGE_SECONDS = 3600      # removed after an hour (Gradio's copies: by the app's `delete_cache`)
+MEMORY_SESSIONS = 64              # sessions whose suffix-decoding memory is kept at once (see SessionMemories)
+# Temporary files (uploads, Gradio's copies of downloads, the export folders below) are removed once
+# older than TEMP_FILE_SECONDS, looked for every TEMP_SWEEP_SECONDS: a file lives at most ~11 minutes.
+# A download link or an uploaded recording older than that must be exported or uploaded again.
+TEMP_FILE_SECONDS = 600
+TEMP_SWEEP_SECONDS = 60
+EXPORT_PREFIX = "specviz-export-"  # exports and recordings for download: one fresh temporary folder each.
+# Gradio copies a returned file into its own cache at once, so a folder is only needed for that copy;
+# it goes at the next export, or the next session's end, once older than TEMP_FILE_SECONDS.
 
 
-def sweep_old_exports(root: Path | None = None, max_age: float = EXPORT_MAX_AGE_SECONDS) -> None:
+def sweep_old_exports(root: Path | None = None, max_age: float = TEMP_FILE_SECONDS) -> None:
     root = Path(root or tempfile.gettempdir())
     cutoff = time.time() - max_age
     for folder in root.glob(EXPORT_PREFIX + "*"):
@@ -64,7 +73,7 @@ def sweep_old_exports(root: Path | None = None, max_age: float = EXPORT_MAX_AGE_
 
 
 def export_folder() -> Path:
-    """A fresh folder for files to download; folders older than EXPORT_MAX_AGE_SECONDS go first."""
+    """A fresh folder for files to download; folders older than TEMP_FILE_SECONDS go first."""
     sweep_old_exports()
     return Path(tempfile.mkdtemp(prefix=EXPORT_PREFIX))
 
@@ -80,7 +89,7 @@ def session_loader(loader: Loader | None = None) -> Loader:
     """The app's loader. Loaded pairs are cached and shared by every visitor, so a drafter that
     remembers earlier requests (suffix) is replaced by a fresh one on each load: nobody's drafts
     (rejected ones are shown) come from another visitor's outputs. The Run tab then gives each
-    session its own memory (`session_drafter`)."""
+    session its own memory (`SessionMemories`)."""
     def load_private(settings, progress=None):
         pair = (loader or load)(settings, progress)
         fresh = pair.draft.without_memory()
@@ -88,14 +97,45 @@ def session_loader(loader: Loader | None = None) -> Loader:
     return load_private
 
 
-def session_drafter(pair, memory: dict):
-    """`pair` with the session's own remembering drafter (kept in `memory`, a session's state), so
-    that suffix decoding drafts from this session's earlier runs; other drafters as they are."""
-    fresh = pair.draft.without_memory()
-    if fresh is pair.draft:
-        return pair
-    drafter = memory.setdefault(pair.draft_name, fresh)
-    return dataclasses.replace(pair, draft=drafter)
+class SessionMemories:
+    """The remembering drafters (suffix decoding) of each session, by Gradio's session hash, so that a
+    session drafts from its own earlier runs and from nobody else's. Held here rather than in a
+    `gr.State`, which Gradio keeps for an hour after its session closes (and, when only read and
+    never an event's output, until 10,000 later sessions push it out): a session's memory is freed
+    when the session ends (`end`, the page's unload event: a browser tab or an API client that
+    disconnects), and at most `max_sessions` are kept, the least recently used dropped first. Each
+    drafter bounds its own memory in tokens (`SuffixDrafter.max_tokens`, 65,536 int32 tokens =
+    256 KiB), so all of it stays under `max_sessions` x that (16 MiB by default)."""
+
+    def __init__(self, max_sessions: int = MEMORY_SESSIONS):
+        self.max_sessions = max_sessions
+        self._sessions: OrderedDict[str, dict] = OrderedDict()   # least recently used first
+        self._lock = threading.Lock()
+
+    def pair_for(self, pair, session: str | None):
+        """`pair` with the session's own remembering drafter; other drafters as they are. Without a
+        session (a call from outside Gradio) the drafter remembers nothing from before."""
+        fresh = pair.draft.without_memory()
+        if fresh is pair.draft:
+            return pair
+        if session is None:
+            return dataclasses.replace(pair, draft=fresh)
+        with self._lock:
+            memory = self._sessions.pop(session, {})
+            self._sessions[session] = memory
+            while len(self._sessions) > self.max_sessions:
+                self._sessions.popitem(last=False)
+            drafter = memory.setdefault(pair.draft_name, fresh)
+        return dataclasses.replace(pair, draft=drafter)
+
+    def end(self, request: gr.Request) -> None:
+        """The session is over (Gradio's unload): its memory goes."""
+        with self._lock:
+            self._sessions.pop(getattr(request, "session_hash", None), None)
+        sweep_old_exports()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
 
 
 def is_hosted() -> bool:

@@ -1,5 +1,5 @@
 """The Compare tab over a set of prompts: which set (one of those that ship, or an uploaded file),
-the hosted limit on the work, and the views of a `runs.PromptSetComparison` as it runs (progress with
+the hosted limit on the work (`budget`: every decode counted in tokens before any runs), and the views of a `runs.PromptSetComparison` as it runs (progress with
 the time left, then the winner or why there is none, the tables and the chart of per-prompt speedups)."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from ..runs import Loader, PromptSetComparison, iter_prompt_set, load
 from ..settings import Limits, RunSettings, check_prompt, whole_number
 from ..views import prompt_sets as views
 from ..views import render
+from .budget import check_set_work, load_tokenizers, set_work
 from .common import TICK, Throttle
 
 ONE_PROMPT = "This prompt"
 FROM_FILE = "A file of prompts (upload)"
 MAX_REPEATS = 5
-HOSTED_TOKEN_BUDGET = 24_000       # prompts (and earlier turns) x configurations x rounds x max new tokens, hosted
 
 
 def sources(limits: Limits) -> list[str]:
@@ -47,22 +47,14 @@ def prompts_for(source: str, upload, limits: Limits) -> list[BenchPrompt]:
     return prompts
 
 
-def check_budget(configs: list[RunSettings], prompts: list[BenchPrompt], repeats: int, limits: Limits) -> None:
-    if not limits.hosted:
-        return
-    turns = sum(1 + len(p.earlier) for p in prompts)     # a repeated-work prompt decodes its earlier turns too
-    tokens = len(configs) * turns * repeats * configs[0].max_new_tokens
-    if tokens > HOSTED_TOKEN_BUDGET:
-        raise SpecvizError(f"This comparison asks for up to {tokens} tokens; this hosted demo allows "
-                           f"{HOSTED_TOKEN_BUDGET}. Use fewer configurations, rounds or new tokens.")
-
-
 def set_stream(configs: list[RunSettings], prompts: list[BenchPrompt], repeats, limits: Limits,
                loader: Loader | None, view, stop=None) -> Iterator[object]:
     """The work of a prompt-set comparison: `view(status, table, plot, result)` after each finished
     run (progress with the time left in between, at most every few tenths of a second), TICKs otherwise."""
     repeats = whole_number("rounds", repeats, 1, MAX_REPEATS)
-    check_budget(configs, prompts, repeats, limits)
+    if limits.max_work_tokens is not None or limits.max_prompt_tokens is not None:
+        tokenizers = yield from load_tokenizers(configs, loader)
+        check_set_work(set_work(configs, prompts, repeats, tokenizers, limits), configs, prompts, limits)
     state = (f"{len(configs)} configuration{'s' if len(configs) > 1 else ''} over {len(prompts)} prompts, "
              f"{repeats} round{'s' if repeats > 1 else ''}, each prompt against its own plain decoding")
     yield view(render.status_html(state, "Running\u2026 (the first run also loads the models)"), None, None, None)

@@ -12,17 +12,18 @@ from typing import NamedTuple
 import gradio as gr
 
 from ..errors import SpecvizError
-from ..runs import Comparison, Loader, PromptSetComparison, Sweep, config_label, iter_comparison, iter_sweep, load
+from ..runs import (Comparison, Loader, PromptSetComparison, Sweep, config_label, iter_comparison, iter_sweep, load)
 from ..settings import Limits, RunSettings, check_prompt, flag, validate
 from ..views import explain, render
 from ..views.export import export_comparison
 from ..views.figures import comparison_figures, sweep_figure
 from ..views.prompt_sets import write_files as write_set_files
-from ..views.prose import (SWEEP_HEADERS, TABLE_HEADERS, sweep_line, sweep_rows, table_rows, timing_note,
-                           winner_line)
-from . import compare_sets
+from ..views.prose import (SWEEP_HEADERS, TABLE_HEADERS, sweep_line, sweep_rows, table_rows, timing_note, winner_line)
+from .budget import check_comparison_prompt, load_tokenizers
 from .common import (CHAT, CONCURRENCY_ID, RAW, TICK, StopSignal, Throttle, click_with_stop, error_html, export_folder,
                      failure, gpu_task, slider_max_new_tokens, streaming)
+from .compare_sets import (FROM_FILE, MAX_REPEATS, ONE_PROMPT, prompts_for, set_stream, sources)
+from .fields import NumberBox, NumberSlider
 
 MAX_CONFIGS = 4
 COMPARE_GPU_SECONDS = 300          # ZeroGPU time for a comparison or a sweep (several runs in one call)
@@ -129,36 +130,38 @@ def compare_view(comparison: Comparison, sweep: Sweep | None = None, *, state: s
         numbers = gr.skip()
     sweep_plot = gr.update(value=sweep_figure(sweep), visible=True) if sweep is not None else gr.update(visible=False)
     shown = {name: gr.update(value=figure, visible=True) for name, figure in figures.items()}
-    return CompareView(status, table, tuple(columns), shown["tokens_per_pass"], shown["acceptance_by_position"],
-                       shown["tokens_against_time"], sweep_plot, (comparison, sweep), numbers,
-                       gr.update(visible=False))
+    return CompareView(status=status, table=table, columns=tuple(columns), tokens_per_pass=shown["tokens_per_pass"],
+                       positions=shown["acceptance_by_position"], race=shown["tokens_against_time"], sweep=sweep_plot,
+                       result=(comparison, sweep), last_run=numbers, set_plot=gr.update(visible=False))
 
 
 def _only_status(status: str) -> CompareView:
     skip = gr.skip()
-    return CompareView(status, skip, (skip,) * MAX_CONFIGS, skip, skip, skip, skip, skip, skip, skip)
+    return CompareView(status=status, table=skip, columns=(skip,) * MAX_CONFIGS, tokens_per_pass=skip, positions=skip,
+                       race=skip, sweep=skip, result=skip, last_run=skip, set_plot=skip)
 
 
 def _set_view(status, table, plot, result) -> CompareView:
     """A view of a comparison over a set of prompts: the single-prompt columns and charts step aside."""
     skip, hidden = gr.skip(), gr.update(visible=False)
-    return CompareView(status, skip if table is None else table, (hidden,) * MAX_CONFIGS, hidden, hidden, hidden,
-                       hidden, skip if result is None else result, skip, skip if plot is None else plot)
+    return CompareView(status=status, table=skip if table is None else table, columns=(hidden,) * MAX_CONFIGS,
+                       tokens_per_pass=hidden, positions=hidden, race=hidden, sweep=hidden,
+                       result=skip if result is None else result, last_run=skip, set_plot=skip if plot is None else plot)
 
 
 def compare_work(limits: Limits, loader: Loader | None = None, *, sweep: bool = False):
     """The Compare (or, with `sweep`, the k sweep) button's work: a view after each finished
     configuration, a progress line in between, TICKs after every other event."""
 
-    def work(prompt, rows, max_new_tokens, seed, prompt_format, source=compare_sets.ONE_PROMPT, upload=None,
+    def work(prompt, rows, max_new_tokens, seed, prompt_format, source=ONE_PROMPT, upload=None,
              repeats=1, stop: StopSignal | None = None) -> Iterator[CompareView | object]:
         stop = stop or StopSignal()
         try:
             configs = parse_configs(rows, max_new_tokens=max_new_tokens, seed=seed, chat=prompt_format != RAW,
                                     limits=limits)
-            if source != compare_sets.ONE_PROMPT and not sweep:
-                prompts = compare_sets.prompts_for(source, upload, limits)
-                yield from compare_sets.set_stream(configs, prompts, repeats, limits, loader, _set_view, stop)
+            if source != ONE_PROMPT and not sweep:
+                prompts = prompts_for(source, upload, limits)
+                yield from set_stream(configs, prompts, repeats, limits, loader, _set_view, stop)
                 return
             prompt = check_prompt(prompt, limits)
             if sweep:
@@ -169,6 +172,10 @@ def compare_work(limits: Limits, loader: Loader | None = None, *, sweep: bool = 
                          "against one plain baseline")
                 stream = iter_comparison(configs, prompt, loader=loader or load)
             yield _only_status(render.status_html(state, "Running\u2026 (the first run also loads the models)"))
+            if limits.max_prompt_tokens is not None:     # counted with each target's tokenizer, before decoding
+                measured = configs[:1] if sweep else configs
+                tokenizers = yield from load_tokenizers(measured, loader)
+                check_comparison_prompt(tokenizers, measured, prompt, limits)
             finished, throttle = 0, Throttle()
             for item in stream:
                 comparison = item.comparison if sweep else item
@@ -252,17 +259,17 @@ def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run:
                                    elem_id="cmp-configs")
             gr.Markdown(DRAFT_HELP + " **Sweep k** runs the first ticked row at k = 1..8.")
         with gr.Column(scale=1, min_width=240):
-            max_new_tokens = gr.Slider(8, slider_max_new_tokens(limits), value=96, step=8, label="Max new tokens",
-                                       elem_id="cmp-max-new-tokens")
-            seed = gr.Number(0, precision=0, label="Seed (sampled configurations)")
+            max_new_tokens = NumberSlider(8, slider_max_new_tokens(limits), value=96, step=8,
+                                          label="Max new tokens", elem_id="cmp-max-new-tokens")
+            seed = NumberBox(0, precision=0, label="Seed (sampled configurations)")
             prompt_format = gr.Radio([CHAT, RAW], value=CHAT, label="Prompt format")
-            source = gr.Dropdown(compare_sets.sources(limits), value=compare_sets.ONE_PROMPT, label="Prompts",
+            source = gr.Dropdown(sources(limits), value=ONE_PROMPT, label="Prompts",
                                  info="one prompt, or a set: the median speedup over it, with a 95% interval",
                                  elem_id="cmp-source")
             upload = gr.File(label="Prompt file (.txt: one per line; .jsonl: \"prompt\", \"category\")",
                              file_types=[".txt", ".jsonl"], visible=False, elem_id="cmp-upload")
-            repeats = gr.Slider(1, compare_sets.MAX_REPEATS, value=1, step=1, label="Rounds over the set",
-                                elem_id="cmp-repeats")
+            repeats = NumberSlider(1, MAX_REPEATS, value=1, step=1, label="Rounds over the set",
+                                   elem_id="cmp-repeats")
             run = gr.Button("Compare", variant="primary", elem_id="cmp-run")
             run_sweep = gr.Button("Sweep k = 1..8", elem_id="cmp-sweep")
             stop = gr.Button("Stop", variant="stop", elem_id="cmp-stop")
@@ -304,7 +311,7 @@ def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run:
         handler = streaming(gpu_task(flat(compare_work(limits, loader, sweep=is_sweep)), duration=COMPARE_GPU_SECONDS))
         events.append(click_with_stop(button, stop, handler, inputs, outputs, concurrency_limit=1,
                                       concurrency_id=CONCURRENCY_ID, show_progress="minimal", api_name=name))
-    source.change(lambda choice: gr.update(visible=choice == compare_sets.FROM_FILE), source, upload, queue=False,
+    source.change(lambda choice: gr.update(visible=choice == FROM_FILE), source, upload, queue=False,
                   api_visibility="private")
     export.click(export_work, [result, png], files, concurrency_limit=1, concurrency_id=CONCURRENCY_ID,
                  api_name="export")

@@ -17,11 +17,11 @@ from ..runs import Loader, load_stepwise, race
 from ..settings import Limits, RunSettings, check_prompt, parse_draft, validate
 from ..views import charts, render
 from ..views.run_view import RunRenderer, RunView, empty_view, stopped_view
-from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
-                     PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK, StopSignal, Throttle, click_with_stop, draft_spec,
-                     error_html, failure, gpu_task, presets, recording_button, session_drafter, slider_max_new_tokens,
-                     streaming)
-
+from .budget import check_pair_prompt
+from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP, PROMPT_LOOKUP_TREE,
+                     RAW, SUFFIX, TICK, SessionMemories, StopSignal, Throttle, click_with_stop, draft_spec, error_html,
+                     failure, gpu_task, presets, recording_button, slider_max_new_tokens, streaming)
+from .fields import NumberBox, NumberSlider
 
 # What the Run button's work yields, in the order of its outputs: the run's views (`RunView`'s
 # fields), then the Download recording button (offered once the run has finished or stopped).
@@ -52,14 +52,15 @@ def settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_
                                 branch=branch if tree else 1), limits)
 
 
-def run_work(limits: Limits, loader: Loader | None = None):
-    """The Run button's work (see `common.streaming`), taking the controls in wiring order."""
+def run_work(limits: Limits, loader: Loader | None = None, memories: SessionMemories | None = None):
+    """The Run button's work (see `common.streaming`), taking the controls in wiring order. Gradio
+    fills in `session` (the request, by its annotation), whose suffix drafter `memories` keeps."""
+    memories = SessionMemories() if memories is None else memories
 
     def work(prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-             max_new_tokens, seed, prompt_format, branch=1, memory: dict | None = None,
+             max_new_tokens, seed, prompt_format, branch=1, session: gr.Request | None = None,
              stop: StopSignal | None = None) -> Iterator[RunPage | object]:
         stop = stop or StopSignal()
-        memory = {} if memory is None else memory
         run = renderer = None
         try:
             settings = settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature,
@@ -78,9 +79,11 @@ def run_work(limits: Limits, loader: Loader | None = None):
                     yield TICK
                 elif isinstance(pair, str):
                     yield page(empty_view(render.summary_loading_html(settings.target, settings.draft, pair)))
+            check_pair_prompt(pair, prompt, settings, limits)     # hosted: in tokens, before any decoding
             renderer = RunRenderer()
             throttle = Throttle()
-            for run in race(settings, prompt, session_drafter(pair, memory), baseline=True):
+            pair = memories.pair_for(pair, getattr(session, "session_hash", None))   # its suffix memory
+            for run in race(settings, prompt, pair, baseline=True):
                 if stop.requested:
                     yield page(renderer.stopped(run), recording_button(run, "stopped"))
                     return
@@ -176,8 +179,9 @@ def build_run_views(prefix: str = "") -> RunViews:
     return RunViews(tokens, baseline, acceptance, per_pass, race_plot, positions, stats)
 
 
-def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
-    """The Run tab's components and events (call inside a `gr.Tab`)."""
+def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: SessionMemories | None = None) -> RunTab:
+    """The Run tab's components and events (call inside a `gr.Tab`); `memories` holds each session's
+    suffix drafter (the page frees a session's when it ends)."""
     presets_list = presets()
     examples = load_examples()
     first = default_example(examples)
@@ -206,29 +210,28 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
             draft_model = gr.Textbox(label="Draft model (same tokenizer as the target)",
                                      value=initial.get("draft_model", ""), visible=initial.get("drafter") == DRAFT_MODEL,
                                      interactive=not limits.hosted, elem_id="draft-model")
-            exit_layer = gr.Slider(1, 63, value=initial.get("exit_layer") or 8, step=1,
-                                   label="Early-exit layer (the draft runs the target's first N layers)",
-                                   visible=initial.get("drafter") == EARLY_EXIT, elem_id="exit-layer")
-            branch = gr.Slider(1, 4, value=1, step=1, label="Tree branch (1 = a chain; b > 1: the draft grows a "
-                               "token tree from its b most probable children, EAGLE-2 style, 16 nodes per pass)",
-                               visible=initial.get("drafter") in (DRAFT_MODEL, EARLY_EXIT), elem_id="branch")
+            exit_layer = NumberSlider(1, 63, value=initial.get("exit_layer") or 8, step=1,
+                                      label="Early-exit layer (the draft runs the target's first N layers)",
+                                      visible=initial.get("drafter") == EARLY_EXIT, elem_id="exit-layer")
+            branch = NumberSlider(1, 4, value=1, step=1, label="Tree branch (1 = a chain; b > 1: the draft grows "
+                                  "a token tree from its b most probable children, EAGLE-2 style, 16 nodes per pass)",
+                                  visible=initial.get("drafter") in (DRAFT_MODEL, EARLY_EXIT), elem_id="branch")
             with gr.Row():
-                k = gr.Slider(1, 16, value=initial.get("k") or 8, step=1, label="k (tokens drafted per cycle)",
-                              elem_id="k")
+                k = NumberSlider(1, 16, value=initial.get("k") or 8, step=1, label="k (tokens drafted per cycle)",
+                                 elem_id="k")
                 dynamic_k = gr.Checkbox(False, label="Dynamic k", info="+2 after a full accept, \u22121 after a rejection")
-            max_new_tokens = gr.Slider(8, slider_max_new_tokens(limits), value=128, step=8, label="Max new tokens",
-                                       elem_id="max-new-tokens")
+            max_new_tokens = NumberSlider(8, slider_max_new_tokens(limits), value=128, step=8,
+                                          label="Max new tokens", elem_id="max-new-tokens")
             prompt_format = gr.Radio([CHAT, RAW], value=CHAT if examples[first]["chat"] else RAW, label="Prompt format")
             with gr.Accordion("Sampling (temperature 0 = greedy)", open=False):
-                temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature")
-                top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
-                top_k = gr.Slider(0, 200, value=0, step=1, label="Top-k (0 = off)")
-                seed = gr.Number(0, precision=0, label="Seed")
+                temperature = NumberSlider(0.0, 2.0, value=0.0, step=0.05, label="Temperature")
+                top_p = NumberSlider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+                top_k = NumberSlider(0, 200, value=0, step=1, label="Top-k (0 = off)")
+                seed = NumberBox(0, precision=0, label="Seed")
             if limits.hosted:
                 gr.Markdown(f"Hosted demo: preset models only, at most {limits.max_new_tokens} new tokens.")
 
     views = build_run_views()
-    memory = gr.State({})                  # the session's suffix drafter: it drafts from earlier runs
 
     # --- events
     def on_preset(name):
@@ -254,9 +257,9 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None) -> RunTab:
 
     example_table.click(on_example, example_table, [prompt, prompt_format], **private)
 
-    handler = streaming(gpu_task(run_work(limits, loader)))
+    handler = streaming(gpu_task(run_work(limits, loader, memories)))
     inputs = [prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-              max_new_tokens, seed, prompt_format, branch, memory]
+              max_new_tokens, seed, prompt_format, branch]
     # Stop is a signal the work reads, not a cancel: see `StopSignal`. (A closed page still cancels.)
     run_event = click_with_stop(run, stop, handler, inputs, [*views, record], concurrency_limit=1,
                                 concurrency_id=CONCURRENCY_ID, show_progress="minimal", api_name="run")

@@ -14,8 +14,10 @@ import gradio as gr
 from ..runs import Loader, config_label, load_stepwise, race
 from ..settings import Limits, RunSettings, check_prompt, validate
 from ..views import explain, render, teach
+from .budget import check_pair_prompt
 from .common import (CHAT, CONCURRENCY_ID, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, RAW, TICK, StopSignal, click_with_stop,
                      draft_spec, error_html, failure, gpu_task, recording_button, streaming)
+from .fields import NumberBox, NumberSlider
 
 TEACH_PROMPT = "Write a short poem about the sea."
 TEACH_MAX_NEW_TOKENS = 128
@@ -65,6 +67,7 @@ def teach_work(limits: Limits, loader: Loader | None = None):
                     yield stopped
                     return
                 yield TICK
+            check_pair_prompt(pair, prompt, settings, limits)     # hosted: in tokens, before any decoding
             run, cut = None, False
             for run in race(settings, prompt, pair, baseline=False, warm_up=False):
                 if stop.requested:
@@ -147,14 +150,15 @@ def build_teach_tab(*, limits: Limits, loader: Loader | None = None, last_run: g
             drafter = gr.Radio(DRAFTERS, value=EARLY_EXIT, label="Drafter", elem_id="teach-drafter")
             draft_model = gr.Textbox(label="Draft model (same tokenizer as the target)", visible=False,
                                      interactive=not limits.hosted)
-            exit_layer = gr.Slider(1, 63, value=24, step=1, label="Early-exit layer", elem_id="teach-exit-layer")
+            exit_layer = NumberSlider(1, 63, value=24, step=1, label="Early-exit layer", elem_id="teach-exit-layer")
             with gr.Row():
-                k = gr.Slider(1, 8, value=4, step=1, label="k", elem_id="teach-k")
-                temperature = gr.Slider(0.0, 2.0, value=0.8, step=0.05, label="Temperature", elem_id="teach-temperature")
+                k = NumberSlider(1, 8, value=4, step=1, label="k", elem_id="teach-k")
+                temperature = NumberSlider(0.0, 2.0, value=0.8, step=0.05, label="Temperature",
+                                           elem_id="teach-temperature")
             with gr.Row():
-                max_new_tokens = gr.Slider(8, min(TEACH_MAX_NEW_TOKENS, limits.max_new_tokens), value=48, step=8,
-                                           label="Max new tokens", elem_id="teach-max-new-tokens")
-                seed = gr.Number(0, precision=0, label="Seed")
+                max_new_tokens = NumberSlider(8, min(TEACH_MAX_NEW_TOKENS, limits.max_new_tokens), value=48, step=8,
+                                              label="Max new tokens", elem_id="teach-max-new-tokens")
+                seed = NumberBox(0, precision=0, label="Seed")
             prompt_format = gr.Radio([CHAT, RAW], value=CHAT, label="Prompt format")
     tokens = gr.HTML(render.token_view_html([]), elem_id="teach-tokens")
     with gr.Row(equal_height=False):

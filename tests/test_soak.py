@@ -1,0 +1,73 @@
+"""Soak: suffix-decoding runs on long prompts in several sessions of a hosted-mode server, then the
+sessions close; the server's resident memory must come back to within SOAK_MARGIN_MB of where it
+was before them (issue 21: 40 sessions took RSS from 810 to 1,790 MB, and it stayed there).
+
+`python -m pytest -q -m slow tests/test_soak.py -s` prints the figures: baseline, peak, after."""
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+from test_api import serve, stop
+from tiny_pair import WORDS
+
+SUFFIX = "Suffix decoding (tree from the longest earlier match)"
+SESSIONS = 6
+RUNS_PER_SESSION = 3
+SOAK_MARGIN_MB = 25          # what may stay: Gradio keeps each closed session's last page for an hour
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def long_prompt(rng: random.Random) -> str:
+    """~1,000 tokens (one a word) within the 4,000-character cap: every run a new text to remember."""
+    words = [w for w in WORDS if not w.startswith("<")]
+    prompt = " ".join(rng.choice(words) for _ in range(1000))
+    return prompt[:3990].rsplit(" ", 1)[0]
+
+
+def run_inputs(prompt: str) -> list:
+    return [prompt, "", SUFFIX, "", 1, 8, False, 0.0, 1.0, 0, 64, 0, "Raw completion", 1]
+
+
+def settle(pid: int, seconds: float = 4.0) -> float:
+    time.sleep(seconds)
+    return rss_mb(pid)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def test_suffix_memory_returns_when_the_sessions_close():
+    from gradio_client import Client
+
+    rng = random.Random(0)
+    process, url = serve("long")
+    try:
+        def sessions() -> float:
+            """SESSIONS sessions doing RUNS_PER_SESSION runs each; the RSS at the end, before they close."""
+            clients = [Client(url, verbose=False) for _ in range(SESSIONS)]
+            for _ in range(RUNS_PER_SESSION):
+                for client in clients:
+                    assert "Finished" in client.predict(*run_inputs(long_prompt(rng)), api_name="/run")[6]
+            peak = rss_mb(process.pid)
+            for client in clients:
+                client.close()                      # the heartbeat ends: Gradio's unload event
+            return peak
+
+        # A first round warms what every run touches once (kernels, Gradio's caches, the allocator's
+        # high-water mark); the baseline is after it. A second round must give back what it took.
+        sessions()
+        baseline = settle(process.pid)
+        peak = sessions()
+        after = settle(process.pid)
+        print(f"\nsoak: {SESSIONS} sessions x {RUNS_PER_SESSION} suffix runs of ~1,000-token prompts: "
+              f"RSS baseline {baseline:.0f} MB, peak {peak:.0f} MB, after closing {after:.0f} MB")
+        assert after - baseline <= SOAK_MARGIN_MB, (baseline, peak, after)
+    finally:
+        stop(process)
