@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SpecvizError
+from .files import read_limited
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 PRESETS_FILE = ASSETS / "presets.json"
@@ -17,6 +18,9 @@ PLOTLY_BASIC_JS = ASSETS / "plotly-basic.min.js"     # plotly.js's basic bundle 
 RECORDINGS = ASSETS / "recordings"
 
 PRESET_KEYS = ("name", "target", "draft", "description", "offline", "k", "notes")
+# Prompt files are read no further than this: a device or a pipe (/dev/zero) claims size 0 and
+# may never end.
+MAX_PROMPT_FILE_BYTES = 16 * 1024 * 1024
 
 
 def plotly_js() -> str:
@@ -70,10 +74,10 @@ def load_bench_prompts(path: Path | str = BENCH_PROMPTS_FILE, categories=None, l
     "extra_categories", such as `repeated`, only when named), in file order; at most `limit` per
     category."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(read_limited(path, MAX_PROMPT_FILE_BYTES, "a prompt set"))
         defaults = data["categories"]
         known = defaults + list(data.get("extra_categories", []))
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (ValueError, KeyError, TypeError) as error:
         raise SpecvizError(f"Could not read the prompt set {path}: {error}") from None
     wanted = list(defaults) if not categories else list(known) if categories == "all" else list(categories)
     unknown = [c for c in wanted if c not in known]
@@ -102,14 +106,19 @@ def _earlier(item: dict, where: str) -> tuple[str, ...]:
     return tuple(earlier)
 
 
+def _within_length(prompt: str, where: str) -> str:
+    if len(prompt) > MAX_PROMPT_LINE:
+        raise SpecvizError(f"{where}: {len(prompt)} characters, more than {MAX_PROMPT_LINE} for one prompt.")
+    return prompt
+
+
 def read_prompt_file(path: Path | str) -> list[BenchPrompt]:
     """A user's prompt set: one prompt per line, or JSON Lines with `prompt` and optional
     `category`, `chat` and `earlier` (turns decoded first, untimed). Blank lines are skipped; anything else wrong is a SpecvizError."""
     path = Path(path)
+    data = read_limited(path, MAX_PROMPT_FILE_BYTES, "a prompt file")
     try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as error:
-        raise SpecvizError(f"Could not read the prompt file {path}: {error.strerror or error}") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise SpecvizError(f"The prompt file {path} is not UTF-8 text (byte {error.start}).") from None
     lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
@@ -120,10 +129,8 @@ def read_prompt_file(path: Path | str) -> list[BenchPrompt]:
     jsonl = lines[0][1].lstrip().startswith("{")
     prompts = []
     for n, line in lines:
-        if len(line) > MAX_PROMPT_LINE:
-            raise SpecvizError(f"{path}, line {n}: {len(line)} characters, more than {MAX_PROMPT_LINE} for one prompt.")
         if not jsonl:
-            prompts.append(BenchPrompt(f"{path.stem}-{n}", "file", line.strip()))
+            prompts.append(BenchPrompt(f"{path.stem}-{n}", "file", _within_length(line.strip(), f"{path}, line {n}")))
             continue
         try:
             item = json.loads(line)
@@ -131,6 +138,8 @@ def read_prompt_file(path: Path | str) -> list[BenchPrompt]:
             raise SpecvizError(f"{path}, line {n}: not a JSON object ({error.msg}).") from None
         if not isinstance(item, dict) or not isinstance(item.get("prompt"), str) or not item["prompt"].strip():
             raise SpecvizError(f"{path}, line {n}: a JSON line needs a non-empty \"prompt\" string.")
+        # The prompt's own length counts, not its JSON line's (quotes and escapes are not the prompt).
+        _within_length(item["prompt"], f"{path}, line {n}")
         prompts.append(BenchPrompt(str(item.get("id") or f"{path.stem}-{n}"), str(item.get("category") or "file"),
                                    item["prompt"], bool(item.get("chat", True)), _earlier(item, f"{path}, line {n}")))
     return prompts
