@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import traceback
 
 import torch
@@ -76,6 +77,11 @@ def entry(argv: list[str] | None = None) -> int:
         return args.handler(args)
     except KeyboardInterrupt:
         return fail("cancelled", 130)
+    except BrokenPipeError:
+        # Whoever read stdout has gone (`| head`): nothing is left to say there. Point stdout at
+        # /dev/null so that Python's own flush at exit does not fail on the closed pipe too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except Exception as exc:  # noqa: BLE001 - every failure ends as one line; see the module docstring
         debugging = bool(os.environ.get("SPECVIZ_DEBUG"))
         if debugging and not expected(exc):

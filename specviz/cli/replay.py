@@ -70,7 +70,7 @@ def replay_main(args: argparse.Namespace) -> int:
                     sys.stdout.write(printable(emitted_text(cycle, text)))
                     sys.stdout.flush()
                 else:
-                    console.print(cycle_rich_text(cycle, text, first=shown == 0, marks=marks), end="")
+                    console.print(cycle_rich_text(cycle, text, first=shown == 0, marks=marks), end="", soft_wrap=True)
                 shown += 1
         if args.plain:
             if several:

@@ -116,7 +116,8 @@ def main(args: argparse.Namespace) -> int:
     else:
         console = make_console(args.no_color)
         marks = uses_marks(console)
-        console.print(rich_text(run, marks=marks))
+        # Wrapped at words on a terminal; a pipe or a file gets the text's own lines.
+        console.print(rich_text(run, marks=marks), soft_wrap=not console.is_terminal)
         console.print()
         print_legend_and_summary(console, run, marks=marks)
     for path in (args.json, args.record):
