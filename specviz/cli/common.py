@@ -104,7 +104,7 @@ def check_output_file(path: Path | None, flag: str) -> None:
         return
     parent = path.resolve().parent
     if not parent.is_dir():
-        raise SpecvizError(f"{flag} {path}: the folder {path.parent} does not exist.")
+        raise SpecvizError(f"{flag} {path}: the folder {parent} does not exist.")
     _probe_writable(parent, flag)
 
 
@@ -127,7 +127,7 @@ def write_output(path: Path, text: str) -> Path:
     the file it names is replaced and the link kept. A device or a pipe cannot be replaced by a
     rename (and /dev/null must never be): it is written to in place."""
     if not _is_stream(path):
-        return write_atomic(path.resolve(), text)
+        return write_atomic(path.resolve() if path.is_symlink() else path, text)
     try:
         payload = text.encode("utf-8")
         with open(path, "wb") as out:

@@ -55,7 +55,9 @@ def cycle_rich_text(cycle, cycle_text, *, first: bool = False, marks: bool = Tru
     mark around its text), after a dim bar (unless `first`)."""
     from rich.text import Text
 
-    text = Text() if first else Text("|", style="dim")
+    text = Text()
+    if not first:
+        text.append("|", style="dim")        # appended: Text("|", style=...) would dim the whole cycle
     for piece in cycle_pieces(cycle, cycle_text):
         opening, closing = MARKS[piece.verdict] if marks else ("", "")
         text.append(opening + printable(piece.text) + closing, style=RICH_STYLES[piece.verdict])
