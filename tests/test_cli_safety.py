@@ -104,11 +104,12 @@ def test_model_text_is_made_printable_in_run(tmp_path, capsys):
 
 
 def test_an_undecodable_file_name_is_shown_not_fatal(live, tmp_path):
-    # Bytes that are not UTF-8 in argv arrive as lone surrogates, which stdout cannot encode.
+    # Bytes that are not UTF-8 in argv arrive as lone surrogates, which a strict UTF-8 stdout cannot
+    # encode (and which a lenient one would write back as raw bytes, such as a C1 \x9b).
     path = rec.save(tmp_path / "run.json", [live])
     done = subprocess.run([sys.executable, "-m", "specviz", "report", str(path), "-o",
                            os.fsencode(tmp_path) + b"/caf\xe9.html"], cwd=ROOT, capture_output=True, timeout=120,
-                          env=dict(os.environ, HF_HUB_OFFLINE="1", LC_ALL="C.UTF-8"))
+                          env=dict(os.environ, HF_HUB_OFFLINE="1", LC_ALL="C.UTF-8", PYTHONIOENCODING="utf-8"))
     assert done.returncode == 0, done.stderr
     assert done.stdout.decode().startswith(f"wrote {tmp_path}/caf\ufffd.html (")
     assert (tmp_path / os.fsdecode(b"caf\xe9.html")).exists()
