@@ -82,6 +82,8 @@ def test_recorded_escape_sequences_never_reach_the_terminal(live, tmp_path, caps
         assert sequence not in printed
     if not terminal:
         assert not CONTROL.search(printed.replace("\n", "").replace("\t", ""))
+    elif "--plain" not in flags:
+        assert "\x1b[31m" in out or "\x1b[9;31m" in out      # rich did colour the rejected drafts
     # Made visible, not silently dropped: ESC shows as U+241B, CSI as its escape.
     assert "\u241b[2Jrejected" in printed or "--plain" in flags
     assert "corrected\\x9b31m" in printed and "\u241b[2Jtarget" in printed
