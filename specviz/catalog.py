@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SpecvizError
+from .files import read_limited
 
 # The one place the version is written: pyproject.toml reads it from here ([tool.setuptools.dynamic]),
 # the package exports it as `specviz.__version__`, environments record it.
@@ -21,6 +22,9 @@ PLOTLY_BASIC_JS = ASSETS / "plotly-basic.min.js"     # plotly.js's basic bundle 
 RECORDINGS = ASSETS / "recordings"
 
 PRESET_KEYS = ("name", "target", "draft", "description", "offline", "k", "notes")
+# Prompt files are read no further than this: a device or a pipe (/dev/zero) claims size 0 and
+# may never end.
+MAX_PROMPT_FILE_BYTES = 16 * 1024 * 1024
 
 
 def plotly_js() -> str:
@@ -74,10 +78,10 @@ def load_bench_prompts(path: Path | str = BENCH_PROMPTS_FILE, categories=None, l
     "extra_categories", such as `repeated`, only when named), in file order; at most `limit` per
     category."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(read_limited(path, MAX_PROMPT_FILE_BYTES, "a prompt set"))
         defaults = data["categories"]
         known = defaults + list(data.get("extra_categories", []))
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (ValueError, KeyError, TypeError) as error:
         raise SpecvizError(f"Could not read the prompt set {path}: {error}") from None
     wanted = list(defaults) if not categories else list(known) if categories == "all" else list(categories)
     unknown = [c for c in wanted if c not in known]
@@ -110,10 +114,9 @@ def read_prompt_file(path: Path | str) -> list[BenchPrompt]:
     """A user's prompt set: one prompt per line, or JSON Lines with `prompt` and optional
     `category`, `chat` and `earlier` (turns decoded first, untimed). Blank lines are skipped; anything else wrong is a SpecvizError."""
     path = Path(path)
+    data = read_limited(path, MAX_PROMPT_FILE_BYTES, "a prompt file")
     try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as error:
-        raise SpecvizError(f"Could not read the prompt file {path}: {error.strerror or error}") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise SpecvizError(f"The prompt file {path} is not UTF-8 text (byte {error.start}).") from None
     lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]

@@ -4,7 +4,9 @@
 refused: bad settings, a model that does not load, mismatched tokenizers, a prompt longer than the
 context, an unwritable output path, out of memory. Its text is the whole message, written for the
 person at the keyboard. `user_message` turns any exception into such a text; the app and the command
-line both show exactly that, and only unexpected errors carry a traceback (to the log).
+line both show exactly that, and only unexpected errors carry a traceback: the app writes it to
+the server's log, the command line prints it when SPECVIZ_DEBUG is set (it has no log file), so
+each says where the details are with `details`.
 """
 
 from __future__ import annotations
@@ -36,11 +38,16 @@ def expected(exc: BaseException) -> bool:
     return isinstance(exc, SpecvizError) or is_out_of_memory(exc)
 
 
-def user_message(exc: BaseException) -> str:
-    """The text shown for a failed run. Frees device memory after an out-of-memory error."""
+# The app logs every unexpected error's traceback (`ui.common.failure`).
+APP_DETAILS = "Details are in the server's log."
+
+
+def user_message(exc: BaseException, details: str = APP_DETAILS) -> str:
+    """The text shown for a failed run; `details` says where an unexpected error's traceback is.
+    Frees device memory after an out-of-memory error."""
     if isinstance(exc, SpecvizError):
         return str(exc)
     if is_out_of_memory(exc):
         free_device_memory()
         return OUT_OF_MEMORY
-    return f"Unexpected error ({type(exc).__name__}: {exc}). Details are in the log."
+    return f"Unexpected error ({type(exc).__name__}: {exc}). {details}"

@@ -9,6 +9,7 @@ import re
 import pytest
 from tiny_pair import PROMPT, WORDS
 
+from specviz.errors import SpecvizError
 from specviz.runs.compare import compare, sweep
 from specviz.settings import RunSettings, validate
 from specviz.views import export
@@ -115,6 +116,20 @@ def test_csv_survives_commas_quotes_and_newlines(tmp_path):
     export.write_csv([record], tmp_path / "c.csv")
     _, rows = read_csv(tmp_path / "c.csv")
     assert rows == [export.csv_row(record)] and rows[0]["drafted_text"] == 'line\nbreak, "quoted"'
+
+
+def test_a_failed_write_leaves_the_existing_file_as_it_was(exported, tmp_path):
+    # A lone surrogate cannot be written as UTF-8: the write fails, and the file it would have
+    # replaced is untouched (written whole or not at all, never truncated first).
+    folder, _, _ = exported
+    record = dict(export.read_jsonl(folder / "cycles.jsonl")[0], drafted_text=["caf\udce9"])
+    for write, name in ((export.write_csv, "c.csv"), (export.write_jsonl, "c.jsonl")):
+        path = tmp_path / name
+        path.write_text("the previous export")
+        with pytest.raises(SpecvizError, match="cannot encode"):
+            write([record], path)
+        assert path.read_text() == "the previous export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv", "c.jsonl"]     # no partial file left
 
 
 def test_records_match_the_events(exported, comparison):

@@ -12,10 +12,12 @@ from pathlib import Path
 
 from ..catalog import BENCH_PROMPTS_FILE, load_bench_prompts
 from ..errors import SpecvizError
+from ..files import check_paths
 from ..runs.bench import (DEFAULT_K, TINY_TARGET, Setup, default_draft, default_k, describe, load_bench_pair,
                           run_bench, summarize_rows)
 from ..views.bench_table import markdown_table
-from . import DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, progress_printer, settings_from
+from .common import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, printable, progress_printer,
+                     settings_from, write_output)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,11 +54,13 @@ def main(args: argparse.Namespace) -> int:
     configs = [settings_from(args, draft=draft, k=args.k if args.k is not None else default_k(draft),
                              temperature=0.0) for draft in drafts]
     categories = [c.strip() for arg in (args.category or []) for c in arg.split(",") if c.strip()]
+    check_paths([args.prompts], [("--json", args.json), ("--markdown", args.markdown)])
     prompts = load_bench_prompts(args.prompts, categories or None, args.limit)
     check_output_file(args.json, "--json")
     check_output_file(args.markdown, "--markdown")
 
-    say = (lambda message: None) if args.quiet else (lambda message: print(message, file=sys.stderr, flush=True))
+    say = (lambda message: None) if args.quiet else (lambda message: print(printable(message), file=sys.stderr,
+                                                                           flush=True))
     results = []
     for settings in configs:
         setup = Setup(settings, load_bench_pair(settings, None if args.quiet else progress_printer()))
@@ -69,20 +73,21 @@ def main(args: argparse.Namespace) -> int:
 
     summary = [entry for result in results for entry in result["summary"]]
     table = markdown_table(summary)
-    # The files first: a failed write leaves only the error line.
+    # The files first, each whole or not at all: a failed write leaves only the error line.
     if args.markdown:
-        args.markdown.write_text(table + "\n", encoding="utf-8")
+        write_output(args.markdown, table + "\n")
     if args.json:
-        args.json.write_text(json.dumps({"meta": [r["meta"] for r in results],
-                                         "rows": [row for r in results for row in r["rows"]],
-                                         "summary": summary}, indent=2), encoding="utf-8")
+        write_output(args.json, json.dumps({"meta": [r["meta"] for r in results],
+                                            "rows": [row for r in results for row in r["rows"]],
+                                            "summary": summary}, indent=2))
     meta = results[0]["meta"]
-    print(f"hardware: {meta['hardware']}; device {meta['device']}, {meta['dtype']}; torch {meta['torch']}, "
-          f"transformers {meta['transformers']}; {meta['max_new_tokens']} new tokens, greedy; clock: {meta['clock']}")
+    print(printable(f"hardware: {meta['hardware']}; device {meta['device']}, {meta['dtype']}; torch {meta['torch']}, "
+                    f"transformers {meta['transformers']}; {meta['max_new_tokens']} new tokens, greedy; "
+                    f"clock: {meta['clock']}"))
     for result in results:
-        print(f"transformers for {result['meta']['draft']}: {result['meta']['transformers_settings']}")
+        print(printable(f"transformers for {result['meta']['draft']}: {result['meta']['transformers_settings']}"))
     print()
-    print(table)
+    print(printable(table))
     if args.json:
         print(f"\nwrote {args.json}")
     return 0

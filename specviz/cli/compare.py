@@ -14,13 +14,19 @@ import sys
 from pathlib import Path
 
 from ..errors import SpecvizError
+from ..files import check_paths
 from ..runs import recording
 from ..runs.compare import compare, sweep
 from ..runs.run import load
 from ..settings import check_prompt
 from ..views import prose
-from . import (add_decoding_arguments, add_model_arguments, check_output_file, check_output_folder,
-               progress_printer, rich_table, settings_from)
+from .common import (add_decoding_arguments, add_model_arguments, check_output_file, check_output_folder, fail,
+                     make_console, printable, progress_printer, rich_table, say, settings_from, write_output)
+
+# What --export writes into its folder (`views.export`, `views.prompt_sets.write_files`), so that no
+# other output or input of the command is one of them.
+EXPORT_FILES = ("cycles.jsonl", "cycles.csv", "summary.json", "recording.json", "charts.html")
+PROMPT_SET_EXPORT_FILES = ("rows.csv", "summary.json", "charts.html")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,13 +52,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     # Everything the user typed is checked before a model is loaded.
     drafts = args.draft or ["ngram"]
     if args.sweep and len(drafts) > 1:
         raise SpecvizError("--sweep runs one configuration over k = 1..8: give one --draft.")
     configs = [settings_from(args, draft=draft) for draft in drafts]
+    exported = PROMPT_SET_EXPORT_FILES if args.prompts is not None else EXPORT_FILES
+    check_paths([prompt_file(args.prompts)],
+                [("--json", args.json), ("--record", args.record)]
+                + [("--export", args.export / name) for name in exported if args.export is not None])
     check_output_folder(args.export, "--export")
     check_output_file(args.record, "--record")
     if args.prompts is not None:
@@ -72,26 +80,27 @@ def main(args: argparse.Namespace) -> int:
         result, comparison = None, compare(configs, prompt, loader=load, progress=progress)
     export_note = export(args, comparison, result) if args.export else None
     if args.record:
-        recording.save(args.record, comparison.results, comparison.labels, kind="compare")
+        write_output(args.record, recording.dumps(recording.recording(comparison.results, comparison.labels,
+                                                                      kind="compare")))
         export_note = "; ".join(filter(None, [export_note, f"wrote {args.record}"]))
 
-    console = Console(no_color=args.no_color, highlight=False)
+    console = make_console(args.no_color)
     first = comparison.results[0]
-    console.print(f"{first.target_name}, {first.prompt_tokens} prompt tokens, "
-                  f"up to {first.settings.max_new_tokens} new tokens", markup=False, soft_wrap=True)
+    say(console, f"{first.target_name}, {first.prompt_tokens} prompt tokens, "
+                 f"up to {first.settings.max_new_tokens} new tokens")
     if result is None:
         console.print(rich_table("Against plain decoding", prose.TABLE_HEADERS, prose.table_rows(comparison)))
-        console.print(prose.winner_line(comparison), markup=False, soft_wrap=True)
+        say(console, prose.winner_line(comparison))
     else:
-        title = f"k sweep of {configs[0].draft} (theory at the pooled \u03b1 and median c)"
+        title = printable(f"k sweep of {configs[0].draft} (theory at the pooled \u03b1 and median c)")
         console.print(rich_table(title, prose.SWEEP_HEADERS, prose.sweep_rows(result)))
-        console.print(prose.plain_rate_line(comparison.results), markup=False, soft_wrap=True)
-        console.print(prose.sweep_line(result), markup=False, soft_wrap=True)
-    console.print(prose.timing_note(comparison.results), markup=False, soft_wrap=True)
+        say(console, prose.plain_rate_line(comparison.results))
+        say(console, prose.sweep_line(result))
+    say(console, prose.timing_note(comparison.results))
     if prose.identity_line(comparison):
-        console.print(prose.identity_line(comparison), markup=False, soft_wrap=True)
+        say(console, prose.identity_line(comparison))
     if export_note is not None:
-        console.print(export_note, markup=False, soft_wrap=True)
+        say(console, export_note)
     return 0
 
 
@@ -107,23 +116,29 @@ def export(args: argparse.Namespace, comparison, result) -> str:
     return f"wrote {len(written)} files to {args.export}" + (f" ({note})" if note else "")
 
 
+def prompt_file(name: str | None) -> Path | None:
+    """The file `--prompts` names, or None (no --prompts, or a shipped set: its name wins over a file's)."""
+    from ..catalog import preset_prompt_sets
+
+    return None if name is None or name in preset_prompt_sets() else Path(name)
+
+
 def prompt_set_from(name: str):
     """A shipped set by name, else a file."""
     from ..catalog import preset_prompt_sets, read_prompt_file
 
-    sets = preset_prompt_sets()
-    if name in sets:
-        return sets[name]
-    if not Path(name).exists():
-        raise SpecvizError(f"--prompts {name!r}: no such prompt set ({', '.join(sets)}) and no such file.")
-    return read_prompt_file(name)
+    path = prompt_file(name)
+    if path is None:
+        return preset_prompt_sets()[name]
+    if not path.exists():
+        raise SpecvizError(f"--prompts {name!r}: no such prompt set ({', '.join(preset_prompt_sets())}) "
+                           "and no such file.")
+    return read_prompt_file(path)
 
 
 def over_prompts(args: argparse.Namespace, configs) -> int:
     """`--prompts`: every configuration over a set of prompts, with intervals."""
     import time
-
-    from rich.console import Console
 
     from ..runs.prompt_sets import iter_prompt_set
     from ..views import prompt_sets as views
@@ -139,26 +154,44 @@ def over_prompts(args: argparse.Namespace, configs) -> int:
     for item in prompts:
         check_prompt(item.prompt)
     started, finished, comparison = time.monotonic(), 0, None
-    for comparison in iter_prompt_set(configs, prompts, repeats=args.repeats, loader=load):
-        if len(comparison.results) > finished:
-            finished = len(comparison.results)
-            last = comparison.results[-1]
-            print(f"[{views.progress_line(comparison)}] {comparison.labels[last.config]} on "
-                  f"{comparison.prompts[last.prompt].id}: {last.speedup or 0:.2f}x", file=sys.stderr)
-    note = []
-    if args.json:
-        note.append(f"wrote {views.write_json(comparison, args.json)}")
-    if args.export:
-        note.append(f"wrote {len(views.write_files(comparison, args.export))} files to {args.export}")
-    console = Console(no_color=args.no_color, highlight=False)
-    console.print(f"{len(prompts)} prompts x {len(configs)} configurations x {args.repeats} round(s) in "
-                  f"{time.monotonic() - started:.0f} s; speedup: decode-only time per token against plain decoding "
-                  "of the same prompt", markup=False, soft_wrap=True)
+    try:
+        for comparison in iter_prompt_set(configs, prompts, repeats=args.repeats, loader=load):
+            if len(comparison.results) > finished:
+                finished = len(comparison.results)
+                last = comparison.results[-1]
+                print(printable(f"[{views.progress_line(comparison)}] {comparison.labels[last.config]} on "
+                                f"{comparison.prompts[last.prompt].id}: {last.speedup or 0:.2f}x"), file=sys.stderr)
+    except KeyboardInterrupt:
+        # Ctrl-C keeps what is finished: the runs done so far are written as a smaller comparison.
+        if comparison is None or not comparison.results:
+            raise
+        written = write_prompt_set(args, comparison)
+        kept = (f"the finished runs are in {' and '.join(written)}" if written
+                else "nothing was written (--json or --export keep the finished runs)")
+        return fail(f"cancelled after {len(comparison.results)} of {comparison.total} runs; {kept}.", 130)
+    note = [f"wrote {where}" for where in write_prompt_set(args, comparison)]
+    console = make_console(args.no_color)
+    say(console, f"{len(prompts)} prompts x {len(configs)} configurations x {args.repeats} round(s) in "
+                 f"{time.monotonic() - started:.0f} s; speedup: decode-only time per token against plain decoding "
+                 "of the same prompt")
     console.print(rich_table("Over the prompts", views.TABLE_HEADERS, views.table_rows(comparison)))
     headers, rows = views.category_rows(comparison)
-    console.print(rich_table("Median speedup by category", headers, rows))
-    console.print(views.winner_line(comparison), markup=False, soft_wrap=True)
-    console.print(views.timing_line(comparison), markup=False, soft_wrap=True)
+    console.print(rich_table("Median speedup by category", [printable(h) for h in headers], rows))
+    say(console, views.winner_line(comparison))
+    say(console, views.timing_line(comparison))
     for line in note:
-        console.print(line, markup=False, soft_wrap=True)
+        say(console, line)
     return 0
+
+
+def write_prompt_set(args: argparse.Namespace, comparison) -> list[str]:
+    """--json and --export of a prompt-set comparison; returns where each went, in words."""
+    from ..views import prompt_sets as views
+
+    written = []
+    if args.json:
+        write_output(args.json, views.json_text(comparison))
+        written.append(str(args.json))
+    if args.export:
+        written.append(f"{len(views.write_files(comparison, args.export))} files in {args.export}")
+    return written

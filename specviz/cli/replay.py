@@ -1,19 +1,28 @@
 """`python -m specviz replay FILE` plays a recording back in the terminal (each cycle's verdicts
-coloured, at the recorded speed, `--speed` times faster, or all at once with `--fast`), then its
-summary; `python -m specviz report FILE... -o report.html` writes the recordings as one standalone
-HTML page. Neither loads a model."""
+coloured or marked, at the recorded speed, `--speed` times faster, or all at once with `--fast`),
+then its summary; `python -m specviz report FILE... -o report.html` writes the recordings as one
+standalone HTML page. Neither loads a model. Every recorded text reaches the terminal through
+`common.printable`: a recording is someone else's file."""
 
 from __future__ import annotations
 
 import argparse
+import math
+import re
+import sys
 import time
 from pathlib import Path
 
 from ..errors import SpecvizError
+from ..files import check_paths
 from ..runs import recording
 from ..views.report import report_html
-from . import check_output_file
-from .run import cycle_rich_text, print_legend_and_summary
+from .common import check_output_file, make_console, printable, read_recording, say, write_output
+from .run import PLAIN_HELP, cycle_rich_text, emitted_text, print_legend_and_summary, print_summary, uses_marks
+
+# A recording may claim any finite time per event; past an hour of waiting, a replay is not what
+# anyone asked for (and a claim of 1e300 s is more than `time.sleep` can take).
+MAX_PLAYBACK_SECONDS = 3600.0
 
 
 def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,6 +30,7 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fast", action="store_true", help="print everything at once")
     parser.add_argument("--speed", type=float, default=1.0, help="play this many times faster (default 1)")
     parser.add_argument("--no-color", action="store_true", help="plain text")
+    parser.add_argument("--plain", action="store_true", help=PLAIN_HELP)
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,33 +39,61 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--title", default="specviz report")
 
 
-def replay_main(args: argparse.Namespace) -> int:
-    from rich.console import Console
+def check_playback_time(recorded: recording.Recording, speed: float) -> None:
+    """Refuse, before printing anything, a replay that would wait longer than MAX_PLAYBACK_SECONDS."""
+    seconds = sum(max((t for t, _ in recording.timeline(run)), default=0.0) for run in recorded.runs) / speed
+    if seconds > MAX_PLAYBACK_SECONDS:
+        length = f"{seconds:.3g} s" if math.isfinite(seconds) else "longer than any clock counts"
+        raise SpecvizError(f"{recorded.name}: played at --speed {speed:g} it would take {length} (its events "
+                           f"claim that long). Add --fast to print it at once, or a higher --speed.")
 
+
+def replay_main(args: argparse.Namespace) -> int:
     if not args.speed > 0 or args.speed == float("inf"):
         raise SpecvizError(f"--speed must be a positive number, got {args.speed}.")
-    recorded = recording.load(args.file)
-    console = Console(no_color=args.no_color, highlight=False)
+    recorded = read_recording(args.file)
+    if not args.fast:
+        check_playback_time(recorded, args.speed)
+    # With --plain, stdout carries the generated text only; labels and summaries go to stderr.
+    console = make_console(args.no_color, stderr=args.plain)
+    marks = uses_marks(console)
+    several = len(recorded.runs) > 1
     for label, run in zip(recorded.labels, recorded.runs):
-        if len(recorded.runs) > 1:
-            console.print(f"== {label}", markup=False, style="bold")
+        if several:
+            say(console, f"== {label}", style="bold")
         start, shown = time.monotonic(), 0
         for seconds, played in recording.replay(run):
             if not args.fast:
                 time.sleep(max(0.0, start + seconds / args.speed - time.monotonic()))
             for cycle, text in zip(played.cycles[shown:], played.texts[shown:]):
-                console.print(cycle_rich_text(cycle, text, first=shown == 0), end="")
+                if args.plain:
+                    sys.stdout.write(printable(emitted_text(cycle, text)))
+                    sys.stdout.flush()
+                else:
+                    console.print(cycle_rich_text(cycle, text, first=shown == 0, marks=marks), end="", soft_wrap=True)
                 shown += 1
-        console.print()
-        print_legend_and_summary(console, run)
-        console.print()
+        if args.plain:
+            if several:
+                sys.stdout.write("\n")       # one run's text per paragraph
+            print_summary(console, run)
+        else:
+            console.print()
+            print_legend_and_summary(console, run, marks=marks)
+            console.print()
     return 0
 
 
+# A lone surrogate is valid in JSON ("\udcff") but no UTF-8 file can hold it.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
 def report_main(args: argparse.Namespace) -> int:
+    check_paths(args.files, [("-o", args.output)])
     check_output_file(args.output, "-o")
-    recordings = [recording.load(path) for path in args.files]
-    page = report_html(recordings, title=args.title)
-    args.output.write_text(page, encoding="utf-8")
-    print(f"wrote {args.output} ({len(page.encode()) / 1e6:.1f} MB, {sum(len(r.runs) for r in recordings)} runs)")
+    recordings = [read_recording(path) for path in args.files]
+    page, replaced = _SURROGATE.subn("\ufffd", report_html(recordings, title=args.title))
+    write_output(args.output, page)
+    note = f"; {replaced} characters that are not valid Unicode shown as \ufffd" if replaced else ""
+    print(printable(f"wrote {args.output} ({len(page.encode()) / 1e6:.1f} MB, "
+                    f"{sum(len(r.runs) for r in recordings)} runs{note})"))
     return 0

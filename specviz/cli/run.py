@@ -1,26 +1,37 @@
 """`python -m specviz run`: one prompt decoded speculatively, printed with every cycle's verdicts
-coloured (rich), then the summary lines of `views.prose`; `--baseline` also runs plain decoding,
-interleaved, and reports the measured speedup and, for greedy runs, whether the outputs are identical."""
+(coloured on a terminal, marked in plain text), then the summary lines of `views.prose`;
+`--baseline` also runs plain decoding, interleaved, and reports the measured speedup and, for greedy
+runs, whether the outputs are identical. `--plain` prints only the generated text on stdout."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
+from ..core.events import ACCEPTED, BONUS, REJECTED, RESAMPLED
+from ..files import check_paths
 from ..runs import recording
 from ..runs.result import Run
 from ..runs.run import execute, load
 from ..settings import check_prompt
 from ..views.prose import summary_lines
 from ..views.render import cycle_pieces
-from . import (add_decoding_arguments, add_model_arguments, add_prompt_arguments, check_output_file,
-               progress_printer, settings_from)
+from .common import (add_decoding_arguments, add_model_arguments, add_prompt_arguments, check_output_file,
+                     make_console, printable, progress_printer, say, settings_from, write_output)
 
 # Terminal styles per verdict: colour plus a second cue (strike-through, underline, bold) so the
 # verdicts stay readable without colour.
-RICH_STYLES = {"accepted": "green", "rejected": "red strike", "resampled": "dark_orange underline",
-               "bonus": "magenta bold underline"}
+RICH_STYLES = {ACCEPTED: "green", REJECTED: "red strike", RESAMPLED: "dark_orange underline",
+               BONUS: "magenta bold underline"}
+# Plain text (no terminal, or --no-color) has no styles at all: each verdict but accepted gets a
+# mark around its text instead (wdiff's marks for a deletion and an insertion).
+MARKS = {ACCEPTED: ("", ""), REJECTED: ("[-", "-]"), RESAMPLED: ("{+", "+}"), BONUS: ("{*", "*}")}
+PLAIN_LEGEND = ("legend: accepted drafts unmarked  [-rejected draft-]  {+target's correction+}  "
+                "{*bonus token*}  | cycle boundary")
+PLAIN_HELP = ("print only the generated text on stdout (the summary goes to stderr); control characters "
+              "other than newline and tab are shown as visible symbols")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,58 +42,88 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write settings, prompt, text, cycles, summary and environment as JSON")
     parser.add_argument("--record", type=Path, default=None, metavar="FILE",
                         help="save the run as a recording (JSON) to replay anywhere: `python -m specviz replay FILE`")
+    parser.add_argument("--plain", action="store_true", help=PLAIN_HELP)
     add_prompt_arguments(parser)
 
 
-def cycle_rich_text(cycle, cycle_text, *, first: bool = False):
-    """One cycle's tokens as rich text, one style per verdict, after a dim bar (unless `first`)."""
+def uses_marks(console) -> bool:
+    """Whether the console shows plain text, where styles (colour, strike-through) are lost."""
+    return console.no_color or console.color_system is None
+
+
+def cycle_rich_text(cycle, cycle_text, *, first: bool = False, marks: bool = True):
+    """One cycle's tokens as rich text, one style per verdict (and with `marks`, each verdict's
+    mark around its text), after a dim bar (unless `first`)."""
     from rich.text import Text
 
-    text = Text() if first else Text("|", style="dim")
+    text = Text()
+    if not first:
+        text.append("|", style="dim")        # appended: Text("|", style=...) would dim the whole cycle
     for piece in cycle_pieces(cycle, cycle_text):
-        text.append(piece.text, style=RICH_STYLES[piece.verdict])
+        opening, closing = MARKS[piece.verdict] if marks else ("", "")
+        text.append(opening + printable(piece.text) + closing, style=RICH_STYLES[piece.verdict])
     return text
 
 
-def print_legend_and_summary(console, run: Run) -> None:
+def emitted_text(cycle, cycle_text) -> str:
+    """What one cycle added to the output: its accepted drafts and the target's token."""
+    return "".join(piece.text for piece in cycle_pieces(cycle, cycle_text) if piece.verdict != REJECTED)
+
+
+def print_legend_and_summary(console, run: Run, *, marks: bool) -> None:
     """After a run's tokens: the verdict legend, then its summary lines (`run` and `replay`)."""
-    console.print("legend: " + "  ".join(f"[{style}]{name}[/]" for name, style in RICH_STYLES.items())
-                  + "  [dim]| cycle boundary[/]")
-    for line in summary_lines(run):
-        console.print(line, markup=False, soft_wrap=True)
+    if marks:
+        say(console, PLAIN_LEGEND)
+    else:
+        console.print("legend: " + "  ".join(f"[{style}]{name}[/]" for name, style in RICH_STYLES.items())
+                      + "  [dim]| cycle boundary[/]")
+    print_summary(console, run)
 
 
-def rich_text(run: Run):
-    """The run's tokens as rich text, one style per verdict, cycles separated by a dim bar."""
+def print_summary(console, run: Run) -> None:
+    for line in summary_lines(run):   # model names and devices come from a recording too
+        say(console, line)
+
+
+def rich_text(run: Run, *, marks: bool = True):
+    """The run's tokens as rich text, one style (and mark) per verdict, cycles separated by a dim bar."""
     from rich.text import Text
 
     text = Text()
     for i, (cycle, cycle_text) in enumerate(zip(run.cycles, run.texts)):
-        text.append_text(cycle_rich_text(cycle, cycle_text, first=i == 0))
+        text.append_text(cycle_rich_text(cycle, cycle_text, first=i == 0, marks=marks))
     return text
 
 
 def main(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     # Everything the user typed is checked before a model is loaded.
     settings = settings_from(args)
     prompt = check_prompt(args.prompt)
+    check_paths([], [("--json", args.json), ("--record", args.record)])
     check_output_file(args.json, "--json")
     check_output_file(args.record, "--record")
 
     pair = load(settings, progress_printer())
     run = execute(settings, prompt, pair, baseline=args.baseline)
-    if args.json:   # written before anything is printed: a failed write leaves only the error line
-        args.json.write_text(json.dumps(run.to_json(), indent=2, ensure_ascii=False), encoding="utf-8")
+    # The files first, each whole or not at all: a failed write leaves only the error line.
+    if args.json:
+        write_output(args.json, json.dumps(run.to_json(), indent=2, ensure_ascii=False))
     if args.record:
-        recording.save(args.record, [run])
+        write_output(args.record, recording.dumps(recording.recording([run])))
 
-    console = Console(no_color=args.no_color, highlight=False)
-    console.print(rich_text(run))
-    console.print()
-    print_legend_and_summary(console, run)
+    if args.plain:
+        sys.stdout.write(printable(run.text))
+        sys.stdout.flush()
+        console = make_console(args.no_color, stderr=True)
+        print_summary(console, run)
+    else:
+        console = make_console(args.no_color)
+        marks = uses_marks(console)
+        # Wrapped at words on a terminal; a pipe or a file gets the text's own lines.
+        console.print(rich_text(run, marks=marks), soft_wrap=not console.is_terminal)
+        console.print()
+        print_legend_and_summary(console, run, marks=marks)
     for path in (args.json, args.record):
         if path:
-            console.print(f"wrote {path}", markup=False, soft_wrap=True)
+            say(console, f"wrote {path}")
     return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import html
+import io
 import json
 import logging
 import math
@@ -20,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..catalog import plotly_js
+from ..files import write_atomic
 from ..runs import recording
 from .prose import winner_line
 
@@ -87,10 +89,7 @@ def summary(comparison, *, sweep=None) -> dict:
 # ----------------------------------------------------------------------------- files
 
 def write_jsonl(records: Sequence[Mapping], path: Path) -> Path:
-    with open(path, "w", encoding="utf-8") as out:
-        for record in records:
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
-    return path
+    return write_atomic(path, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -119,12 +118,16 @@ def csv_row(record: Mapping) -> dict:
 
 
 def write_csv(records: Sequence[Mapping], path: Path) -> Path:
-    with open(path, "w", encoding="utf-8", newline="") as out:
-        writer = csv.DictWriter(out, fieldnames=CSV_FIELDS)
-        writer.writeheader()
-        for record in records:
-            writer.writerow(csv_row(record))
-    return path
+    return write_atomic(path, csv_text(CSV_FIELDS, map(csv_row, records)))
+
+
+def csv_text(fields: Sequence[str], rows) -> str:
+    """Rows (dicts) as CSV text, built in memory so that the file is written whole."""
+    out = io.StringIO(newline="")
+    writer = csv.DictWriter(out, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
 
 
 def charts_html(figures: Mapping[str, object], title: str = "specviz charts") -> str:
@@ -152,9 +155,7 @@ def write_figures(figures: Mapping[str, object], directory: Path, *, png: bool =
     directory = Path(directory)
     if not figures:
         return [], ""
-    path = directory / "charts.html"
-    path.write_text(charts_html(figures), encoding="utf-8")
-    written, note = [path], ""
+    written, note = [write_atomic(directory / "charts.html", charts_html(figures))], ""
     if png:
         try:
             written += write_pngs(figures, directory)
@@ -190,12 +191,10 @@ def export_comparison(comparison, directory: Path | str, *, figures: Mapping[str
     directory.mkdir(parents=True, exist_ok=True)
     records = comparison_records(comparison)
     written = [write_jsonl(records, directory / "cycles.jsonl"), write_csv(records, directory / "cycles.csv")]
-    summary_path = directory / "summary.json"
-    summary_path.write_text(json.dumps(summary(comparison, sweep=sweep), indent=2, ensure_ascii=False),
-                            encoding="utf-8")
-    written.append(summary_path)
+    written.append(write_atomic(directory / "summary.json",
+                                json.dumps(summary(comparison, sweep=sweep), indent=2, ensure_ascii=False)))
     if comparison.results:   # every configuration's run, to replay or report without the models
-        written.append(recording.save(directory / "recording.json", comparison.results, comparison.labels,
-                                      kind="compare"))
+        record = recording.recording(comparison.results, comparison.labels, kind="compare")
+        written.append(write_atomic(directory / "recording.json", recording.dumps(record)))
     chart_files, note = write_figures(figures or {}, directory, png=png)
     return written + chart_files, note

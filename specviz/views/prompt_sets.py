@@ -4,12 +4,12 @@ and CSV records. Pure functions of `runs.PromptSetComparison`; every number come
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 import plotly.graph_objects as go
 
+from ..files import write_atomic
 from ..runs.prompt_sets import PromptSetComparison
 from .charts import PLAIN_COLOUR, layout
 from .figures import config_colour
@@ -136,26 +136,18 @@ def summary(comparison: PromptSetComparison) -> dict:
             "clock": comparison.clock}
 
 
-def write_json(comparison: PromptSetComparison, path: Path) -> Path:
-    data = dict(summary(comparison), rows=rows(comparison))
-    Path(path).write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
-    return Path(path)
+def json_text(comparison: PromptSetComparison) -> str:
+    """The summary and the per-prompt rows as JSON text (the command line writes it whole)."""
+    return json.dumps(dict(summary(comparison), rows=rows(comparison)), indent=2, ensure_ascii=False)
 
 
 def write_files(comparison: PromptSetComparison, directory: Path) -> list[Path]:
     """rows.csv (one plain value per cell), summary.json and charts.html in `directory`."""
-    from .export import charts_html
+    from .export import charts_html, csv_text
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    csv_path = directory / "rows.csv"
-    with open(csv_path, "w", encoding="utf-8", newline="") as out:
-        writer = csv.DictWriter(out, fieldnames=ROW_FIELDS)
-        writer.writeheader()
-        for row in rows(comparison):
-            writer.writerow({k: "" if v is None else v for k, v in row.items()})
-    summary_path = directory / "summary.json"
-    summary_path.write_text(json.dumps(summary(comparison), indent=2, ensure_ascii=False), encoding="utf-8")
-    charts_path = directory / "charts.html"
-    charts_path.write_text(charts_html({"speedups": speedups_figure(comparison)}), encoding="utf-8")
-    return [csv_path, summary_path, charts_path]
+    cells = [{k: "" if v is None else v for k, v in row.items()} for row in rows(comparison)]
+    return [write_atomic(directory / "rows.csv", csv_text(ROW_FIELDS, cells)),
+            write_atomic(directory / "summary.json", json.dumps(summary(comparison), indent=2, ensure_ascii=False)),
+            write_atomic(directory / "charts.html", charts_html({"speedups": speedups_figure(comparison)}))]

@@ -1,0 +1,90 @@
+"""Command line: `python -m specviz run | compare | bench | replay | report`.
+
+    run       one prompt decoded speculatively, every cycle's verdicts coloured in the terminal
+    compare   several drafters or pairs on one prompt, or one drafter over k = 1..8 (`--sweep`)
+    bench     the prompt set against plain decoding and transformers' assisted generation
+    replay    a recording played back in the terminal (no model needed)
+    report    recordings as one standalone HTML page (no model needed)
+
+This package is the only place that reads argv: it builds `RunSettings` from the flags and passes
+them through `settings.validate`, checks the prompt and every output path, and only then loads a
+model. Every failure, argparse's included, ends as exactly one `error: ...` line on stderr (the
+message from `errors.user_message`) with nothing printed on stdout before it; exit code 2 for what
+the user can fix, 130 for Ctrl-C, 1 for the unexpected (with a traceback when SPECVIZ_DEBUG is set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+
+import torch
+
+from ..errors import expected, user_message
+from . import bench, compare, replay, run
+from .common import fail
+
+HELPS = {"run": "decode one prompt and show every cycle",
+         "compare": "compare drafters or pairs on one prompt, or sweep k",
+         "bench": "benchmark against plain decoding and transformers' assisted generation",
+         "replay": "play a recording back in the terminal",
+         "report": "write recordings as one standalone HTML report"}
+
+
+class UsageError(Exception):
+    """argparse refused the command line (raised instead of its usage-and-exit)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a bad command line ends as the same one `error:` line as every other failure.
+    Subparsers are made of this class too (add_subparsers uses the parent's class)."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="python -m specviz", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, add_arguments, main in (("run", run.add_arguments, run.main),
+                                      ("compare", compare.add_arguments, compare.main),
+                                      ("bench", bench.add_arguments, bench.main),
+                                      ("replay", replay.add_replay_arguments, replay.replay_main),
+                                      ("report", replay.add_report_arguments, replay.report_main)):
+        p = sub.add_parser(name, help=HELPS[name], description=HELPS[name])
+        add_arguments(p)
+        p.set_defaults(handler=main)
+    return parser
+
+
+# No log file exists on the command line: the honest place for the details is a traceback.
+DETAILS = "Run again with SPECVIZ_DEBUG=1 for the traceback."
+
+
+def entry(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as error:
+        return fail(str(error))
+    if getattr(args, "threads", None) is not None:
+        if args.threads < 1:
+            return fail(f"--threads must be at least 1, got {args.threads}.")
+        torch.set_num_threads(args.threads)
+    torch.set_grad_enabled(False)
+    try:
+        return args.handler(args)
+    except KeyboardInterrupt:
+        return fail("cancelled", 130)
+    except BrokenPipeError:
+        # Whoever read stdout has gone (`| head`): nothing is left to say there. Point stdout at
+        # /dev/null so that Python's own flush at exit does not fail on the closed pipe too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except Exception as exc:  # noqa: BLE001 - every failure ends as one line; see the module docstring
+        debugging = bool(os.environ.get("SPECVIZ_DEBUG"))
+        if debugging and not expected(exc):
+            traceback.print_exc()
+        return fail(user_message(exc, details="The traceback is above." if debugging else DETAILS),
+                    2 if expected(exc) else 1)
