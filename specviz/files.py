@@ -38,35 +38,44 @@ def read_limited(path: Path | str, limit: int, what: str = "the file") -> bytes:
     return data
 
 
+def is_stream(path: Path) -> bool:
+    """A device or a pipe (/dev/stdout, /dev/null, a FIFO): it cannot be replaced by a rename (and
+    /dev/null must never be), so it is written to in place."""
+    return path.exists() and not path.is_file() and not path.is_dir()
+
+
 def write_atomic(path: Path | str, data: str | bytes) -> Path:
-    """Write `data` (text as UTF-8) to `path` whole or not at all."""
+    """Write `data` (text as UTF-8) to `path` whole or not at all. Through a symbolic link, the file
+    it names is replaced and the link kept; a device or a pipe is written to in place."""
     path = Path(path)
     try:
         payload = data.encode("utf-8") if isinstance(data, str) else data
     except UnicodeEncodeError as error:
         raise SpecvizError(f"Cannot write {path}: the text holds a character UTF-8 cannot encode "
                            f"({error.reason}); nothing was written.") from None
-    folder = path.parent if str(path.parent) else Path(".")
+    if is_stream(path):
+        return _write_in_place(path, payload)
+    target = path.resolve() if path.is_symlink() else path
     temporary = None
     try:
-        descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=folder)
+        descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial",
+                                                 dir=target.parent if str(target.parent) else ".")
         with os.fdopen(descriptor, "wb") as out:
             out.write(payload)
             out.flush()
             os.fsync(out.fileno())
-        if path.exists():
+        if target.exists():
             # Keep the permissions of the file being replaced (mkstemp makes it private).
-            os.chmod(temporary, path.stat().st_mode & 0o7777)
+            os.chmod(temporary, target.stat().st_mode & 0o7777)
         else:
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(temporary, 0o666 & ~umask)
-        os.replace(temporary, path)
+        os.replace(temporary, target)
         temporary = None
     except OSError as error:
-        reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
-        kept = "the existing file is unchanged" if path.exists() else "nothing was written"
-        raise SpecvizError(f"Cannot write {path}: {reason}; {kept}.") from None
+        kept = "the existing file is unchanged" if target.exists() else "nothing was written"
+        raise SpecvizError(f"Cannot write {path}: {_reason(error)}; {kept}.") from None
     finally:
         if temporary is not None:
             try:
@@ -74,6 +83,20 @@ def write_atomic(path: Path | str, data: str | bytes) -> Path:
             except OSError:
                 pass
     return path
+
+
+def _write_in_place(path: Path, payload: bytes) -> Path:
+    try:
+        with open(path, "wb") as out:
+            out.write(payload)
+    except OSError as error:
+        reason = "the device is full" if error.errno == errno.ENOSPC else _reason(error)
+        raise SpecvizError(f"Cannot write {path}: {reason}. Choose another output path.") from None
+    return path
+
+
+def _reason(error: OSError) -> str:
+    return "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
 
 
 def _same(a: Path, b: Path) -> bool:

@@ -263,7 +263,7 @@ def test_a_json_prompt_is_limited_by_its_length_not_its_line(tmp_path):
     path.write_text(json.dumps({"prompt": "x" * 19_999, "category": "long"}) + "\n")
     assert len(read_prompt_file(path)[0].prompt) == 19_999
     path.write_text(json.dumps({"prompt": "x" * 20_001}) + "\n")
-    with pytest.raises(SpecvizError, match="line 1: 20001 characters"):
+    with pytest.raises(SpecvizError, match="line 1: a prompt of 20001 characters"):
         read_prompt_file(path)
 
 

@@ -69,3 +69,20 @@ def test_an_output_on_an_input_or_on_another_output_is_refused(tmp_path):
     with pytest.raises(SpecvizError, match="name the same file"):
         check_paths([], [("--json", tmp_path / "x.json"), ("--record", tmp_path / "x.json")])
     check_paths([recording], [("-o", tmp_path / "report.html"), ("--json", None)])
+
+
+def test_a_device_is_written_in_place_not_replaced(tmp_path):
+    # A rename over /dev/null (as root) would replace the device with a regular file.
+    write_atomic("/dev/null", "discarded")
+    assert not os.path.isfile("/dev/null")
+    with pytest.raises(SpecvizError, match="device is full"):
+        write_atomic("/dev/full", "x")
+
+
+def test_a_symbolic_link_keeps_pointing_at_the_rewritten_file(tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    write_atomic(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"

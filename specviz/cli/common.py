@@ -9,7 +9,6 @@ sequences), whether colour is on or not.
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import re
 import sys
@@ -18,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import SpecvizError
-from ..files import read_limited, write_atomic
+from ..files import is_stream, read_limited, write_atomic
 from ..runs import recording
 from ..settings import LOCAL, RunSettings, validate
 
@@ -87,11 +86,6 @@ def _probe_writable(folder: Path, flag: str) -> None:
         raise SpecvizError(f"{flag}: cannot write in {folder} ({error.strerror or error}).") from None
 
 
-def _is_stream(path: Path) -> bool:
-    """A device or a pipe (/dev/stdout, /dev/null, a FIFO): written to in place, never renamed over."""
-    return path.exists() and not path.is_file() and not path.is_dir()
-
-
 def check_output_file(path: Path | None, flag: str) -> None:
     """A file to write: its folder exists and is writable, and it is not a folder itself."""
     if path is None:
@@ -100,7 +94,7 @@ def check_output_file(path: Path | None, flag: str) -> None:
         raise SpecvizError(f"{flag} {path} is a folder: give a file name.")
     if path.exists() and not os.access(path, os.W_OK):
         raise SpecvizError(f"{flag} {path}: the file is not writable.")
-    if _is_stream(path):
+    if is_stream(path):
         return
     parent = path.resolve().parent
     if not parent.is_dir():
@@ -123,22 +117,8 @@ def check_output_folder(path: Path | None, flag: str) -> None:
 
 
 def write_output(path: Path, text: str) -> Path:
-    """An output file written whole or not at all (`files.write_atomic`); through a symbolic link,
-    the file it names is replaced and the link kept. A device or a pipe cannot be replaced by a
-    rename (and /dev/null must never be): it is written to in place."""
-    if not _is_stream(path):
-        return write_atomic(path.resolve() if path.is_symlink() else path, text)
-    try:
-        payload = text.encode("utf-8")
-        with open(path, "wb") as out:
-            out.write(payload)
-    except UnicodeEncodeError as error:
-        raise SpecvizError(f"Cannot write {path}: the text holds a character UTF-8 cannot encode "
-                           f"({error.reason}).") from None
-    except OSError as error:
-        reason = "the device is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
-        raise SpecvizError(f"Cannot write {path}: {reason}. Choose another output path.") from None
-    return path
+    """An output file written whole or not at all (`files.write_atomic`; a device or a pipe in place)."""
+    return write_atomic(path, text)
 
 
 def read_recording(path: Path) -> recording.Recording:
