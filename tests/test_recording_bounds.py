@@ -85,6 +85,29 @@ def test_a_replay_takes_at_most_the_playback_bound(template, tmp_path, monkeypat
     assert any("compressed to 1 s" in p[6] for p in pages[:-1])
 
 
+@pytest.mark.slow
+def test_drawing_a_large_run_takes_a_bounded_share_of_its_replay(template, tmp_path, monkeypatch):
+    """The worst chain's views take longer to draw than the throttle's interval (0.25 s): drawn back
+    to back, they took 60% of a replay's time on one core (29 s of CPU in a 48 s replay), and under
+    load stretched a 45 s replay past two minutes."""
+    record = cases.worst("chain", template)
+    for cycle in record["runs"][0]["cycles"]:
+        cycle["verify_seconds"] = 0.5               # 34 minutes recorded: compressed
+    path = tmp_path / "slow-chain.json"
+    path.write_text(rec.dumps(record))
+    replay_tab.open_recording(None, str(path))        # opened before, as the upload did
+    monkeypatch.setattr(rec, "MAX_PLAYBACK_SECONDS", 20.0)
+    start, cpu = time.monotonic(), time.process_time()
+    *_, last = replay_tab.replay_work(None, str(path), None, "Recorded speed")
+    elapsed, cpu = time.monotonic() - start, time.process_time() - cpu
+    assert "Replayed" in last[6]
+    # Drawing takes about FRAME_SHARE of the time, plus the final view (~1 s under load); the
+    # pacing's 20 s stretch by at most that share.
+    assert cpu < 0.4 * elapsed + 2, (cpu, elapsed)
+    assert elapsed < 20 / (1 - replay_tab.FRAME_SHARE) + 10, elapsed
+    replay_tab._opened.clear()
+
+
 # ----------------------------------------------------------------------------- 2. opening, summary, caps, cache, report
 
 def test_opening_and_stepping_wait_in_the_queue_with_a_limit():

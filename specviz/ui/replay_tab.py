@@ -41,6 +41,7 @@ OPEN_CONCURRENCY = 2                # opening a file and stepping cost CPU (a wo
 CACHE_ENTRIES = 8                   # opened recordings kept for Play, Next and Previous ...
 CACHE_BYTES = 128 * 2**20           # ... and their estimated size in memory (a worst-case file: ~65 MB)
 SLEEP_SLICE = 0.1                   # a Stop lands within this long while a replay waits for its next event
+FRAME_SHARE = 0.25                  # at most about this share of a replay's time goes on drawing its views
 
 
 def open_recording(bundled: str | None, upload: str | None) -> Recording:
@@ -117,7 +118,7 @@ def replay_work(bundled: str | None, upload: str | None, label: str | None, spee
         if scale < 1 / SPEEDS[speed]:
             playing += f", compressed to {recording.MAX_PLAYBACK_SECONDS:g} s"
         start = time.monotonic()
-        run = None
+        run, quiet_until = None, 0.0
         for seconds, run in recording.replay(recorded, events):
             while (wait := start + seconds * scale - time.monotonic()) > 0 and not stop.requested:
                 time.sleep(min(wait, SLEEP_SLICE))
@@ -125,10 +126,14 @@ def replay_work(bundled: str | None, upload: str | None, label: str | None, spee
             if stop.requested:
                 yield (*shown(renderer.stopped(run)), len(run.cycles))
                 return
-            show, with_charts = throttle.due()
+            # A large run's view takes longer to draw than the throttle's interval: after each one,
+            # wait in proportion to its cost, so that drawing cannot stretch the replay past its pacing.
+            show, with_charts = throttle.due() if time.monotonic() >= quiet_until else (False, False)
             if show:
-                yield (*shown(renderer.view(run, f"{playing}\u2026", with_charts=with_charts)),
-                       len(run.cycles))
+                drawing = time.monotonic()
+                view = renderer.view(run, f"{playing}\u2026", with_charts=with_charts)
+                quiet_until = time.monotonic() + (time.monotonic() - drawing) * (1 / FRAME_SHARE - 1)
+                yield (*shown(view), len(run.cycles))
             else:
                 yield TICK
         yield (*shown(renderer.view(run, "Replayed: the recorded run, as it finished.", final=True)), len(run.cycles))
