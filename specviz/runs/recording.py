@@ -212,12 +212,16 @@ def _check_cost(runs: list, name: str) -> None:
     characters = (sum(sized(r.get("prompt")) for r in records) + sum(sized(s.get("text")) for s in steps)
                   + sum(sized(c.get("correction_text")) for c in cycles)
                   + sum(sized(t) for c in cycles if isinstance(c.get("drafted_text"), list) for t in c["drafted_text"]))
+    # Each cycle writes a token or more, each step one: no run has more of either than the most new
+    # tokens a run may write (checked against its own max new tokens once its settings are read).
+    longest = max(max(sized(r.get("cycles")), sized(r.get("steps"))) for r in records) if records else 0
     for count, cap, what in ((len(runs), MAX_RUNS, "runs"), (events, MAX_EVENTS, "cycles and plain steps"),
+                             (longest, LOCAL.max_new_tokens, "cycles (or plain steps) in one run"),
                              (drafted, MAX_DRAFTED, "drafted tokens"),
                              (characters, MAX_TEXT_CHARS, "characters of prompt and token text")):
         if count > cap:
-            raise SpecvizError(f"{name} holds {count:,} {what}; a recording may hold up to {cap:,} (more than "
-                               f"any run within specviz's limits writes). Record a shorter run.")
+            raise SpecvizError(f"{name} holds {count:,} {what}; at most {cap:,} are read (more than any run "
+                               f"within specviz's limits writes). Record a shorter run.")
 
 
 def _strict(adapter: pydantic.TypeAdapter, value):
