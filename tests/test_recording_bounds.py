@@ -180,7 +180,8 @@ def test_each_cap_is_checked_at_load(template):
     run = cases.with_runs(template, [(cases.CHAIN, [cases.chain_cycle(i, 64) for i in range(4096)], []),
                                      (cases.CHAIN, [cases.chain_cycle(0, 1)], [])])   # one drafted token more
     assert refused(run, "262,145 drafted tokens; at most 262,144") < 5
-    refused(cases.with_runs(template, [(cases.CHAIN, [], cases.steps(4097))]), "4,097 cycles .or plain steps. in one run")
+    one_long = cases.with_runs(template, [(cases.CHAIN, [], cases.steps(4097))])
+    refused(one_long, "4,097 cycles .or plain steps. in one run")
     many = cases.with_runs(template, [(cases.CHAIN, [], cases.steps(4096, "")) for _ in range(33)])
     refused(many, "135,168 cycles and plain steps")
     refused(cases.with_runs(template, [(cases.CHAIN, [], []) for _ in range(rec.MAX_RUNS + 1)]), "65 runs")
