@@ -80,6 +80,17 @@ def worst(kind: str, template: dict) -> dict:
                 runs.pop()
                 break
         return with_runs(template, runs)
+    if kind == "depths":     # runs of 4,096 cycles, one asking k = MAX_NODES: every chart by depth is 512 wide
+        runs, events = [], 0
+        while events + tokens <= rec.MAX_EVENTS:
+            cycles = [chain_cycle(i, 0, "") for i in range(tokens)]
+            cycles[0]["k"] = rec.MAX_NODES
+            runs.append((dict(CHAIN, k=1), cycles, []))
+            events += tokens
+            if len(rec.dumps(with_runs(template, runs)).encode()) > rec.MAX_BYTES:
+                runs.pop()
+                break
+        return with_runs(template, runs)
     raise ValueError(kind)
 
 
