@@ -1,8 +1,8 @@
 """Recordings at the load caps, built as JSON from a tiny model's real recording: its settings,
 models and environment are kept, its cycles and steps replaced by as many as the caps allow, shaped
 to cost the views the most (every draft rejected, so every drafted token is shown with its hover,
-and long token texts). `python tests/recording_cases.py KIND FILE` renders one (load, summary,
-charts, the Run tab's view, the report) and prints what it cost as JSON."""
+and long token texts). `PYTHONPATH=. python tests/recording_cases.py FILE` renders a recording (load,
+summary, the Replay tab's view, charts, the report) and prints what it cost as JSON."""
 
 from __future__ import annotations
 
