@@ -102,15 +102,23 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
     tokens = sum(len(c.emitted) for c in cycles)
     # A chain reaches as deep as it drafted; a tree as deep as its deepest node. Acceptance by
     # position is by depth: of the cycles whose draft reached depth i, the share that accepted it.
+    # Counted from how many cycles stop reaching (and accepting) at each depth, so the cost is one
+    # pass over the cycles and one over the depths, not one over the cycles per depth.
     reach = [draft_reach(c) for c in cycles]
     longest = max(reach + [c.k for c in cycles] + [0])
     histogram = [0] * (longest + 1)
-    for c in cycles:
+    reached_last = [0] * (longest + 1)        # [d]: cycles whose draft reached depth d and no deeper
+    accepted_last = [0] * (longest + 1)       # [d]: ... that accepted d tokens of what they reached
+    for c, r in zip(cycles, reach):
         histogram[c.num_accepted] += 1
+        reached_last[r] += 1
+        accepted_last[min(c.num_accepted, r)] += 1
     by_position = []
+    reached = accepted_past = len(cycles)     # cycles reaching past depth i, and accepting past it
     for i in range(longest):
-        reached = [c for c, r in zip(cycles, reach) if r > i]
-        by_position.append(ratio(sum(c.num_accepted > i for c in reached), len(reached)))
+        reached -= reached_last[i]
+        accepted_past -= accepted_last[i]
+        by_position.append(ratio(accepted_past, reached))
     draft_seconds = sum(c.draft_seconds for c in cycles)
     verify_seconds = sum(c.verify_seconds for c in cycles)
     seconds = draft_seconds + verify_seconds

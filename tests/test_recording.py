@@ -24,7 +24,10 @@ def final_view(run, state="Finished."):
                                                                            "positions")})
 
 
-@pytest.mark.parametrize("changes", [{}, dict(draft="small", temperature=0.8, seed=3), dict(draft="ngram-tree")])
+@pytest.mark.parametrize("changes", [{}, dict(draft="small", temperature=0.8, seed=3), dict(draft="ngram-tree"),
+                                     dict(draft="small", branch=3, tree_budget=12),
+                                     dict(draft="small", branch=3, tree_budget=12, temperature=0.9, seed=2),
+                                     dict(draft="suffix")])
 def test_a_replay_renders_what_the_live_run_showed(tiny, tmp_path, changes):
     run = live_run(tiny, **changes)
     path = rec.save(tmp_path / "run.json", [run])
@@ -80,7 +83,7 @@ def test_bad_files_get_one_clear_message(tiny, tmp_path):
         "do not match": damaged(good, lambda r: r["runs"][0]["cycles"][0].update(emitted=[1, 2, 3, 4, 5, 6, 7])),
         "counts do not add up": damaged(good, lambda r: r["runs"][0]["cycles"][0].update(num_accepted=99)),
         "incomplete": damaged(good, lambda r: r["runs"][0].pop("steps")),
-        "more than 4096": damaged(good, lambda r: r["runs"][0]["cycles"][0].update(k=10**12)),
+        "more than 512 drafted": damaged(good, lambda r: r["runs"][0]["cycles"][0].update(k=10**12)),
         "not finite": damaged(good, lambda r: r["runs"][0]["steps"][0].update(seconds=float("inf"))),
         "negative": damaged(good, lambda r: r["runs"][0]["cycles"][1].update(verify_seconds=-1.0)),
         # Found by a hostile second reading: each reached a view or a chart before.

@@ -7,8 +7,13 @@ environment. `load` turns a file back into `Run`s, so a replay goes through the 
 live run; `replay` plays a run's events back in the order the race showed them.
 
 Reading never executes anything from the file (plain JSON, checked field by field) and refuses,
-with one message, a file that is too large, not JSON, not a recording, from a newer specviz, or
-inconsistent.
+with one message, a file that is too large, not JSON, not a recording, from a newer specviz,
+inconsistent, holding text that is not Unicode, or costing more to show than any real run does.
+
+What a recording may cost is bounded at load, before any view is built, by caps that no run within
+the settings' own limits (`settings.LOCAL`: 4,096 new tokens, k up to 64, trees of up to 512 nodes)
+reaches: see `MAX_BYTES` and the caps after it. A replay's wall time is bounded too:
+`playback_scale` compresses a long recording's pacing to at most `MAX_PLAYBACK_SECONDS`.
 """
 
 from __future__ import annotations
@@ -26,14 +31,26 @@ import pydantic
 from ..core.events import ACCEPTED, BONUS, NOT_REACHED, REJECTED, RESAMPLED, Cycle, Step
 from ..core.trees import check_tree
 from ..errors import SpecvizError
+from ..files import read_limited, write_atomic
 from ..models.host import HostLoad, environment
-from ..settings import LOCAL, RunSettings, validate
+from ..settings import LOCAL, MAX_BRANCH, RunSettings, validate
 from .result import CycleText, Run
 from .run import interleave
 
 FORMAT = "specviz-recording"
 VERSION = 1
 MAX_BYTES = 16 * 1024 * 1024       # a few thousand cycles take well under 1 MB
+
+# What showing a recording costs grows with these; each cap is above anything a real run writes.
+MAX_EVENT_SECONDS = 600.0          # one cycle or step: ten minutes, a long prompt's prefill on a CPU included
+MAX_NODES = LOCAL.max_k * MAX_BRANCH    # 512: a cycle's drafted tokens (a tree at its largest budget) and its k
+MAX_DRAFTED = LOCAL.max_new_tokens * LOCAL.max_k   # 262,144 drafted tokens in a file: 4,096 cycles of k = 64
+MAX_RUNS = 64                      # runs in a file: a comparison's configurations (the Compare tab runs 4)
+MAX_EVENTS = 2 ** 17               # 131,072 cycles and steps in a file (a run has at most 2 x 4,096)
+MAX_TEXT_CHARS = 2 ** 22           # 4,194,304 characters of prompts and token texts in a file
+MAX_RESIDUAL_TOP = 10              # tokens kept of a residual distribution (core.sampling.top_tokens)
+# A replay's pacing: at any speed, it plays in at most this long (a longer one is compressed).
+MAX_PLAYBACK_SECONDS = 120.0
 
 _CYCLES = pydantic.TypeAdapter(list[Cycle])
 _STEPS = pydantic.TypeAdapter(list[Step])
@@ -77,9 +94,7 @@ def dumps(record: dict) -> str:
 
 
 def save(path: Path | str, runs: Sequence[Run], labels: Sequence[str | None] = (), *, kind: str = "run") -> Path:
-    path = Path(path)
-    path.write_text(dumps(recording(runs, labels, kind=kind)), encoding="utf-8")
-    return path
+    return write_atomic(path, dumps(recording(runs, labels, kind=kind)))
 
 
 # ----------------------------------------------------------------------------- reading
@@ -118,6 +133,8 @@ def loads(data: bytes | str, name: str = "the recording") -> Recording:
     runs = record.get("runs")
     if not isinstance(runs, list) or not runs:
         raise SpecvizError(f"{name} holds no runs.")
+    _check_cost(runs, name)
+    _check_text(record, name)
     loaded: list[Run] = []
     labels: list[str] = []
     for number, run_record_ in enumerate(runs, 1):
@@ -134,16 +151,79 @@ def loads(data: bytes | str, name: str = "the recording") -> Recording:
                      created=str(record.get("created", "")), environment=environment_, name=name)
 
 
+def footprint(opened: Recording) -> int:
+    """About how many bytes a loaded recording holds in memory, for caches bounded in bytes. Measured
+    with tracemalloc on files at the caps (tests/test_recording_bounds.py): about 1.2 kB per cycle,
+    0.4 kB per plain step, 100 bytes per drafted token and one per character of text."""
+    runs = opened.runs
+    return (1200 * sum(len(run.cycles) for run in runs) + 400 * sum(len(run.steps) for run in runs)
+            + 100 * sum(len(cycle.drafted) for run in runs for cycle in run.cycles)
+            + sum(len(run.prompt) + sum(map(len, run.step_texts))
+                  + sum(len(t) for text in run.texts for t in text.drafted) for run in runs))
+
+
 def load(path: Path | str) -> Recording:
     path = Path(path)
+    return loads(read_limited(path, MAX_BYTES, "a recording"), path.name)
+
+
+def _check_text(record: dict, name: str) -> None:
+    """Refuse text that is not Unicode: JSON can spell a lone surrogate ("\\udc80"), which no page,
+    terminal or file can encode. Refused rather than replaced: the file is damaged, and a token's
+    text changed silently would misreport what the model wrote."""
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            return loads(b" " * (MAX_BYTES + 1), path.name)   # the size message, without reading it all
-        data = path.read_bytes()
-    except OSError as error:
-        raise SpecvizError(f"Cannot read {path}: {error.strerror or error}.") from None
-    return loads(data, path.name)
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            where = _first_unencodable(record)
+        except RecursionError:
+            where = "a deeply nested value"
+        raise SpecvizError(f"{name} holds text that is not valid Unicode (a lone surrogate such as \\udc80, "
+                           f"in {where}): it cannot be shown or saved. Record the run again, or correct "
+                           "that text.") from None
+
+
+def _first_unencodable(value, where: str = "the file") -> str:
+    """Where the first string that UTF-8 cannot encode sits (only called once one is known to)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where
+        return ""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if isinstance(key, str) and _first_unencodable(key):
+            return f"a key of {where}"
+        found = _first_unencodable(item, f"{where} \u2192 {key}" if where != "the file" else str(key))
+        if found:
+            return found
+    return ""
+
+
+def _check_cost(runs: list, name: str) -> None:
+    """The file-wide caps, counted on the parsed JSON before any run is validated or shown."""
+    def sized(value) -> int:
+        return len(value) if isinstance(value, (list, str)) else 0
+
+    records = [r for r in runs if isinstance(r, dict)]
+    cycles = [c for r in records if isinstance(r.get("cycles"), list) for c in r["cycles"] if isinstance(c, dict)]
+    steps = [s for r in records if isinstance(r.get("steps"), list) for s in r["steps"] if isinstance(s, dict)]
+    events = sum(sized(r.get("cycles")) + sized(r.get("steps")) for r in records)
+    drafted = sum(sized(c.get("drafted")) for c in cycles)
+    characters = (sum(sized(r.get("prompt")) for r in records) + sum(sized(s.get("text")) for s in steps)
+                  + sum(sized(c.get("correction_text")) for c in cycles)
+                  + sum(sized(t) for c in cycles if isinstance(c.get("drafted_text"), list) for t in c["drafted_text"]))
+    # Each cycle writes a token or more, each step one: no run has more of either than the most new
+    # tokens a run may write (checked against its own max new tokens once its settings are read).
+    longest = max(max(sized(r.get("cycles")), sized(r.get("steps"))) for r in records) if records else 0
+    for count, cap, what in ((len(runs), MAX_RUNS, "runs"), (events, MAX_EVENTS, "cycles and plain steps"),
+                             (longest, LOCAL.max_new_tokens, "cycles (or plain steps) in one run"),
+                             (drafted, MAX_DRAFTED, "drafted tokens"),
+                             (characters, MAX_TEXT_CHARS, "characters of prompt and token text")):
+        if count > cap:
+            raise SpecvizError(f"{name} holds {count:,} {what}; at most {cap:,} are read (more than any run "
+                               f"within specviz's limits writes). Record a shorter run.")
 
 
 def _strict(adapter: pydantic.TypeAdapter, value):
@@ -159,6 +239,9 @@ def _run_from(record) -> tuple[Run, str]:
                if key not in record]
     if missing:
         raise KeyError(", ".join(missing))
+    settings = validate(_strict(_SETTINGS, record["settings"]), LOCAL)
+    if len(fields_["prompt"]) > LOCAL.max_prompt_chars:
+        raise ValueError(f"its prompt is longer than {LOCAL.max_prompt_chars:,} characters")
     cycles = _strict(_CYCLES, record["cycles"])
     steps = _strict(_STEPS, record["steps"])
     texts = [CycleText(_strict(_STRINGS, c.get("drafted_text")), _strict(_TEXT, c.get("correction_text")))
@@ -170,7 +253,12 @@ def _run_from(record) -> tuple[Run, str]:
         if step.index != number:
             raise ValueError(f"plain step {number} has another step's index")
         _check_time(step.seconds, f"plain step {number}")
-    settings = validate(_strict(_SETTINGS, record["settings"]), LOCAL)
+    # A run writes at most its max new tokens, each cycle at least one of them (so it has at most
+    # that many cycles), and its baseline one per step.
+    emitted = sum(len(c.emitted) for c in cycles)
+    if max(emitted, len(steps)) > settings.max_new_tokens:
+        raise ValueError(f"it holds {max(emitted, len(steps))} tokens, more than its max new tokens "
+                         f"({settings.max_new_tokens})")
     target, draft = fields_.get("target", {}), fields_.get("draft", {})
     if fields_["prompt_tokens"] < 0 or min(target.get("parameters", 0), draft.get("parameters", 0)) < 0:
         raise ValueError("a count is negative")
@@ -208,13 +296,14 @@ class _RunFields(TypedDict, total=False):
 
 _RUN_FIELDS = pydantic.TypeAdapter(_RunFields)
 _RUN_FIELDS_NAMES = tuple(_RunFields.__annotations__)
-MAX_NODES = 4096                    # drafted tokens (or tree nodes) in one cycle, and its k
 VERDICT_NAMES = {ACCEPTED, REJECTED, NOT_REACHED}
 
 
 def _check_time(seconds: float, where: str) -> None:
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"{where}: a time that is negative or not finite")
+    if seconds > MAX_EVENT_SECONDS:
+        raise ValueError(f"{where} claims {seconds:.3g} s; one cycle or step takes at most {MAX_EVENT_SECONDS:g} s")
 
 
 def _check_cycle(cycle: Cycle, text: CycleText, number: int) -> None:
@@ -228,8 +317,13 @@ def _check_cycle(cycle: Cycle, text: CycleText, number: int) -> None:
         raise ValueError(f"{where}: more than {MAX_NODES} drafted tokens")
     _check_time(cycle.draft_seconds, where)
     _check_time(cycle.verify_seconds, where)
-    if not 0 <= cycle.num_accepted <= n or len(text.drafted) != n:
+    _check_time(cycle.seconds, where)
+    if not 0 <= cycle.num_accepted <= n or len(text.drafted) != n or not cycle.emitted:
         raise ValueError(f"{where}: its counts do not add up")
+    # What the decoding loop records per cycle is bounded by its drafted tokens: one uniform per
+    # token tested, one target argmax per position verified, the residual's top ten.
+    if (len(cycle.uniforms) > n or len(cycle.target_top) > n + 1 or len(cycle.residual_top) > MAX_RESIDUAL_TOP):
+        raise ValueError(f"{where}: more draws, argmaxes or residual tokens than it verified")
     if len(cycle.draft_probs) != n or len(cycle.target_probs) != n:
         raise ValueError(f"{where}: one probability per drafted token expected")
     if cycle.correction_kind not in (RESAMPLED, BONUS, None) or (cycle.correction is None) != (
@@ -244,11 +338,22 @@ def _check_cycle(cycle: Cycle, text: CycleText, number: int) -> None:
             check_tree(cycle.parents)
         except ValueError:
             raise ValueError(f"{where}: its tree's parents are invalid") from None
-        if cycle.path is None or any(not 0 <= node < n for node in cycle.path):
+        # The path runs down from the root, one node per accepted token.
+        path = cycle.path
+        if (path is None or len(path) != cycle.num_accepted or any(not 0 <= node < n for node in path)
+                or any(cycle.parents[node] != parent for node, parent in zip(path, [-1, *path]))):
             raise ValueError(f"{where}: its tree's path is invalid")
-        if cycle.node_verdicts is not None and (len(cycle.node_verdicts) != n
-                                                or not set(cycle.node_verdicts) <= VERDICT_NAMES):
-            raise ValueError(f"{where}: one known verdict per node expected")
+        # Verification tries the children of the root and of accepted nodes only: a node elsewhere
+        # is never rejected (the views describe each rejected branch once, so they cost its size).
+        on_path = set(path)
+        tried = {-1, *path}
+        if (cycle.node_verdicts is None or len(cycle.node_verdicts) != n
+                or not set(cycle.node_verdicts) <= VERDICT_NAMES
+                or any((verdict == ACCEPTED) != (node in on_path)
+                       or (verdict == REJECTED and cycle.parents[node] not in tried)
+                       for node, verdict in enumerate(cycle.node_verdicts))):
+            raise ValueError(f"{where}: one known verdict per node expected, rejected only where "
+                             "verification tried it")
     elif cycle.path is not None or cycle.node_verdicts is not None:
         raise ValueError(f"{where}: a chain with a tree's path or verdicts")
     expected = [cycle.drafted[i] for i in cycle.accepted_nodes]
@@ -273,6 +378,14 @@ def timeline(recorded: Run) -> list[tuple[float, Cycle | Step]]:
             plain += event.seconds
             events.append((plain, event))
     return events
+
+
+def playback_scale(events: Sequence[tuple[float, Cycle | Step]], speed: float) -> float:
+    """What turns an event's recorded time into its wall time from the replay's start, at `speed`:
+    1 / speed, or less when the replay would take longer than MAX_PLAYBACK_SECONDS. A long
+    recording is compressed uniformly, so its race keeps its shape and no replay holds a slot longer."""
+    end = max((seconds for seconds, _ in events), default=0.0)
+    return min(1.0 / speed, MAX_PLAYBACK_SECONDS / end) if end > 0 else 1.0 / speed
 
 
 def replay(recorded: Run, events: list[tuple[float, Cycle | Step]] | None = None) -> Iterator[tuple[float, Run]]:

@@ -2,13 +2,20 @@
 Run tab's own views, at the recorded speed, 2x, 4x, or a cycle at a time. Both methods race on their
 recorded clocks. No model is loaded, so a CPU Space can show a GPU pair's run; the tab works the
 same in hosted mode.
+
+What a visitor can make the server spend is bounded: a file is checked against `recording`'s caps
+before anything is shown, opening and stepping wait in the queue (`OPEN_CONCURRENCY` at once), a
+replay plays in at most `recording.MAX_PLAYBACK_SECONDS` (a longer one is compressed), each run's
+token view details its first `report.DETAIL_TOKENS` tokens, and the opened files kept for Next and
+Previous are bounded in bytes (`CACHE_BYTES`).
 """
 
 from __future__ import annotations
 
-import functools
 import os
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -19,7 +26,8 @@ from ..errors import SpecvizError
 from ..runs import recording
 from ..runs.recording import Recording
 from ..views import render
-from ..views.run_view import RunRenderer, empty_view
+from ..views.report import DetailLimitedRenderer
+from ..views.run_view import empty_view
 from .common import TICK, StopSignal, Throttle, click_with_stop, error_html, failure, streaming
 from .run_tab import build_run_views, shown
 
@@ -29,7 +37,11 @@ CYCLE_BY_CYCLE = "Cycle by cycle (Next / Previous)"
 REPLAY_ERROR = dict(heading="This recording cannot be played.",
                     advice="Choose a bundled recording, or upload a file from Download recording or --record.")
 REPLAY_CONCURRENCY = 8              # replays only sleep and render: several may play at once
+OPEN_CONCURRENCY = 2                # opening a file and stepping cost CPU (a worst-case file: seconds)
+CACHE_ENTRIES = 8                   # opened recordings kept for Play, Next and Previous ...
+CACHE_BYTES = 128 * 2**20           # ... and their estimated size in memory (a worst-case file: ~65 MB)
 SLEEP_SLICE = 0.1                   # a Stop lands within this long while a replay waits for its next event
+FRAME_SHARE = 0.25                  # at most about this share of a replay's time goes on drawing its views
 
 
 def open_recording(bundled: str | None, upload: str | None) -> Recording:
@@ -53,9 +65,25 @@ def _load(path) -> Recording:
     return _load_version(str(path), stat.st_mtime_ns, stat.st_size)
 
 
-@functools.lru_cache(maxsize=8)
+_opened: OrderedDict[tuple, tuple[Recording, int]] = OrderedDict()   # version -> (recording, its bytes)
+_opened_lock = threading.Lock()
+
+
 def _load_version(path: str, mtime_ns: int, size: int) -> Recording:
-    return recording.load(path)
+    """The recording at this version of `path`, from the cache (least recently used dropped first,
+    past CACHE_ENTRIES or CACHE_BYTES) or read now."""
+    key = (path, mtime_ns, size)
+    with _opened_lock:
+        if key in _opened:
+            _opened.move_to_end(key)
+            return _opened[key][0]
+    opened = recording.load(path)            # outside the lock: other files open meanwhile
+    with _opened_lock:
+        _opened[key] = (opened, recording.footprint(opened))
+        while len(_opened) > 1 and (len(_opened) > CACHE_ENTRIES
+                                    or sum(size for _, size in _opened.values()) > CACHE_BYTES):
+            _opened.popitem(last=False)
+    return opened
 
 
 def chosen_run(bundled: str | None, upload: str | None, label: str | None):
@@ -80,22 +108,32 @@ def replay_work(bundled: str | None, upload: str | None, label: str | None, spee
     try:
         recorded = chosen_run(bundled, upload, label)
         if speed not in SPEEDS:   # cycle by cycle: Play shows the first cycle
-            yield (*shown(RunRenderer().view(recording.up_to_cycle(recorded, 1), "Cycle 1: press Next cycle.")), 1)
+            yield (*shown(DetailLimitedRenderer().view(recording.up_to_cycle(recorded, 1),
+                                                       "Cycle 1: press Next cycle.")), 1)
             return
-        factor, renderer, throttle = SPEEDS[speed], RunRenderer(), Throttle()
+        renderer, throttle = DetailLimitedRenderer(), Throttle()
+        events = recording.timeline(recorded)
+        scale = recording.playback_scale(events, SPEEDS[speed])
+        playing = f"Replaying at {speed.lower()}"
+        if scale < 1 / SPEEDS[speed]:
+            playing += f", compressed to {recording.MAX_PLAYBACK_SECONDS:g} s"
         start = time.monotonic()
-        run = None
-        for seconds, run in recording.replay(recorded):
-            while (wait := start + seconds / factor - time.monotonic()) > 0 and not stop.requested:
+        run, quiet_until = None, 0.0
+        for seconds, run in recording.replay(recorded, events):
+            while (wait := start + seconds * scale - time.monotonic()) > 0 and not stop.requested:
                 time.sleep(min(wait, SLEEP_SLICE))
                 yield TICK
             if stop.requested:
                 yield (*shown(renderer.stopped(run)), len(run.cycles))
                 return
-            show, with_charts = throttle.due()
+            # A large run's view takes longer to draw than the throttle's interval: after each one,
+            # wait in proportion to its cost, so that drawing cannot stretch the replay past its pacing.
+            show, with_charts = throttle.due() if time.monotonic() >= quiet_until else (False, False)
             if show:
-                yield (*shown(renderer.view(run, f"Replaying at {speed.lower()}\u2026", with_charts=with_charts)),
-                       len(run.cycles))
+                drawing = time.monotonic()
+                view = renderer.view(run, f"{playing}\u2026", with_charts=with_charts)
+                quiet_until = time.monotonic() + (time.monotonic() - drawing) * (1 / FRAME_SHARE - 1)
+                yield (*shown(view), len(run.cycles))
             else:
                 yield TICK
         yield (*shown(renderer.view(run, "Replayed: the recorded run, as it finished.", final=True)), len(run.cycles))
@@ -112,7 +150,7 @@ def step_view(bundled: str | None, upload: str | None, label: str | None, positi
         final = cycles == len(recorded.cycles)
         state = ("Last cycle: the recorded run, as it finished." if final
                  else f"Cycle {cycles} of {len(recorded.cycles)}.")
-        return (*shown(RunRenderer().view(run, state, final=final)), cycles)
+        return (*shown(DetailLimitedRenderer().view(run, state, final=final)), cycles)
     except Exception as exc:  # noqa: BLE001
         return (*shown(empty_view(error_html(failure(exc, "replay"), **REPLAY_ERROR))), position or 0)
 
@@ -159,7 +197,8 @@ def build_replay_tab() -> ReplayTab:
     info = gr.HTML(opened_html(opened) if opened else "", elem_id="replay-info")
     views = build_run_views("replay-")
     position = gr.State(0)
-    private = dict(queue=False, api_visibility="private")
+    # Opening and stepping read and render a whole file: in the queue, a few at once.
+    private = dict(api_visibility="private", concurrency_limit=OPEN_CONCURRENCY, concurrency_id="replay-open")
 
     def on_open(bundled_name, uploaded):
         try:

@@ -5,6 +5,11 @@ colours and per-token probabilities on hover, the plain baseline, the summary ta
 charts), beside its settings and environment; several runs sit side by side after a table of their
 headline numbers. plotly.js is embedded once for the whole file (the 1.2 MB basic bundle), and
 nothing is fetched from the network. Every text from a recording is escaped.
+
+A token shown with its verdict and hover costs about 150 bytes of HTML, so the report details its
+first `DETAIL_TOKENS` tokens, over all its runs, and the Replay tab a run's first as many
+(`DetailLimitedRenderer`); later cycles show only the text they added. A report is then at most
+plotly.js plus about twice its recordings' size, however many drafts they rejected.
 """
 
 from __future__ import annotations
@@ -12,11 +17,17 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
+from ..core.events import REJECTED
 from ..runs import Run
 from ..runs.recording import Recording
+from . import render
 from .export import chart_div, plotly_script
 from .render import CSS
-from .run_view import RunRenderer, describe
+from .run_view import RunRenderer, RunView, describe
+
+# Tokens a page shows one by one (verdict, hover): all of a 4,096-token run at k = 4, whose cycles
+# each show at most 4 rejected drafts and 1 token more (about 3 MB of HTML).
+DETAIL_TOKENS = 5 * 4096
 
 REPORT_CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 16px 24px; color: #1f2328; }
@@ -41,6 +52,32 @@ RESIZE = ("<script>window.addEventListener('load', () => document.querySelectorA
           ".forEach(plot => Plotly.Plots.resize(plot)));</script>")
 
 
+class DetailLimitedRenderer(RunRenderer):
+    """The Run tab's renderer, detailing a run's first `detail` tokens shown (accepted and rejected
+    drafts, corrections); from the cycle that would go past them on, each cycle shows only the text
+    it added, under a note that says so. The numbers and charts still cover every cycle."""
+
+    def __init__(self, detail: int = DETAIL_TOKENS):
+        super().__init__()
+        self.detail_left = detail
+
+    def view(self, run: Run, state: str, **options) -> RunView:
+        for cycle, text in zip(run.cycles[len(self.cycle_html):], run.texts[len(self.cycle_html):]):
+            shown = (cycle.num_accepted + cycle.verdicts.count(REJECTED) + (cycle.correction is not None))
+            if shown <= self.detail_left:
+                self.detail_left -= shown
+                self.cycle_html.append(render.cycle_html(cycle, text))
+                continue
+            note = ""
+            if self.detail_left >= 0:   # the first cycle shown as text only
+                note = (f'<span class="sv-placeholder">[from cycle {cycle.index + 1} on, only the text each cycle '
+                        f'added: a page shows {DETAIL_TOKENS:,} tokens one by one]</span>')
+                self.detail_left = -1
+            added = "".join(text.drafted[i] for i in cycle.accepted_nodes) + (text.correction or "")
+            self.cycle_html.append(render.render_cycle(cycle.index, [], note + render.token_text_html(added)))
+        return super().view(run, state, **options)
+
+
 def _kv_table(items: dict) -> str:
     rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(str(v))}</td></tr>" for k, v in items.items())
     return f"<table>{rows}</table>"
@@ -60,8 +97,9 @@ def _overview(runs: Sequence[tuple[str, Run]]) -> str:
     return f'<table class="sv-overview" aria-label="runs compared">{head}{"".join(rows)}</table>'
 
 
-def run_section(label: str, run: Run, environment: dict, number: int) -> str:
-    view = RunRenderer().view(run, "Recorded run.", final=True)
+def run_section(label: str, run: Run, environment: dict, number: int,
+                renderer: DetailLimitedRenderer | None = None) -> str:
+    view = (renderer or DetailLimitedRenderer()).view(run, "Recorded run.", final=True)
     figures = (view.acceptance, view.per_pass, view.race, view.positions)
     charts = "".join(chart_div(figure, f"run{number}-chart{i}") for i, figure in enumerate(figures))
     settings = {k: v for k, v in run.settings.to_dict().items() if v is not None}
@@ -83,7 +121,12 @@ def report_html(recordings: Sequence[Recording], title: str = "specviz report") 
             for rec in recordings for label, run in zip(rec.labels, rec.runs)]
     sources = ", ".join(f"{rec.name} (recorded {rec.created or 'at an unknown time'})" for rec in recordings)
     overview = _overview([(label, run) for label, run, _ in runs]) if len(runs) > 1 else ""
-    sections = "".join(run_section(label, run, env, i) for i, (label, run, env) in enumerate(runs))
+    parts, detail = [], DETAIL_TOKENS         # shared: the page details its first DETAIL_TOKENS tokens
+    for number, (label, run, env) in enumerate(runs):
+        renderer = DetailLimitedRenderer(detail)
+        parts.append(run_section(label, run, env, number, renderer))
+        detail = max(renderer.detail_left, 0)
+    sections = "".join(parts)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<title>{html.escape(title)}</title><style>{CSS}{REPORT_CSS}</style>{plotly_script()}</head>'
