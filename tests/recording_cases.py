@@ -10,6 +10,7 @@ import copy
 import json
 
 from specviz.runs import recording as rec
+from specviz.runs import recording_checks as caps
 
 TEXT = "x" * 14       # a token's text: long enough that the file's texts reach MAX_TEXT_CHARS
 
@@ -56,7 +57,7 @@ def with_runs(template: dict, runs: list[tuple[dict, list[dict], list[dict]]]) -
 
 
 CHAIN = dict(draft="ngram", k=rec.LOCAL.max_k, max_new_tokens=rec.LOCAL.max_new_tokens)
-TREE = dict(draft="self:1", k=rec.LOCAL.max_k, branch=8, tree_budget=rec.MAX_NODES,
+TREE = dict(draft="self:1", k=rec.LOCAL.max_k, branch=8, tree_budget=caps.MAX_NODES,
             max_new_tokens=rec.LOCAL.max_new_tokens)
 
 
@@ -67,13 +68,13 @@ def worst(kind: str, template: dict) -> dict:
         k = rec.LOCAL.max_k
         return with_runs(template, [(CHAIN, [chain_cycle(i, k) for i in range(tokens)], steps(tokens))])
     if kind == "tree":       # MAX_DRAFTED nodes in trees of MAX_NODES, every unaccepted node rejected
-        cycles = rec.MAX_DRAFTED // rec.MAX_NODES
+        cycles = caps.MAX_DRAFTED // caps.MAX_NODES
         depth = tokens // cycles - 1
-        return with_runs(template, [(TREE, [tree_cycle(i, rec.MAX_NODES, depth) for i in range(cycles)],
+        return with_runs(template, [(TREE, [tree_cycle(i, caps.MAX_NODES, depth) for i in range(cycles)],
                                      steps(tokens))])
     if kind == "events":     # as many cycles and steps as fit in MAX_BYTES, in runs of 4,096 tokens
         runs, events = [], 0
-        while events + 2 * tokens <= rec.MAX_EVENTS:
+        while events + 2 * tokens <= caps.MAX_EVENTS:
             runs.append((dict(CHAIN, k=1), [chain_cycle(i, 1, "") for i in range(tokens)], steps(tokens, "")))
             events += 2 * tokens
             if len(rec.dumps(with_runs(template, runs)).encode()) > rec.MAX_BYTES:
@@ -82,9 +83,9 @@ def worst(kind: str, template: dict) -> dict:
         return with_runs(template, runs)
     if kind == "depths":     # runs of 4,096 cycles, one asking k = MAX_NODES: every chart by depth is 512 wide
         runs, events = [], 0
-        while events + tokens <= rec.MAX_EVENTS:
+        while events + tokens <= caps.MAX_EVENTS:
             cycles = [chain_cycle(i, 0, "") for i in range(tokens)]
-            cycles[0]["k"] = rec.MAX_NODES
+            cycles[0]["k"] = caps.MAX_NODES
             runs.append((dict(CHAIN, k=1), cycles, []))
             events += tokens
             if len(rec.dumps(with_runs(template, runs)).encode()) > rec.MAX_BYTES:

@@ -197,18 +197,18 @@ def test_an_output_on_an_input_is_refused_before_any_work(live, tmp_path, capsys
     assert "--markdown" in line and "is an input" in line
 
 
-def test_a_surrogate_in_a_recording_still_makes_the_report(live, tmp_path, capsys):
+def test_a_surrogate_in_a_recording_is_refused_and_the_old_report_kept(live, tmp_path, capsys):
+    # A lone surrogate is valid JSON ("\udcff") but no UTF-8 file can hold it: refused at load,
+    # before anything is written (it used to truncate the existing -o file to 0 bytes).
     record = fresh_record(live)
     record["environment"]["device_name"] = "\udcff"
-    record["created"] = "2026-12-01\udcfe"
     path = tmp_path / "odd.json"
     path.write_text(json.dumps(record), encoding="utf-8")
     out = tmp_path / "report.html"
     out.write_text("the previous report")
-    assert entry(["report", str(path), "-o", str(out)]) == 0
-    assert "not valid Unicode shown as \ufffd" in capsys.readouterr().out
-    page = out.read_text(encoding="utf-8")
-    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    line = one_error_line(capsys, entry(["report", str(path), "-o", str(out)]))
+    assert line.startswith("error: ") and "device_name" in line
+    assert out.read_text() == "the previous report"
 
 
 def test_a_device_output_is_written_in_place(live, tmp_path, capsys):
@@ -269,17 +269,24 @@ def test_a_json_prompt_is_limited_by_its_length_not_its_line(tmp_path):
 
 # ----------------------------------------------------------------------------- times and messages
 
-def test_a_recording_that_claims_forever_is_refused_unless_fast(live, tmp_path, capsys):
+def test_a_recording_that_claims_forever_is_refused_and_a_long_one_needs_fast(live, tmp_path, capsys):
     record = fresh_record(live)
     record["runs"][0]["cycles"][0]["verify_seconds"] = 1e300
     path = save(record, tmp_path / "forever.json")
+    for argv in (["replay", str(path)], ["replay", str(path), "--fast"]):
+        line = one_error_line(capsys, entry(argv))
+        assert line.startswith("error: forever.json: ") and "at most 600 s" in line
+    # Within the per-event cap, a replay that would wait more than an hour needs --fast or --speed.
+    record = fresh_record(live)
+    for cycle in record["runs"][0]["cycles"]:
+        cycle["verify_seconds"] = 590.0
+    path = save(record, tmp_path / "long.json")
     line = one_error_line(capsys, entry(["replay", str(path)]))
-    assert line == ("error: forever.json: played at --speed 1 it would take 1e+300 s (its events claim that long). "
-                    "Add --fast to print it at once, or a higher --speed.")
-    assert "longer than any clock counts" in one_error_line(capsys, entry(["replay", str(path), "--speed", "1e-300"]))
+    assert line.startswith("error: long.json: played at --speed 1 it would take ") and "Add --fast" in line
+    assert "longer than any clock counts" in one_error_line(capsys, entry(["replay", str(path), "--speed", "1e-320"]))
     assert entry(["replay", str(path), "--fast", "--no-color"]) == 0
     assert "tokens per target pass" in capsys.readouterr().out
-    assert entry(["report", str(path), "-o", str(tmp_path / "forever.html")]) == 0
+    assert entry(["report", str(path), "-o", str(tmp_path / "long.html")]) == 0
 
 
 def test_an_unexpected_error_promises_no_log():

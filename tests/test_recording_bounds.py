@@ -24,6 +24,7 @@ from specviz.errors import SpecvizError
 from specviz.metrics import draft_reach, summarize
 from specviz.runs import execute
 from specviz.runs import recording as rec
+from specviz.runs import recording_checks as caps
 from specviz.settings import RunSettings
 from specviz.ui import replay_tab
 from specviz.ui.common import TICK
@@ -53,7 +54,7 @@ def chain_recording(template, cycles=4, k=4, seconds=0.01, steps=4, **settings):
 # ----------------------------------------------------------------------------- 1. replay slots
 
 def test_an_event_time_past_the_cap_is_refused(template, tmp_path, capsys):
-    assert rec.loads(json.dumps(chain_recording(template, seconds=rec.MAX_EVENT_SECONDS / 2)))
+    assert rec.loads(json.dumps(chain_recording(template, seconds=caps.MAX_EVENT_SECONDS / 2)))
     for seconds in (1e300, 3600.0):
         text = json.dumps(chain_recording(template, seconds=seconds))
         with pytest.raises(SpecvizError, match="at most 600 s"):
@@ -184,7 +185,7 @@ def test_each_cap_is_checked_at_load(template):
     refused(one_long, "4,097 cycles .or plain steps. in one run")
     many = cases.with_runs(template, [(cases.CHAIN, [], cases.steps(4096, "")) for _ in range(33)])
     refused(many, "135,168 cycles and plain steps")
-    refused(cases.with_runs(template, [(cases.CHAIN, [], []) for _ in range(rec.MAX_RUNS + 1)]), "65 runs")
+    refused(cases.with_runs(template, [(cases.CHAIN, [], []) for _ in range(caps.MAX_RUNS + 1)]), "65 runs")
     wordy = cases.with_runs(template, [(cases.CHAIN, [cases.chain_cycle(i, 64, "x" * 300) for i in range(220)], [])])
     refused(wordy, "characters of prompt and token text")
     long_run = cases.with_runs(template, [(dict(cases.CHAIN, max_new_tokens=100),
@@ -211,7 +212,7 @@ def test_each_cap_is_checked_at_load(template):
     skipping = json.loads(json.dumps(tree))
     skipping["runs"][0]["cycles"][0].update(path=[0, 3], emitted=[3, 6, 2])   # node 3 is not node 0's child
     refused(skipping, "path is invalid")
-    big_tree = cases.with_runs(template, [(cases.TREE, [cases.tree_cycle(0, rec.MAX_NODES + 1, 2)], [])])
+    big_tree = cases.with_runs(template, [(cases.TREE, [cases.tree_cycle(0, caps.MAX_NODES + 1, 2)], [])])
     refused(big_tree, "more than 512 drafted tokens")
 
 
@@ -222,7 +223,7 @@ def test_a_real_long_run_loads(template):
                                         cases.steps(4096))])
     assert len(rec.loads(rec.dumps(chain)).runs[0].cycles) == 4096
     tree = cases.worst("tree", template)
-    assert rec.loads(rec.dumps(tree)).runs[0].stats.drafted == rec.MAX_DRAFTED
+    assert rec.loads(rec.dumps(tree)).runs[0].stats.drafted == caps.MAX_DRAFTED
 
 
 def test_the_replay_cache_is_bounded_in_bytes(template, tmp_path, monkeypatch):

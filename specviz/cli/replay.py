@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import sys
 import time
 from pathlib import Path
@@ -83,17 +82,12 @@ def replay_main(args: argparse.Namespace) -> int:
     return 0
 
 
-# A lone surrogate is valid in JSON ("\udcff") but no UTF-8 file can hold it.
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
-
-
 def report_main(args: argparse.Namespace) -> int:
     check_paths(args.files, [("-o", args.output)])
     check_output_file(args.output, "-o")
     recordings = [read_recording(path) for path in args.files]
-    page, replaced = _SURROGATE.subn("\ufffd", report_html(recordings, title=args.title))
+    page = report_html(recordings, title=args.title)
     write_output(args.output, page)
-    note = f"; {replaced} characters that are not valid Unicode shown as \ufffd" if replaced else ""
     print(printable(f"wrote {args.output} ({len(page.encode()) / 1e6:.1f} MB, "
-                    f"{sum(len(r.runs) for r in recordings)} runs{note})"))
+                    f"{sum(len(r.runs) for r in recordings)} runs)"))
     return 0

@@ -21,19 +21,18 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing_extensions import TypedDict   # pydantic needs this one on Python < 3.12
 
 import pydantic
 
-from ..core.events import ACCEPTED, BONUS, NOT_REACHED, REJECTED, RESAMPLED, Cycle, Step
-from ..core.trees import check_tree
+from ..core.events import Cycle, Step
 from ..errors import SpecvizError
 from ..files import read_limited, write_atomic
 from ..models.host import HostLoad, environment
-from ..settings import LOCAL, MAX_BRANCH, RunSettings, validate
+from ..settings import LOCAL, RunSettings, validate
+from .recording_checks import check_cost, check_cycle, check_text, check_time
 from .result import CycleText, Run
 from .run import interleave
 
@@ -41,14 +40,6 @@ FORMAT = "specviz-recording"
 VERSION = 1
 MAX_BYTES = 16 * 1024 * 1024       # a few thousand cycles take well under 1 MB
 
-# What showing a recording costs grows with these; each cap is above anything a real run writes.
-MAX_EVENT_SECONDS = 600.0          # one cycle or step: ten minutes, a long prompt's prefill on a CPU included
-MAX_NODES = LOCAL.max_k * MAX_BRANCH    # 512: a cycle's drafted tokens (a tree at its largest budget) and its k
-MAX_DRAFTED = LOCAL.max_new_tokens * LOCAL.max_k   # 262,144 drafted tokens in a file: 4,096 cycles of k = 64
-MAX_RUNS = 64                      # runs in a file: a comparison's configurations (the Compare tab runs 4)
-MAX_EVENTS = 2 ** 17               # 131,072 cycles and steps in a file (a run has at most 2 x 4,096)
-MAX_TEXT_CHARS = 2 ** 22           # 4,194,304 characters of prompts and token texts in a file
-MAX_RESIDUAL_TOP = 10              # tokens kept of a residual distribution (core.sampling.top_tokens)
 # A replay's pacing: at any speed, it plays in at most this long (a longer one is compressed).
 MAX_PLAYBACK_SECONDS = 120.0
 
@@ -133,8 +124,8 @@ def loads(data: bytes | str, name: str = "the recording") -> Recording:
     runs = record.get("runs")
     if not isinstance(runs, list) or not runs:
         raise SpecvizError(f"{name} holds no runs.")
-    _check_cost(runs, name)
-    _check_text(record, name)
+    check_cost(runs, name)
+    check_text(record, name)
     loaded: list[Run] = []
     labels: list[str] = []
     for number, run_record_ in enumerate(runs, 1):
@@ -167,65 +158,6 @@ def load(path: Path | str) -> Recording:
     return loads(read_limited(path, MAX_BYTES, "a recording"), path.name)
 
 
-def _check_text(record: dict, name: str) -> None:
-    """Refuse text that is not Unicode: JSON can spell a lone surrogate ("\\udc80"), which no page,
-    terminal or file can encode. Refused rather than replaced: the file is damaged, and a token's
-    text changed silently would misreport what the model wrote."""
-    try:
-        json.dumps(record, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        try:
-            where = _first_unencodable(record)
-        except RecursionError:
-            where = "a deeply nested value"
-        raise SpecvizError(f"{name} holds text that is not valid Unicode (a lone surrogate such as \\udc80, "
-                           f"in {where}): it cannot be shown or saved. Record the run again, or correct "
-                           "that text.") from None
-
-
-def _first_unencodable(value, where: str = "the file") -> str:
-    """Where the first string that UTF-8 cannot encode sits (only called once one is known to)."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return where
-        return ""
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        if isinstance(key, str) and _first_unencodable(key):
-            return f"a key of {where}"
-        found = _first_unencodable(item, f"{where} \u2192 {key}" if where != "the file" else str(key))
-        if found:
-            return found
-    return ""
-
-
-def _check_cost(runs: list, name: str) -> None:
-    """The file-wide caps, counted on the parsed JSON before any run is validated or shown."""
-    def sized(value) -> int:
-        return len(value) if isinstance(value, (list, str)) else 0
-
-    records = [r for r in runs if isinstance(r, dict)]
-    cycles = [c for r in records if isinstance(r.get("cycles"), list) for c in r["cycles"] if isinstance(c, dict)]
-    steps = [s for r in records if isinstance(r.get("steps"), list) for s in r["steps"] if isinstance(s, dict)]
-    events = sum(sized(r.get("cycles")) + sized(r.get("steps")) for r in records)
-    drafted = sum(sized(c.get("drafted")) for c in cycles)
-    characters = (sum(sized(r.get("prompt")) for r in records) + sum(sized(s.get("text")) for s in steps)
-                  + sum(sized(c.get("correction_text")) for c in cycles)
-                  + sum(sized(t) for c in cycles if isinstance(c.get("drafted_text"), list) for t in c["drafted_text"]))
-    # Each cycle writes a token or more, each step one: no run has more of either than the most new
-    # tokens a run may write (checked against its own max new tokens once its settings are read).
-    longest = max(max(sized(r.get("cycles")), sized(r.get("steps"))) for r in records) if records else 0
-    for count, cap, what in ((len(runs), MAX_RUNS, "runs"), (events, MAX_EVENTS, "cycles and plain steps"),
-                             (longest, LOCAL.max_new_tokens, "cycles (or plain steps) in one run"),
-                             (drafted, MAX_DRAFTED, "drafted tokens"),
-                             (characters, MAX_TEXT_CHARS, "characters of prompt and token text")):
-        if count > cap:
-            raise SpecvizError(f"{name} holds {count:,} {what}; at most {cap:,} are read (more than any run "
-                               f"within specviz's limits writes). Record a shorter run.")
-
-
 def _strict(adapter: pydantic.TypeAdapter, value):
     """`value` (parsed JSON) validated as JSON in strict mode: no bool for an int, no "3" for 3."""
     return adapter.validate_json(json.dumps(value), strict=True)
@@ -248,11 +180,11 @@ def _run_from(record) -> tuple[Run, str]:
              for c in record["cycles"]]
     step_texts = _strict(_STRINGS, [s.get("text") for s in record["steps"]])
     for number, (cycle, text) in enumerate(zip(cycles, texts)):
-        _check_cycle(cycle, text, number)
+        check_cycle(cycle, text, number)
     for number, step in enumerate(steps):
         if step.index != number:
             raise ValueError(f"plain step {number} has another step's index")
-        _check_time(step.seconds, f"plain step {number}")
+        check_time(step.seconds, f"plain step {number}")
     # A run writes at most its max new tokens, each cycle at least one of them (so it has at most
     # that many cycles), and its baseline one per step.
     emitted = sum(len(c.emitted) for c in cycles)
@@ -296,70 +228,6 @@ class _RunFields(TypedDict, total=False):
 
 _RUN_FIELDS = pydantic.TypeAdapter(_RunFields)
 _RUN_FIELDS_NAMES = tuple(_RunFields.__annotations__)
-VERDICT_NAMES = {ACCEPTED, REJECTED, NOT_REACHED}
-
-
-def _check_time(seconds: float, where: str) -> None:
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"{where}: a time that is negative or not finite")
-    if seconds > MAX_EVENT_SECONDS:
-        raise ValueError(f"{where} claims {seconds:.3g} s; one cycle or step takes at most {MAX_EVENT_SECONDS:g} s")
-
-
-def _check_cycle(cycle: Cycle, text: CycleText, number: int) -> None:
-    """The invariants the views rely on: a damaged file must fail here, not inside a view (or make
-    a chart allocate by a k of a billion, or a replay wait forever)."""
-    n = len(cycle.drafted)
-    where = f"cycle {number}"
-    if cycle.index != number:
-        raise ValueError(f"{where} has another cycle's index")
-    if n > MAX_NODES or not 0 <= cycle.k <= MAX_NODES:
-        raise ValueError(f"{where}: more than {MAX_NODES} drafted tokens")
-    _check_time(cycle.draft_seconds, where)
-    _check_time(cycle.verify_seconds, where)
-    _check_time(cycle.seconds, where)
-    if not 0 <= cycle.num_accepted <= n or len(text.drafted) != n or not cycle.emitted:
-        raise ValueError(f"{where}: its counts do not add up")
-    # What the decoding loop records per cycle is bounded by its drafted tokens: one uniform per
-    # token tested, one target argmax per position verified, the residual's top ten.
-    if (len(cycle.uniforms) > n or len(cycle.target_top) > n + 1 or len(cycle.residual_top) > MAX_RESIDUAL_TOP):
-        raise ValueError(f"{where}: more draws, argmaxes or residual tokens than it verified")
-    if len(cycle.draft_probs) != n or len(cycle.target_probs) != n:
-        raise ValueError(f"{where}: one probability per drafted token expected")
-    if cycle.correction_kind not in (RESAMPLED, BONUS, None) or (cycle.correction is None) != (
-            cycle.correction_kind is None):
-        raise ValueError(f"{where}: its correction is of no known kind")
-    if cycle.from_earlier is not None and len(cycle.from_earlier) != n:
-        raise ValueError(f"{where}: one 'from earlier' mark per drafted token expected")
-    if cycle.is_tree:
-        try:
-            if len(cycle.parents) != n:
-                raise ValueError
-            check_tree(cycle.parents)
-        except ValueError:
-            raise ValueError(f"{where}: its tree's parents are invalid") from None
-        # The path runs down from the root, one node per accepted token.
-        path = cycle.path
-        if (path is None or len(path) != cycle.num_accepted or any(not 0 <= node < n for node in path)
-                or any(cycle.parents[node] != parent for node, parent in zip(path, [-1, *path]))):
-            raise ValueError(f"{where}: its tree's path is invalid")
-        # Verification tries the children of the root and of accepted nodes only: a node elsewhere
-        # is never rejected (the views describe each rejected branch once, so they cost its size).
-        on_path = set(path)
-        tried = {-1, *path}
-        if (cycle.node_verdicts is None or len(cycle.node_verdicts) != n
-                or not set(cycle.node_verdicts) <= VERDICT_NAMES
-                or any((verdict == ACCEPTED) != (node in on_path)
-                       or (verdict == REJECTED and cycle.parents[node] not in tried)
-                       for node, verdict in enumerate(cycle.node_verdicts))):
-            raise ValueError(f"{where}: one known verdict per node expected, rejected only where "
-                             "verification tried it")
-    elif cycle.path is not None or cycle.node_verdicts is not None:
-        raise ValueError(f"{where}: a chain with a tree's path or verdicts")
-    expected = [cycle.drafted[i] for i in cycle.accepted_nodes]
-    expected += [cycle.correction] if cycle.correction is not None else []
-    if list(cycle.emitted) != expected or (cycle.correction is None) != (text.correction is None):
-        raise ValueError(f"{where}: its emitted tokens do not match its verdicts")
 
 
 # ----------------------------------------------------------------------------- playing back
