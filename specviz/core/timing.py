@@ -26,8 +26,10 @@ class Clock:
 
     GPU (and MPS): wall time, read after the device has finished its queued work. CPU with one torch
     thread: this thread's own CPU time: every op of a forward then runs on the calling thread, so
-    other processes on the machine (the browser, the web server) cannot inflate it. CPU with more
-    threads: wall time (another thread's work would be missed by a thread clock)."""
+    other processes' work (the browser, the web server) is not counted. A busy host still slows it: a
+    virtual CPU's stolen time counts as the thread's, and a shared core runs its instructions slower,
+    which is why each run records the host's load (models.host). CPU with more threads: wall time
+    (another thread's work would be missed by a thread clock)."""
 
     def __init__(self, device: torch.device):
         self.sync = {"cuda": torch.cuda.synchronize, "mps": getattr(torch.mps, "synchronize", None)}.get(device.type)
