@@ -35,7 +35,8 @@ HELPS = {"run": "decode one prompt and show every cycle",
          "compare": "compare drafters or pairs on one prompt, or sweep k",
          "bench": "benchmark against plain decoding and transformers' assisted generation",
          "replay": "play a recording back in the terminal",
-         "report": "write recordings as one standalone HTML report"}
+         "report": "write recordings as one standalone HTML report",
+         "load": "speculation under load: batched speculative against batched plain decoding per batch size and k"}
 
 
 class UsageError(Exception):
@@ -170,7 +171,7 @@ def rich_table(title: str, headers, rows):
 def build_parser() -> argparse.ArgumentParser:
     # Imported here, not at the top: each subcommand module imports the helpers above. A subcommand
     # whose import fails fails the whole command line loudly rather than vanishing from it.
-    from . import bench, compare, replay, run
+    from . import bench, compare, load, replay, run
 
     parser = Parser(prog="python -m specviz", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -178,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       ("compare", compare.add_arguments, compare.main),
                                       ("bench", bench.add_arguments, bench.main),
                                       ("replay", replay.add_replay_arguments, replay.replay_main),
-                                      ("report", replay.add_report_arguments, replay.report_main)):
+                                      ("report", replay.add_report_arguments, replay.report_main),
+                                      ("load", load.add_arguments, load.main)):
         p = sub.add_parser(name, help=HELPS[name], description=HELPS[name])
         add_arguments(p)
         p.set_defaults(handler=main)
