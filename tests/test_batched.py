@@ -155,7 +155,7 @@ SAMPLING_PROMPTS = [torch.tensor([[1, 2, 3, 1, 2]]), torch.tensor([[4]]), torch.
 @pytest.mark.parametrize("draft", ["model", "ngram", pytest.param("self:1", marks=pytest.mark.slow)])
 def test_each_sampled_row_follows_its_target_distribution(small_models, draft):
     target, drafts = small_models
-    kw = dict(k=2, temperature=1.0)
+    kw = {"k": 2, "temperature": 1.0}
     runs = 1500
     counts = np.zeros((len(SAMPLING_PROMPTS), V ** LENGTH))
     for seed in range(runs):
@@ -175,7 +175,7 @@ def test_each_sampled_row_follows_its_target_distribution(small_models, draft):
 def test_a_seeded_row_reproduces_whatever_the_other_rows_do(models, draft):
     target, drafts = models
     prompts = ragged_prompts(4, seed=5)
-    kw = dict(max_new_tokens=NEW_TOKENS, k=3, temperature=1.0, top_k=20)
+    kw = {"max_new_tokens": NEW_TOKENS, "k": 3, "temperature": 1.0, "top_k": 20}
     out = rows_of(batched_speculative_decode(target, drafts[draft], prompts, seed=11, **kw))
     # Each row is that prompt decoded alone with the row's own seed ...
     for row, prompt in enumerate(prompts):

@@ -19,7 +19,7 @@ PROMPTS = [BenchPrompt("a", "test", "the cat sat on the mat and the cat sat on t
 
 
 def settings(**values) -> RunSettings:
-    return validate(RunSettings(**dict(dict(max_new_tokens=12, chat=False), **values)), LOCAL)
+    return validate(RunSettings(**dict({"max_new_tokens": 12, "chat": False}, **values)), LOCAL)
 
 
 def test_sweep_points_cover_every_batch_and_k(tiny):

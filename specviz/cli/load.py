@@ -14,7 +14,8 @@ from ..errors import SpecvizError
 from ..files import check_paths, write_atomic
 from ..runs.bench import TINY_TARGET, load_bench_pair
 from ..runs.load import DEFAULT_BATCHES, DEFAULT_KS, LoadResult, check_drafter, sweep
-from . import DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, progress_printer, rich_table, settings_from
+from . import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, progress_printer, rich_table,
+               settings_from)
 
 MAX_BATCH = 64
 

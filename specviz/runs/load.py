@@ -168,8 +168,8 @@ def sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair
         raise SpecvizError("The load sweep needs at least one prompt.")
     encoded = {p.prompt: encode(settings, p.prompt, pair)[0].tolist() for p in prompts}
     eos = list(pair.eos_token_ids or [])
-    options = dict(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
-                   seed=settings.seed, eos_token_id=eos)
+    options = {"temperature": settings.temperature, "top_k": settings.top_k, "top_p": settings.top_p,
+               "seed": settings.seed, "eos_token_id": eos}
     result = LoadResult(
         settings={"target": pair.target_name, "draft": pair.draft_name, "batches": list(batches), "ks": list(ks),
                   "max_new_tokens": settings.max_new_tokens, "repeats": repeats, "prompts": len(prompts),
