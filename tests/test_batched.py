@@ -103,14 +103,25 @@ def test_rows_that_end_leave_the_batch(models):
 
 
 def test_regathered_cache_keeps_outputs(models, monkeypatch):
-    # Re-gather after almost every pass (any hole at all): the outputs must not change.
+    # Re-gather whenever any slot could be won back (every few passes here): outputs must not change.
     monkeypatch.setattr(batched, "MAX_HOLES", 0.0)
     target, drafts = models
     prompts = ragged_prompts(5, seed=4)
     events = list(batched_speculative_decode(target, drafts["model"], prompts, max_new_tokens=NEW_TOKENS, k=4))
-    assert sum(e.regathered for e in events) > len(events) // 2
+    assert sum(e.regathered for e in events) >= len(events) // 3
     out = rows_of(events)
     assert [out[r] for r in range(5)] == [reference(target, p, eos=EOS, n=NEW_TOKENS) for p in prompts]
+
+
+def test_padding_from_prompt_lengths_is_not_re_gathered(models):
+    # Two short prompts beside a long one: most slots are left padding, which no re-gather can win
+    # back (every row is padded to the longest), so none may happen; outputs stay exact.
+    target, drafts = models
+    prompts = [torch.tensor([[5, 6]]), torch.tensor([[7, 8]]), torch.tensor([list(range(10, 50))])]
+    events = list(batched_speculative_decode(target, drafts["model"], prompts, max_new_tokens=8, k=2))
+    assert not any(e.regathered for e in events)
+    out = rows_of(events)
+    assert [out[r] for r in range(3)] == [reference(target, p, eos=EOS, n=8) for p in prompts]
 
 
 def test_padding_is_reported_and_masked(models):

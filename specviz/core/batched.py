@@ -22,9 +22,10 @@ lets a query see only its row's valid slots and the earlier real tokens of its b
 verification a row's rejected slots are marked invalid, not removed; trailing slots no row uses are
 cropped. What this costs: every pass attends over the holes and the padding too (reported per pass as
 `padded_slots`), and the block is as wide as the longest row's, so a row that drafted little pays for
-the row that drafted most. When more than half of the slots are holes, the cache is re-gathered (each
-row's valid slots moved, left-padded, to the front: one copy of the whole cache, reported as
-`regathered`)."""
+the row that drafted most. When the cache is more than twice as long as its longest row (holes that
+compaction could win back), it is re-gathered (each row's valid slots moved, left-padded, to the
+front: one copy of the whole cache, reported as `regathered`). Padding from prompts of different
+lengths stays: compaction pads every row to the longest."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ from .events import Cycle
 from .sampling import Sampler, top_tokens, validate_sampling, verify_greedy, verify_sampled
 from .timing import Clock, timed_events
 
-MAX_HOLES = 0.5             # re-gather a cache when more than this share of its slots are holes
+MAX_HOLES = 0.5             # re-gather a cache when more than this share of its slots could be won back
 
 
 def row_seed(seed: int | None, row: int) -> int | None:
@@ -116,10 +117,15 @@ class RaggedCache:
         return self._compact_if_sparse()
 
     def _compact_if_sparse(self) -> bool:
-        if not self.valid.numel() or self.valid.float().mean() >= 1.0 - MAX_HOLES:
+        # Compacting pads every row to the longest one, so only the slots beyond the longest row's
+        # count can be won back: re-gather when they are more than MAX_HOLES of the cache (a batch of
+        # very different prompt lengths is mostly padding, and no re-gather would shrink it).
+        if not self.valid.numel():
             return False
         counts = self.valid.sum(dim=1)
         width = int(counts.max())
+        if self.valid.shape[1] - width <= MAX_HOLES * self.valid.shape[1]:
+            return False
         # Row r's valid slots in order, left-padded (with slot 0, masked) to the longest row's count.
         order = torch.zeros(self.valid.shape[0], width, dtype=torch.long, device=self.valid.device)
         for row in range(self.valid.shape[0]):
