@@ -62,7 +62,6 @@ class RaggedCache:
         self.model = model
         self.cache = DynamicCache(config=model.config)
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=model.device)
-        self.regathers = 0
 
     def lengths(self) -> list[int]:
         """Tokens each row holds."""
@@ -99,7 +98,8 @@ class RaggedCache:
 
     def keep(self, lengths: Sequence[int]) -> bool:
         """Row r keeps only its first lengths[r] tokens (the rest become holes); slots no row uses at
-        the end are cropped. Re-gathers when holes dominate; returns whether it did."""
+        the end are cropped. Re-gathers when that wins slots back (see `_compact_if_sparse`); returns
+        whether it did."""
         rank = self.valid.cumsum(dim=1)
         self.valid &= rank <= torch.tensor(list(lengths), device=self.valid.device)[:, None]
         used = self.valid.any(dim=0).nonzero()
@@ -135,7 +135,6 @@ class RaggedCache:
             index = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
             layer.keys, layer.values = layer.keys.gather(2, index), layer.values.gather(2, index)
         self.valid = torch.arange(width, device=self.valid.device)[None] >= (width - counts)[:, None]
-        self.regathers += 1
         return True
 
 
