@@ -105,6 +105,8 @@ def test_load_command_writes_the_json_shape(tmp_path, capsys):
     (["--prompts", "no/such/file.txt"], "no such file"),
     (["--prompts", "nosuchset"], "No prompt set 'nosuchset'"),
     (["--repeats", "0"], "--repeats must be at least 1"),
+    (["--draft", "suffix"], "one request at a time"),
+    (["--draft", "ngram-tree"], "one request at a time"),
 ])
 def test_bad_load_input_fails_before_loading(monkeypatch, capsys, argv, message):
     def refuse(*args, **kwargs):
@@ -114,12 +116,6 @@ def test_bad_load_input_fails_before_loading(monkeypatch, capsys, argv, message)
     code = entry(["load", "--target", "tiny", *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
-
-
-def test_load_command_refuses_a_tree_drafter(capsys):
-    code = entry(["load", "--target", "tiny", "--draft", "ngram-tree", "--batch", "1", "--k", "2", "--quiet"])
-    err = capsys.readouterr().err
-    assert code == 2 and "one request at a time" in err
 
 
 # ----------------------------------------------------------------------------- the baseline's strength

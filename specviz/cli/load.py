@@ -13,7 +13,7 @@ from ..catalog import prompt_set, read_prompt_file
 from ..errors import SpecvizError
 from ..files import check_paths, write_atomic
 from ..runs.bench import TINY_TARGET, load_bench_pair
-from ..runs.load import DEFAULT_BATCHES, DEFAULT_KS, LoadResult, check_drafter, sweep
+from ..runs.load import DEFAULT_BATCHES, DEFAULT_KS, LoadResult, check_draft_spec, check_drafter, sweep
 from . import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, progress_printer, rich_table,
                settings_from)
 
@@ -70,6 +70,7 @@ def main(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise SpecvizError(f"--repeats must be at least 1, got {args.repeats}.")
     settings = settings_from(args, k=max(max(ks), 1))
+    check_draft_spec(settings)
     prompts = read_prompts(args.prompts)
     check_output_file(args.json, "--json")
     check_paths([args.prompts] if Path(args.prompts).is_file() else [], [("--json", args.json)])

@@ -43,7 +43,7 @@ from ..errors import SpecvizError
 from ..metrics import BOOTSTRAP_SAMPLES, expected_tokens_per_pass, linear_fit, pooled_alpha, ratio
 from ..models import ModelPair
 from ..models.host import HostLoad, environment, read_cpu_times
-from ..settings import RunSettings
+from ..settings import RunSettings, parse_draft
 from .bench import generation_config_set
 from .run import encode, interleave
 
@@ -147,10 +147,23 @@ class LoadProgress:
 
 # ----------------------------------------------------------------------------- the sweep
 
+BATCHED_DRAFTS = ("model", "self", "ngram")     # the kinds of drafter batched decoding drafts with
+
+
+def _refuse(name: str) -> SpecvizError:
+    return SpecvizError(f"The load sweep drafts with a draft model, self:L or ngram, not {name}: "
+                        "trees and suffix decoding run one request at a time (use `run` or `bench`).")
+
+
+def check_draft_spec(settings: RunSettings) -> None:
+    """Refuse, before anything is loaded, a drafter batched decoding cannot draft with."""
+    if parse_draft(settings.draft).kind not in BATCHED_DRAFTS or settings.branch > 1:
+        raise _refuse(settings.draft if settings.branch <= 1 else "a tree")
+
+
 def check_drafter(pair: ModelPair) -> None:
     if not isinstance(pair.draft, (DraftModelDrafter, PromptLookupDrafter)):
-        raise SpecvizError(f"The load sweep drafts with a draft model, self:L or ngram, not {pair.draft_name}: "
-                           "trees and suffix decoding run one request at a time (use `run` or `bench`).")
+        raise _refuse(pair.draft_name)
 
 
 def batch_prompts(prompts: Sequence[BenchPrompt], batch: int) -> list[BenchPrompt]:
