@@ -113,6 +113,10 @@ def print_result(result: LoadResult) -> None:
     print(f"forward cost by tokens in the pass (1 = one single-row step): {curve}")
     low, high = result.crossover_range
     crossover = result.crossover_batch
-    print("crossover batch: " + ("none (speculation wins at every batch size measured)" if crossover is None else
-                                 f"{crossover} (95% range: {low or '-'} to {high or 'beyond'})"))
+    if not any(p.k for p in result.points):
+        print("crossover batch: not measured (no k above 0)")
+    elif crossover is None:
+        print("crossover batch: none (speculation wins at every batch size measured)")
+    else:
+        print(f"crossover batch: {crossover} (95% range: {low or '-'} to {high or 'beyond'})")
     print("best k per batch size (0 = off): " + json.dumps(result.recommended_k))
