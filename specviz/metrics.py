@@ -214,7 +214,7 @@ class Speed:
         return asdict(self)
 
 
-def _linear_fit(x: Sequence[float], y: Sequence[float]) -> list[float]:
+def linear_fit(x: Sequence[float], y: Sequence[float]) -> list[float]:
     """Least-squares line through (x, y), evaluated at each x (the mean when x does not vary)."""
     mean_x, mean_y = sum(x) / len(x), sum(y) / len(y)
     spread = sum((a - mean_x) ** 2 for a in x)
@@ -237,7 +237,7 @@ def measure_speed(cycles: Sequence[Cycle], steps: Sequence[Step], *, seed: int =
     # Bootstrap the timing noise. A pass's duration depends on how many tokens it drafted and
     # verified, so passes are resampled as (the cost a least-squares line predicts for their draft
     # length) + (a residual drawn with replacement); steps, all alike, are drawn with replacement.
-    predicted = _linear_fit([len(c.drafted) for c in cycles[1:]], pass_seconds)
+    predicted = linear_fit([len(c.drafted) for c in cycles[1:]], pass_seconds)
     residuals = [t - f for t, f in zip(pass_seconds, predicted)]
     spec_fit = sum(predicted)
     rng = random.Random(seed)

@@ -1,8 +1,9 @@
-"""Command line: `python -m specviz run | compare | bench | replay | report`.
+"""Command line: `python -m specviz run | compare | bench | load | replay | report`.
 
     run       one prompt decoded speculatively, every cycle's verdicts coloured in the terminal
     compare   several drafters or pairs on one prompt, or one drafter over k = 1..8 (`--sweep`)
     bench     the prompt set against plain decoding and transformers' assisted generation
+    load      batched speculative against batched plain decoding, per batch size and k (the crossover)
     replay    a recording played back in the terminal (no model needed)
     report    recordings as one standalone HTML page (no model needed)
 
@@ -23,12 +24,13 @@ import traceback
 import torch
 
 from ..errors import expected, user_message
-from . import bench, compare, replay, run
+from . import bench, compare, load, replay, run
 from .common import fail
 
 HELPS = {"run": "decode one prompt and show every cycle",
          "compare": "compare drafters or pairs on one prompt, or sweep k",
          "bench": "benchmark against plain decoding and transformers' assisted generation",
+         "load": "speculation under load: batched speculative against batched plain decoding per batch size and k",
          "replay": "play a recording back in the terminal",
          "report": "write recordings as one standalone HTML report"}
 
@@ -51,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, add_arguments, main in (("run", run.add_arguments, run.main),
                                       ("compare", compare.add_arguments, compare.main),
                                       ("bench", bench.add_arguments, bench.main),
+                                      ("load", load.add_arguments, load.main),
                                       ("replay", replay.add_replay_arguments, replay.replay_main),
                                       ("report", replay.add_report_arguments, replay.report_main)):
         p = sub.add_parser(name, help=HELPS[name], description=HELPS[name])

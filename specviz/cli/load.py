@@ -1,0 +1,122 @@
+"""`python -m specviz load`: speculation under load. Batched speculative decoding against batched
+plain decoding at each batch size and draft length (`runs.load.sweep`), printed as a table with the
+crossover batch and the best k per batch size; `--json` also writes the sweep to a file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..catalog import prompt_set, read_prompt_file
+from ..errors import SpecvizError
+from ..files import check_paths, write_atomic
+from ..runs.bench import TINY_TARGET, load_bench_pair
+from ..runs.load import DEFAULT_BATCHES, DEFAULT_KS, LoadResult, check_draft_spec, check_drafter, sweep
+from .common import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, progress_printer, rich_table,
+                     settings_from)
+
+MAX_BATCH = 64
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser, target_help=TARGET_HELP + f"; '{TINY_TARGET}': a tiny Llama pair built in-process",
+                        draft_help=DRAFT_HELP.split(", 'ngram-tree'")[0] + " or 'self:L' (early exit after layer L); "
+                                   "trees and suffix decoding run one request at a time")
+    parser.add_argument("--batch", default=",".join(map(str, DEFAULT_BATCHES)), metavar="B,B,...",
+                        help="batch sizes (default %(default)s)")
+    parser.add_argument("--k", default=",".join(map(str, DEFAULT_KS)), metavar="K,K,...",
+                        help="draft lengths, 0 = speculation off (default %(default)s)")
+    parser.add_argument("--prompts", default="examples", metavar="SET_OR_FILE",
+                        help="a prompt set (examples, chat, code, rewrite, summarisation, translation, maths) or a "
+                             "file (one prompt per line, or JSON Lines); a batch of B takes the first B, cycled")
+    parser.add_argument("--max-new-tokens", default=64)
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each point (pooled)")
+    parser.add_argument("--temperature", default=0.0, help="0 = greedy")
+    parser.add_argument("--top-k", default=0)
+    parser.add_argument("--top-p", default=1.0)
+    parser.add_argument("--seed", default=None, help="row r of a batch draws from its own generator, seeded from (seed, r)")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the sweep as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def parse_list(text: str, flag: str, low: int, high: int) -> list[int]:
+    """'1,2,4' -> [1, 2, 4] (sorted, without repeats), each between low and high."""
+    values = set()
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise SpecvizError(f"{flag} takes whole numbers separated by commas, such as 1,2,4; got {text!r}.")
+        if not low <= int(part) <= high:
+            raise SpecvizError(f"{flag}: {part} is outside {low}..{high}.")
+        values.add(int(part))
+    return sorted(values)
+
+
+def read_prompts(value: str):
+    path = Path(value)
+    if path.is_file():
+        return read_prompt_file(path)
+    if path.suffix or "/" in value:
+        raise SpecvizError(f"--prompts {value}: no such file.")
+    return prompt_set(value)
+
+
+def main(args: argparse.Namespace) -> int:
+    # Everything the user typed is checked before a model is loaded.
+    batches = parse_list(args.batch, "--batch", 1, MAX_BATCH)
+    ks = parse_list(args.k, "--k", 0, 64)
+    if args.repeats < 1:
+        raise SpecvizError(f"--repeats must be at least 1, got {args.repeats}.")
+    settings = settings_from(args, k=max(max(ks), 1))
+    check_draft_spec(settings)
+    prompts = read_prompts(args.prompts)
+    check_output_file(args.json, "--json")
+    check_paths([args.prompts] if Path(args.prompts).is_file() else [], [("--json", args.json)])
+
+    pair = load_bench_pair(settings, None if args.quiet else progress_printer())
+    check_drafter(pair)
+    say = (lambda message: None) if args.quiet else (lambda message: print(message, file=sys.stderr, flush=True))
+    say(f"{pair.target_name} + {pair.draft_name}: batch sizes {batches}, k {ks}, {len(prompts)} prompts, "
+        f"{settings.max_new_tokens} new tokens, {args.repeats} repeat(s)")
+    result = None
+    for progress in sweep(settings, prompts, pair, batches=batches, ks=ks, repeats=args.repeats):
+        result = progress.result
+        if progress.point is not None:
+            p = progress.point
+            say(f"batch {p.batch:>3} k {p.k}: {p.speedup:.2f}x [{p.speedup_low:.2f}-{p.speedup_high:.2f}], "
+                f"theory {p.theory:.2f}x, {p.tokens_per_pass:.2f} tokens per pass")
+    if args.json:
+        write_atomic(args.json, json.dumps(result.to_dict(), indent=2))
+    print_result(result)
+    if args.json:
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+def print_result(result: LoadResult) -> None:
+    from rich.console import Console
+
+    settings, env = result.settings, result.environment
+    print(f"{settings['target']} + {settings['draft']}; {env['device_name']}, {settings['dtype']}; "
+          f"{settings['max_new_tokens']} new tokens; clock: {settings['clock']}")
+    rows = [[str(p.batch), str(p.k), f"{p.speedup:.2f}x", f"{p.speedup_low:.2f}-{p.speedup_high:.2f}",
+             f"{p.theory:.2f}x", f"{p.tokens_per_pass:.2f}", f"{p.spec_tokens_per_s:.1f}", f"{p.plain_tokens_per_s:.1f}",
+             f"{p.spec_latency * 1000:.0f}", f"{p.plain_latency * 1000:.0f}",
+             "-" if p.identical is None else "yes" if p.identical else "NO"] for p in result.points]
+    Console(width=140).print(rich_table(
+        "speculation under load (decode only)",
+        ["batch", "k", "speedup", "95% range", "theory", "tokens/pass", "spec tok/s", "plain tok/s",
+         "spec ms/token", "plain ms/token", "identical"], rows))
+    curve = ", ".join(f"{c['tokens']}: {c['cost']:.2f}" for c in result.cost_curve)
+    print(f"forward cost by tokens in the pass (1 = one single-row step): {curve}")
+    low, high = result.crossover_range
+    crossover = result.crossover_batch
+    if not any(p.k for p in result.points):
+        print("crossover batch: not measured (no k above 0)")
+    elif crossover is None:
+        print("crossover batch: none (speculation wins at every batch size measured)")
+    else:
+        print(f"crossover batch: {crossover} (95% range: {low or '-'} to {high or 'beyond'})")
+    print("best k per batch size (0 = off): " + json.dumps(result.recommended_k))

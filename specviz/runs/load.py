@@ -1,0 +1,421 @@
+"""The load sweep: speculation under load. For each batch size B and draft length k (0 = off), the
+first B prompts of a set (cycled when the set is smaller) are decoded by batched speculative
+decoding and by batched plain decoding at the same B, interleaved event by event by `run.interleave`
+(the single-request race's rule: whichever method has used less of its own time goes next) and timed
+by the same clock (`core.timing.Clock`, per event). `sweep` is a generator of `LoadProgress` (one
+per target forward, and one per finished point), each carrying the growing `LoadResult`: a consumer
+that stops iterating stops the work within one forward. `run_sweep` drains it.
+
+What a point reports (decode only: the first forward of each method carries the prompts' prefill and
+is left out, as in `metrics.measure_speed`):
+- throughput of both methods (all rows' tokens / the method's time) and the speedup, with a 95% range
+  from resampling the forwards' durations (each method's forwards as the cost a least-squares line
+  predicts for the tokens in them, plus a resampled residual, as `metrics.measure_speed` does);
+- per-token latency: for each row, the time of the forwards it was live in / its tokens (mean of rows);
+- tokens per pass: tokens a row gains per speculative pass (accepted + the target's own);
+- the theory: the forward-cost curve (median cost of a forward against the real tokens in it, over the
+  whole sweep, relative to one single-row one-token step) priced at the tokens each pass and each step
+  computed, with the measured per-token acceptance giving the expected tokens per row and pass;
+- whether every row's greedy output is identical between the two methods.
+Across points: the crossover batch (the smallest B at which no k > 0 is faster than plain decoding;
+with the range given by the best k's 95% range) and the best k per batch size (0 = off) as a
+{batch size: draft length} map, the shape in which vLLM now takes a draft length per batch size.
+
+Absolute times on a shared host are inflated (see `models.host`); the ratios stay fair because both
+methods are interleaved and pay alike.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from ..catalog import BenchPrompt
+from ..core.batched import BatchCycle, BatchStep, batched_autoregressive_decode, batched_speculative_decode
+from ..core.drafters import DraftModelDrafter, PromptLookupDrafter
+from ..core.timing import Clock
+from ..errors import SpecvizError
+from ..metrics import BOOTSTRAP_SAMPLES, expected_tokens_per_pass, linear_fit, pooled_alpha, ratio
+from ..models import ModelPair
+from ..models.host import HostLoad, environment, read_cpu_times
+from ..settings import RunSettings, parse_draft
+from .bench import generation_config_set
+from .run import encode, interleave
+
+DEFAULT_BATCHES = (1, 2, 4, 8, 16)
+DEFAULT_KS = (0, 1, 2, 4, 8)
+WARM_UP_TOKENS = 4
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """One (batch size, k) of the sweep. k = 0 is plain decoding itself: speedup 1 by definition."""
+
+    batch: int
+    k: int
+    speedup: float                  # spec throughput / plain throughput, decode only
+    speedup_low: float              # 95% range of the timing noise
+    speedup_high: float
+    tokens_per_pass: float          # tokens a row gains per speculative pass (1 for k = 0)
+    spec_tokens_per_s: float        # all rows' tokens per second of speculative decoding
+    plain_tokens_per_s: float
+    spec_latency: float             # seconds per token a request waits, mean over rows
+    plain_latency: float
+    theory: float                   # speedup the cost curve and the measured acceptance predict
+    identical: bool | None          # greedy: every row's output equal in both methods (None: sampled)
+    alpha: float                    # per-token acceptance (accepted / (accepted + rejections))
+    passes: int                     # speculative passes timed (all repeats, decode only)
+    steps: int                      # plain steps timed
+    padding_share: float            # key slots of the speculative passes that were padding or holes
+    regathers: int                  # cache re-gathers over the speculative runs
+    rows: list[dict] = field(default_factory=list)   # per prompt: its text and both methods' token counts
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class LoadResult:
+    """The sweep so far: its settings, the machine, the points finished and the cost curve."""
+
+    settings: dict
+    environment: dict
+    points: list[LoadPoint] = field(default_factory=list)
+    cost_curve: list[dict] = field(default_factory=list)   # [{"tokens", "cost"}], cost 1 = one 1-row step
+
+    def best(self, batch: int) -> LoadPoint | None:
+        """The fastest k > 0 at `batch` (None when none was measured)."""
+        candidates = [p for p in self.points if p.batch == batch and p.k > 0]
+        return max(candidates, key=lambda p: p.speedup, default=None)
+
+    @property
+    def batches(self) -> list[int]:
+        return sorted({p.batch for p in self.points})
+
+    @property
+    def crossover_batch(self) -> int | None:
+        """The smallest batch size at which speculation (its best k) is no faster; None when it wins at
+        every size measured."""
+        return self._first(lambda best: best.speedup <= 1.0)
+
+    @property
+    def crossover_range(self) -> tuple[int | None, int | None]:
+        """Where the crossover may lie given the 95% ranges: (the smallest batch size whose best k's
+        range reaches down to 1x, the smallest whose whole range is at or below 1x)."""
+        return self._first(lambda best: best.speedup_low <= 1.0), self._first(lambda best: best.speedup_high <= 1.0)
+
+    def _first(self, condition) -> int | None:
+        for batch in self.batches:
+            best = self.best(batch)
+            if best is not None and condition(best):
+                return batch
+        return None
+
+    @property
+    def recommended_k(self) -> dict[int, int]:
+        """Each batch size's fastest k; 0 (off) where no k beat plain decoding."""
+        out = {}
+        for batch in self.batches:
+            best = self.best(batch)
+            out[batch] = best.k if best is not None and best.speedup > 1.0 else 0
+        return out
+
+    def to_dict(self) -> dict:
+        low, high = self.crossover_range
+        return {"settings": self.settings, "environment": self.environment, "cost_curve": self.cost_curve,
+                "points": [p.to_dict() for p in self.points], "crossover_batch": self.crossover_batch,
+                "crossover_range": [low, high],
+                "recommended_k": {str(batch): k for batch, k in self.recommended_k.items()}}
+
+
+@dataclass(frozen=True)
+class LoadProgress:
+    """What `sweep` yields: after each forward (`event` set) and after each point (`point` set)."""
+
+    batch: int
+    k: int
+    repeat: int
+    event: BatchCycle | BatchStep | None
+    point: LoadPoint | None
+    result: LoadResult
+
+
+# ----------------------------------------------------------------------------- the sweep
+
+BATCHED_DRAFTS = ("model", "self", "ngram")     # the kinds of drafter batched decoding drafts with
+
+
+def _refuse(name: str) -> SpecvizError:
+    return SpecvizError(f"The load sweep drafts with a draft model, self:L or ngram, not {name}: "
+                        "trees and suffix decoding run one request at a time (use `run` or `bench`).")
+
+
+def check_draft_spec(settings: RunSettings) -> None:
+    """Refuse, before anything is loaded, a drafter batched decoding cannot draft with."""
+    if parse_draft(settings.draft).kind not in BATCHED_DRAFTS or settings.branch > 1:
+        raise _refuse(settings.draft if settings.branch <= 1 else "a tree")
+
+
+def check_drafter(pair: ModelPair) -> None:
+    if not isinstance(pair.draft, (DraftModelDrafter, PromptLookupDrafter)):
+        raise _refuse(pair.draft_name)
+
+
+def batch_prompts(prompts: Sequence[BenchPrompt], batch: int) -> list[BenchPrompt]:
+    """The first `batch` prompts, the set cycled when it is smaller."""
+    return [prompts[i % len(prompts)] for i in range(batch)]
+
+
+def sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair, *,
+          batches: Sequence[int] = DEFAULT_BATCHES, ks: Sequence[int] = DEFAULT_KS, repeats: int = 1,
+          warm_up: bool = True) -> Iterator[LoadProgress]:
+    """The sweep (see the module docstring). `settings` must have passed `settings.validate`; its k
+    is ignored (`ks` are swept); every prompt is encoded and checked before any work."""
+    check_drafter(pair)
+    if not prompts:
+        raise SpecvizError("The load sweep needs at least one prompt.")
+    encoded = {p.prompt: encode(settings, p.prompt, pair)[0].tolist() for p in prompts}
+    eos = list(pair.eos_token_ids or [])
+    options = {"temperature": settings.temperature, "top_k": settings.top_k, "top_p": settings.top_p,
+               "seed": settings.seed, "eos_token_id": eos}
+    result = LoadResult(
+        settings={"target": pair.target_name, "draft": pair.draft_name, "batches": list(batches), "ks": list(ks),
+                  "max_new_tokens": settings.max_new_tokens, "repeats": repeats, "prompts": len(prompts),
+                  "temperature": settings.temperature, "top_k": settings.top_k, "top_p": settings.top_p,
+                  "seed": settings.seed, "dtype": str(pair.dtype).removeprefix("torch."),
+                  "device": str(pair.device), "clock": Clock(pair.device).name},
+        environment=environment(pair.device))
+    timings: list[tuple[int, float]] = []      # (real tokens, seconds) of every decode forward: the cost curve
+    started = read_cpu_times()
+    try:
+        for batch in batches:
+            chosen = batch_prompts(prompts, batch)
+            ids = [encoded[p.prompt] for p in chosen]
+            if warm_up:
+                _warm_up(pair, ids, max(ks), options)
+            plain_runs: list[list[BatchStep]] = []
+            for k in [k for k in ks if k > 0] or [0]:
+                spec_runs: list[list[BatchCycle]] = []
+                for repeat in range(repeats):
+                    spec = (batched_speculative_decode(pair.target, pair.draft, ids, settings.max_new_tokens, k=k,
+                                                       **options) if k else None)
+                    plain = batched_autoregressive_decode(pair.target, ids, settings.max_new_tokens, **options)
+                    cycles, steps = [], []
+                    for event in interleave(spec or plain, plain if spec else None):
+                        (cycles if isinstance(event, BatchCycle) else steps).append(event)
+                        yield LoadProgress(batch=batch, k=k, repeat=repeat, event=event, point=None, result=result)
+                    spec_runs.append(cycles)
+                    plain_runs.append(steps)
+                    timings += [(e.tokens, e.verify_seconds) for e in cycles[1:]]
+                    timings += [(len(e.rows), e.seconds) for e in steps[1:]]
+                result.cost_curve = cost_curve(timings)
+                if k:
+                    point = spec_point(batch, k, spec_runs, plain_runs[-repeats:], chosen, result.cost_curve,
+                                       greedy=settings.temperature == 0.0)
+                    result.points.append(point)
+                    yield LoadProgress(batch=batch, k=k, repeat=repeats - 1, event=None, point=point, result=result)
+            if 0 in ks:
+                point = plain_point(batch, plain_runs, chosen)
+                result.points.append(point)
+                yield LoadProgress(batch=batch, k=0, repeat=repeats - 1, event=None, point=point, result=result)
+    finally:
+        result.environment["host_load"] = HostLoad.since(started).to_dict()
+    result.points.sort(key=lambda p: (p.batch, p.k))
+    yield LoadProgress(batch=batches[-1], k=ks[-1], repeat=repeats - 1, event=None, point=None, result=result)
+
+
+def run_sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair, **options) -> LoadResult:
+    """`sweep` drained: the finished result."""
+    progress = None
+    for progress in sweep(settings, prompts, pair, **options):
+        pass
+    return progress.result
+
+
+def _warm_up(pair: ModelPair, ids: list[list[int]], k: int, options: dict) -> None:
+    """The shapes the timed runs use at this batch size, once (allocator growth, kernel selection)."""
+    warm = dict(options, temperature=0.0, top_k=0, top_p=1.0)
+    if k:
+        for _ in batched_speculative_decode(pair.target, pair.draft, ids, WARM_UP_TOKENS, k=k, **warm):
+            pass
+    for _ in batched_autoregressive_decode(pair.target, ids, WARM_UP_TOKENS, **warm):
+        pass
+
+
+# ----------------------------------------------------------------------------- statistics
+
+def cost_curve(timings: Sequence[tuple[int, float]]) -> list[dict]:
+    """Median cost of a forward for each number of real tokens in it, relative to a single-row
+    one-token step (or, when no 1-token forward was timed, to the smallest forward per token)."""
+    by_tokens: dict[int, list[float]] = {}
+    for tokens, seconds in timings:
+        by_tokens.setdefault(tokens, []).append(seconds)
+    if not by_tokens:
+        return []
+    medians = {tokens: statistics.median(seconds) for tokens, seconds in sorted(by_tokens.items())}
+    smallest = min(medians)
+    unit = medians[smallest] / smallest
+    return [{"tokens": tokens, "cost": seconds / unit} for tokens, seconds in medians.items()]
+
+
+def cost_at(curve: Sequence[dict], tokens: float) -> float:
+    """The cost curve at `tokens`, linear between measured points and beyond the ends."""
+    xs, ys = [p["tokens"] for p in curve], [p["cost"] for p in curve]
+    if len(xs) == 1:
+        return ys[0] * tokens / xs[0]
+    i = min(max(bisect_left(xs, tokens), 1), len(xs) - 1)
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)
+
+
+def _bootstrap(spec: list[tuple[float, float, int]], plain: list[tuple[float, float, int]], *,
+               seed: int = 0) -> tuple[float, float]:
+    """95% range of (spec tokens / spec time) / (plain tokens / plain time). Each entry is (size,
+    seconds, tokens emitted) of one forward; a forward's seconds are resampled as the cost a
+    least-squares line on its size predicts plus a residual drawn with replacement."""
+    rng = random.Random(seed)
+
+    def parts(forwards):
+        predicted = linear_fit([f[0] for f in forwards], [f[1] for f in forwards])
+        return sum(predicted), [f[1] - p for f, p in zip(forwards, predicted)], sum(f[2] for f in forwards)
+
+    spec_fit, spec_residuals, spec_tokens = parts(spec)
+    plain_fit, plain_residuals, plain_tokens = parts(plain)
+    samples = sorted(
+        ratio(spec_tokens, spec_fit + sum(rng.choices(spec_residuals, k=len(spec_residuals))))
+        / ratio(plain_tokens, plain_fit + sum(rng.choices(plain_residuals, k=len(plain_residuals))))
+        for _ in range(BOOTSTRAP_SAMPLES))
+    return samples[int(0.025 * BOOTSTRAP_SAMPLES)], samples[int(0.975 * BOOTSTRAP_SAMPLES) - 1]
+
+
+def _latency(runs: Sequence[Sequence[BatchCycle | BatchStep]]) -> float:
+    """Seconds per token a request waits, decode only: per row, the forwards it was live in / its
+    tokens; the mean over rows and runs."""
+    per_row = []
+    for events in runs:
+        seconds: dict[int, float] = {}
+        tokens: dict[int, int] = {}
+        for event in events[1:]:
+            counts = ([len(c.emitted) for c in event.cycles] if isinstance(event, BatchCycle)
+                      else [1] * len(event.rows))
+            for row, count in zip(event.rows, counts):
+                seconds[row] = seconds.get(row, 0.0) + event.seconds
+                tokens[row] = tokens.get(row, 0) + count
+        per_row += [ratio(seconds[row], tokens[row]) for row in seconds]
+    return statistics.mean(per_row) if per_row else 0.0
+
+
+def _outputs(events: Sequence[BatchCycle | BatchStep]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for event in events:
+        if isinstance(event, BatchCycle):
+            for row, cycle in zip(event.rows, event.cycles):
+                out.setdefault(row, []).extend(cycle.emitted)
+        else:
+            for row, token in zip(event.rows, event.tokens):
+                out.setdefault(row, []).append(token)
+    return out
+
+
+def _rows(prompts: Sequence[BenchPrompt], spec: dict[int, list[int]], plain: dict[int, list[int]]) -> list[dict]:
+    return [{"prompt": p.prompt, "id": p.id, "tokens": len(spec.get(i, [])), "plain_tokens": len(plain.get(i, []))}
+            for i, p in enumerate(prompts)]
+
+
+def _plain_forwards(runs: Sequence[Sequence[BatchStep]]) -> list[tuple[float, float, int]]:
+    return [(len(e.rows), e.seconds, len(e.tokens)) for steps in runs for e in steps[1:]]
+
+
+def spec_point(batch: int, k: int, spec_runs: Sequence[Sequence[BatchCycle]], plain_runs: Sequence[Sequence[BatchStep]],
+               prompts: Sequence[BenchPrompt], curve: Sequence[dict], *, greedy: bool) -> LoadPoint:
+    spec = [(e.tokens, e.seconds, e.emitted) for cycles in spec_runs for e in cycles[1:]]
+    plain = _plain_forwards(plain_runs)
+    spec_rate = ratio(sum(f[2] for f in spec), sum(f[1] for f in spec))
+    plain_rate = ratio(sum(f[2] for f in plain), sum(f[1] for f in plain))
+    low, high = _bootstrap(spec, plain) if spec and plain else (0.0, 0.0)
+    row_cycles = [c for cycles in spec_runs for e in cycles for c in e.cycles]
+    alpha = pooled_alpha([row_cycles])
+    # The theory: each pass priced at the cost curve for the tokens it computed (plus its drafting,
+    # in the same unit), each row expected to gain (1 - a^(n+1)) / (1 - a) tokens for its n drafted.
+    unit = _unit_seconds(curve, plain)
+    decode = [e for cycles in spec_runs for e in cycles[1:]]
+    expected = sum(expected_tokens_per_pass(alpha, len(c.drafted)) for e in decode for c in e.cycles)
+    spec_cost = sum(cost_at(curve, e.tokens) + ratio(e.draft_seconds, unit) for e in decode)
+    plain_events = [e for steps in plain_runs for e in steps[1:]]
+    plain_cost = sum(cost_at(curve, len(e.rows)) for e in plain_events)
+    theory = ratio(ratio(expected, spec_cost), ratio(sum(len(e.tokens) for e in plain_events), plain_cost))
+    spec_out, plain_out = _outputs(spec_runs[-1]), _outputs(plain_runs[-1])
+    slots = sum(e.slots for cycles in spec_runs for e in cycles)
+    return LoadPoint(
+        batch=batch, k=k, speedup=ratio(spec_rate, plain_rate), speedup_low=low, speedup_high=high,
+        tokens_per_pass=ratio(sum(len(c.emitted) for e in decode for c in e.cycles),
+                              sum(len(e.cycles) for e in decode)),
+        spec_tokens_per_s=spec_rate, plain_tokens_per_s=plain_rate, spec_latency=_latency(spec_runs),
+        plain_latency=_latency(plain_runs), theory=theory,
+        identical=all(_outputs(s) == _outputs(p) for s, p in zip(spec_runs, plain_runs)) if greedy else None,
+        alpha=alpha, passes=len(spec), steps=len(plain),
+        padding_share=ratio(sum(e.padded_slots for cycles in spec_runs for e in cycles), slots),
+        regathers=sum(e.regathered for cycles in spec_runs for e in cycles), rows=_rows(prompts, spec_out, plain_out))
+
+
+def _unit_seconds(curve: Sequence[dict], plain: Sequence[tuple[float, float, int]]) -> float:
+    """Seconds of cost 1 on the curve, from the plain steps (their median seconds / their median cost)."""
+    if not plain or not curve:
+        return 0.0
+    return ratio(statistics.median(f[1] for f in plain), statistics.median(cost_at(curve, f[0]) for f in plain))
+
+
+def plain_point(batch: int, plain_runs: Sequence[Sequence[BatchStep]], prompts: Sequence[BenchPrompt]) -> LoadPoint:
+    """k = 0: plain decoding at this batch size (speedup 1 by definition), over every plain run of it."""
+    plain = _plain_forwards(plain_runs)
+    rate = ratio(sum(f[2] for f in plain), sum(f[1] for f in plain))
+    out = _outputs(plain_runs[-1])
+    latency = _latency(plain_runs)
+    return LoadPoint(batch=batch, k=0, speedup=1.0, speedup_low=1.0, speedup_high=1.0, tokens_per_pass=1.0,
+                     spec_tokens_per_s=rate, plain_tokens_per_s=rate, spec_latency=latency, plain_latency=latency,
+                     theory=1.0, identical=True, alpha=0.0, passes=0, steps=len(plain), padding_share=0.0,
+                     regathers=0, rows=_rows(prompts, out, out))
+
+
+# ----------------------------------------------------------------------------- the baseline's strength
+
+def plain_against_generate(pair: ModelPair, ids: Sequence[Sequence[int]], max_new_tokens: int, *,
+                           repeats: int = 3) -> dict:
+    """Batched plain decoding's throughput against transformers' batched `generate` on the same
+    prompts (greedy, left padding, the pair's dtype and torch's current threads, no EOS so that every
+    row writes `max_new_tokens` in both), alternated `repeats` times after one untimed round each,
+    timed by the same clock. Returns the median ratio (ours / generate's tokens per second) and both
+    rates of each round."""
+    target = pair.target
+    clock = Clock(target.device)
+    width = max(len(p) for p in ids)
+    input_ids = torch.zeros(len(ids), width, dtype=torch.long)
+    attention = torch.zeros_like(input_ids)
+    for row, prompt in enumerate(ids):
+        input_ids[row, width - len(prompt):] = torch.tensor(list(prompt))
+        attention[row, width - len(prompt):] = 1
+    input_ids, attention = input_ids.to(target.device), attention.to(target.device)
+
+    def ours() -> float:
+        start = clock()
+        tokens = sum(len(e.tokens) for e in batched_autoregressive_decode(target, ids, max_new_tokens, eos_token_id=[]))
+        return ratio(tokens, clock() - start)
+
+    def theirs() -> float:
+        start = clock()
+        # No EOS in the generation config either: no row stops early, no logits processor runs.
+        with torch.inference_mode(), generation_config_set(target, {"eos_token_id": None}):
+            out = target.generate(input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
+                                  do_sample=False, pad_token_id=0)
+        return ratio((out.shape[1] - width) * len(ids), clock() - start)
+
+    ours(), theirs()
+    rounds = [(ours(), theirs()) for _ in range(repeats)]
+    return {"ratio": statistics.median(a / b for a, b in rounds),
+            "rounds": [{"ours_tokens_per_s": a, "generate_tokens_per_s": b} for a, b in rounds],
+            "clock": clock.name, "batch": len(ids), "max_new_tokens": max_new_tokens}

@@ -1,0 +1,220 @@
+"""Batched decoding (core.batched) is lossless per row: every row's greedy output equals that prompt
+decoded alone by `speculative_decode` and by `target.generate` (fp32), for batch sizes 1-8 with
+prompts of different lengths; sampled rows follow the target's exact distribution (chi-square with a
+power check); a seeded row reproduces independently of the other rows."""
+
+import numpy as np
+import pytest
+import torch
+from conftest import make_llama, reference, truncated_copy
+from test_sampling import LENGTH, V, exact_joint, pooled_chisquare
+
+from specviz.core import batched
+from specviz.core.batched import RaggedCache, batched_autoregressive_decode, batched_speculative_decode, row_seed
+from specviz.core.decoding import autoregressive_decode, speculative_decode
+from specviz.core.drafters import DraftModelDrafter, PromptLookupDrafter, SuffixDrafter, early_exit_model
+from specviz.core.sampling import Sampler
+
+EOS = 3
+NEW_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = make_llama(0, layers=4, eos=EOS)
+    return target, {"model": truncated_copy(target, 1), "self:2": DraftModelDrafter(early_exit_model(target, 2)),
+                    "ngram": PromptLookupDrafter()}
+
+
+def ragged_prompts(count: int, seed: int = 0) -> list[torch.Tensor]:
+    """`count` prompts of different lengths (2 to 30 tokens), each with a repeated stretch so that
+    prompt lookup finds matches; none contains the EOS token."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = []
+    for i in range(count):
+        length = 2 + (7 * i + 5) % 29
+        ids = torch.randint(4, 97, (length,), generator=g)
+        if length > 8:
+            ids[length // 2:length // 2 + 4] = ids[:4]
+        prompts.append(ids[None])
+    return prompts
+
+
+def rows_of(events) -> dict[int, list[int]]:
+    """Each row's output from batched events (cycles or steps)."""
+    out: dict[int, list[int]] = {}
+    for event in events:
+        if isinstance(event, batched.BatchCycle):
+            for row, cycle in zip(event.rows, event.cycles):
+                out.setdefault(row, []).extend(cycle.emitted)
+        else:
+            for row, token in zip(event.rows, event.tokens):
+                out.setdefault(row, []).append(token)
+    return out
+
+
+def alone(target, draft, prompt, **kw) -> list[int]:
+    return [t for c in speculative_decode(target, draft, prompt, **kw) for t in c.emitted]
+
+
+# ----------------------------------------------------------------------------- greedy: lossless per row
+
+@pytest.mark.parametrize("draft", ["model", "self:2", "ngram"])
+@pytest.mark.parametrize("batch", [1, 2, 3, 5, 8])
+def test_greedy_rows_equal_each_prompt_decoded_alone(models, draft, batch):
+    target, drafts = models
+    prompts = ragged_prompts(batch, seed=batch)
+    events = list(batched_speculative_decode(target, drafts[draft], prompts, max_new_tokens=NEW_TOKENS, k=3))
+    out = rows_of(events)
+    for row, prompt in enumerate(prompts):
+        expected = reference(target, prompt, eos=EOS, n=NEW_TOKENS)
+        assert out[row] == expected, f"row {row} (prompt of {prompt.shape[1]} tokens)"
+        assert out[row] == alone(target, drafts[draft], prompt, max_new_tokens=NEW_TOKENS, k=3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("draft", ["model", "self:2", "ngram"])
+@pytest.mark.parametrize("batch", [4, 6, 7])
+@pytest.mark.parametrize("k", [1, 5])
+def test_greedy_rows_equal_alone_more_sizes(models, draft, batch, k):
+    target, drafts = models
+    prompts = ragged_prompts(batch, seed=10 + batch)
+    out = rows_of(batched_speculative_decode(target, drafts[draft], prompts, max_new_tokens=40, k=k))
+    assert [out[r] for r in range(batch)] == [reference(target, p, eos=EOS, n=40) for p in prompts]
+
+
+def test_rows_that_end_leave_the_batch(models):
+    # Rows end at their own times (an EOS, or their token budget reached after their own number of
+    # passes). A row that ended is in no later pass, and a pass computes only the live rows' tokens.
+    target, drafts = models
+    prompts = ragged_prompts(6, seed=3)
+    events = list(batched_speculative_decode(target, drafts["model"], prompts, max_new_tokens=NEW_TOKENS, k=3))
+    out = rows_of(events)
+    for row in out:
+        last_pass = max(e.index for e in events if row in e.rows)
+        ended_on_eos = out[row][-1] == EOS
+        assert ended_on_eos or len(out[row]) == NEW_TOKENS
+        assert all(row not in e.rows for e in events if e.index > last_pass)
+    assert any(tokens[-1] == EOS and len(tokens) < NEW_TOKENS for tokens in out.values())
+    live = [len(e.rows) for e in events]
+    assert live == sorted(live, reverse=True) and live[0] == len(prompts) > live[-1]
+    for event in events[1:]:
+        assert event.tokens == sum(1 + len(c.drafted) for c in event.cycles)
+
+
+def test_regathered_cache_keeps_outputs(models, monkeypatch):
+    # Re-gather whenever any slot could be won back (every few passes here): outputs must not change.
+    monkeypatch.setattr(batched, "MAX_HOLES", 0.0)
+    target, drafts = models
+    prompts = ragged_prompts(5, seed=4)
+    events = list(batched_speculative_decode(target, drafts["model"], prompts, max_new_tokens=NEW_TOKENS, k=4))
+    assert sum(e.regathered for e in events) >= len(events) // 3
+    out = rows_of(events)
+    assert [out[r] for r in range(5)] == [reference(target, p, eos=EOS, n=NEW_TOKENS) for p in prompts]
+
+
+def test_padding_from_prompt_lengths_is_not_re_gathered(models):
+    # Two short prompts beside a long one: most slots are left padding, which no re-gather can win
+    # back (every row is padded to the longest), so none may happen; outputs stay exact.
+    target, drafts = models
+    prompts = [torch.tensor([[5, 6]]), torch.tensor([[7, 8]]), torch.tensor([list(range(10, 50))])]
+    events = list(batched_speculative_decode(target, drafts["model"], prompts, max_new_tokens=8, k=2))
+    assert not any(e.regathered for e in events)
+    out = rows_of(events)
+    assert [out[r] for r in range(3)] == [reference(target, p, eos=EOS, n=8) for p in prompts]
+
+
+def test_padding_is_reported_and_masked(models):
+    target, drafts = models
+    prompts = [torch.tensor([[5, 6]]), torch.tensor([list(range(10, 40))])]
+    first = next(batched_speculative_decode(target, drafts["ngram"], prompts, max_new_tokens=4, k=2))
+    # The short prompt is left-padded to the long one: 28 padding slots at least.
+    assert first.padded_slots >= 28 and first.slots >= 2 * 30
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_batched_plain_decoding_equals_generate(models, batch):
+    target, _ = models
+    prompts = ragged_prompts(batch, seed=20 + batch)
+    out = rows_of(batched_autoregressive_decode(target, prompts, max_new_tokens=NEW_TOKENS))
+    assert [out[r] for r in range(batch)] == [reference(target, p, eos=EOS, n=NEW_TOKENS) for p in prompts]
+
+
+def test_ragged_cache_positions_skip_padding_and_holes(models):
+    target, _ = models
+    cache = RaggedCache(target, 2)
+    cache.forward([[5, 6, 7], [8]], keep=1)
+    assert cache.lengths() == [3, 1]
+    cache.forward([[9, 10], [11, 12]], keep=2)
+    cache.keep([4, 2])                 # row 0 rejected its last token, row 1 its last
+    assert cache.lengths() == [4, 2]
+    assert cache.valid.shape[1] <= 5
+
+
+# ----------------------------------------------------------------------------- sampling: exact per row
+
+@pytest.fixture(scope="module")
+def small_models():
+    target = make_llama(0, layers=2, vocab=V, hidden=32)
+    return target, {"model": truncated_copy(target, 1), "self:1": DraftModelDrafter(early_exit_model(target, 1)),
+                    "ngram": PromptLookupDrafter()}
+
+
+SAMPLING_PROMPTS = [torch.tensor([[1, 2, 3, 1, 2]]), torch.tensor([[4]]), torch.tensor([[0, 5, 0, 5, 0, 5, 2, 1]])]
+
+
+@pytest.mark.parametrize("draft", ["model", "ngram", pytest.param("self:1", marks=pytest.mark.slow)])
+def test_each_sampled_row_follows_its_target_distribution(small_models, draft):
+    target, drafts = small_models
+    kw = {"k": 2, "temperature": 1.0}
+    runs = 1500
+    counts = np.zeros((len(SAMPLING_PROMPTS), V ** LENGTH))
+    for seed in range(runs):
+        out = rows_of(batched_speculative_decode(target, drafts[draft], SAMPLING_PROMPTS, max_new_tokens=LENGTH,
+                                                 seed=seed, **kw))
+        for row, tokens in out.items():
+            counts[row, int(np.ravel_multi_index(tokens, (V,) * LENGTH))] += 1
+    for row, prompt in enumerate(SAMPLING_PROMPTS):
+        exact = exact_joint(target, prompt, Sampler(1.0))
+        assert pooled_chisquare(counts[row], exact) > 1e-3, f"row {row}"
+        # Power: the same counts against the target at another temperature are rejected.
+        wrong = exact_joint(target, prompt, Sampler(2.0))
+        assert pooled_chisquare(counts[row], wrong) < 1e-4, f"row {row}"
+
+
+@pytest.mark.parametrize("draft", ["model", "self:2", "ngram"])
+def test_a_seeded_row_reproduces_whatever_the_other_rows_do(models, draft):
+    target, drafts = models
+    prompts = ragged_prompts(4, seed=5)
+    kw = {"max_new_tokens": NEW_TOKENS, "k": 3, "temperature": 1.0, "top_k": 20}
+    out = rows_of(batched_speculative_decode(target, drafts[draft], prompts, seed=11, **kw))
+    # Each row is that prompt decoded alone with the row's own seed ...
+    for row, prompt in enumerate(prompts):
+        assert out[row] == alone(target, drafts[draft], prompt, seed=row_seed(11, row), **kw)
+    # ... so another batch around it (other rows, other acceptances) leaves it alone.
+    other = [prompts[0], *ragged_prompts(3, seed=6)]
+    assert rows_of(batched_speculative_decode(target, drafts[draft], other, seed=11, **kw))[0] == out[0]
+    assert rows_of(batched_speculative_decode(target, drafts[draft], prompts, seed=12, **kw)) != out
+
+
+def test_sampled_plain_rows_equal_each_prompt_alone(models):
+    target, _ = models
+    prompts = ragged_prompts(3, seed=7)
+    out = rows_of(batched_autoregressive_decode(target, prompts, max_new_tokens=NEW_TOKENS, temperature=0.9, seed=2))
+    for row, prompt in enumerate(prompts):
+        steps = autoregressive_decode(target, prompt, NEW_TOKENS, temperature=0.9, seed=row_seed(2, row))
+        assert out[row] == [s.token for s in steps]
+
+
+# ----------------------------------------------------------------------------- refusals
+
+def test_bad_batches_are_refused(models):
+    target, drafts = models
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        batched_speculative_decode(target, drafts["ngram"], [torch.tensor([[1]]), torch.tensor([[]], dtype=torch.long)])
+    with pytest.raises(ValueError, match="no prompts"):
+        batched_autoregressive_decode(target, [])
+    with pytest.raises(ValueError, match="one request at a time"):
+        batched_speculative_decode(target, SuffixDrafter(), [torch.tensor([[1, 2]])])
+    with pytest.raises(ValueError, match="k"):
+        batched_speculative_decode(target, drafts["ngram"], [torch.tensor([[1, 2]])], k=0)

@@ -1,0 +1,133 @@
+"""The load sweep (runs.load) and its command line (`python -m specviz load`), on the tiny pair."""
+
+import json
+
+import pytest
+import torch
+from conftest import make_llama
+
+from specviz.catalog import BenchPrompt
+from specviz.cli import entry
+from specviz.errors import SpecvizError
+from specviz.models import ModelPair
+from specviz.runs.load import LoadPoint, LoadResult, cost_at, cost_curve, plain_against_generate, run_sweep, sweep
+from specviz.settings import LOCAL, RunSettings, validate
+
+PROMPTS = [BenchPrompt("a", "test", "the cat sat on the mat and the cat sat on the"),
+           BenchPrompt("b", "test", "the dog ran"),
+           BenchPrompt("c", "test", "a big red sun over the sea and a big red sun over")]
+
+
+def settings(**values) -> RunSettings:
+    return validate(RunSettings(**dict({"max_new_tokens": 12, "chat": False}, **values)), LOCAL)
+
+
+def test_sweep_points_cover_every_batch_and_k(tiny):
+    pair = tiny.pair(draft="small")
+    result = run_sweep(settings(draft="small"), PROMPTS, pair, batches=(1, 2, 4), ks=(0, 1, 3))
+    assert [(p.batch, p.k) for p in result.points] == [(b, k) for b in (1, 2, 4) for k in (0, 1, 3)]
+    for point in result.points:
+        assert len(point.rows) == point.batch            # batch 4 cycles the 3 prompts
+        assert point.identical is True                   # greedy: every row equal in both methods
+        assert all(row["tokens"] == row["plain_tokens"] for row in point.rows)
+        if point.k == 0:
+            assert point.speedup == 1.0 and point.tokens_per_pass == 1.0
+        else:
+            assert point.speedup_low <= point.speedup <= point.speedup_high
+            assert 1.0 <= point.tokens_per_pass <= point.k + 1 and point.theory > 0
+    assert result.cost_curve[0]["cost"] == pytest.approx(result.cost_curve[0]["tokens"])   # the unit is the smallest
+    data = json.loads(json.dumps(result.to_dict()))
+    assert set(data) >= {"settings", "environment", "cost_curve", "points", "crossover_batch", "recommended_k"}
+    assert set(data["points"][0]) >= {"batch", "k", "speedup", "speedup_low", "speedup_high", "tokens_per_pass",
+                                      "spec_tokens_per_s", "plain_tokens_per_s", "theory", "identical", "rows"}
+    assert set(data["points"][0]["rows"][0]) >= {"prompt", "tokens", "plain_tokens"}
+    assert set(data["recommended_k"]) == {"1", "2", "4"}
+
+
+def test_sweep_streams_events_and_stops_when_the_consumer_does(tiny):
+    pair = tiny.pair(draft="ngram")
+    progress = sweep(settings(draft="ngram"), PROMPTS, pair, batches=(2, 4), ks=(2,))
+    first = next(progress)
+    assert first.event is not None and first.point is None and first.batch == 2
+    progress.close()                                      # a Stop: no further work, no error
+    assert first.result.points == []
+
+
+def test_a_drafter_that_cannot_batch_is_refused_before_any_work(tiny):
+    pair = tiny.pair(draft="ngram-tree")
+    with pytest.raises(SpecvizError, match="one request at a time"):
+        next(sweep(settings(draft="ngram-tree"), PROMPTS, pair, batches=(1,), ks=(2,)))
+
+
+def point(batch, k, speedup, low=None, high=None) -> LoadPoint:
+    return LoadPoint(batch=batch, k=k, speedup=speedup, speedup_low=low or speedup, speedup_high=high or speedup,
+                     tokens_per_pass=1.0, spec_tokens_per_s=1.0, plain_tokens_per_s=1.0, spec_latency=1.0,
+                     plain_latency=1.0, theory=1.0, identical=True, alpha=0.5, passes=10, steps=10,
+                     padding_share=0.0, regathers=0)
+
+
+def test_crossover_and_best_k_per_batch():
+    result = LoadResult(settings={}, environment={}, points=[
+        point(1, 0, 1.0), point(1, 2, 1.8), point(1, 4, 2.1),
+        point(4, 0, 1.0), point(4, 2, 1.2, 0.95, 1.4), point(4, 4, 1.1),
+        point(16, 0, 1.0), point(16, 2, 0.8), point(16, 4, 0.6)])
+    assert result.recommended_k == {1: 4, 4: 2, 16: 0}
+    assert result.crossover_batch == 16
+    assert result.crossover_range == (4, 16)              # batch 4's best range reaches below 1x
+    wins = LoadResult(settings={}, environment={}, points=[point(1, 2, 1.5), point(2, 2, 1.2)])
+    assert wins.crossover_batch is None and wins.to_dict()["crossover_batch"] is None
+
+
+def test_cost_curve_is_relative_to_one_token_and_interpolates():
+    curve = cost_curve([(1, 0.10), (1, 0.12), (1, 0.11), (4, 0.22), (8, 0.44)])
+    assert curve == [{"tokens": 1, "cost": 1.0}, {"tokens": 4, "cost": pytest.approx(2.0)},
+                     {"tokens": 8, "cost": pytest.approx(4.0)}]
+    assert cost_at(curve, 6) == pytest.approx(3.0)
+    assert cost_at(curve, 16) == pytest.approx(8.0)      # beyond the last point: its segment extended
+
+
+# ----------------------------------------------------------------------------- command line
+
+def test_load_command_writes_the_json_shape(tmp_path, capsys):
+    out = tmp_path / "load.json"
+    code = entry(["load", "--target", "tiny", "--draft", "ngram", "--batch", "1,2", "--k", "0,2",
+                  "--max-new-tokens", "8", "--prompts", "examples", "--json", str(out), "--quiet", "--threads", "1"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    data = json.loads(out.read_text())
+    assert [(p["batch"], p["k"]) for p in data["points"]] == [(1, 0), (1, 2), (2, 0), (2, 2)]
+    assert "crossover batch" in printed and "best k per batch size" in printed
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch", "0,2"], "--batch: 0 is outside 1..64"),
+    (["--k", "two"], "--k takes whole numbers"),
+    (["--prompts", "no/such/file.txt"], "no such file"),
+    (["--prompts", "nosuchset"], "No prompt set 'nosuchset'"),
+    (["--repeats", "0"], "--repeats must be at least 1"),
+    (["--draft", "suffix"], "one request at a time"),
+    (["--draft", "ngram-tree"], "one request at a time"),
+])
+def test_bad_load_input_fails_before_loading(monkeypatch, capsys, argv, message):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr("specviz.cli.load.load_bench_pair", refuse)
+    code = entry(["load", "--target", "tiny", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+# ----------------------------------------------------------------------------- the baseline's strength
+
+@pytest.mark.slow
+def test_batched_plain_decoding_is_not_a_weak_baseline():
+    # A model big enough that the forward, not Python, dominates (as a real model's does), fp32, one
+    # thread, four prompts of different lengths, left padding in both.
+    target = make_llama(0, layers=4, vocab=4096, hidden=256)
+    pair = ModelPair(target=target, tokenizer=None, draft=None, target_name="t", draft_name="-", target_parameters=0,
+                     draft_parameters=0, device=target.device, dtype=torch.float32, eos_token_ids=[])
+    g = torch.Generator().manual_seed(0)
+    ids = [torch.randint(1, 4096, (n,), generator=g).tolist() for n in (20, 35, 50, 64)]
+    check = plain_against_generate(pair, ids, 48, repeats=5)
+    assert check["ratio"] >= 0.9, check
