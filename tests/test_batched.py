@@ -10,7 +10,9 @@ from conftest import make_llama, reference, truncated_copy
 from test_sampling import LENGTH, V, exact_joint, pooled_chisquare
 
 from specviz.core import batched
-from specviz.core.batched import RaggedCache, batched_autoregressive_decode, batched_speculative_decode, row_seed
+from specviz.core.batched import batched_autoregressive_decode, batched_speculative_decode, row_seed
+from specviz.core import ragged_cache
+from specviz.core.ragged_cache import RaggedCache
 from specviz.core.decoding import autoregressive_decode, speculative_decode
 from specviz.core.drafters import DraftModelDrafter, PromptLookupDrafter, SuffixDrafter, early_exit_model
 from specviz.core.sampling import Sampler
@@ -104,7 +106,7 @@ def test_rows_that_end_leave_the_batch(models):
 
 def test_regathered_cache_keeps_outputs(models, monkeypatch):
     # Re-gather whenever any slot could be won back (every few passes here): outputs must not change.
-    monkeypatch.setattr(batched, "MAX_HOLES", 0.0)
+    monkeypatch.setattr(ragged_cache, "MAX_HOLES", 0.0)
     target, drafts = models
     prompts = ragged_prompts(5, seed=4)
     events = list(batched_speculative_decode(target, drafts["model"], prompts, max_new_tokens=NEW_TOKENS, k=4))

@@ -10,7 +10,8 @@ from specviz.catalog import BenchPrompt
 from specviz.cli import entry
 from specviz.errors import SpecvizError
 from specviz.models import ModelPair
-from specviz.runs.load import LoadPoint, LoadResult, cost_at, cost_curve, plain_against_generate, run_sweep, sweep
+from specviz.runs.bench import plain_against_generate
+from specviz.runs.load import LoadPoint, LoadResult, cost_at, cost_curve, run_sweep, sweep
 from specviz.settings import LOCAL, RunSettings, validate
 
 PROMPTS = [BenchPrompt("a", "test", "the cat sat on the mat and the cat sat on the"),

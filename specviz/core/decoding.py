@@ -142,7 +142,7 @@ def _reach(cycle: Cycle) -> int:
     return max(trees.depths(cycle.parents)) if cycle.is_tree else len(cycle.drafted)
 
 
-def _close(accepted: list[int], complete: bool, correction: int, correction_prob: float,
+def end_of_cycle(accepted: list[int], complete: bool, correction: int, correction_prob: float,
            eos: frozenset[int]) -> tuple[list[int], int | None, str | None, float | None]:
     """(emitted, correction, its kind, its probability) after `accepted`: the target's token is a
     bonus when nothing was rejected (`complete`), else a correction; an accepted EOS ends the output
@@ -180,7 +180,7 @@ def _chain_cycle(run: _Pass, length: int, draft: Draft, budget: int, *, index: i
         verdict = verify_sampled(sampler.probs(logits), draft_probs, tokens, sampler.uniform(n, run.sequence.device),
                                  sampler.generator)
     accepted = verdict.num_accepted
-    emitted, correction, kind, correction_prob = _close(drafted[:accepted], accepted == n, verdict.correction,
+    emitted, correction, kind, correction_prob = end_of_cycle(drafted[:accepted], accepted == n, verdict.correction,
                                                         verdict.correction_prob, run.eos)
     if correction is not None:
         run.sequence[0, length + accepted] = correction
@@ -234,7 +234,7 @@ def _tree_cycle(run: _Pass, length: int, draft: Draft, budget: int, *, index: in
                                             sampler.uniform(len(parents), device), sampler.generator)
     path = verdict.path
     at_leaf = not trees.children(parents)[path[-1] + 1 if path else 0]
-    emitted, correction, kind, correction_prob = _close([drafted[i] for i in path], at_leaf, verdict.correction,
+    emitted, correction, kind, correction_prob = end_of_cycle([drafted[i] for i in path], at_leaf, verdict.correction,
                                                         verdict.correction_prob, run.eos)
 
     # The target cache keeps the prefix and exactly the accepted path; the drafter its prefix.

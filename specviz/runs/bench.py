@@ -25,6 +25,7 @@ no model files at all; its forwards are so cheap that it measures mostly per-tok
 from __future__ import annotations
 
 import contextlib
+import statistics
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
@@ -32,6 +33,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..catalog import BenchPrompt
+from ..core.batched import batched_autoregressive_decode
 from ..core.timing import Clock, collector_paused
 from ..core.drafters import PromptLookupDrafter
 from ..metrics import median, ratio
@@ -289,3 +291,42 @@ def describe(setup: Setup) -> dict:
             "max_new_tokens": settings.max_new_tokens, "hardware": host_description(pair.device),
             "torch": torch.__version__, "transformers": transformers.__version__, "clock": Clock(pair.device).name,
             "transformers_settings": transformers_settings(setup)[2], "eos_token_ids": list(pair.eos_token_ids)}
+
+
+# ----------------------------------------------------------------------------- the baseline's strength
+
+def plain_against_generate(pair: ModelPair, ids: Sequence[Sequence[int]], max_new_tokens: int, *,
+                           repeats: int = 3) -> dict:
+    """Batched plain decoding's throughput against transformers' batched `generate` on the same
+    prompts (greedy, left padding, the pair's dtype and torch's current threads, no EOS so that every
+    row writes `max_new_tokens` in both), alternated `repeats` times after one untimed round each,
+    timed by the same clock. Returns the median ratio (ours / generate's tokens per second) and both
+    rates of each round."""
+    target = pair.target
+    clock = Clock(target.device)
+    width = max(len(p) for p in ids)
+    input_ids = torch.zeros(len(ids), width, dtype=torch.long)
+    attention = torch.zeros_like(input_ids)
+    for row, prompt in enumerate(ids):
+        input_ids[row, width - len(prompt):] = torch.tensor(list(prompt))
+        attention[row, width - len(prompt):] = 1
+    input_ids, attention = input_ids.to(target.device), attention.to(target.device)
+
+    def ours() -> float:
+        start = clock()
+        tokens = sum(len(e.tokens) for e in batched_autoregressive_decode(target, ids, max_new_tokens, eos_token_id=[]))
+        return ratio(tokens, clock() - start)
+
+    def theirs() -> float:
+        start = clock()
+        # No EOS in the generation config either: no row stops early, no logits processor runs.
+        with torch.inference_mode(), generation_config_set(target, {"eos_token_id": None}):
+            out = target.generate(input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
+                                  do_sample=False, pad_token_id=0)
+        return ratio((out.shape[1] - width) * len(ids), clock() - start)
+
+    ours(), theirs()
+    rounds = [(ours(), theirs()) for _ in range(repeats)]
+    return {"ratio": statistics.median(a / b for a, b in rounds),
+            "rounds": [{"ours_tokens_per_s": a, "generate_tokens_per_s": b} for a, b in rounds],
+            "clock": clock.name, "batch": len(ids), "max_new_tokens": max_new_tokens}

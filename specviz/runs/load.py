@@ -33,7 +33,6 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
-import torch
 
 from ..catalog import BenchPrompt
 from ..core.batched import BatchCycle, BatchStep, batched_autoregressive_decode, batched_speculative_decode
@@ -44,7 +43,6 @@ from ..metrics import BOOTSTRAP_SAMPLES, expected_tokens_per_pass, linear_fit, p
 from ..models import ModelPair
 from ..models.host import HostLoad, environment, read_cpu_times
 from ..settings import RunSettings, parse_draft
-from .bench import generation_config_set
 from .run import encode, interleave
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16)
@@ -380,42 +378,3 @@ def plain_point(batch: int, plain_runs: Sequence[Sequence[BatchStep]], prompts: 
                      spec_tokens_per_s=rate, plain_tokens_per_s=rate, spec_latency=latency, plain_latency=latency,
                      theory=1.0, identical=True, alpha=0.0, passes=0, steps=len(plain), padding_share=0.0,
                      regathers=0, rows=_rows(prompts, out, out))
-
-
-# ----------------------------------------------------------------------------- the baseline's strength
-
-def plain_against_generate(pair: ModelPair, ids: Sequence[Sequence[int]], max_new_tokens: int, *,
-                           repeats: int = 3) -> dict:
-    """Batched plain decoding's throughput against transformers' batched `generate` on the same
-    prompts (greedy, left padding, the pair's dtype and torch's current threads, no EOS so that every
-    row writes `max_new_tokens` in both), alternated `repeats` times after one untimed round each,
-    timed by the same clock. Returns the median ratio (ours / generate's tokens per second) and both
-    rates of each round."""
-    target = pair.target
-    clock = Clock(target.device)
-    width = max(len(p) for p in ids)
-    input_ids = torch.zeros(len(ids), width, dtype=torch.long)
-    attention = torch.zeros_like(input_ids)
-    for row, prompt in enumerate(ids):
-        input_ids[row, width - len(prompt):] = torch.tensor(list(prompt))
-        attention[row, width - len(prompt):] = 1
-    input_ids, attention = input_ids.to(target.device), attention.to(target.device)
-
-    def ours() -> float:
-        start = clock()
-        tokens = sum(len(e.tokens) for e in batched_autoregressive_decode(target, ids, max_new_tokens, eos_token_id=[]))
-        return ratio(tokens, clock() - start)
-
-    def theirs() -> float:
-        start = clock()
-        # No EOS in the generation config either: no row stops early, no logits processor runs.
-        with torch.inference_mode(), generation_config_set(target, {"eos_token_id": None}):
-            out = target.generate(input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
-                                  do_sample=False, pad_token_id=0)
-        return ratio((out.shape[1] - width) * len(ids), clock() - start)
-
-    ours(), theirs()
-    rounds = [(ours(), theirs()) for _ in range(repeats)]
-    return {"ratio": statistics.median(a / b for a, b in rounds),
-            "rounds": [{"ours_tokens_per_s": a, "generate_tokens_per_s": b} for a, b in rounds],
-            "clock": clock.name, "batch": len(ids), "max_new_tokens": max_new_tokens}
