@@ -238,8 +238,9 @@ def markdown(report: dict) -> str:
             lines.append(
                 f"| {pair['target']} | {pair['draft']} | {pair['k']} | {t['acceptance_rate']:.0%} | "
                 f"{t['tokens_per_pass']:.2f} | {t['cost_ratio']:.3f} | {t['plain_tokens_per_s']:.1f} | "
-                f"{t['specviz_tokens_per_s']:.1f} | {t['transformers_tokens_per_s']:.1f} | {t['specviz_speedup']:.2f}x | "
-                f"{t['transformers_speedup']:.2f}x | {t['specviz_vs_transformers']:.2f} | {t['expected_speedup']:.2f}x | "
+                f"{t['specviz_tokens_per_s']:.1f} | {t['transformers_tokens_per_s']:.1f} | "
+                f"{t['specviz_speedup']:.2f}x | {t['transformers_speedup']:.2f}x | "
+                f"{t['specviz_vs_transformers']:.2f} | {t['expected_speedup']:.2f}x | "
                 f"{t['identical_to_baseline']}/{t['prompts']} | {o['plain']['outside_ms_per_token']:.2f} / "
                 f"{o['specviz']['outside_ms_per_token']:.2f} / {o['transformers']['outside_ms_per_token']:.2f} | "
                 f"{o['specviz'].get('outside_ms_per_cycle', 0):.2f} |")

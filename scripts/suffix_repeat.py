@@ -4,13 +4,17 @@ its 95% range) against plain decoding of the same prompt, one torch thread, thre
 import sys
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import statistics, torch
-torch.set_num_threads(1); torch.set_grad_enabled(False)
-from specviz.core.drafters import SuffixDrafter, PromptLookupDrafter
-from specviz.core.decoding import speculative_decode, autoregressive_decode
-from specviz.models import load_pair, encode_prompt
-from specviz.metrics import measure_speed
+
+from specviz.core.decoding import autoregressive_decode, speculative_decode  # noqa: E402 - after the sys.path insert
+from specviz.core.drafters import PromptLookupDrafter, SuffixDrafter  # noqa: E402
+from specviz.metrics import measure_speed  # noqa: E402
+from specviz.models import encode_prompt, load_pair  # noqa: E402
+
+torch.set_num_threads(1)
+torch.set_grad_enabled(False)
 pair = load_pair(None, "ngram", device="cpu")
 prompt = "Write a short paragraph about why the sky is blue, for a ten-year-old."
 ids = encode_prompt(pair.tokenizer, prompt)
@@ -21,6 +25,8 @@ def go(drafter):
     s = measure_speed(cycles, steps)
     return len(cycles), sum(len(c.emitted) for c in cycles), s.speedup, s.low, s.high
 suffix = SuffixDrafter()
-for name, d in [("ngram (chain)", PromptLookupDrafter()), ("suffix, first request", suffix), ("suffix, same request again", suffix)]:
+for name, d in [("ngram (chain)", PromptLookupDrafter()), ("suffix, first request", suffix),
+                ("suffix, same request again", suffix)]:
     passes, tokens, sp, lo, hi = go(d)
-    print(f"{name}: {tokens} tokens in {passes} passes ({tokens/passes:.2f} per pass), speedup {sp:.2f}x ({lo:.2f}-{hi:.2f}x)")
+    print(f"{name}: {tokens} tokens in {passes} passes ({tokens/passes:.2f} per pass), "
+          f"speedup {sp:.2f}x ({lo:.2f}-{hi:.2f}x)")

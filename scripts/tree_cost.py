@@ -34,7 +34,8 @@ def main() -> None:
         for _ in range(args.repeats):
             cache = __import__("transformers").DynamicCache(config=model.config)
             model(prefix[:, :-1], cache=cache, logits_to_keep=1)
-            tokens = torch.cat([prefix[:, -1:], torch.randint(100, 20000, (1, n - 1))], dim=1) if n > 1 else prefix[:, -1:]
+            tokens = (torch.cat([prefix[:, -1:], torch.randint(100, 20000, (1, n - 1))], dim=1) if n > 1
+                      else prefix[:, -1:])
             extra = {}
             if parents is not None:
                 mask, positions = trees.tree_inputs(parents, args.prefix - 1, 1, model.dtype, pair.device)

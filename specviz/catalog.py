@@ -73,7 +73,8 @@ class BenchPrompt:
     earlier: tuple[str, ...] = ()
 
 
-def load_bench_prompts(path: Path | str = BENCH_PROMPTS_FILE, categories=None, limit: int | None = None) -> list[BenchPrompt]:
+def load_bench_prompts(path: Path | str = BENCH_PROMPTS_FILE, categories=None,
+                       limit: int | None = None) -> list[BenchPrompt]:
     """The benchmark prompts of `categories` (None: the file's "categories", Spec-Bench's six; its
     "extra_categories", such as `repeated`, only when named), in file order; at most `limit` per
     category."""
@@ -112,7 +113,8 @@ def _earlier(item: dict, where: str) -> tuple[str, ...]:
 
 def read_prompt_file(path: Path | str) -> list[BenchPrompt]:
     """A user's prompt set: one prompt per line, or JSON Lines with `prompt` and optional
-    `category`, `chat` and `earlier` (turns decoded first, untimed). Blank lines are skipped; anything else wrong is a SpecvizError."""
+    `category`, `chat` and `earlier` (turns decoded first, untimed). Blank lines are skipped; anything
+    else wrong is a SpecvizError."""
     path = Path(path)
     data = read_limited(path, MAX_PROMPT_FILE_BYTES, "a prompt file")
     try:
@@ -147,7 +149,8 @@ def read_prompt_file(path: Path | str) -> list[BenchPrompt]:
 
 def _check_length(prompt: str, where: str) -> None:
     if len(prompt) > MAX_PROMPT_CHARS:
-        raise SpecvizError(f"{where}: a prompt of {len(prompt)} characters, more than {MAX_PROMPT_CHARS} for one prompt.")
+        raise SpecvizError(f"{where}: a prompt of {len(prompt)} characters, "
+                           f"more than {MAX_PROMPT_CHARS} for one prompt.")
 
 
 def preset_prompt_sets() -> dict[str, list[BenchPrompt]]:

@@ -67,7 +67,8 @@ def test_run_writes_json_with_baseline(folder, tmp_path, capsys):
     assert summary["target_parameters"] > 0 and summary["draft"] == "ngram"
     assert sum(len(c["emitted"]) for c in data["cycles"]) == summary["tokens"]
     for c in data["cycles"]:
-        assert c["emitted"] == c["drafted"][: c["num_accepted"]] + ([c["correction"]] if c["correction"] is not None else [])
+        assert c["emitted"] == (c["drafted"][: c["num_accepted"]]
+                                + ([c["correction"]] if c["correction"] is not None else []))
         assert len(c["drafted_text"]) == len(c["drafted"])
         assert c["k"] == 3
     assert data["settings"]["k"] == 3 and data["settings"]["chat"] is False and data["prompt"] == PROMPT

@@ -33,7 +33,8 @@ def test_summarize_counts_and_vllm_names():
     assert s.alpha == pytest.approx(7 / (7 + 2))           # two cycles had a rejection
     assert s.mean_acceptance_length == pytest.approx(11 / 4)
     assert s.acceptance_histogram == [1, 1, 1, 0, 1]
-    assert s.acceptance_by_position == [pytest.approx(3 / 4), pytest.approx(2 / 4), pytest.approx(1 / 3), pytest.approx(1 / 3)]
+    assert s.acceptance_by_position == [pytest.approx(3 / 4), pytest.approx(2 / 4), pytest.approx(1 / 3),
+                                        pytest.approx(1 / 3)]
     # c leaves out the first cycle (it carries the prefill): 0.01 s per draft token / 0.1 s per pass.
     assert cost_ratio(cycles) == pytest.approx(0.1)
     expected = sum(expected_tokens_per_pass(s.alpha, n) for n in (4, 4, 4, 2)) / 4

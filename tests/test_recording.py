@@ -89,7 +89,8 @@ def test_bad_files_get_one_clear_message(tiny, tmp_path):
         # Found by a hostile second reading: each reached a view or a chart before.
         "nested too deeply": "[" * 100_000 + "]" * 100_000,
         "no known kind": damaged(good, lambda r: r["runs"][0]["cycles"][0].update(correction_kind="foo")),
-        "a chain with a tree": damaged(good, lambda r: r["runs"][0]["cycles"][0].update(node_verdicts=["accepted"] * 9)),
+        "a chain with a tree": damaged(good,
+                                       lambda r: r["runs"][0]["cycles"][0].update(node_verdicts=["accepted"] * 9)),
         "parameters": damaged(good, lambda r: r["runs"][0]["target"].update(parameters=float("inf"))),
         "another cycle's index": damaged(good, lambda r: r["runs"][0]["cycles"][0].update(index=10**400)),
         "must be a whole number": damaged(good, lambda r: r["runs"][0]["settings"].update(k=-3)),

@@ -193,7 +193,8 @@ def test_teach_tells_a_trees_verification_node_by_node(tiny, temperature):
                            temperature=temperature, seed=0)
     run = execute(settings, PROMPT, tiny.loader(settings))
     # some cycle goes deeper than one level (so the Markdown check below sees two depths)
-    assert any(sum(line.startswith("**Depth") for line in teach.tree_tries(c, str)) > 1 for c in run.cycles if c.is_tree)
+    assert any(sum(line.startswith("**Depth") for line in teach.tree_tries(c, str)) > 1
+               for c in run.cycles if c.is_tree)
     for cycle in (c for c in run.cycles if c.is_tree and c.drafted):
         lines = teach.tree_tries(cycle, lambda token: str(token))
         tries = [line for line in lines if line[:1].isdigit()]
@@ -208,7 +209,8 @@ def test_teach_tells_a_trees_verification_node_by_node(tiny, temperature):
         assert page.count("<li>") == len(tries) and not re.search(r"<li>(?:(?!</li>).)*Depth", page, re.S)
 
 
-@pytest.mark.parametrize("draft, temperature", [("ngram-tree", 0.0), ("ngram-tree", 0.9), ("small", 0.9), ("small", 0.0)])
+@pytest.mark.parametrize("draft, temperature",
+                         [("ngram-tree", 0.0), ("ngram-tree", 0.9), ("small", 0.9), ("small", 0.0)])
 def test_stepping_test_by_test_walks_every_test_in_order_then_each_outcome(tiny, draft, temperature):
     settings = RunSettings(target="tiny", draft=draft, k=4, max_new_tokens=32, chat=False,
                            temperature=temperature, seed=2)
@@ -240,12 +242,14 @@ def test_stepping_test_by_test_walks_every_test_in_order_then_each_outcome(tiny,
         # to the previous cycle's outcome.
         following = (i, 0) if tested else teach.next_test(stepped, i, 0, +1)
         assert teach.next_test(stepped, i, None, +1) == following
-        assert teach.next_test(stepped, i, None, -1) == ((i - 1, len(tested_in(result.cycles[i - 1]))) if i else (0, None))
+        assert teach.next_test(stepped, i, None, -1) == ((i - 1, len(tested_in(result.cycles[i - 1]))) if i
+                                                         else (0, None))
     assert seen == expected
     for index, test in seen:                                      # every step draws (sampled trees included)
         view = teach.step_view(stepped, index, test)
         outcome = test == len(tested_in(result.cycles[index]))
-        assert view.position == f"Cycle {index + 1} of {len(result.cycles)}, " + ("outcome" if outcome else f"test {test + 1}")
+        assert view.position == (f"Cycle {index + 1} of {len(result.cycles)}, "
+                                 + ("outcome" if outcome else f"test {test + 1}"))
     assert teach.next_test(stepped, 0, 0, -1) == (0, 0)           # the run's first test stays put
 
     # A test's view shows the tests so far, the one just made marked, and not yet the outcome; it does
@@ -269,7 +273,9 @@ def test_stepping_test_by_test_walks_every_test_in_order_then_each_outcome(tiny,
     assert "That was the last test" in last.narrative and teach_rows.NOT_YET not in last.table
     if cycle.is_tree:
         drawn = {trace.name: len(trace.x) for trace in view.verification.data[2:]}
-        assert drawn["this test"] == 1 and sum(n for name, n in drawn.items() if name != "this test") == len(cycle.drafted)
+        assert drawn["this test"] == 1
+        assert sum(n for name, n in drawn.items() if name != "this test") == len(cycle.drafted)
         assert drawn[teach_rows.NOT_YET] == len(cycle.drafted) - 1
         assert teach_rows.NOT_YET not in {trace.name for trace in last.verification.data}
-        assert "tested so far" in view.verification.layout.title.text and "accepted" not in view.verification.layout.title.text
+        title = view.verification.layout.title.text
+        assert "tested so far" in title and "accepted" not in title

@@ -80,8 +80,8 @@ def test_deep_accepted_paths_keep_exactly_their_cache_entries(make, k):
     # would leave the greedy one.
     target, oracle = make(0), make(0)          # the same weights; the oracle's calls are not counted
     fed = []
-    handle = target.register_forward_pre_hook(lambda module, args, kwargs: fed.append((args[0] if args else kwargs["input_ids"]).shape[1]),
-                                              with_kwargs=True)
+    handle = target.register_forward_pre_hook(
+        lambda module, args, kwargs: fed.append((args[0] if args else kwargs["input_ids"]).shape[1]), with_kwargs=True)
     try:
         cycles = list(speculative_decode(target, OracleTree(oracle, target.config.vocab_size), PROMPT, N, k=k))
     finally:

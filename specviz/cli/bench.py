@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=1, help="rounds over the prompt set (medians are reported)")
     parser.add_argument("--prompts", type=Path, default=BENCH_PROMPTS_FILE, help="prompt set (JSON)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="write meta, rows and summary as JSON")
-    parser.add_argument("--markdown", type=Path, default=None, metavar="FILE", help="also write the markdown table here")
+    parser.add_argument("--markdown", type=Path, default=None, metavar="FILE",
+                        help="also write the markdown table here")
     parser.add_argument("--quiet", action="store_true", help="no per-prompt progress lines")
 
 

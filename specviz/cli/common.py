@@ -48,7 +48,8 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """The decoding settings. Numbers stay text here: `settings.validate` coerces and checks them,
     so '--k inf' and '--seed 2**80' get the same messages as in the app."""
     parser.add_argument("--k", default=4, help="draft length (tokens proposed per cycle)")
-    parser.add_argument("--dynamic-k", action="store_true", help="grow k after fully accepted cycles, shrink after rejections")
+    parser.add_argument("--dynamic-k", action="store_true",
+                        help="grow k after fully accepted cycles, shrink after rejections")
     parser.add_argument("--max-k", default=None, help="upper bound for --dynamic-k (default 2k)")
     parser.add_argument("--temperature", default=0.0, help="0 = greedy verification")
     parser.add_argument("--top-k", default=0)
@@ -58,7 +59,8 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--branch", default=None,
                         help="with a draft model or self:L: draft a token tree, expanding the BRANCH most probable "
                              "nodes per depth into their BRANCH most probable children (EAGLE-2's dynamic tree)")
-    parser.add_argument("--tree-budget", default=None, help="with --branch: nodes the target verifies per pass (default 16)")
+    parser.add_argument("--tree-budget", default=None,
+                        help="with --branch: nodes the target verifies per pass (default 16)")
 
 
 def add_prompt_arguments(parser: argparse.ArgumentParser) -> None:

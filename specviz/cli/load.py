@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", default=0.0, help="0 = greedy")
     parser.add_argument("--top-k", default=0)
     parser.add_argument("--top-p", default=1.0)
-    parser.add_argument("--seed", default=None, help="row r of a batch draws from its own generator, seeded from (seed, r)")
+    parser.add_argument("--seed", default=None,
+                        help="row r of a batch draws from its own generator, seeded from (seed, r)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the sweep as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
@@ -102,7 +103,8 @@ def print_result(result: LoadResult) -> None:
     print(f"{settings['target']} + {settings['draft']}; {env['device_name']}, {settings['dtype']}; "
           f"{settings['max_new_tokens']} new tokens; clock: {settings['clock']}")
     rows = [[str(p.batch), str(p.k), f"{p.speedup:.2f}x", f"{p.speedup_low:.2f}-{p.speedup_high:.2f}",
-             f"{p.theory:.2f}x", f"{p.tokens_per_pass:.2f}", f"{p.spec_tokens_per_s:.1f}", f"{p.plain_tokens_per_s:.1f}",
+             f"{p.theory:.2f}x", f"{p.tokens_per_pass:.2f}", f"{p.spec_tokens_per_s:.1f}",
+             f"{p.plain_tokens_per_s:.1f}",
              f"{p.spec_latency * 1000:.0f}", f"{p.plain_latency * 1000:.0f}",
              "-" if p.identical is None else "yes" if p.identical else "NO"] for p in result.points]
     Console(width=140).print(rich_table(

@@ -37,7 +37,8 @@ PLAIN_HELP = ("print only the generated text on stdout (the summary goes to stde
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     add_decoding_arguments(parser)
-    parser.add_argument("--baseline", action="store_true", help="also run plain decoding and report the measured speedup")
+    parser.add_argument("--baseline", action="store_true",
+                        help="also run plain decoding and report the measured speedup")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",
                         help="write settings, prompt, text, cycles, summary and environment as JSON")
     parser.add_argument("--record", type=Path, default=None, metavar="FILE",

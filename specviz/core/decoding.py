@@ -255,7 +255,8 @@ def _tree_cycle(run: _Pass, length: int, draft: Draft, budget: int, *, index: in
 
 def autoregressive_decode(target: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int = 64,
                           temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-                          seed: int | None = None, *, eos_token_id: int | Iterable[int] | None = None) -> Iterator[Step]:
+                          seed: int | None = None, *,
+                          eos_token_id: int | Iterable[int] | None = None) -> Iterator[Step]:
     """Plain decoding, one target forward per token, with the same sampling rules. The baseline
     every speedup is measured against."""
     _validate(input_ids, max_new_tokens, temperature, top_k, top_p)

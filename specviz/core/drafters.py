@@ -32,8 +32,9 @@ class Drafter(ABC):
     name = "drafter"
     parameters = 0                    # extra parameters the drafter runs (for display)
 
-    def begin(self, prompt_ids: torch.Tensor) -> None:
-        """Reset state for a new run over `prompt_ids` (1, T)."""
+    def begin(self, prompt_ids: torch.Tensor) -> None:  # noqa: B027 - an optional hook, empty on purpose
+        """Reset state for a new run over `prompt_ids` (1, T). The default does nothing: a stateless
+        drafter has nothing to reset."""
 
     @abstractmethod
     def propose(self, sequence: torch.Tensor, k: int, sampler: Sampler) -> Draft:
@@ -50,11 +51,13 @@ class Drafter(ABC):
         be remembered) and for an app session (which must not draft from another's outputs)."""
         return self
 
-    def rollback(self, valid_length: int) -> None:
-        """Only the first `valid_length` tokens of the last sequence it saw are still valid."""
+    def rollback(self, valid_length: int) -> None:  # noqa: B027 - an optional hook, empty on purpose
+        """Only the first `valid_length` tokens of the last sequence it saw are still valid. The
+        default does nothing: a drafter that keeps no cache of the sequence has nothing to roll back."""
 
-    def forget(self) -> None:
-        """Drop whatever was learned from earlier requests (only drafters that learn have any)."""
+    def forget(self) -> None:  # noqa: B027 - an optional hook, empty on purpose
+        """Drop whatever was learned from earlier requests. The default does nothing: only drafters
+        that learn across requests (suffix) have anything to drop."""
 
 
 # ----------------------------------------------------------------------------- draft model
@@ -123,7 +126,8 @@ def early_exit_model(target: PreTrainedModel, num_layers: int) -> PreTrainedMode
         raise ValueError(f"early exit needs a decoder with `model.layers`; {type(target).__name__} has none")
     total = len(layers)
     if not 1 <= num_layers <= total - 1:
-        raise ValueError(f"early exit layer must be between 1 and {total - 1} for this {total}-layer model, got {num_layers}")
+        raise ValueError(f"early exit layer must be between 1 and {total - 1} for this {total}-layer model, "
+                         f"got {num_layers}")
 
     config = copy.deepcopy(target.config)
     config.num_hidden_layers = num_layers

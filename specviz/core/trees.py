@@ -203,7 +203,7 @@ def verify_tree_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor | 
     # No child of `row` accepted: the correction comes from what its children left (a leaf: the
     # target's own distribution, a bonus token).
     left = None
-    for left in leftovers(row, kids[row]):      # ends on what every child of `row` left
+    for left in leftovers(row, kids[row]):  # noqa: B007 - drained: ends on what every child of `row` left
         pass
     correction, correction_prob = draw(target_probs[row] if left is None else left, generator)
     return TreeVerification(path=path, correction=correction, correction_prob=correction_prob,

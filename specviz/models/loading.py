@@ -77,7 +77,7 @@ def _estimate_bytes(config, dtype: torch.dtype, trust_remote_code: bool) -> int 
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
         return sum(p.numel() for p in model.parameters()) * dtype.itemsize
-    except Exception as error:  # an estimate only: loading reports the real problem
+    except Exception as error:  # noqa: BLE001 - an estimate only: loading reports the real problem
         log.debug("could not estimate the size of %s: %s", type(config).__name__, error)
         return None
 
@@ -115,7 +115,7 @@ def load_cached(spec: str, device: torch.device, dtype: torch.dtype, *, allow_pi
             if "trust_remote_code" in str(error):
                 raise _explain(error, source, allow_pickle) from error
             raise SpecvizError(f"{source.name} has no usable tokenizer ({_first_line(error)}); specviz needs one "
-                                 "to encode prompts and to check that a draft shares the target's vocabulary.") from None
+                               "to encode prompts and to check that a draft shares the target's vocabulary.") from None
         if vet is not None:
             vet(tokenizer, source)
         _check_weight_format(source, allow_pickle)

@@ -7,5 +7,6 @@ from .prompt_sets import PromptSetComparison, compare_prompt_set, iter_prompt_se
 from .result import CycleText, Run
 from .run import Loader, execute, last, load, load_stepwise, race
 
-__all__ = ["PromptSetComparison", "compare_prompt_set", "iter_prompt_set", "Comparison", "Sweep", "compare", "config_label", "config_labels", "iter_comparison", "iter_sweep",
-           "sweep", "CycleText", "Loader", "Run", "execute", "last", "load", "load_stepwise", "race"]
+__all__ = ["PromptSetComparison", "compare_prompt_set", "iter_prompt_set", "Comparison", "Sweep", "compare",
+           "config_label", "config_labels", "iter_comparison", "iter_sweep", "sweep", "CycleText", "Loader", "Run",
+           "execute", "last", "load", "load_stepwise", "race"]

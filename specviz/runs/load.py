@@ -43,7 +43,7 @@ from ..metrics import BOOTSTRAP_SAMPLES, expected_tokens_per_pass, linear_fit, p
 from ..models import ModelPair
 from ..models.host import HostLoad, environment, read_cpu_times
 from ..settings import RunSettings, parse_draft
-from .run import encode, interleave
+from .run import encode, interleave, last
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16)
 DEFAULT_KS = (0, 1, 2, 4, 8)
@@ -229,10 +229,7 @@ def sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair
 
 def run_sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair, **options) -> LoadResult:
     """`sweep` drained: the finished result."""
-    progress = None
-    for progress in sweep(settings, prompts, pair, **options):
-        pass
-    return progress.result
+    return last(sweep(settings, prompts, pair, **options)).result
 
 
 def _warm_up(pair: ModelPair, ids: list[list[int]], k: int, options: dict) -> None:

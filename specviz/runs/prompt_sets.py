@@ -182,5 +182,6 @@ def iter_prompt_set(configs: Sequence[RunSettings], prompts: Sequence[BenchPromp
                 yield comparison
 
 
-def compare_prompt_set(configs: Sequence[RunSettings], prompts: Sequence[BenchPrompt], **options) -> PromptSetComparison:
+def compare_prompt_set(configs: Sequence[RunSettings], prompts: Sequence[BenchPrompt],
+                       **options) -> PromptSetComparison:
     return last(iter_prompt_set(configs, prompts, **options))
