@@ -27,14 +27,18 @@ body.sv-large #prompt textarea { max-height: 3.4em !important; }
 .sv-band, .sv-actions { align-items: flex-start; }
 .sv-actions { gap: 8px; }
 .sv-actions button { min-height: 42px; }
-.sv-race { gap: 8px; }
+.sv-race { gap: 8px; margin-top: -6px; }
 .sv-race > * { min-width: 0; }
 .sv-race .sv-text { height: 9.5em; max-height: none; line-height: 1.75; display: flex; flex-direction: column-reverse; }
 .sv-race .sv-legend { font-size: 0.8em; margin: 0 0 4px; }
 .sv-race .sv-panel { padding: 6px 10px; height: 100%; box-sizing: border-box; }
 .sv-race .sv-panel-head { margin-bottom: 2px; }
 .sv-flow { white-space: pre-wrap; }
-body.sv-large .sv-race .sv-text { height: 5.3em !important; }
+body.sv-large .sv-race .sv-text { height: 4.8em !important; }
+body.sv-large .sv-tile { padding: 0 8px !important; }
+body.sv-large .sv-tile-value { font-size: 1.4em !important; }
+body.sv-large .sv-tile-speedup .sv-tile-value { font-size: 1.8em !important; }
+body.sv-large .sv-tile-caption { font-size: 0.75em !important; }
 body.sv-large .sv-race .sv-legend { font-size: 0.68em !important; margin: 0 !important; }
 body.sv-large .sv-race .sv-panel-head { font-size: 0.85em !important; margin: 0 !important; }
 .sv-tok:focus-visible, .sv-tok.sv-pinned { outline: 3px solid #0072B2; outline-offset: 1px; }
