@@ -23,7 +23,12 @@ ROWS = [[True, "", "ngram", 4, False, 0.0], [True, "", "same", 3, False, 0.0],
 
 
 def views(work, *args):
-    return [view for view in work(*args) if view is not TICK]
+    return [view for view in work(*args) if view is not TICK and not decoding(view)]
+
+
+def decoding(view) -> bool:
+    """A Teach view shown while it decodes (the tokens so far), not a step."""
+    return isinstance(view, teach_tab.TeachView) and str(view.position).startswith(teach_tab.DECODING)
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +203,7 @@ def test_teach_decodes_then_steps(tiny):
 def test_teach_yields_once_per_cycle_so_a_stop_lands_within_one(tiny):
     steps = list(teach_tab.teach_work(LOCAL, tiny.loader)(PROMPT, EARLY_EXIT, "", 2, 3, 0.0, 0, 24, CHAT))
     *ticks, view = steps
-    assert all(t is TICK for t in ticks) and len(ticks) >= len(view.run.cycles)
+    assert all(t is TICK or decoding(t) for t in ticks) and len(ticks) >= len(view.run.cycles)
 
 
 def test_a_stopped_teach_run_keeps_its_cycles_to_step_through(tiny):
@@ -206,7 +211,7 @@ def test_a_stopped_teach_run_keeps_its_cycles_to_step_through(tiny):
     ticks = 0
     shown = []
     for view in teach_tab.teach_work(LOCAL, tiny.loader)(PROMPT, EARLY_EXIT, "", 2, 2, 0.0, 0, 128, RAW, signal):
-        if view is TICK:
+        if view is TICK or decoding(view):
             ticks += 1
             if ticks == 5:
                 signal.request()          # as the Stop button does, mid-run
@@ -222,8 +227,7 @@ def test_a_stopped_teach_run_keeps_its_cycles_to_step_through(tiny):
 
     def loader(settings, progress=None):
         raise AssertionError("a stopped run must not load models")
-    (view,) = [v for v in teach_tab.teach_work(LOCAL, loader)(PROMPT, EARLY_EXIT, "", 2, 2, 0.0, 0, 24, RAW, signal)
-               if v is not TICK]
+    (view,) = views(teach_tab.teach_work(LOCAL, loader), PROMPT, EARLY_EXIT, "", 2, 2, 0.0, 0, 24, RAW, signal)
     assert view.position == teach_tab.STOPPED and view.run is None   # no earlier run to step through
 
 
@@ -334,3 +338,23 @@ def test_a_stopped_prompt_set_comparison_says_so(tiny):
     shown = [v for v in compare_tab.compare_work(LOCAL, tiny.loader)(PROMPT, ROWS, 8, 0, CHAT, source, None, 1,
                                                                       stop=signal) if v is not TICK]
     assert "Stopped: " in html.unescape(re.sub(r"<[^>]+>", " ", shown[-1].status))
+
+
+def test_teach_shows_its_tokens_while_it_decodes(tiny, monkeypatch):
+    # Issue 18: a decode of several seconds showed only "processing"; now the tokens so far stream.
+    monkeypatch.setattr(common, "UPDATE_SECONDS", 0.0)       # every cycle due, however fast the tiny pair is
+    steps = [v for v in teach_tab.teach_work(LOCAL, tiny.loader)(PROMPT, EARLY_EXIT, "", 2, 2, 0.0, 0, 24, RAW)
+             if v is not TICK]
+    *progress, final = steps
+    assert progress and all(decoding(v) for v in progress)
+    counts = [len(re.findall(r'data-verdict="', v.tokens)) for v in progress]
+    assert counts == sorted(counts) and counts[-1] > 0 and "decoding:" in progress[-1].tokens
+    assert final.position.startswith("Cycle 1 of")
+
+
+def test_stepping_before_decoding_says_so_in_the_page(demo):
+    # Issue 18: the warning went to the server log (a toast needs the queue, which stepping skips).
+    blocks, _, teach_ui, _, _ = demo
+    (fn,) = functions_of(blocks, teach_ui.next)
+    outputs = fn.fn(None, 0, None)
+    assert "Decode, then step through" in outputs[-1] and all(o == gr.skip() for o in outputs[:-1])
