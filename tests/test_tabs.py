@@ -358,3 +358,43 @@ def test_stepping_before_decoding_says_so_in_the_page(demo):
     (fn,) = functions_of(blocks, teach_ui.next)
     outputs = fn.fn(None, 0, None)
     assert "Decode, then step through" in outputs[-1] and all(o == gr.skip() for o in outputs[:-1])
+
+
+def test_a_prompt_set_answers_first_and_unstarted_rows_wait():
+    # Issue 18: the answer was the second sentence of the headline; a configuration not started read
+    # "0 prompts, 0.00x, 0.00-0.00x".
+    from specviz.catalog import BenchPrompt
+    from specviz.runs.prompt_sets import PromptRun, PromptSetComparison
+    from specviz.settings import RunSettings
+    from specviz.views import prompt_sets
+
+    configs = [RunSettings(draft="ngram", k=4), RunSettings(draft="ngram", k=2)]
+    prompts = [BenchPrompt(f"p{i}", "a", "x") for i in range(5)]
+    comparison = PromptSetComparison(configs, ["lookup", "other"], prompts, 1)
+    for p, value in enumerate([1.8, 2.0, 2.2, 1.9, 2.1]):
+        comparison.results.append(PromptRun(0, p, 0, value, 10, 10, 4, 8, 6, 1.0, None))
+    assert prompt_sets.answer_line(comparison) == "lookup beats plain decoding on these 5 prompts: yes."
+    rows = {row[0]: row for row in prompt_sets.table_rows(comparison)}
+    assert rows["other"][2] == "waiting" and "0.00" not in " ".join(rows["other"])
+    mixed = PromptSetComparison(configs[:1], ["lookup"], prompts, 1)
+    for p, value in enumerate([0.8, 1.3, 0.9, 1.4, 1.1]):
+        mixed.results.append(PromptRun(0, p, 0, value, 10, 10, 4, 8, 6, 1.0, None))
+    assert prompt_sets.answer_line(mixed).endswith(": not settled.")
+
+
+def test_compare_opens_on_one_fast_drafter_and_a_prompt_long_enough():
+    # Issue 18: the default ticked an early-exit row running at 0.30x and measured an 18-token answer.
+    from specviz.catalog import load_examples
+    from specviz.ui.run_tab import default_example
+
+    ticked = [row for row in compare_tab.DEFAULT_CONFIGS if row[0]]
+    assert [row[2] for row in ticked] == ["ngram"]
+    examples = load_examples()
+    assert compare_tab.DEFAULT_PROMPT == examples[default_example(examples)]["prompt"]
+
+
+def test_table_headers_line_up_with_their_numbers():
+    from specviz.views import render
+
+    markup = render.table_html(["category", "a", "b"], [["chat", "1.20x", "0.90x"]], label="t")
+    assert re.findall(r'<th class="([^"]*)"', markup) == re.findall(r'<td class="([^"]*)"', markup) == ["", "sv-num", "sv-num"]

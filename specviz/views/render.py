@@ -212,6 +212,7 @@ CSS = f"""
   border-bottom: 1px solid var(--border-color-primary, #ddd) !important; text-align: left; }}
 .sv-stats th {{ font-weight: 600; }}
 .sv-stats td.sv-num {{ text-align: right; font-weight: 600; }}
+.sv-stats th.sv-num {{ text-align: right; }}
 .sv-stats .sv-headline {{ font-size: 1.05em; font-weight: 600; margin: 4px 0 4px; }}
 .sv-tiles {{ display: flex; flex-wrap: wrap; gap: 8px; margin: 2px 0; }}
 .sv-tile {{ flex: 1 1 150px; border: 1px solid var(--border-color-primary, #ccc); border-radius: 8px;
@@ -315,7 +316,7 @@ def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
 
 def table_html(headers: Sequence[str], rows: Sequence[Sequence[str]], *, label: str) -> str:
     """A table of text cells: the first column left-aligned, the numbers after it right-aligned."""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    head = "".join(f'<th class="{"sv-num" if i else ""}">{html.escape(h)}</th>' for i, h in enumerate(headers))
     body = "".join("<tr>" + "".join(f'<td class="{"sv-num" if i else ""}">{html.escape(cell)}</td>'
                                     for i, cell in enumerate(row)) + "</tr>" for row in rows)
     return (f'<div class="sv-stats"><table aria-label="{html.escape(label)}"><thead><tr>{head}</tr></thead>'
