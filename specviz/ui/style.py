@@ -29,11 +29,13 @@ body.sv-large #prompt textarea { max-height: 3.4em !important; }
 .sv-actions button { min-height: 42px; }
 .sv-race { gap: 8px; margin-top: -6px; }
 .sv-race > * { min-width: 0; }
+/* column-reverse: the scroll position stays at the end while tokens arrive (each update replaces the HTML) */
 .sv-race .sv-text { height: 9.5em; max-height: none; line-height: 1.75; display: flex; flex-direction: column-reverse; }
 .sv-race .sv-legend { font-size: 0.8em; margin: 0 0 4px; }
 .sv-race .sv-panel { padding: 6px 10px; height: 100%; box-sizing: border-box; }
 .sv-race .sv-panel-head { margin-bottom: 2px; }
 .sv-flow { white-space: pre-wrap; }
+.sv-race .sv-flow { margin-bottom: auto; }   /* short text starts at the top; long text keeps its end in view */
 body.sv-large .sv-race .sv-text { height: 4.8em !important; }
 body.sv-large .sv-tile { padding: 0 8px !important; }
 body.sv-large .sv-tile-value { font-size: 1.4em !important; }
@@ -59,7 +61,6 @@ body.sv-large #sv-pin { font-size: 19px !important; }
   .sv-race { flex-direction: column; }
   .sv-race .sv-text { height: 8em; }
   .sv-band { flex-direction: column; align-items: stretch; }
-  .gradio-container .main.app { padding-left: 8px !important; padding-right: 8px !important; }
   .sv-race .sv-legend { font-size: 0.72em; gap: 0 10px; }
   /* five short tab names fit in a row once their padding shrinks (Gradio measures them, then hides
      the ones that do not fit behind "...") */
@@ -95,7 +96,11 @@ DARK_JS = "() => { document.body.classList.toggle('dark'); }"
 # listener for the whole page, so it serves tokens re-rendered after it ran, in every tab. A token's
 # details are its `title` (what a hover shows), pinned in a panel that stays until Escape, the
 # panel's close button, or a click elsewhere.
-HEAD = """<script>
+HEAD = """<style>
+/* Outside Gradio's container, so it cannot go in CSS (whose rules in an @media block Gradio scopes to it). */
+@media (max-width: 700px) { .gradio-container .main.app { padding-left: 8px !important; padding-right: 8px !important; } }
+</style>
+<script>
 (() => {
   let pinned = null;
   const panel = () => {
