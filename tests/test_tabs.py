@@ -398,3 +398,11 @@ def test_table_headers_line_up_with_their_numbers():
 
     markup = render.table_html(["category", "a", "b"], [["chat", "1.20x", "0.90x"]], label="t")
     assert re.findall(r'<th class="([^"]*)"', markup) == re.findall(r'<td class="([^"]*)"', markup) == ["", "sv-num", "sv-num"]
+
+
+def test_a_drafted_token_the_target_never_tested_is_not_drawn_as_rejected():
+    # Issue 18: Teach's "not checked" rows used the rejected colour.
+    from specviz.views import teach_rows
+
+    markup = teach_rows._verdict_cell(teach_rows.NOT_CHECKED)
+    assert "not checked" in markup and "sv-rejected" not in markup and "data-verdict" not in markup

@@ -80,6 +80,8 @@ body.sv-large .sv-text { font-size: 1.2em !important; }
 .sv-cycle.sv-current { outline: 2px solid #0072B2; outline-offset: 2px; border-radius: 3px; }
 .sv-teach tr.sv-current-row { outline: 2px solid #0072B2; outline-offset: -2px; }
 .sv-not-yet { opacity: 0.6; font-style: italic; }
+.sv-unchecked { border: 1px dashed rgba(128,128,128,0.8); border-radius: 3px; padding: 0 3px; font-style: italic;
+  opacity: 0.8; }
 .sv-prompt { opacity: 0.7; }
 .sv-explain ol { margin: 8px 0 0 1.2em; }
 .sv-winner { font-size: 1.15em; font-weight: 600; }
