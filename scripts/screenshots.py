@@ -40,18 +40,20 @@ def first_screens(browser, url: str, out: Path) -> None:
     for name, width, height, large, dark in SIZES:
         page = browser.new_page(viewport={"width": width, "height": height})
         page.goto(url)
-        page.wait_for_selector("#tokens .sv-panel")
+        page.wait_for_function("document.querySelectorAll('#charts .js-plotly-plot').length === 4")
         if large:
             page.locator("#large-text input").check()
             page.wait_for_function("document.body.classList.contains('sv-large')")
         if dark:
             page.locator("#dark-toggle").click()
             page.wait_for_function("document.body.classList.contains('dark')")
+        page.wait_for_timeout(500)         # Large text's resize event, plotly's redraw
         figures = dict(page_height_before_run=page.evaluate("document.documentElement.scrollHeight"),
-                       run_button_y=page.evaluate(PAGE_Y, "#run"))
+                       run_button_y=page.evaluate(PAGE_Y, "#run"), token_box_y=page.evaluate(PAGE_Y, "#tokens .sv-text"))
         page.click("#run")
         page.wait_for_selector("#tokens [data-verdict]", timeout=900_000)
-        # The first token's place in the page, as the run starts (its panel later scrolls inside).
+        # The first token's place in the page when it appears (the first update may bring several cycles,
+        # and the box keeps its newest line in view: then the first token is already scrolled up inside it).
         figures["first_token_y"] = page.evaluate(PAGE_Y, "#tokens [data-verdict]")
         text_matches(page, "#stats", "Finished|could not go ahead", 900)
         page.wait_for_timeout(1500)        # the last chart update

@@ -116,6 +116,11 @@ def test_laptop_shows_the_race_and_the_speedup_without_scrolling(app_url, browse
                            timeout=120_000, polling=250)
     assert page.evaluate(BOX, "#tokens")["top"] == before["top"]     # not even the recording's button
     assert page.locator("#record").is_enabled()
+    # The token box scrolls inside, its newest token in sight; short text starts at its top.
+    box = page.evaluate(BOX, "#tokens .sv-text")
+    newest = page.locator("#tokens [data-verdict]").last.evaluate(
+        "e => { const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom}; }")
+    assert box["top"] - 1 <= newest["top"] and newest["bottom"] <= box["bottom"] + 1, (newest, box)
     summary = page.locator("#stats")
     assert "identical outputs" in summary.locator(".sv-headline").inner_text()
     assert not summary.locator("table").is_visible()             # the details wait behind their disclosure

@@ -3,7 +3,8 @@ app's and the tabs'), the theme, the two small scripts behind Large text and Lig
 page's one script (`HEAD`): a click, a tap or Enter on a token pins its details.
 
 The first screen is the demo: a compact header, the prompt band with Run, the two token views at a
-fixed height (they scroll inside, latest tokens in sight, so nothing below moves while they fill),
+fixed height (they scroll inside, the head script keeps the latest tokens in sight, so nothing below
+moves while they fill),
 the summary's large speedup under them. Below 700 px the header and the token views stack."""
 
 from __future__ import annotations
@@ -29,13 +30,10 @@ body.sv-large #prompt textarea { max-height: 3.4em !important; }
 .sv-actions button { min-height: 42px; }
 .sv-race { gap: 8px; margin-top: -6px; }
 .sv-race > * { min-width: 0; }
-/* column-reverse: the scroll position stays at the end while tokens arrive (each update replaces the HTML) */
-.sv-race .sv-text { height: 9.5em; max-height: none; line-height: 1.75; display: flex; flex-direction: column-reverse; }
+.sv-race .sv-text { height: 9.5em; max-height: none; line-height: 1.75; }
 .sv-race .sv-legend { font-size: 0.8em; margin: 0 0 4px; }
 .sv-race .sv-panel { padding: 6px 10px; height: 100%; box-sizing: border-box; }
 .sv-race .sv-panel-head { margin-bottom: 2px; }
-.sv-flow { white-space: pre-wrap; }
-.sv-race .sv-flow { margin-bottom: auto; }   /* short text starts at the top; long text keeps its end in view */
 body.sv-large .sv-race .sv-text { height: 4.8em !important; }
 body.sv-large .sv-tile { padding: 0 8px !important; }
 body.sv-large .sv-tile-value { font-size: 1.4em !important; }
@@ -136,6 +134,13 @@ HEAD = """<style>
     token.classList.add('sv-pinned');
     pinned = token;
   }
+  // A token view of fixed height shows its end: each update replaces the HTML (a fresh box, scrolled
+  // to the top), so every box is scrolled to its newest line once, when it appears.
+  const follow = () => document.querySelectorAll('.sv-race .sv-text:not([data-followed])').forEach((box) => {
+    box.dataset.followed = '1';
+    box.scrollTop = box.scrollHeight;
+  });
+  new MutationObserver(follow).observe(document.documentElement, {childList: true, subtree: true});
   const TOKEN = '.sv-tok[data-verdict], .sv-branches';
   document.addEventListener('click', (event) => {
     const token = event.target.closest && event.target.closest(TOKEN);

@@ -149,7 +149,7 @@ def panel_html(title: str, status: str, body: str, *, kind: str, legend: bool = 
     content = body or f'<span class="sv-placeholder">{html.escape(placeholder)}</span>'
     return (f'<div class="sv-panel sv-{kind}"><div class="sv-panel-head"><span class="sv-panel-title">'
             f'{html.escape(title)}</span><span class="sv-panel-status">{html.escape(status)}</span></div>'
-            f'{legend_html() if legend else ""}<div class="sv-text"><div class="sv-flow">{content}</div></div></div>')
+            f'{legend_html() if legend else ""}<div class="sv-text">{content}</div></div>')
 
 
 def token_view_html(cycle_html: Sequence[str], status: str = "") -> str:
