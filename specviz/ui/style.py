@@ -29,10 +29,13 @@ body.sv-large #prompt textarea { max-height: 3.4em !important; }
 .sv-actions { gap: 8px; }
 .sv-actions button { min-height: 42px; }
 .sv-race { gap: 8px; margin-top: -6px; }
-.sv-race > * { min-width: 0; }
+.sv-race > * { min-width: 0; display: flex; flex-direction: column; }
+/* the two panels as tall as each other (Gradio's wrappers of gr.HTML: .html-container, then .prose) */
+.sv-race .html-container, .sv-race .prose { flex: 1 1 auto; display: flex; flex-direction: column; }
+.sv-race .prose > .sv-panel { flex: 1 1 auto; }
 .sv-race .sv-text { height: 9.5em; max-height: none; line-height: 1.75; }
 .sv-race .sv-legend { font-size: 0.8em; margin: 0 0 4px; }
-.sv-race .sv-panel { padding: 6px 10px; height: 100%; box-sizing: border-box; }
+.sv-race .sv-panel { padding: 6px 10px; box-sizing: border-box; }
 .sv-race .sv-panel-head { margin-bottom: 2px; }
 body.sv-large .sv-race .sv-text { height: 4.8em !important; }
 body.sv-large .sv-tile { padding: 0 8px !important; }
