@@ -13,7 +13,7 @@ import torch  # noqa: E402
 from conftest import make_llama  # noqa: E402
 from tiny_pair import WORDS, TinyModels  # noqa: E402
 
-from specviz.ui import build_demo, configure_torch  # noqa: E402
+from specviz.ui import build_demo, configure_torch, launch_options  # noqa: E402
 
 
 def main() -> None:
@@ -29,7 +29,7 @@ def main() -> None:
         return tiny.pair(None, settings.draft, progress)
 
     demo = build_demo(loader=loader, hosted=True)
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=False)
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=False, **launch_options())
 
 
 if __name__ == "__main__":

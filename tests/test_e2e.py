@@ -91,21 +91,30 @@ def browser():
         browser.close()
 
 
-def set_max_new_tokens(page, value: int) -> None:
-    box = page.locator("#max-new-tokens input[type=number]")
+def open_panel(page, control: str, panel: str) -> None:
+    """Open the closed settings panel `panel` (an accordion's elem_id) unless `control` shows already."""
+    if not page.locator(control).first.is_visible():
+        page.locator(f"{panel} > button").first.click()
+        page.locator(control).first.wait_for(state="visible", timeout=10_000)
+
+
+def set_max_new_tokens(page, value: int, prefix: str = "") -> None:
+    open_panel(page, f"#{prefix}max-new-tokens", f"#{prefix}settings")
+    box = page.locator(f"#{prefix}max-new-tokens input[type=number]")
     box.fill(str(value))
     box.press("Enter")
     box.blur()
 
 
 def stats_text(page) -> str:
-    return page.locator("#stats").inner_text()
+    """The summary's text, its closed Details included (innerText leaves them out)."""
+    return page.locator("#stats").text_content()
 
 
 def wait_for_stats(page, pattern: str, timeout_s: float) -> str:
     """Wait until the summary box's text matches `pattern` (a regular expression); return the text."""
     try:
-        page.wait_for_function("([pattern]) => new RegExp(pattern).test(document.querySelector('#stats').innerText)",
+        page.wait_for_function("([pattern]) => new RegExp(pattern).test(document.querySelector('#stats').textContent)",
                                arg=[pattern], timeout=timeout_s * 1000, polling=250)
     except Exception:  # playwright's TimeoutError: say what the page shows instead
         pytest.fail(f"#stats never matched {pattern!r}; it says:\n{stats_text(page)}")
@@ -163,6 +172,7 @@ def test_run_then_stop(app_url, browser):
     # A model that does not exist: a message in the page, no stack trace, and the app still works.
     # It gets the queue's one slot within a minute on a busy machine: the stopped run no longer holds
     # it (a 1024-token run that went on decoding, speculative and plain, would hold it for minutes).
+    open_panel(page, "#target", "#settings")
     target = page.locator("#target input, #target textarea").first
     target.fill("no-such-org/no-such-model")
     page.locator("#run").click()
@@ -181,9 +191,7 @@ def test_teach_stop_keeps_the_cycles_so_far(app_url, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(app_url)
     page.get_by_role("tab", name="Teach").click()
-    slider = page.locator("#teach-max-new-tokens input[type=number]")
-    slider.fill("128")
-    slider.press("Enter")
+    set_max_new_tokens(page, 128, prefix="teach-")
     page.locator("#teach-run").click()
     time.sleep(3)                          # decoding 128 tokens with early exit takes far longer here
     page.locator("#teach-stop").click()
@@ -231,7 +239,7 @@ def test_the_default_example_measures_the_same_speedup_in_every_fresh_app(browse
             page.locator("#run").click()           # the page's defaults: the default example
             summary = wait_for_stats(page, r"Finished|could not go ahead", RUN_SECONDS)
             figures.append(float(SPEEDUP.search(summary).group(1)))
-            print(f"start {start + 1}:", " / ".join(summary.splitlines()[:2]))
+            print(f"start {start + 1}:", summary[:300])
             assert "too short to measure reliably" not in summary, summary
             page.close()
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")

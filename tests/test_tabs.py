@@ -23,7 +23,12 @@ ROWS = [[True, "", "ngram", 4, False, 0.0], [True, "", "same", 3, False, 0.0],
 
 
 def views(work, *args):
-    return [view for view in work(*args) if view is not TICK]
+    return [view for view in work(*args) if view is not TICK and not decoding(view)]
+
+
+def decoding(view) -> bool:
+    """A Teach view shown while it decodes (the tokens so far), not a step."""
+    return isinstance(view, teach_tab.TeachView) and str(view.position).startswith(teach_tab.DECODING)
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +203,7 @@ def test_teach_decodes_then_steps(tiny):
 def test_teach_yields_once_per_cycle_so_a_stop_lands_within_one(tiny):
     steps = list(teach_tab.teach_work(LOCAL, tiny.loader)(PROMPT, EARLY_EXIT, "", 2, 3, 0.0, 0, 24, CHAT))
     *ticks, view = steps
-    assert all(t is TICK for t in ticks) and len(ticks) >= len(view.run.cycles)
+    assert all(t is TICK or decoding(t) for t in ticks) and len(ticks) >= len(view.run.cycles)
 
 
 def test_a_stopped_teach_run_keeps_its_cycles_to_step_through(tiny):
@@ -206,7 +211,7 @@ def test_a_stopped_teach_run_keeps_its_cycles_to_step_through(tiny):
     ticks = 0
     shown = []
     for view in teach_tab.teach_work(LOCAL, tiny.loader)(PROMPT, EARLY_EXIT, "", 2, 2, 0.0, 0, 128, RAW, signal):
-        if view is TICK:
+        if view is TICK or decoding(view):
             ticks += 1
             if ticks == 5:
                 signal.request()          # as the Stop button does, mid-run
@@ -222,8 +227,7 @@ def test_a_stopped_teach_run_keeps_its_cycles_to_step_through(tiny):
 
     def loader(settings, progress=None):
         raise AssertionError("a stopped run must not load models")
-    (view,) = [v for v in teach_tab.teach_work(LOCAL, loader)(PROMPT, EARLY_EXIT, "", 2, 2, 0.0, 0, 24, RAW, signal)
-               if v is not TICK]
+    (view,) = views(teach_tab.teach_work(LOCAL, loader), PROMPT, EARLY_EXIT, "", 2, 2, 0.0, 0, 24, RAW, signal)
     assert view.position == teach_tab.STOPPED and view.run is None   # no earlier run to step through
 
 
@@ -334,3 +338,71 @@ def test_a_stopped_prompt_set_comparison_says_so(tiny):
     shown = [v for v in compare_tab.compare_work(LOCAL, tiny.loader)(PROMPT, ROWS, 8, 0, CHAT, source, None, 1,
                                                                       stop=signal) if v is not TICK]
     assert "Stopped: " in html.unescape(re.sub(r"<[^>]+>", " ", shown[-1].status))
+
+
+def test_teach_shows_its_tokens_while_it_decodes(tiny, monkeypatch):
+    # Issue 18: a decode of several seconds showed only "processing"; now the tokens so far stream.
+    monkeypatch.setattr(common, "UPDATE_SECONDS", 0.0)       # every cycle due, however fast the tiny pair is
+    steps = [v for v in teach_tab.teach_work(LOCAL, tiny.loader)(PROMPT, EARLY_EXIT, "", 2, 2, 0.0, 0, 24, RAW)
+             if v is not TICK]
+    *progress, final = steps
+    assert progress and all(decoding(v) for v in progress)
+    counts = [len(re.findall(r'data-verdict="', v.tokens)) for v in progress]
+    assert counts == sorted(counts) and counts[-1] > 0 and "decoding:" in progress[-1].tokens
+    assert final.position.startswith("Cycle 1 of")
+
+
+def test_stepping_before_decoding_says_so_in_the_page(demo):
+    # Issue 18: the warning went to the server log (a toast needs the queue, which stepping skips).
+    blocks, _, teach_ui, _, _ = demo
+    (fn,) = functions_of(blocks, teach_ui.next)
+    outputs = fn.fn(None, 0, None)
+    assert "Decode, then step through" in outputs[-1] and all(o == gr.skip() for o in outputs[:-1])
+
+
+def test_a_prompt_set_answers_first_and_unstarted_rows_wait():
+    # Issue 18: the answer was the second sentence of the headline; a configuration not started read
+    # "0 prompts, 0.00x, 0.00-0.00x".
+    from specviz.catalog import BenchPrompt
+    from specviz.runs.prompt_sets import PromptRun, PromptSetComparison
+    from specviz.settings import RunSettings
+    from specviz.views import prompt_sets
+
+    configs = [RunSettings(draft="ngram", k=4), RunSettings(draft="ngram", k=2)]
+    prompts = [BenchPrompt(f"p{i}", "a", "x") for i in range(5)]
+    comparison = PromptSetComparison(configs, ["lookup", "other"], prompts, 1)
+    for p, value in enumerate([1.8, 2.0, 2.2, 1.9, 2.1]):
+        comparison.results.append(PromptRun(0, p, 0, value, 10, 10, 4, 8, 6, 1.0, None))
+    assert prompt_sets.answer_line(comparison) == "lookup beats plain decoding on these 5 prompts: yes."
+    rows = {row[0]: row for row in prompt_sets.table_rows(comparison)}
+    assert rows["other"][2] == "waiting" and "0.00" not in " ".join(rows["other"])
+    mixed = PromptSetComparison(configs[:1], ["lookup"], prompts, 1)
+    for p, value in enumerate([0.8, 1.3, 0.9, 1.4, 1.1]):
+        mixed.results.append(PromptRun(0, p, 0, value, 10, 10, 4, 8, 6, 1.0, None))
+    assert prompt_sets.answer_line(mixed).endswith(": not settled.")
+
+
+def test_compare_opens_on_one_fast_drafter_and_a_prompt_long_enough():
+    # Issue 18: the default ticked an early-exit row running at 0.30x and measured an 18-token answer.
+    from specviz.catalog import load_examples
+    from specviz.ui.run_tab import default_example
+
+    ticked = [row for row in compare_tab.DEFAULT_CONFIGS if row[0]]
+    assert [row[2] for row in ticked] == ["ngram"]
+    examples = load_examples()
+    assert compare_tab.DEFAULT_PROMPT == examples[default_example(examples)]["prompt"]
+
+
+def test_table_headers_line_up_with_their_numbers():
+    from specviz.views import render
+
+    markup = render.table_html(["category", "a", "b"], [["chat", "1.20x", "0.90x"]], label="t")
+    assert re.findall(r'<th class="([^"]*)"', markup) == re.findall(r'<td class="([^"]*)"', markup) == ["", "sv-num", "sv-num"]
+
+
+def test_a_drafted_token_the_target_never_tested_is_not_drawn_as_rejected():
+    # Issue 18: Teach's "not checked" rows used the rejected colour.
+    from specviz.views import teach_rows
+
+    markup = teach_rows._verdict_cell(teach_rows.NOT_CHECKED)
+    assert "not checked" in markup and "sv-rejected" not in markup and "data-verdict" not in markup

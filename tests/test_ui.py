@@ -68,7 +68,7 @@ def test_run_streams_tokens_charts_and_summary(tiny):
     assert "32 tokens" in text(final.baseline) and "done" in text(final.baseline)
     # The finished run is offered as a recording, which reads back to the same numbers.
     from specviz.runs import recording
-    assert final.record["visible"] is True and all(v.record["visible"] is False for v in views[:-1])
+    assert final.record["interactive"] is True and all(v.record["interactive"] is False for v in views[:-1])
     assert recording.load(final.record["value"]).runs[0].stats.tokens == 32
 
 

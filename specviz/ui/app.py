@@ -19,7 +19,7 @@ from .compare_tab import build_compare_tab
 from .explain_tab import build_explain_tab
 from .replay_tab import build_replay_tab
 from .run_tab import build_run_tab
-from .style import CSS, DARK_JS, LARGE_TEXT_JS, theme
+from .style import CSS, DARK_JS, HEAD, LARGE_TEXT_JS, theme
 from .teach_tab import build_teach_tab
 
 log = logging.getLogger("specviz.ui")
@@ -37,15 +37,14 @@ def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> g
     memories = SessionMemories()
     sweep_old_exports()                # what an earlier server left behind
     with gr.Blocks(title="specviz: speculative decoding, live", delete_cache=TEMP_FILES) as demo:
-        with gr.Row(equal_height=True):
+        # One short band: the name, one sentence, and the two display switches (stacked on a phone).
+        with gr.Row(equal_height=False, elem_id="sv-header"):
             gr.Markdown("# specviz: speculative decoding, live\n"
-                        "A fast drafter proposes *k* tokens; the target model checks them all in one pass and "
-                        "keeps the longest prefix it agrees with, plus one token of its own. The same prompt is "
-                        "also decoded the plain way, one pass per token, and the two race on the same model.",
-                        elem_id="sv-title")
-            with gr.Column(scale=0, min_width=170, elem_id="sv-toolbar"):
-                large = gr.Checkbox(False, label="Large text", elem_id="large-text")
-                dark = gr.Button("Light / dark", size="sm", elem_id="dark-toggle")
+                        "A fast drafter proposes *k* tokens, the target checks them all in one pass; plain "
+                        "decoding of the same model races it, one pass per token.", scale=1, elem_id="sv-title")
+            large = gr.Checkbox(False, label="Large text", container=False, scale=0, min_width=130,
+                                elem_id="large-text")
+            dark = gr.Button("Light / dark", size="sm", scale=0, min_width=110, elem_id="dark-toggle")
         large.change(None, large, large, js=LARGE_TEXT_JS, api_visibility="private")
         dark.click(None, None, None, js=DARK_JS, api_visibility="private")
         last_run = gr.State(None)  # the latest Compare or Teach run, for the Explain tab's numbers
@@ -67,8 +66,8 @@ def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> g
 
 
 def launch_options() -> dict:
-    """Keyword arguments for `demo.launch` (Gradio 6 takes the theme and CSS there)."""
-    return dict(theme=theme(), css=CSS, max_file_size=MAX_UPLOAD)
+    """Keyword arguments for `demo.launch` (Gradio 6 takes the theme, CSS and head scripts there)."""
+    return dict(theme=theme(), css=CSS, head=HEAD, max_file_size=MAX_UPLOAD)
 
 
 def configure_torch() -> str:

@@ -82,7 +82,7 @@ def recording_button(run, label: str = "run") -> object:
     """The download button offering `run` as a recording file."""
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", f"specviz-{label}-{run.target_name}-{run.draft_name}")[:80]
     path = recording.save(export_folder() / f"{name}.json", [run])
-    return gr.update(value=str(path), visible=True)
+    return gr.update(value=str(path), visible=True, interactive=True)
 
 
 def session_loader(loader: Loader | None = None) -> Loader:

@@ -75,11 +75,14 @@ def set_stream(configs: list[RunSettings], prompts: list[BenchPrompt], repeats, 
 
 
 def full_view(comparison: PromptSetComparison, state: str, view, headline: str | None = None):
-    headline = headline or (views.winner_line(comparison) if comparison.done else views.progress_line(comparison))
+    note = ""
+    if headline is None and comparison.done:   # the answer first and short; who won and by how much under it
+        headline, note = views.answer_line(comparison), views.winner_line(comparison)
+    headline = headline or views.progress_line(comparison)
     headers, rows = views.category_rows(comparison)
     tables = (render.table_html(views.TABLE_HEADERS, views.table_rows(comparison), label="over the prompts")
               + render.table_html(headers, rows, label="median speedup by category"))
     if comparison.done:
-        headline += " " + views.timing_line(comparison)
-    return view(render.status_html(state, headline), tables, gr.update(value=views.speedups_figure(comparison), visible=True),
+        note += " " + views.timing_line(comparison)
+    return view(render.status_html(state, headline, note.strip()), tables, gr.update(value=views.speedups_figure(comparison), visible=True),
                 (comparison, None))

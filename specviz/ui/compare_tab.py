@@ -18,7 +18,8 @@ from ..views import explain, render
 from ..views.export import export_comparison
 from ..views.figures import comparison_figures, sweep_figure
 from ..views.prompt_sets import write_files as write_set_files
-from ..views.prose import (SWEEP_HEADERS, TABLE_HEADERS, sweep_line, sweep_rows, table_rows, timing_note, winner_line)
+from ..views.prose import (SWEEP_HEADERS, TABLE_HEADERS, sweep_line, sweep_rows, table_rows, timing_note,
+                           winner_parts)
 from .budget import check_comparison_prompt, load_tokenizers
 from .common import (CHAT, CONCURRENCY_ID, RAW, TICK, StopSignal, Throttle, click_with_stop, error_html, export_folder,
                      failure, gpu_task, slider_max_new_tokens, streaming)
@@ -28,10 +29,12 @@ from .fields import NumberBox, NumberSlider
 MAX_CONFIGS = 4
 COMPARE_GPU_SECONDS = 300          # ZeroGPU time for a comparison or a sweep (several runs in one call)
 CONFIG_HEADERS = ["use", "target (blank: built-in)", "draft", "k", "dynamic k", "temperature", "tree branch"]
+# The default decides something: one fast drafter against plain decoding, on a prompt whose answer is
+# long enough to measure (the Run tab's opening example). The other rows wait, unticked.
 DEFAULT_CONFIGS = [
     [True, "", "ngram", 4, False, 0.0, 1],
-    [True, "", "self:20", 4, False, 0.0, 1],
-    [True, "", "ngram", 4, True, 0.0, 1],
+    [False, "", "ngram", 4, True, 0.0, 1],
+    [False, "", "self:20", 4, False, 0.0, 1],
     [False, "", "self:12", 2, False, 0.0, 2],
 ]
 DRAFT_HELP = ("**draft**: `ngram` (prompt lookup), `ngram-tree` (prompt lookup as a token tree), `suffix` (suffix decoding), `self:L` (the target's first L layers, early exit) or a model "
@@ -39,8 +42,11 @@ DRAFT_HELP = ("**draft**: `ngram` (prompt lookup), `ngram-tree` (prompt lookup a
               "after a rejection. **temperature** 0 is greedy. **tree branch** above 1 (draft models and `self:L`): an "
               "EAGLE-2 token tree of 16 nodes. Each configuration runs in turn on the same "
               "device against one plain-decoding baseline.")
-DEFAULT_PROMPT = ("Rewrite this sentence in the passive voice, keeping every other word: The committee approved "
-                  "the new budget after a long debate, and the mayor signed the new budget the next morning.")
+DEFAULT_PROMPT = ("Correct the spelling mistakes in this text and return the whole corrected text:\n\n\"Our team will "
+                  "meet on Monday morning to discus the new project plan. Please bring your notes, your laptop, and "
+                  "any questions you have about the schedule. We will also review the budget and decide who will "
+                  "write the first report. The meeting will start at nine o'clock in the main room on the second "
+                  "floor, and it should finish before lunch.\"")
 
 
 def parse_configs(rows, *, max_new_tokens, seed, chat: bool, limits: Limits) -> list[RunSettings]:
@@ -103,12 +109,15 @@ class CompareView(NamedTuple):
 
 def compare_view(comparison: Comparison, sweep: Sweep | None = None, *, state: str = "") -> CompareView:
     figures = comparison_figures(comparison)
-    if comparison.done:
-        headline = winner_line(comparison)
+    why = ""
+    if comparison.done:   # the answer short, in the headline; why, under it
+        headline, why = winner_parts(comparison)
+        headline += "" if not why or headline.endswith(".") else "."
+        why = why[:1].upper() + why[1:] + "." if why else ""
     else:
         headline = f"{len(comparison.results)} of {len(comparison.configs)} done\u2026"
     swept = sweep is not None and sweep.points
-    notes = [sweep_line(sweep) if swept else "", timing_note(comparison.results)]
+    notes = [why, sweep_line(sweep) if swept else "", timing_note(comparison.results)]
     status = render.status_html(state, headline, " ".join(n for n in notes if n))
     table = render.table_html(TABLE_HEADERS, table_rows(comparison), label="comparison summary")
     if swept:
@@ -249,30 +258,34 @@ class CompareTab(NamedTuple):
 
 def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run: gr.State | None = None) -> CompareTab:
     """Compare 2 to 4 configurations on one prompt, or sweep k for the first one."""
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=3):
-            prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=4, max_lines=12, elem_id="cmp-prompt")
-            configs = gr.Dataframe(value=DEFAULT_CONFIGS, headers=CONFIG_HEADERS,
-                                   datatype=["bool", "str", "str", "number", "bool", "number"],
-                                   row_count=(MAX_CONFIGS, "fixed"), column_count=(len(CONFIG_HEADERS), "fixed"),
-                                   type="array", interactive=True, label="Configurations (tick up to four)",
-                                   elem_id="cmp-configs")
-            gr.Markdown(DRAFT_HELP + " **Sweep k** runs the first ticked row at k = 1..8.")
-        with gr.Column(scale=1, min_width=240):
-            max_new_tokens = NumberSlider(8, slider_max_new_tokens(limits), value=96, step=8,
-                                          label="Max new tokens", elem_id="cmp-max-new-tokens")
-            seed = NumberBox(0, precision=0, label="Seed (sampled configurations)")
-            prompt_format = gr.Radio([CHAT, RAW], value=CHAT, label="Prompt format")
-            source = gr.Dropdown(sources(limits), value=ONE_PROMPT, label="Prompts",
-                                 info="one prompt, or a set: the median speedup over it, with a 95% interval",
-                                 elem_id="cmp-source")
-            upload = gr.File(label="Prompt file (.txt: one per line; .jsonl: \"prompt\", \"category\")",
-                             file_types=[".txt", ".jsonl"], visible=False, elem_id="cmp-upload")
-            repeats = NumberSlider(1, MAX_REPEATS, value=1, step=1, label="Rounds over the set",
-                                   elem_id="cmp-repeats")
-            run = gr.Button("Compare", variant="primary", elem_id="cmp-run")
-            run_sweep = gr.Button("Sweep k = 1..8", elem_id="cmp-sweep")
-            stop = gr.Button("Stop", variant="stop", elem_id="cmp-stop")
+    # The band: the prompt, and every setting in a closed panel beside it (by default one fast drafter
+    # against plain decoding); under them the buttons. Results start right below.
+    with gr.Row(equal_height=False, elem_classes=["sv-band"]):
+        prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=3, max_lines=3, scale=3, elem_id="cmp-prompt")
+        with gr.Column(scale=2, min_width=280):
+            with gr.Accordion("Settings: configurations, prompts, length", open=False,
+                              elem_id="cmp-settings"):
+                configs = gr.Dataframe(value=DEFAULT_CONFIGS, headers=CONFIG_HEADERS,
+                                       datatype=["bool", "str", "str", "number", "bool", "number"],
+                                       row_count=(MAX_CONFIGS, "fixed"), column_count=(len(CONFIG_HEADERS), "fixed"),
+                                       type="array", interactive=True, label="Configurations (tick up to four)",
+                                       elem_id="cmp-configs")
+                gr.Markdown(DRAFT_HELP + " **Sweep k** runs the first ticked row at k = 1..8.")
+                max_new_tokens = NumberSlider(8, slider_max_new_tokens(limits), value=96, step=8,
+                                              label="Max new tokens", elem_id="cmp-max-new-tokens")
+                seed = NumberBox(0, precision=0, label="Seed (sampled configurations)")
+                prompt_format = gr.Radio([CHAT, RAW], value=CHAT, label="Prompt format")
+                source = gr.Dropdown(sources(limits), value=ONE_PROMPT, label="Prompts",
+                                     info="one prompt, or a set: the median speedup over it, with a 95% interval",
+                                     elem_id="cmp-source")
+                upload = gr.File(label="Prompt file (.txt: one per line; .jsonl: \"prompt\", \"category\")",
+                                 file_types=[".txt", ".jsonl"], visible=False, elem_id="cmp-upload")
+                repeats = NumberSlider(1, MAX_REPEATS, value=1, step=1, label="Rounds over the set",
+                                       elem_id="cmp-repeats")
+    with gr.Row(equal_height=False, elem_classes=["sv-actions"]):
+        run = gr.Button("Compare", variant="primary", size="md", scale=2, elem_id="cmp-run")
+        run_sweep = gr.Button("Sweep k = 1..8", size="md", scale=1, min_width=140, elem_id="cmp-sweep")
+        stop = gr.Button("Stop", variant="stop", size="md", scale=1, min_width=90, elem_id="cmp-stop")
     status = gr.HTML('<div class="sv-stats sv-idle">Press <b>Compare</b>: each ticked configuration decodes the '
                      'prompt in turn, and all are measured against one plain-decoding run.</div>', elem_id="cmp-status")
     table = gr.HTML("", elem_id="cmp-table")

@@ -40,7 +40,7 @@ def shown(view: RunView) -> RunView:
 def page(view: RunView, record: object = NO_RECORDING) -> RunPage:
     """The Run tab's outputs: the view, and the download button's update (`record`; hidden while
     there is nothing to record)."""
-    return RunPage(*shown(view), gr.update(value=None, visible=False) if record is NO_RECORDING else record)
+    return RunPage(*shown(view), gr.update(value=None, interactive=False) if record is NO_RECORDING else record)
 
 
 def settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
@@ -162,12 +162,13 @@ class RunViews(NamedTuple):
 
 
 def build_run_views(prefix: str = "") -> RunViews:
-    """Token views, summary and the four charts; element ids `prefix` + tokens, baseline, stats,
-    charts, chart-acceptance, ..."""
-    with gr.Row(equal_height=False):
-        tokens = gr.HTML(render.token_view_html([]), elem_id=prefix + "tokens")
-        baseline = gr.HTML(render.baseline_html(""), elem_id=prefix + "baseline")
-    stats = gr.HTML(render.idle_html(), elem_id=prefix + "stats")
+    """Token views side by side (stacked on a phone) at a fixed height, the summary under them (its
+    speedup large), then the four charts; element ids `prefix` + tokens, baseline, stats, charts,
+    chart-acceptance, ..."""
+    with gr.Row(equal_height=True, elem_classes=["sv-race"]):
+        tokens = gr.HTML(render.token_view_html([]), padding=False, elem_id=prefix + "tokens")
+        baseline = gr.HTML(render.baseline_html(""), padding=False, elem_id=prefix + "baseline")
+    stats = gr.HTML(render.idle_html(), padding=False, elem_id=prefix + "stats")
     with gr.Column(elem_id=prefix + "charts"):
         empty = charts.run_figures()
         with gr.Row():
@@ -181,55 +182,67 @@ def build_run_views(prefix: str = "") -> RunViews:
 
 def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: SessionMemories | None = None) -> RunTab:
     """The Run tab's components and events (call inside a `gr.Tab`); `memories` holds each session's
-    suffix drafter (the page frees a session's when it ends)."""
+    suffix drafter (the page frees a session's when it ends). The first screen is the demo: prompt,
+    preset and Run in one band, the race under it; every other setting waits in a closed panel."""
     presets_list = presets()
     examples = load_examples()
     first = default_example(examples)
     choices = preset_choices(presets_list, limits.hosted)
     initial = preset_settings(choices[0], presets_list) if choices else {}
 
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=3):
-            prompt = gr.Textbox(label="Prompt", value=examples[first]["prompt"], lines=6, max_lines=16, elem_id="prompt")
-            with gr.Row():
-                run = gr.Button("Run", variant="primary", elem_id="run")
-                stop = gr.Button("Stop", variant="stop", elem_id="stop")
-                # Offered once a run has finished or stopped: replay it in the Replay tab or with
-                # `python -m specviz replay`, anywhere, without the models.
-                record = gr.DownloadButton("Download recording", value=None, visible=False, elem_id="record")
-            example_table = gr.Dataset(
-                label="Example prompts (click one)", components=["textbox"],
-                samples=[[f"{e['category']}: {e['title']}"] for e in examples], type="index", layout="gallery",
-                samples_per_page=len(examples), elem_id="examples")
-        with gr.Column(scale=2):
-            preset = gr.Dropdown(choices, value=choices[0] if choices else None, label="Model pair preset",
-                                 elem_id="preset")
-            target = gr.Textbox(label="Target model (hub id or local folder; blank = built-in SmolLM2-135M-Instruct)",
-                                value=initial.get("target", ""), visible=not limits.hosted, elem_id="target")
-            drafter = gr.Radio(DRAFTERS, value=initial.get("drafter", PROMPT_LOOKUP), label="Drafter", elem_id="drafter")
-            draft_model = gr.Textbox(label="Draft model (same tokenizer as the target)",
-                                     value=initial.get("draft_model", ""), visible=initial.get("drafter") == DRAFT_MODEL,
-                                     interactive=not limits.hosted, elem_id="draft-model")
-            exit_layer = NumberSlider(1, 63, value=initial.get("exit_layer") or 8, step=1,
-                                      label="Early-exit layer (the draft runs the target's first N layers)",
-                                      visible=initial.get("drafter") == EARLY_EXIT, elem_id="exit-layer")
-            branch = NumberSlider(1, 4, value=1, step=1, label="Tree branch (1 = a chain; b > 1: the draft grows "
-                                  "a token tree from its b most probable children, EAGLE-2 style, 16 nodes per pass)",
-                                  visible=initial.get("drafter") in (DRAFT_MODEL, EARLY_EXIT), elem_id="branch")
-            with gr.Row():
-                k = NumberSlider(1, 16, value=initial.get("k") or 8, step=1, label="k (tokens drafted per cycle)",
-                                 elem_id="k")
-                dynamic_k = gr.Checkbox(False, label="Dynamic k", info="+2 after a full accept, \u22121 after a rejection")
-            max_new_tokens = NumberSlider(8, slider_max_new_tokens(limits), value=128, step=8,
-                                          label="Max new tokens", elem_id="max-new-tokens")
-            prompt_format = gr.Radio([CHAT, RAW], value=CHAT if examples[first]["chat"] else RAW, label="Prompt format")
-            with gr.Accordion("Sampling (temperature 0 = greedy)", open=False):
-                temperature = NumberSlider(0.0, 2.0, value=0.0, step=0.05, label="Temperature")
-                top_p = NumberSlider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
-                top_k = NumberSlider(0, 200, value=0, step=1, label="Top-k (0 = off)")
-                seed = NumberBox(0, precision=0, label="Seed")
-            if limits.hosted:
-                gr.Markdown(f"Hosted demo: preset models only, at most {limits.max_new_tokens} new tokens.")
+    # The band: the prompt, with every setting in a closed panel beside it; under them the pair, an
+    # example to load, Run, Stop and the recording's place (kept from the start, so nothing moves).
+    with gr.Row(equal_height=False, elem_classes=["sv-band"]):
+        prompt = gr.Textbox(label="Prompt", value=examples[first]["prompt"], lines=3, max_lines=3, scale=3,
+                            elem_id="prompt")
+        with gr.Column(scale=2, min_width=280):
+            with gr.Accordion("Settings: drafter, k, length, sampling", open=False, elem_id="settings"):
+                target = gr.Textbox(label="Target model (hub id or local folder; blank = built-in "
+                                    "SmolLM2-135M-Instruct)", value=initial.get("target", ""),
+                                    visible=not limits.hosted, elem_id="target")
+                drafter = gr.Radio(DRAFTERS, value=initial.get("drafter", PROMPT_LOOKUP), label="Drafter",
+                                   elem_id="drafter")
+                draft_model = gr.Textbox(label="Draft model (same tokenizer as the target)",
+                                         value=initial.get("draft_model", ""),
+                                         visible=initial.get("drafter") == DRAFT_MODEL,
+                                         interactive=not limits.hosted, elem_id="draft-model")
+                exit_layer = NumberSlider(1, 63, value=initial.get("exit_layer") or 8, step=1,
+                                          label="Early-exit layer (the draft runs the target's first N layers)",
+                                          visible=initial.get("drafter") == EARLY_EXIT, elem_id="exit-layer")
+                branch = NumberSlider(1, 4, value=1, step=1, label="Tree branch (1 = a chain; b > 1: the draft "
+                                      "grows a token tree from its b most probable children, EAGLE-2 style, 16 "
+                                      "nodes per pass)", visible=initial.get("drafter") in (DRAFT_MODEL, EARLY_EXIT),
+                                      elem_id="branch")
+                with gr.Row():
+                    k = NumberSlider(1, 16, value=initial.get("k") or 8, step=1, label="k (tokens drafted per cycle)",
+                                     elem_id="k")
+                    dynamic_k = gr.Checkbox(False, label="Dynamic k",
+                                            info="+2 after a full accept, \u22121 after a rejection")
+                max_new_tokens = NumberSlider(8, slider_max_new_tokens(limits), value=128, step=8,
+                                              label="Max new tokens", elem_id="max-new-tokens")
+                prompt_format = gr.Radio([CHAT, RAW], value=CHAT if examples[first]["chat"] else RAW,
+                                         label="Prompt format")
+                with gr.Accordion("Sampling (temperature 0 = greedy)", open=False):
+                    temperature = NumberSlider(0.0, 2.0, value=0.0, step=0.05, label="Temperature")
+                    top_p = NumberSlider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+                    top_k = NumberSlider(0, 200, value=0, step=1, label="Top-k (0 = off)")
+                    seed = NumberBox(0, precision=0, label="Seed")
+                if limits.hosted:
+                    gr.Markdown(f"Hosted demo: preset models only, at most {limits.max_new_tokens} new tokens.")
+    with gr.Row(equal_height=False, elem_classes=["sv-actions"]):
+        preset = gr.Dropdown(choices, value=choices[0] if choices else None, label="Model pair preset",
+                             show_label=False, container=False, scale=3, min_width=220, elem_id="preset")
+        example_names = [f"Example: {e['category']}: {e['title']}" for e in examples]
+        example_table = gr.Dropdown([(name, i) for i, name in enumerate(example_names)], value=first, type="value",
+                                    label="Example prompt", show_label=False, container=False, scale=3,
+                                    min_width=220, elem_id="examples")
+        run = gr.Button("Run", variant="primary", size="md", scale=1, min_width=90, elem_id="run")
+        stop = gr.Button("Stop", variant="stop", size="md", scale=1, min_width=90, elem_id="stop")
+        # Offered once a run has finished or stopped: replay it in the Replay tab or with
+        # `python -m specviz replay`, anywhere, without the models.
+        record = gr.DownloadButton("Download recording", value=None, interactive=False, size="sm", scale=1,
+                                   min_width=170,
+                                   elem_id="record")
 
     views = build_run_views()
 
@@ -244,18 +257,20 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: Ses
 
     private = dict(queue=False, api_visibility="private")
     preset.change(on_preset, preset, [target, drafter, draft_model, exit_layer, k], **private)
-    if not limits.hosted:
-        target.input(lambda: CUSTOM, None, preset, **private)
-        draft_model.input(lambda: CUSTOM, None, preset, **private)
+    if not limits.hosted:   # a hand-changed pair is no preset any more (`.input`: the user's changes only)
+        for control in (target, drafter, draft_model, exit_layer, k):
+            control.input(lambda: CUSTOM, None, preset, **private)
     drafter.change(lambda d: (gr.update(visible=d == DRAFT_MODEL), gr.update(visible=d == EARLY_EXIT),
                               gr.update(visible=d in (DRAFT_MODEL, EARLY_EXIT))),
                    drafter, [draft_model, exit_layer, branch], **private)
 
     def on_example(index):
+        if not isinstance(index, int) or not 0 <= index < len(examples):
+            return gr.skip(), gr.skip()
         example = examples[index]
         return example["prompt"], CHAT if example.get("chat", True) else RAW
 
-    example_table.click(on_example, example_table, [prompt, prompt_format], **private)
+    example_table.input(on_example, example_table, [prompt, prompt_format], **private)
 
     handler = streaming(gpu_task(run_work(limits, loader, memories)))
     inputs = [prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,

@@ -5,7 +5,6 @@ cycle by cycle, so Stop ends it within one cycle, keeping the cycles decoded so 
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -15,13 +14,15 @@ from ..runs import Loader, config_label, load_stepwise, race
 from ..settings import Limits, RunSettings, check_prompt, validate
 from ..views import explain, render, teach
 from .budget import check_pair_prompt
-from .common import (CHAT, CONCURRENCY_ID, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, RAW, TICK, StopSignal, click_with_stop,
-                     draft_spec, error_html, failure, gpu_task, recording_button, streaming)
+from .common import (CHAT, CONCURRENCY_ID, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, RAW, TICK, StopSignal, Throttle,
+                     click_with_stop, draft_spec, error_html, failure, gpu_task, recording_button, streaming)
 from .fields import NumberBox, NumberSlider
 
 TEACH_PROMPT = "Write a short poem about the sea."
 TEACH_MAX_NEW_TOKENS = 128
 STOPPED = "Stopped before the first cycle."
+DECODING = "Decoding\u2026"
+DECODE_FIRST = "**Nothing to step through yet:** press \u201cDecode, then step through\u201d first."
 
 
 class TeachView(NamedTuple):
@@ -69,11 +70,12 @@ def teach_work(limits: Limits, loader: Loader | None = None):
                 yield TICK
             check_pair_prompt(pair, prompt, settings, limits)     # hosted: in tokens, before any decoding
             run, cut = None, False
+            progress = DecodeProgress()
             for run in race(settings, prompt, pair, baseline=False, warm_up=False):
                 if stop.requested:
                     cut = True
                     break
-                yield TICK
+                yield progress.view(run)
             if run is None or not run.cycles:
                 yield stopped
                 return
@@ -90,6 +92,24 @@ def teach_work(limits: Limits, loader: Loader | None = None):
                             skip)
 
     return work
+
+
+class DecodeProgress:
+    """While Teach decodes: the tokens so far and a count, at most every UPDATE_SECONDS (TICK between)."""
+
+    def __init__(self):
+        self.throttle = Throttle()
+        self.cycle_html: list[str] = []
+
+    def view(self, run) -> TeachView | object:
+        if not run.cycles or not self.throttle.due()[0]:
+            return TICK
+        for cycle, text in zip(run.cycles[len(self.cycle_html):], run.texts[len(self.cycle_html):]):
+            self.cycle_html.append(render.cycle_html(cycle, text))
+        count = f"{len(run.cycles)} cycles, {run.stats.tokens} tokens"
+        skip = gr.skip()
+        return TeachView(skip, skip, skip, render.token_view_html(self.cycle_html, f"decoding: {count}"), skip, skip,
+                         skip, skip, f"{DECODING} {count} so far; stepping starts when it is done.", skip, skip)
 
 
 def step(run: teach.TeachRun | None, index: int, delta: int) -> TeachView | None:
@@ -127,40 +147,43 @@ class TeachTab(NamedTuple):
 
 def build_teach_tab(*, limits: Limits, loader: Loader | None = None, last_run: gr.State | None = None) -> TeachTab:
     """Step mode: decode once, then walk through the cycles one at a time."""
-    gr.Markdown("Decode a short answer once, then step through it **one cycle at a time**, or **one test at a "
-                "time** (the drafts in the order the target checked them; a token tree node by node): every drafted "
-                "token with its draft and target probabilities, the acceptance test and its verdict, and after a "
-                "rejection the distribution the correction was drawn from. A temperature above 0 shows speculative "
-                "sampling (with its uniform draws); 0 shows greedy verification.")
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=3):
-            prompt = gr.Textbox(TEACH_PROMPT, label="Prompt", lines=3, elem_id="teach-prompt")
-            with gr.Row():
-                run = gr.Button("Decode, then step through", variant="primary", elem_id="teach-run")
-                stop = gr.Button("Stop", variant="stop", elem_id="teach-stop")
-                record = gr.DownloadButton("Download recording", value=None, visible=False, elem_id="teach-record")
-            with gr.Row():
-                previous = gr.Button("\u25c0 Previous cycle", elem_id="teach-previous")
-                position = gr.Markdown("No run yet.", elem_id="teach-position")
-                next_ = gr.Button("Next cycle \u25b6", variant="primary", elem_id="teach-next")
-            with gr.Row():
-                previous_test = gr.Button("\u25c0 Previous test", size="sm", elem_id="teach-previous-test")
-                next_test = gr.Button("Next test \u25b6", size="sm", elem_id="teach-next-test")
-        with gr.Column(scale=2):
-            drafter = gr.Radio(DRAFTERS, value=EARLY_EXIT, label="Drafter", elem_id="teach-drafter")
-            draft_model = gr.Textbox(label="Draft model (same tokenizer as the target)", visible=False,
-                                     interactive=not limits.hosted)
-            exit_layer = NumberSlider(1, 63, value=24, step=1, label="Early-exit layer", elem_id="teach-exit-layer")
-            with gr.Row():
-                k = NumberSlider(1, 8, value=4, step=1, label="k", elem_id="teach-k")
-                temperature = NumberSlider(0.0, 2.0, value=0.8, step=0.05, label="Temperature",
-                                           elem_id="teach-temperature")
-            with gr.Row():
-                max_new_tokens = NumberSlider(8, min(TEACH_MAX_NEW_TOKENS, limits.max_new_tokens), value=48, step=8,
-                                              label="Max new tokens", elem_id="teach-max-new-tokens")
-                seed = NumberBox(0, precision=0, label="Seed")
-            prompt_format = gr.Radio([CHAT, RAW], value=CHAT, label="Prompt format")
-    tokens = gr.HTML(render.token_view_html([]), elem_id="teach-tokens")
+    gr.Markdown("Decode a short answer once, then step through it **one cycle** or **one test at a time**: each "
+                "draft with its draft and target probabilities, the acceptance test and its verdict, and after a "
+                "rejection the distribution the correction was drawn from (temperature 0: greedy verification).",
+                elem_classes=["sv-intro"])
+    with gr.Row(equal_height=False, elem_classes=["sv-band"]):
+        prompt = gr.Textbox(TEACH_PROMPT, label="Prompt", lines=2, max_lines=3, scale=3, elem_id="teach-prompt")
+        with gr.Column(scale=2, min_width=280):
+            with gr.Accordion("Settings: drafter, k, temperature, length", open=False, elem_id="teach-settings"):
+                drafter = gr.Radio(DRAFTERS, value=EARLY_EXIT, label="Drafter", elem_id="teach-drafter")
+                draft_model = gr.Textbox(label="Draft model (same tokenizer as the target)", visible=False,
+                                         interactive=not limits.hosted)
+                exit_layer = NumberSlider(1, 63, value=24, step=1, label="Early-exit layer", elem_id="teach-exit-layer")
+                with gr.Row():
+                    k = NumberSlider(1, 8, value=4, step=1, label="k", elem_id="teach-k")
+                    temperature = NumberSlider(0.0, 2.0, value=0.8, step=0.05, label="Temperature",
+                                               elem_id="teach-temperature")
+                with gr.Row():
+                    max_new_tokens = NumberSlider(8, min(TEACH_MAX_NEW_TOKENS, limits.max_new_tokens), value=48,
+                                                  step=8, label="Max new tokens", elem_id="teach-max-new-tokens")
+                    seed = NumberBox(0, precision=0, label="Seed")
+                prompt_format = gr.Radio([CHAT, RAW], value=CHAT, label="Prompt format")
+    with gr.Row(equal_height=False, elem_classes=["sv-actions"]):
+        run = gr.Button("Decode, then step through", variant="primary", size="md", scale=2, elem_id="teach-run")
+        stop = gr.Button("Stop", variant="stop", size="md", scale=1, min_width=90, elem_id="teach-stop")
+        # Its place is kept from the start (offered once the run is decoded), so nothing moves.
+        record = gr.DownloadButton("Download recording", value=None, interactive=False, size="sm", scale=1,
+                                   min_width=170, elem_id="teach-record")
+    with gr.Row(equal_height=False, elem_classes=["sv-actions"]):
+        previous = gr.Button("\u25c0 Previous cycle", size="md", scale=1, min_width=120, elem_id="teach-previous")
+        next_ = gr.Button("Next cycle \u25b6", variant="primary", size="md", scale=1, min_width=120,
+                          elem_id="teach-next")
+        previous_test = gr.Button("\u25c0 Previous test", size="md", scale=1, min_width=110,
+                                  elem_id="teach-previous-test")
+        next_test = gr.Button("Next test \u25b6", size="md", scale=1, min_width=110, elem_id="teach-next-test")
+    position = gr.Markdown("No run yet: press \u201cDecode, then step through\u201d.", elem_id="teach-position")
+    with gr.Row(elem_classes=["sv-race"]):
+        tokens = gr.HTML(render.token_view_html([]), padding=False, elem_id="teach-tokens")
     with gr.Row(equal_height=False):
         with gr.Column(scale=2):
             narrative = gr.Markdown("", latex_delimiters=explain.LATEX_DELIMITERS, elem_id="teach-narrative")
@@ -186,9 +209,8 @@ def build_teach_tab(*, limits: Limits, loader: Loader | None = None, last_run: g
     def stepper(by_test: bool, delta: int):
         def on_click(run_value, index_value, test_value):
             view = step_test(run_value, index_value, test_value, delta) if by_test else step(run_value, index_value, delta)
-            if view is None:
-                gr.Warning(html.escape("Decode first: press \u201cDecode, then step through\u201d."))
-                return [gr.skip()] * len(view_outputs)
+            if view is None:   # said in the page: a toast needs the queue, which stepping skips
+                return [gr.skip()] * (len(view_outputs) - 1) + [DECODE_FIRST]
             return list(view)[: len(view_outputs)]
         return on_click
 

@@ -138,10 +138,26 @@ def position_figure(cycles: Sequence[Cycle], stats: SpecStats | None) -> go.Figu
                        xaxis_dtick=1))
 
 
+EMPTY_TEXT = ("Run to see the share of each cycle's drafts accepted", "Run to see how many tokens each target pass "
+              "wrote", "Run to see both methods race: tokens against time", "Run to see how far into a draft the "
+              "target agrees")
+
+
+def waiting(figure: go.Figure, text: str) -> go.Figure:
+    """`figure` before any data: no axes (an empty chart's default ranges mean nothing), a line saying
+    what will appear. Titles and traces stay, so nothing moves when the data comes."""
+    figure.update_xaxes(visible=False)
+    figure.update_yaxes(visible=False)
+    figure.update_layout(showlegend=False, annotations=[dict(text=text, xref="paper", yref="paper", x=0.5, y=0.5,
+                                                             showarrow=False, font=dict(size=14))])
+    return figure
+
+
 def run_figures(run=None) -> tuple[go.Figure, go.Figure, go.Figure, go.Figure]:
-    """Every chart of the Run tab for a `runs.Run` (None: empty charts), in display order."""
+    """Every chart of the Run tab for a `runs.Run` (None: the charts before a run), in display order."""
     if run is None:
-        return (acceptance_figure([]), tokens_per_pass_figure([], None), race_figure([], []), position_figure([], None))
+        empty = (acceptance_figure([]), tokens_per_pass_figure([], None), race_figure([], []), position_figure([], None))
+        return tuple(waiting(figure, text) for figure, text in zip(empty, EMPTY_TEXT))
     stats = run.stats if run.cycles else None
     return (acceptance_figure(run.cycles), tokens_per_pass_figure(run.cycles, stats),
             race_figure(run.cycles, run.steps, run.speed), position_figure(run.cycles, stats))

@@ -43,6 +43,18 @@ def winner_line(comparison: PromptSetComparison) -> str:
             f"(or --repeats, for timing noise) would settle it. " + head + ".")
 
 
+def answer_line(comparison: PromptSetComparison) -> str:
+    """The question a prompt set answers, answered first: does the best configuration beat plain
+    decoding on these prompts? Yes, no, or not settled (its 95% interval includes 1)."""
+    summaries = [comparison.summary(i) for i in comparison.ranking()]
+    if not summaries or not summaries[0].speedups:
+        return "No prompt has finished yet."
+    best = summaries[0]
+    low, high = best.speedup_ci95
+    verdict = "yes" if low > 1.0 else "no" if high < 1.0 else "not settled"
+    return f"{best.label} beats plain decoding on these {len(best.speedups)} prompts: {verdict}."
+
+
 def _against_plain(best) -> str:
     low, high = best.speedup_ci95
     if high < 1.0:
@@ -67,6 +79,9 @@ def table_rows(comparison: PromptSetComparison) -> list[list[str]]:
     rows = []
     for i in comparison.ranking():
         s = comparison.summary(i)
+        if not s.speedups:   # not started yet: no numbers to show, not zeros
+            rows.append([s.label, "\u2013", "waiting", "", "", ""])
+            continue
         rows.append([s.label, str(len(s.speedups)), f"{s.speedup_median:.2f}{X}",
                      f"{s.speedup_ci95[0]:.2f}\u2013{s.speedup_ci95[1]:.2f}{X}", f"{s.mean_acceptance_length:.2f}",
                      f"{s.draft_acceptance_rate:.1%}"])

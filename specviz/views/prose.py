@@ -119,12 +119,18 @@ def baseline_labels(comparison: Comparison) -> list[tuple[str, Run]]:
 def winner_line(comparison: Comparison) -> str:
     """One sentence: which configuration was fastest, and why: more tokens per target pass
     (acceptance), cheaper drafting (k c), or cheaper target passes (verifying fewer tokens)."""
+    head, why = winner_parts(comparison)
+    return f"{head}, {why}." if why else head
+
+
+def winner_parts(comparison: Comparison) -> tuple[str, str]:
+    """`winner_line` in two: the short answer (who won, by how much), and why ('' when alone)."""
     order = ranked(comparison)
     if not order:
-        return "No configuration has finished yet."
+        return "No configuration has finished yet.", ""
     (label, best) = order[0]
     if len(order) == 1:
-        return f"{label}: {best.speedup or 0:.2f}{X} over plain decoding."
+        return f"{label}: {best.speedup or 0:.2f}{X} over plain decoding.", ""
     runner_label, runner = order[1]
     head = (f"{label} won: {best.speedup or 0:.2f}{X} over plain decoding against {runner.speedup or 0:.2f}{X} "
             f"for {runner_label}")
@@ -156,7 +162,7 @@ def winner_line(comparison: Comparison) -> str:
                "machine was probably busy during one of the runs; run it again")
     else:
         why = "with similar acceptance, draft cost and verification cost: a margin this small can be timing noise"
-    return f"{head}, {why}."
+    return head, why
 
 
 TABLE_HEADERS = ["configuration", "accepted", "per pass", "c", "speedup", "95% range", "theory here", "ideal theory",

@@ -27,8 +27,8 @@ EARLIER_COLOUR = "#CC79A7"     # Okabe-Ito reddish purple: a line over tokens dr
 LEGEND_TEXT = {
     ACCEPTED: "accepted draft",
     REJECTED: "rejected draft (struck through)",
-    RESAMPLED: "target's correction (wavy underline)",
-    BONUS: "bonus: all drafts accepted (double underline)",
+    RESAMPLED: "target's correction (wavy)",
+    BONUS: "bonus: all accepted (double underline)",
 }
 
 
@@ -100,7 +100,7 @@ def tree_note(cycle: Cycle, text: CycleText) -> str:
 def cycle_html(cycle: Cycle, text: CycleText) -> str:
     """One cycle's tokens as HTML, a tree marked by a branch sign that lists what it tried."""
     note = tree_note(cycle, text)
-    marker = (f'<span class="sv-branches" data-nodes="{len(cycle.drafted)}" title="{html.escape(note)}">'
+    marker = (f'<span class="sv-branches" data-nodes="{len(cycle.drafted)}" tabindex="0" title="{html.escape(note)}">'
               f'\u2442{len(cycle.drafted)}</span>') if note else ""
     return render_cycle(cycle.index, cycle_pieces(cycle, text), marker)
 
@@ -124,7 +124,8 @@ def render_token(piece: Piece) -> str:
     title = piece.title if piece.text else piece.title + "\n(part of a character that the next token completes)"
     title = html.escape(title)
     earlier = ' data-earlier="1"' if piece.earlier else ""
-    return (f'<span class="sv-tok sv-{piece.verdict}" data-verdict="{piece.verdict}"{earlier} '
+    # tabindex: a token takes the keyboard focus, and Enter pins its details (the app's token-details script)
+    return (f'<span class="sv-tok sv-{piece.verdict}" data-verdict="{piece.verdict}"{earlier} tabindex="0" '
             f'title="{title}">{token_text_html(piece.text)}</span>')
 
 
@@ -211,7 +212,17 @@ CSS = f"""
   border-bottom: 1px solid var(--border-color-primary, #ddd) !important; text-align: left; }}
 .sv-stats th {{ font-weight: 600; }}
 .sv-stats td.sv-num {{ text-align: right; font-weight: 600; }}
-.sv-stats .sv-headline {{ font-size: 1.35em; font-weight: 700; margin: 2px 0 8px; }}
+.sv-stats th.sv-num {{ text-align: right; }}
+.sv-stats .sv-headline {{ font-size: 1.05em; font-weight: 600; margin: 4px 0 4px; }}
+.sv-tiles {{ display: flex; flex-wrap: wrap; gap: 8px; margin: 2px 0; }}
+.sv-tile {{ flex: 1 1 150px; border: 1px solid var(--border-color-primary, #ccc); border-radius: 8px;
+  padding: 4px 10px; font-variant-numeric: tabular-nums; }}
+.sv-tile-value {{ font-size: 1.6em; font-weight: 700; line-height: 1.2; }}
+.sv-tile-caption {{ font-size: 0.85em; opacity: 0.85; }}
+.sv-tile-speedup {{ flex: 1.4 1 190px; border: 2px solid {COLOURS[BONUS]}; }}
+.sv-tile-speedup .sv-tile-value {{ font-size: 2.4em; color: {COLOURS[BONUS]}; }}
+.dark .sv-tile-speedup .sv-tile-value {{ color: #56B4E9; }}
+.sv-details > summary {{ cursor: pointer; font-weight: 600; padding: 2px 0; }}
 .sv-stats .sv-note {{ margin-top: 8px; opacity: 0.9; }}
 .sv-error {{ border: 2px solid {COLOURS[REJECTED]}; border-radius: 8px; padding: 10px 12px;
   background: {_tint(COLOURS[REJECTED], 0.1)}; }}
@@ -226,24 +237,57 @@ def _row(name: str, value: str, note: str = "") -> str:
             f'<td>{html.escape(note)}</td></tr>')
 
 
+def _tile(value: str, caption: str, *, kind: str) -> str:
+    return (f'<div class="sv-tile sv-tile-{kind}"><div class="sv-tile-value">{html.escape(value)}</div>'
+            f'<div class="sv-tile-caption">{html.escape(caption)}</div></div>')
+
+
+def outputs_text(run) -> str:
+    """' · identical outputs' once a finished greedy race wrote the same tokens both ways, the place
+    where they part if not; '' while that is not known (or for sampled runs)."""
+    if not (run.steps and run.done and run.settings.temperature == 0):
+        return ""
+    if run.identical:
+        return " \u00b7 identical outputs"
+    return f" \u00b7 outputs part at token {run.divergence} (see details)"
+
+
 def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
-    """A run's numbers (a `runs.Run`), with what each compares and how sure it is. `notes` are
-    extra paragraphs (plain text)."""
+    """A run's numbers (a `runs.Run`) for a class to read at a glance: the speedup large, three key
+    numbers (acceptance, tokens per target pass, the cost of a pass), one headline sentence; then,
+    behind "Details", every figure with what it compares and how sure it is. `notes` are extra
+    paragraphs for the details (plain text)."""
     from .prose import compared_text, cost_ratio_text, speed_text, theory_lines
 
     spec, plain, speed = run.stats, run.plain, run.speed
     if speed is None:
         headline = "Measured speedup: waiting for both methods to pass their prefill"
+        big = "\u2026"
     elif not speed.reliable:
         headline = (f"Measured speedup about {speed.speedup:.2f}\u00d7 (95% range {speed.low:.2f}\u2013"
                     f"{speed.high:.2f}\u00d7): too short to measure reliably")
+        big = f"~{speed.speedup:.2f}\u00d7"
     else:
         headline = (f"Measured speedup {speed.speedup:.2f}\u00d7 over plain decoding "
                     f"(95% range {speed.low:.2f}\u2013{speed.high:.2f}\u00d7)")
+        big = f"{speed.speedup:.2f}\u00d7"
+    pass_cost = (f"{speed.pass_cost:.2f}", "plain steps: the cost of one verification pass") if speed else (
+        "\u2013", "plain steps per verification pass")
+    tiles = "".join([
+        _tile(big, "speedup over plain decoding" if speed is None or speed.speedup >= 1 else
+              "plain decoding's speed: slower here", kind="speedup"),
+        _tile(f"{spec.draft_acceptance_rate:.0%}", f"of drafted tokens accepted ({spec.accepted} of {spec.drafted})",
+              kind="acceptance"),
+        _tile(f"{spec.mean_acceptance_length:.2f}", f"tokens per target pass ({spec.tokens} tokens in {spec.cycles} "
+                                                    "passes)", kind="per-pass"),
+        _tile(*pass_cost, kind="pass-cost"),
+    ])
     rows = [
         _row("Draft acceptance rate", f"{spec.draft_acceptance_rate:.1%}",
-             f"{spec.accepted} of {spec.drafted} drafted tokens accepted"),
-        _row("Per-token acceptance \u03b1", f"{spec.alpha:.3f}", "accepted / (accepted + rejections): the theory's a"),
+             f"{spec.accepted} of {spec.drafted} drafted tokens accepted (the figure above)"),
+        _row("Per-token acceptance \u03b1", f"{spec.alpha:.3f}",
+             "accepted / (accepted + rejections): a draft's chance to pass one test, the theory's a. It is higher "
+             "than the rate above because the drafts after a rejection are never tested"),
         _row("Tokens per target pass", f"{spec.mean_acceptance_length:.2f}",
              f"{spec.tokens} tokens in {spec.cycles} passes; "
              f"theory {spec.expected_tokens_per_pass:.2f} at the draft lengths proposed (mean k {spec.mean_k:.1f})"),
@@ -264,14 +308,15 @@ def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
         rows.append(_row("Plain", f"{plain.tokens_per_second:.1f} tokens/s", f"{plain.tokens} tokens in {plain.seconds:.2f} s"))
     paragraphs = "".join(f'<p class="sv-note">{html.escape(n)}</p>' for n in notes)
     state_html = f'<div class="sv-state">{html.escape(state)}</div>' if state else ""
-    return (f'<div class="sv-stats">{state_html}'
-            f'<div class="sv-headline">{html.escape(headline)}</div>'
-            f'<table aria-label="acceptance and speedup">{"".join(rows)}</table>{paragraphs}</div>')
+    return (f'<div class="sv-stats"><div class="sv-tiles">{tiles}</div>'
+            f'<div class="sv-headline" role="status">{html.escape(headline + outputs_text(run))}</div>{state_html}'
+            f'<details class="sv-details"><summary>Details: every figure, what it compares, the theory</summary>'
+            f'<table aria-label="acceptance and speedup">{"".join(rows)}</table>{paragraphs}</details></div>')
 
 
 def table_html(headers: Sequence[str], rows: Sequence[Sequence[str]], *, label: str) -> str:
     """A table of text cells: the first column left-aligned, the numbers after it right-aligned."""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    head = "".join(f'<th class="{"sv-num" if i else ""}">{html.escape(h)}</th>' for i, h in enumerate(headers))
     body = "".join("<tr>" + "".join(f'<td class="{"sv-num" if i else ""}">{html.escape(cell)}</td>'
                                     for i, cell in enumerate(row)) + "</tr>" for row in rows)
     return (f'<div class="sv-stats"><table aria-label="{html.escape(label)}"><thead><tr>{head}</tr></thead>'

@@ -169,7 +169,8 @@ def _verdict_cell(verdict: str) -> str:
     if verdict == NOT_YET:
         return f'<span class="sv-not-yet">{NOT_YET}</span>'
     if verdict == NOT_CHECKED:
-        return f'<span class="sv-tok sv-rejected" data-verdict="{REJECTED}">{NOT_CHECKED}</span>'
+        # Not a verdict: grey and dashed, never the rejected colour it was mistaken for (issue 18).
+        return f'<span class="sv-unchecked">{NOT_CHECKED}</span>'
     return f'<span class="sv-tok sv-{verdict}" data-verdict="{verdict}">{verdict}</span>'
 
 
