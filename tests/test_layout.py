@@ -1,6 +1,6 @@
 """The package's shape, checked by tools rather than promised: the import contracts in
-pyproject.toml (layers, gradio only in the UI, argparse only in the command line, no cycles) and
-modules small enough to read."""
+pyproject.toml (layers, gradio only in the UI, argparse only in the command line, no cycles), ruff's
+rules (pyproject.toml's [tool.ruff]) and modules small enough to read."""
 
 import shutil
 import subprocess
@@ -19,6 +19,13 @@ def test_import_contracts_hold():
                             env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin"})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "0 broken" in result.stdout
+
+
+def test_ruff_finds_nothing():
+    ruff = shutil.which("ruff") or pytest.fail("ruff is missing: pip install ruff")
+    result = subprocess.run([ruff, "check", "--no-cache", "--output-format", "concise", "."], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
 
 
 def test_modules_stay_small():
