@@ -49,7 +49,8 @@ def first_screens(browser, url: str, out: Path) -> None:
             page.wait_for_function("document.body.classList.contains('dark')")
         page.wait_for_timeout(500)         # Large text's resize event, plotly's redraw
         figures = dict(page_height_before_run=page.evaluate("document.documentElement.scrollHeight"),
-                       run_button_y=page.evaluate(PAGE_Y, "#run"), token_box_y=page.evaluate(PAGE_Y, "#tokens .sv-text"))
+                       run_button_y=page.evaluate(PAGE_Y, "#run"),
+                       token_box_y=page.evaluate(PAGE_Y, "#tokens .sv-text"))
         page.click("#run")
         page.wait_for_selector("#tokens [data-verdict]", timeout=900_000)
         # The first token's place in the page when it appears (the first update may bring several cycles,

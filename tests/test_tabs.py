@@ -108,7 +108,8 @@ def test_compare_streams_then_names_the_winner(tiny):
     assert "same k=3" in final.columns[1]["value"] and "data-verdict=" in final.columns[1]["value"]
     first = finished[0]
     assert "running" in first.columns[1]["value"] and "waiting" in first.columns[2]["value"]
-    assert [t.name for t in final.tokens_per_pass["value"].data] == comparison.labels and final.tokens_per_pass["visible"]
+    assert [t.name for t in final.tokens_per_pass["value"].data] == comparison.labels
+    assert final.tokens_per_pass["visible"]
     assert final.sweep.get("visible") is False
     best = max(comparison.results, key=lambda r: r.speedup)
     assert final.last_run["speedup"] == best.speedup and final.last_run["stats"] == best.stats.to_dict()
@@ -126,7 +127,8 @@ def test_sweep_sweeps_the_first_ticked_row(tiny):
 
 @pytest.mark.parametrize("rows, prompt, message", [
     ([[False, "", "ngram", 4, False, 0.0]], PROMPT, "Tick"),
-    ([[True, "", "ngram", 100, False, 0.0]], PROMPT, "Row 1: k (tokens drafted per cycle) must be a whole number from 1 to 64"),
+    ([[True, "", "ngram", 100, False, 0.0]], PROMPT,
+     "Row 1: k (tokens drafted per cycle) must be a whole number from 1 to 64"),
     ([[True, "", "ngram", "four", False, 0.0]], PROMPT, "whole number"),
     ([[True, "", "ngram", "inf", False, 0.0]], PROMPT, "Row 1: k (tokens drafted per cycle) must be a whole number"),
     ([[True, "", "nope", 4, False, 0.0]], PROMPT, "'nope' does not exist"),
@@ -153,9 +155,11 @@ def test_parse_configs_reads_strings_from_the_page():
 def test_compare_puts_a_chain_and_a_tree_side_by_side(tiny):
     from specviz.runs import compare, config_labels
 
-    chain, tree = compare_tab.parse_configs([[True, "", "self:2", 3, False, 0, 1], [True, "", "self:2", 3, False, 0, "2"]],
+    chain, tree = compare_tab.parse_configs([[True, "", "self:2", 3, False, 0, 1],
+                                             [True, "", "self:2", 3, False, 0, "2"]],
                                             max_new_tokens=24, seed=None, chat=False, limits=LOCAL)
-    assert (chain.branch, tree.branch) == (1, 2) and config_labels([chain, tree]) == ["self:2 k=3", "self:2 k=3 tree b=2"]
+    assert (chain.branch, tree.branch) == (1, 2)
+    assert config_labels([chain, tree]) == ["self:2 k=3", "self:2 k=3 tree b=2"]
     comparison = compare([chain, tree], PROMPT, loader=tiny.loader)
     first, second = comparison.results
     assert not any(c.is_tree for c in first.cycles) and any(c.is_tree for c in second.cycles)
@@ -256,7 +260,8 @@ def test_explain_sliders_refuse_bad_numbers():
 def test_compare_yields_after_every_event_so_a_stop_lands_within_one_cycle(tiny):
     steps = list(compare_tab.compare_work(LOCAL, tiny.loader)(PROMPT, ROWS[:2], 16, 0, CHAT))
     *_, final = [s for s in steps if s is not TICK]
-    events = sum(len(run.cycles) + len(run.steps) for run in final.result[0].results) - len(final.result[0].results[1].steps)
+    events = (sum(len(run.cycles) + len(run.steps) for run in final.result[0].results)
+              - len(final.result[0].results[1].steps))
     assert len(steps) >= events      # one step (a view or a TICK) per cycle and per plain step at least
 
 
@@ -397,7 +402,8 @@ def test_table_headers_line_up_with_their_numbers():
     from specviz.views import render
 
     markup = render.table_html(["category", "a", "b"], [["chat", "1.20x", "0.90x"]], label="t")
-    assert re.findall(r'<th class="([^"]*)"', markup) == re.findall(r'<td class="([^"]*)"', markup) == ["", "sv-num", "sv-num"]
+    assert (re.findall(r'<th class="([^"]*)"', markup) == re.findall(r'<td class="([^"]*)"', markup)
+            == ["", "sv-num", "sv-num"])
 
 
 def test_a_drafted_token_the_target_never_tested_is_not_drawn_as_rejected():

@@ -11,7 +11,7 @@ import torch
 from tiny_pair import PROMPT
 
 from specviz.errors import SpecvizError
-from specviz.runs import race
+from specviz.runs import last, race
 from specviz.runs.run import interleave
 from specviz.settings import LOCAL, RunSettings, hosted
 from specviz.ui import build_demo, common, run_tab
@@ -131,13 +131,9 @@ def test_the_baseline_text_shows_no_end_of_turn_token(tiny):
     # the answer, not the end-of-turn marker's text (the token view marks it as a token).
     pair = tiny.pair("tiny", "ngram")
     settings = RunSettings(max_new_tokens=40, chat=False)
-    free = None
-    for free in race(settings, PROMPT, pair, baseline=True):
-        pass
+    free = last(race(settings, PROMPT, pair, baseline=True))
     stop = free.baseline_tokens[5]
-    ended = None
-    for ended in race(settings, PROMPT, dataclasses.replace(pair, eos_token_ids=[stop]), baseline=True):
-        pass
+    ended = last(race(settings, PROMPT, dataclasses.replace(pair, eos_token_ids=[stop]), baseline=True))
     assert ended.steps[-1].token == stop and len(ended.steps) < 40
     assert ended.step_texts[-1] == "" and "".join(ended.step_texts) == "".join(free.step_texts[: len(ended.steps) - 1])
 
@@ -469,9 +465,7 @@ def test_a_finished_run_does_not_keep_its_models_alive(tiny):
                      draft_name="ngram", target_parameters=1, draft_parameters=0, device=model.device,
                      dtype=torch.float32, eos_token_ids=[])
     alive = weakref.ref(model)
-    run = None
-    for run in race(RunSettings(max_new_tokens=8), PROMPT, pair, baseline=True):
-        pass
+    run = last(race(RunSettings(max_new_tokens=8), PROMPT, pair, baseline=True))
     del pair, model
     gc.collect()
     assert alive() is None and run.text

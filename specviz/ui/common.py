@@ -1,5 +1,5 @@
-"""What every tab shares: the one queue, hosted-mode limits, the drafter controls, and `streaming`, which turns a tab's work into a Gradio handler that a Stop or a closed browser
-really stops.
+"""What every tab shares: the one queue, hosted-mode limits, the drafter controls, and `streaming`,
+which turns a tab's work into a Gradio handler that a Stop or a closed browser really stops.
 
 A tab's work is a plain generator that yields a view (a tuple of outputs) when the page should
 change and `TICK` after every other decoding event. `streaming` runs it one step at a time in a
@@ -217,7 +217,7 @@ class StopSignal:
         self.requested = True
 
     @staticmethod
-    def for_click(current: "StopSignal | None") -> "StopSignal":
+    def for_click(current: StopSignal | None) -> StopSignal:
         """The signal a Run click's work gets, given the state's `current` one."""
         signal = current if current is not None and current.live and not current.requested else StopSignal()
         signal.live = True

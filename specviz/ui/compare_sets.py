@@ -1,6 +1,7 @@
 """The Compare tab over a set of prompts: which set (one of those that ship, or an uploaded file),
-the hosted limit on the work (`budget`: every decode counted in tokens before any runs), and the views of a `runs.PromptSetComparison` as it runs (progress with
-the time left, then the winner or why there is none, the tables and the chart of per-prompt speedups)."""
+the hosted limit on the work (`budget`: every decode counted in tokens before any runs), and the
+views of a `runs.PromptSetComparison` as it runs (progress with the time left, then the winner or
+why there is none, the tables and the chart of per-prompt speedups)."""
 
 from __future__ import annotations
 
@@ -84,5 +85,5 @@ def full_view(comparison: PromptSetComparison, state: str, view, headline: str |
               + render.table_html(headers, rows, label="median speedup by category"))
     if comparison.done:
         note += " " + views.timing_line(comparison)
-    return view(render.status_html(state, headline, note.strip()), tables, gr.update(value=views.speedups_figure(comparison), visible=True),
-                (comparison, None))
+    return view(render.status_html(state, headline, note.strip()), tables,
+                gr.update(value=views.speedups_figure(comparison), visible=True), (comparison, None))

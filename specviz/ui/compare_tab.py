@@ -37,7 +37,8 @@ DEFAULT_CONFIGS = [
     [False, "", "self:20", 4, False, 0.0, 1],
     [False, "", "self:12", 2, False, 0.0, 2],
 ]
-DRAFT_HELP = ("**draft**: `ngram` (prompt lookup), `ngram-tree` (prompt lookup as a token tree), `suffix` (suffix decoding), `self:L` (the target's first L layers, early exit) or a model "
+DRAFT_HELP = ("**draft**: `ngram` (prompt lookup), `ngram-tree` (prompt lookup as a token tree), `suffix` (suffix "
+              "decoding), `self:L` (the target's first L layers, early exit) or a model "
               "id / folder sharing the target's tokenizer. **dynamic k**: +2 after a fully accepted cycle, \u22121 "
               "after a rejection. **temperature** 0 is greedy. **tree branch** above 1 (draft models and `self:L`): an "
               "EAGLE-2 token tree of 16 nodes. Each configuration runs in turn on the same "
@@ -155,7 +156,8 @@ def _set_view(status, table, plot, result) -> CompareView:
     skip, hidden = gr.skip(), gr.update(visible=False)
     return CompareView(status=status, table=skip if table is None else table, columns=(hidden,) * MAX_CONFIGS,
                        tokens_per_pass=hidden, positions=hidden, race=hidden, sweep=hidden,
-                       result=skip if result is None else result, last_run=skip, set_plot=skip if plot is None else plot)
+                       result=skip if result is None else result, last_run=skip,
+                       set_plot=skip if plot is None else plot)
 
 
 def compare_work(limits: Limits, loader: Loader | None = None, *, sweep: bool = False):
@@ -200,8 +202,9 @@ def compare_work(limits: Limits, loader: Loader | None = None, *, sweep: bool = 
                 elif comparison.current is not None and throttle.due()[0]:
                     run = comparison.current
                     label = comparison.labels[len(comparison.results)]
-                    yield _only_status(render.status_html(state, f"{len(comparison.results)} of {len(comparison.configs)} "
-                                                          f"done\u2026 {label}: {len(run.tokens)} tokens so far"))
+                    yield _only_status(render.status_html(state, f"{len(comparison.results)} of "
+                                                          f"{len(comparison.configs)} done\u2026 {label}: "
+                                                          f"{len(run.tokens)} tokens so far"))
                 else:
                     yield TICK
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page

@@ -53,7 +53,8 @@ body.sv-large .sv-race .sv-panel-head { font-size: 0.85em !important; margin: 0 
 body.sv-large #sv-pin { font-size: 19px !important; }
 .dark #sv-pin { background: #1f2937; color: #f3f4f6; border-color: #56B4E9; }
 .dark input[type=radio], .dark input[type=checkbox] { border: 2px solid #cbd5e1 !important; }
-.dark input[type=radio]:not(:checked), .dark input[type=checkbox]:not(:checked) { background-color: #0f172a !important; }
+.dark input[type=radio]:not(:checked), .dark input[type=checkbox]:not(:checked) {
+  background-color: #0f172a !important; }
 @media (max-width: 700px) {
   #sv-header { flex-direction: row; }
   #sv-title { flex: 1 1 100% !important; }
@@ -101,7 +102,9 @@ DARK_JS = "() => { document.body.classList.toggle('dark'); }"
 # panel's close button, or a click elsewhere.
 HEAD = """<style>
 /* Outside Gradio's container, so it cannot go in CSS (whose rules in an @media block Gradio scopes to it). */
-@media (max-width: 700px) { .gradio-container .main.app { padding-left: 8px !important; padding-right: 8px !important; } }
+@media (max-width: 700px) {
+  .gradio-container .main.app { padding-left: 8px !important; padding-right: 8px !important; }
+}
 </style>
 <script>
 (() => {

@@ -63,7 +63,7 @@ def teach_work(limits: Limits, loader: Loader | None = None):
             if stop.requested:   # stopped while it waited for the queue
                 yield stopped
                 return
-            for pair in load_stepwise(settings, loader):
+            for pair in load_stepwise(settings, loader):  # noqa: B007 - drained: its last item is the pair, a TICK per tick
                 if stop.requested:   # the load goes on in the background, into the model cache
                     yield stopped
                     return
@@ -208,7 +208,8 @@ def build_teach_tab(*, limits: Limits, loader: Loader | None = None, last_run: g
 
     def stepper(by_test: bool, delta: int):
         def on_click(run_value, index_value, test_value):
-            view = step_test(run_value, index_value, test_value, delta) if by_test else step(run_value, index_value, delta)
+            view = (step_test(run_value, index_value, test_value, delta) if by_test
+                    else step(run_value, index_value, delta))
             if view is None:   # said in the page: a toast needs the queue, which stepping skips
                 return [gr.skip()] * (len(view_outputs) - 1) + [DECODE_FIRST]
             return list(view)[: len(view_outputs)]

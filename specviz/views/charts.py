@@ -156,7 +156,8 @@ def waiting(figure: go.Figure, text: str) -> go.Figure:
 def run_figures(run=None) -> tuple[go.Figure, go.Figure, go.Figure, go.Figure]:
     """Every chart of the Run tab for a `runs.Run` (None: the charts before a run), in display order."""
     if run is None:
-        empty = (acceptance_figure([]), tokens_per_pass_figure([], None), race_figure([], []), position_figure([], None))
+        empty = (acceptance_figure([]), tokens_per_pass_figure([], None), race_figure([], []),
+                 position_figure([], None))
         return tuple(waiting(figure, text) for figure, text in zip(empty, EMPTY_TEXT))
     stats = run.stats if run.cycles else None
     return (acceptance_figure(run.cycles), tokens_per_pass_figure(run.cycles, stats),

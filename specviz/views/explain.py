@@ -129,7 +129,8 @@ def illustration_html() -> str:
             f'{render.legend_html()}<ol>{items}</ol></div>')
 
 
-EXPLAIN_INTRO = r"""
+# Two adjacent raw strings only to keep the residual's formula within the line length; one string.
+EXPLAIN_INTRO = (r"""
 ## Speculative decoding
 
 A language model writes one token per forward pass, and at batch size one each pass is limited by
@@ -161,7 +162,8 @@ $$P(\text{accept } x_i) = \min\left(1,\ \frac{p_\text{target}(x_i)}{p_\text{draf
 which is done by drawing $u_i \sim U[0, 1)$ and accepting while $u_i < p_\text{target}(x_i) / p_\text{draft}(x_i)$.
 At the first rejection, the replacement is drawn from the **residual**
 
-$$p_\text{residual}(x) = \frac{\max\left(0,\ p_\text{target}(x) - p_\text{draft}(x)\right)}{\sum_y \max\left(0,\ p_\text{target}(y) - p_\text{draft}(y)\right)}$$
+$$p_\text{residual}(x) = \frac{\max\left(0,\ p_\text{target}(x) - p_\text{draft}(x)\right)}"""
+                 r"""{\sum_y \max\left(0,\ p_\text{target}(y) - p_\text{draft}(y)\right)}$$
 
 and when every draft passes, a bonus token comes from $p_\text{target}$ at the next position. Tokens
 the draft over-proposes are thinned out by the test; tokens it under-proposes are topped up by the
@@ -191,7 +193,7 @@ summary measures $P$ (the median verification pass over the median plain step) a
 **at this pass cost**, $S / P$, next to the **ideal** $S$ (pass cost 1), which is what a GPU approaches.
 The measured speedup should be read against $S / P$; what remains between them is the engine's own
 time and how far real acceptance is from the theory's independent-tokens model.
-"""
+""")
 
 
 def explain_outputs(numbers: dict | None):

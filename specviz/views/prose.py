@@ -85,7 +85,7 @@ def summary_lines(run: Run) -> list[str]:
         lines.append(f"plain:       {run.plain.tokens_per_second:.1f} tokens/s")
         lines.append(f"measured speedup: {speed_text(run)}")
         lines.append(f"  compared: {compared_text(run)}")
-    for name, value, note in theory_lines(run):
+    for name, value, _note in theory_lines(run):   # the notes are the run view's; the summary is name: value
         lines.append(f"{name.lower()}: {value}")
     if run.steps and run.settings.temperature == 0 and run.done:
         if run.identical:
@@ -142,8 +142,10 @@ def winner_parts(comparison: Comparison) -> tuple[str, str]:
     v, w = pass_seconds(best.cycles), pass_seconds(runner.cycles)
     factors = [
         ("acceptance", a > 1.05 * b, b > 1.05 * a, f"{a:.2f} tokens per target pass against {b:.2f}"),
-        ("draft cost", d < e - 0.05, d > e + 0.05, f"drafting costs {d:.2f} of a target pass per cycle against {e:.2f}"),
-        ("verification cost", v < 0.9 * w, w < 0.9 * v, f"a target pass took {1000 * v:.0f} ms against {1000 * w:.0f} ms"),
+        ("draft cost", d < e - 0.05, d > e + 0.05,
+         f"drafting costs {d:.2f} of a target pass per cycle against {e:.2f}"),
+        ("verification cost", v < 0.9 * w, w < 0.9 * v,
+         f"a target pass took {1000 * v:.0f} ms against {1000 * w:.0f} ms"),
     ]
     # A pass verifies the drafted tokens: fewer of them is the one reason for cheaper passes.
     n, m = drafted_per_cycle(best.stats), drafted_per_cycle(runner.stats)

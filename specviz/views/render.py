@@ -1,10 +1,11 @@
 """Events -> HTML: the token view of a speculative run and the plain text of a baseline run.
 
-Pure functions of a run's cycles and their token texts (`runs.CycleText`). Every token is one `<span class="sv-tok" data-verdict=...>`: accepted, rejected, resampled
-or bonus. Verdicts are told apart by colour (the Okabe-Ito palette, which stays distinct under the
-common colour-vision deficiencies) and by a mark that needs no colour: rejected drafts are struck
-through, a resampled correction has a wavy underline, a bonus token a double underline. Cycles are
-separated by a thin bar. The page's stylesheet is `CSS`.
+Pure functions of a run's cycles and their token texts (`runs.CycleText`). Every token is one
+`<span class="sv-tok" data-verdict=...>`: accepted, rejected, resampled or bonus. Verdicts are told
+apart by colour (the Okabe-Ito palette, which stays distinct under the common colour-vision
+deficiencies) and by a mark that needs no colour: rejected drafts are struck through, a resampled
+correction has a wavy underline, a bonus token a double underline. Cycles are separated by a thin
+bar. The page's stylesheet is `CSS`.
 """
 
 from __future__ import annotations
@@ -305,7 +306,8 @@ def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
         _row("Speculative", f"{spec.tokens_per_second:.1f} tokens/s", f"{spec.tokens} tokens in {spec.seconds:.2f} s"),
     ]
     if plain is not None:
-        rows.append(_row("Plain", f"{plain.tokens_per_second:.1f} tokens/s", f"{plain.tokens} tokens in {plain.seconds:.2f} s"))
+        rows.append(_row("Plain", f"{plain.tokens_per_second:.1f} tokens/s",
+                         f"{plain.tokens} tokens in {plain.seconds:.2f} s"))
     paragraphs = "".join(f'<p class="sv-note">{html.escape(n)}</p>' for n in notes)
     state_html = f'<div class="sv-state">{html.escape(state)}</div>' if state else ""
     return (f'<div class="sv-stats"><div class="sv-tiles">{tiles}</div>'
