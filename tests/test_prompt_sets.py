@@ -186,3 +186,19 @@ def test_a_prompt_file_may_give_earlier_turns(tmp_path):
     path.write_text(json.dumps({"prompt": "b", "earlier": "a"}) + "\n")
     with pytest.raises(SpecvizError, match="earlier"):
         read_prompt_file(path)
+
+
+def test_time_left_counts_down_and_is_not_raised_by_a_slower_run():
+    # 4 runs, started at t = 0; the second finished at t = 10 (a pace of 5 s a run).
+    comparison = PromptSetComparison(configs=[RunSettings()], labels=["a"], prompts=[None, None], repeats=2,
+                                     results=[object(), object()], started=0.0, last_finished=10.0)
+    assert comparison.seconds_left(now=10.0) == 10.0
+    assert comparison.seconds_left(now=13.0) == 7.0          # counts down during the third run
+    comparison.results.append(object())
+    comparison.last_finished = 24.0                           # a slow third run: the pace is now 8 s
+    assert comparison.seconds_left(now=24.0) == 7.0           # not raised to 8: it only falls
+    assert comparison.seconds_left(now=30.0) == 2.0           # 8 - 6, counting down again
+    assert comparison.seconds_left(now=40.0) == 0.0
+    comparison.results.append(object())
+    comparison.last_finished = 41.0
+    assert comparison.seconds_left(now=41.0) == 0.0           # all done

@@ -69,6 +69,8 @@ class PromptSetComparison:
     current: Run | None = None
     clock: str = ""                 # the clock that timed the runs (core.decoding.Clock.name)
     started: float = field(default_factory=time.monotonic)
+    last_finished: float | None = None     # when the latest run finished (time.monotonic)
+    _shown_left: float | None = field(default=None, repr=False)   # the last estimate given
 
     @property
     def total(self) -> int:
@@ -78,11 +80,21 @@ class PromptSetComparison:
     def done(self) -> bool:
         return len(self.results) == self.total
 
-    def seconds_left(self) -> float | None:
-        """Wall time left at the pace so far (None before the first run finishes)."""
-        if not self.results:
+    def seconds_left(self, now: float | None = None) -> float | None:
+        """Wall time left (None before the first run finishes): the runs still to do at the pace of
+        those finished, less the time the current run has already taken. It only falls: measured at
+        each finished run, counted down between them, not raised by a finished run while it has time
+        left (a run slower than the pace holds it until it finishes; only one that ran it down to 0
+        starts it again from the pace measured then)."""
+        if not self.results or self.last_finished is None:
             return None
-        return (time.monotonic() - self.started) / len(self.results) * (self.total - len(self.results))
+        now = time.monotonic() if now is None else now
+        pace = (self.last_finished - self.started) / len(self.results)
+        left = max(0.0, pace * (self.total - len(self.results)) - (now - self.last_finished))
+        if self._shown_left:
+            left = min(left, self._shown_left)
+        self._shown_left = left
+        return left
 
     def speedups(self, config: int) -> list[float]:
         """Per prompt finished in every round so far: the median over its rounds."""
@@ -175,6 +187,7 @@ def iter_prompt_set(configs: Sequence[RunSettings], prompts: Sequence[BenchPromp
                 else:
                     run.attach_baseline(shared)
                 comparison.results.append(PromptRun.of(c, p, round_, run))
+                comparison.last_finished = time.monotonic()
                 comparison.clock = run.clock
                 if after_run is not None:
                     after_run(c, p, round_, run)
