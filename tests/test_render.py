@@ -205,6 +205,12 @@ def test_before_a_run_the_charts_have_the_run_charts_axes_and_no_data():
     assert [list(trace.y) for trace in race.data] == [[0], [0], []]    # both methods start at the origin
 
 
+def test_empty_charts_name_the_button_that_fills_them():
+    for action in ("Run", "Play"):
+        texts = [figure.layout.annotations[0].text for figure in charts.run_figures(action=action)]
+        assert all(text.startswith(f"{action} to see ") for text in texts) and len(set(texts)) == 4
+
+
 def test_a_tree_run_shows_the_nodes_each_pass_verified():
     tree = make_cycle(index=0, drafted=(1, 2, 3), num_accepted=1, correction=9, parents=[-1, -1, 0], path=[0],
                       node_verdicts=[ACCEPTED, REJECTED, NOT_REACHED])

@@ -195,7 +195,7 @@ def build_replay_tab() -> ReplayTab:
                 previous = gr.Button("\u2190 Previous cycle", size="sm", elem_id="replay-previous")
                 next_ = gr.Button("Next cycle \u2192", size="sm", elem_id="replay-next")
     info = gr.HTML(opened_html(opened) if opened else "", elem_id="replay-info")
-    views = build_run_views("replay-")
+    views = build_run_views("replay-", action="Play")
     position = gr.State(0)
     # Opening and stepping read and render a whole file: in the queue, a few at once.
     private = dict(api_visibility="private", concurrency_limit=OPEN_CONCURRENCY, concurrency_id="replay-open")

@@ -161,16 +161,16 @@ class RunViews(NamedTuple):
     stats: gr.HTML
 
 
-def build_run_views(prefix: str = "") -> RunViews:
+def build_run_views(prefix: str = "", *, action: str = "Run") -> RunViews:
     """Token views side by side (stacked on a phone) at a fixed height, the summary under them (its
-    speedup large), then the four charts; element ids `prefix` + tokens, baseline, stats, charts,
-    chart-acceptance, ..."""
+    speedup large), then the four charts (before data: "`action` to see ..."); element ids `prefix`
+    + tokens, baseline, stats, charts, chart-acceptance, ..."""
     with gr.Row(equal_height=True, elem_classes=["sv-race"]):
         tokens = gr.HTML(render.token_view_html([]), padding=False, elem_id=prefix + "tokens")
         baseline = gr.HTML(render.baseline_html(""), padding=False, elem_id=prefix + "baseline")
     stats = gr.HTML(render.idle_html(), padding=False, elem_id=prefix + "stats")
     with gr.Column(elem_id=prefix + "charts"):
-        empty = charts.run_figures()
+        empty = charts.run_figures(action=action)
         with gr.Row():
             acceptance = gr.Plot(empty[0], show_label=False, elem_id=prefix + "chart-acceptance")
             per_pass = gr.Plot(empty[1], show_label=False, elem_id=prefix + "chart-per-pass")

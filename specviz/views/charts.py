@@ -138,9 +138,9 @@ def position_figure(cycles: Sequence[Cycle], stats: SpecStats | None) -> go.Figu
                        xaxis_dtick=1))
 
 
-EMPTY_TEXT = ("Run to see the share of each cycle's drafts accepted", "Run to see how many tokens each target pass "
-              "wrote", "Run to see both methods race: tokens against time", "Run to see how far into a draft the "
-              "target agrees")
+# What each chart shows once there is data, after "Run to see" (or "Play to see" in the Replay tab).
+EMPTY_TEXT = ("the share of each cycle's drafts accepted", "how many tokens each target pass wrote",
+              "both methods race: tokens against time", "how far into a draft the target agrees")
 
 
 def waiting(figure: go.Figure, text: str) -> go.Figure:
@@ -153,12 +153,13 @@ def waiting(figure: go.Figure, text: str) -> go.Figure:
     return figure
 
 
-def run_figures(run=None) -> tuple[go.Figure, go.Figure, go.Figure, go.Figure]:
-    """Every chart of the Run tab for a `runs.Run` (None: the charts before a run), in display order."""
+def run_figures(run=None, *, action: str = "Run") -> tuple[go.Figure, go.Figure, go.Figure, go.Figure]:
+    """Every chart of the Run tab for a `runs.Run` (None: the charts before a run, saying what
+    pressing `action` will show), in display order."""
     if run is None:
         empty = (acceptance_figure([]), tokens_per_pass_figure([], None), race_figure([], []),
                  position_figure([], None))
-        return tuple(waiting(figure, text) for figure, text in zip(empty, EMPTY_TEXT))
+        return tuple(waiting(figure, f"{action} to see {text}") for figure, text in zip(empty, EMPTY_TEXT))
     stats = run.stats if run.cycles else None
     return (acceptance_figure(run.cycles), tokens_per_pass_figure(run.cycles, stats),
             race_figure(run.cycles, run.steps, run.speed), position_figure(run.cycles, stats))
