@@ -254,3 +254,24 @@ def test_a_draft_with_no_token_string_in_common_is_refused():
     with pytest.raises(SpecvizError, match="no token string in common"):
         make_drafter("digits", target, draft_model=make_llama(1, layers=1, vocab=4), target_tokenizer=target_tokenizer,
                      draft_tokenizer=digits)
+
+
+# ----------------------------------------------------------------------------- a real tokenizer
+
+@pytest.mark.slow
+def test_greedy_equals_plain_with_the_builtin_target_and_a_character_draft():
+    # The built-in SmolLM2-135M-Instruct (byte-level BPE, a chat template with special tokens) drafted
+    # by a tiny model with a SentencePiece-style character vocabulary: its text is aligned with a
+    # real tokenizer's tokens, the chat markers included in the look-behind.
+    from specviz.core.decoding import autoregressive_decode
+    from specviz.models import encode_prompt, load_pair
+
+    pair = load_pair(dtype="float32", device="cpu")
+    draft_tokenizer = char_tokenizer(bos=True)
+    drafter = CrossTokenizerDrafter(make_llama(3, layers=1, vocab=len(draft_tokenizer)), draft_tokenizer,
+                                    pair.tokenizer)
+    ids = encode_prompt(pair.tokenizer, "Tell me about the cat that sat on the mat.")
+    eos = pair.eos_token_ids
+    plain = [s.token for s in autoregressive_decode(pair.target, ids, 24, eos_token_id=eos)]
+    out, cycles = emitted(pair.target, drafter, ids, max_new_tokens=24, k=4, eos_token_id=eos)
+    assert out == plain and sum(len(c.drafted) for c in cycles) > 0
