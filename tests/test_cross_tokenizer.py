@@ -13,7 +13,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
 from conftest import make_llama, reference
-from specviz.core.cross_tokenizer import CrossTokenizerDrafter, target_candidates, text_after
+from specviz.core.cross_tokenizer import CrossTokenizerDrafter, draft_prompt, target_candidates, text_after
 from specviz.core.decoding import speculative_decode
 from specviz.core.sampling import Sampler
 from specviz.errors import SpecvizError
@@ -197,6 +197,25 @@ def test_alignment_when_the_drafted_text_merges_with_the_last_target_token():
     candidates = target_candidates(tokenizer, sequence, len(sequence), "he cat", complete=True)
     assert tokenizer.convert_ids_to_tokens(candidates) == ["he", "\u0120c", "at"]
     assert tokenizer.decode(sequence + candidates) == "a the cat"
+
+
+def test_the_draft_prompt_has_one_bos_and_only_shared_special_tokens():
+    # The target's BOS is not in the draft's vocabulary: dropped; the draft's own BOS leads, once.
+    target_tokenizer, draft_tokenizer = word_tokenizer(bos=True), char_tokenizer(bos=True)
+    prompt = target_tokenizer("the cat").input_ids
+    ids = draft_prompt(target_tokenizer, draft_tokenizer, prompt)
+    assert ids == draft_tokenizer("the cat").input_ids and ids.count(draft_tokenizer.bos_token_id) == 1
+    # Both know '<s>', and the prompt's text starts with it: still one BOS, not two (transformers #46124).
+    other = char_tokenizer(bos=True)
+    other.add_tokens(["cat"])
+    prompt = draft_tokenizer("the cat").input_ids
+    ids = draft_prompt(draft_tokenizer, other, prompt)
+    assert ids[0] == other.bos_token_id and ids.count(other.bos_token_id) == 1
+    # A chat marker both vocabularies have stays in the draft's prompt.
+    target_tokenizer.add_special_tokens({"additional_special_tokens": ["<turn>"]})
+    draft_tokenizer.add_special_tokens({"additional_special_tokens": ["<turn>"]})
+    ids = draft_prompt(target_tokenizer, draft_tokenizer, target_tokenizer("<turn> the cat").input_ids)
+    assert draft_tokenizer.convert_tokens_to_ids("<turn>") in ids
 
 
 def test_text_after_keeps_a_leading_space():

@@ -72,11 +72,27 @@ def target_candidates(tokenizer, sequence: list[int], clean: int, drafted_text: 
     return candidates if complete else candidates[:-1]
 
 
+def draft_prompt(target_tokenizer, draft_tokenizer, prompt: list[int]) -> list[int]:
+    """The prompt in draft tokens: its text, keeping the special tokens (chat markers) the draft's
+    vocabulary also has and dropping the others, led by whatever the draft's tokenizer puts before
+    a text (its BOS), exactly once even when the text already starts with it."""
+    text = _decode(target_tokenizer, prompt, False)
+    draft_vocab = draft_tokenizer.get_vocab()
+    for token in target_tokenizer.all_special_tokens:
+        if token not in draft_vocab:
+            text = text.replace(token, "")
+    ids = _encode(draft_tokenizer, text)
+    with_special, plain = draft_tokenizer.encode("a"), _encode(draft_tokenizer, "a")
+    start = next((i for i in range(len(with_special)) if with_special[i:i + len(plain)] == plain), 0)
+    leading = with_special[:start]
+    return ids if ids[:len(leading)] == leading else leading + ids
+
+
 class CrossTokenizerDrafter(Drafter):
     """A causal LM with its own tokenizer drafting for a target with another one.
 
-    The draft's context is re-encoded each cycle from the target's text (its own prompt encoding,
-    with its own BOS if its tokenizer adds one, then the target's output so far in draft tokens);
+    The draft's context is re-encoded each cycle from the target's text (the prompt as
+    `draft_prompt` encodes it, then the target's output so far in draft tokens);
     its KV cache is kept for the longest prefix of draft tokens that did not change and cropped
     to it. It drafts until the re-tokenized text gives k target candidates after the cut (or
     `draft_tokens_per_candidate` * (k + 1) draft tokens, or its EOS)."""
@@ -101,8 +117,7 @@ class CrossTokenizerDrafter(Drafter):
     def begin(self, prompt_ids: torch.Tensor) -> None:
         prompt = prompt_ids[0].tolist()
         self.prompt_length = len(prompt)
-        # The draft reads the prompt's text as its own tokenizer encodes a prompt (its own BOS, once).
-        self.draft_prompt = self.draft_tokenizer.encode(_decode(self.target_tokenizer, prompt, True))
+        self.draft_prompt = draft_prompt(self.target_tokenizer, self.draft_tokenizer, prompt)
         if not self.draft_prompt:
             raise ValueError("the prompt's text encodes to no draft tokens: the draft has nothing to continue")
         self.cache, self.cached_ids, self.draft_tokens_drafted = DynamicCache(config=self.model.config), [], 0
