@@ -139,6 +139,8 @@ def test_the_same_model_under_another_vocabulary_drafts_what_the_target_picks(k)
     assert out == reference(target, prompt, n=30)
     assert all(c.num_accepted == len(c.drafted) for c in cycles)
     assert sum(c.num_accepted for c in cycles) >= 30 * (k - 1) / k - k   # nearly every token drafted
+    # One draft token per target word here, plus the cut one per cycle (no cut after the last).
+    assert drafter.draft_tokens_drafted >= sum(len(c.drafted) for c in cycles)
 
 
 # ----------------------------------------------------------------------------- the draft's own cache
