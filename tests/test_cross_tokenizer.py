@@ -296,3 +296,18 @@ def test_greedy_equals_plain_with_the_builtin_target_and_a_character_draft():
     plain = [s.token for s in autoregressive_decode(pair.target, ids, 24, eos_token_id=eos)]
     out, cycles = emitted(pair.target, drafter, ids, max_new_tokens=24, k=4, eos_token_id=eos)
     assert out == plain and sum(len(c.drafted) for c in cycles) > 0
+
+
+def test_the_command_line_says_it_drafts_across_tokenizers(tmp_path, capsys):
+    from specviz.cli import entry
+
+    target_tokenizer, draft_tokenizer = word_tokenizer(), char_tokenizer(bos=True)
+    for name, model, tokenizer in (("target", make_llama(0, layers=2, vocab=len(target_tokenizer)), target_tokenizer),
+                                   ("draft", make_llama(3, layers=1, vocab=len(draft_tokenizer)), draft_tokenizer)):
+        model.save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+    code = entry(["run", "--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"), "--dtype",
+                  "float32", "--device", "cpu", "--max-new-tokens", "12", "--baseline", "--raw", "--no-color", PROMPT])
+    captured = capsys.readouterr()
+    assert code == 0 and CROSS_TOKENIZER_NOTE in captured.err
+    assert "identical: yes" in captured.out
