@@ -21,13 +21,14 @@ from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from specviz import DraftModelDrafter, PromptLookupDrafter, autoregressive_decode, speculative_decode
-from specviz import models
+from specviz import CrossTokenizerDrafter, models
 from specviz.catalog import PRESET_KEYS, list_presets
 from specviz.errors import SpecvizError
 from specviz.models import (DEFAULT_TARGET, auto_dtype, convert_once, cpu_has_native_bf16, encode_prompt,
                             end_of_turn_id, load_model, load_pair, needs_device_map, resolve_source)
 from specviz.models import loading, pairs, sources
 from specviz.models.cache import ModelCache
+from specviz.models.pairs import CROSS_TOKENIZER_NOTE
 from specviz.settings import DEFAULT_DRAFT, parse_draft
 
 SPECIAL = ["<unk>", "<eos>", "<|user|>", "<|assistant|>", "<|end|>"]
@@ -231,15 +232,25 @@ def test_same_model_as_draft_accepts_everything(disk):
 
 # ----------------------------------------------------------------------------- bad input, clear messages
 
-def test_tokenizer_mismatch(disk):
-    with pytest.raises(SpecvizError) as error:
-        fp32(disk["target"], disk["other_tokenizer"])
-    message = str(error.value)
-    assert "other_tokenizer" in message and "does not share" in message and "tokenizer" in message
-    assert "is id" in message and "'ngram'" in message
+def test_a_draft_with_another_tokenizer_drafts_across_tokenizers(disk):
+    messages = []
+    pair = fp32(disk["target"], disk["other_tokenizer"], progress=lambda fraction, message: messages.append(message))
+    assert isinstance(pair.draft, CrossTokenizerDrafter) and pair.draft_name == "other_tokenizer"
+    assert pair.note == CROSS_TOKENIZER_NOTE and CROSS_TOKENIZER_NOTE in messages   # the CLI prints progress
+    ids = encode_prompt(pair.tokenizer, "the dog ran")
+    plain, speculative = greedy_outputs(pair, ids, 16)
+    assert speculative == plain
+    assert fp32(disk["target"], disk["draft"]).note == ""                          # same tokenizer: as before
+    message = models.vocabulary_mismatch(make_tokenizer(), make_tokenizer(list(reversed(WORDS))))
+    assert "is id" in message
     superset = make_tokenizer(WORDS + ["extra"])
     assert "the draft has 'extra'" in models.vocabulary_mismatch(make_tokenizer(), superset)
     assert models.vocabulary_mismatch(make_tokenizer(), make_tokenizer()) is None
+
+
+def test_draft_without_a_tokenizer(disk):
+    with pytest.raises(SpecvizError, match="no_tokenizer has no usable tokenizer"):
+        fp32(disk["target"], disk["no_tokenizer"])
 
 
 def test_missing_paths():

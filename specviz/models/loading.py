@@ -115,7 +115,7 @@ def load_cached(spec: str, device: torch.device, dtype: torch.dtype, *, allow_pi
             if "trust_remote_code" in str(error):
                 raise _explain(error, source, allow_pickle) from error
             raise SpecvizError(f"{source.name} has no usable tokenizer ({_first_line(error)}); specviz needs one "
-                               "to encode prompts and to check that a draft shares the target's vocabulary.") from None
+                               "to encode prompts and to compare a draft's vocabulary with the target's.") from None
         if vet is not None:
             vet(tokenizer, source)
         _check_weight_format(source, allow_pickle)

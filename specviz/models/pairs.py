@@ -1,5 +1,7 @@
 """A target and a drafter for one run: `make_drafter` turns a draft spec into a drafter for a loaded
-target, `load_pair` loads (or takes from the cache) both, checking that they share a vocabulary."""
+target, `load_pair` loads (or takes from the cache) both. A draft model with the target's vocabulary
+drafts token ids; one with another vocabulary drafts across tokenizers (its text re-tokenized each
+cycle, core.cross_tokenizer)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.drafters import (Drafter, DraftModelDrafter, NgramTreeDrafter, PromptLookupDrafter, SuffixDrafter,
                              early_exit_model)
 from ..errors import SpecvizError
@@ -16,7 +19,16 @@ from ..settings import parse_draft
 from .cache import lock as _lock
 from .devices import resolve_device, resolve_dtype
 from .loading import load_cached
-from .sources import DEFAULT_TARGET, Progress, Source, display_name, resolve_source, span
+from .sources import (
+    DEFAULT_TARGET,
+    Progress,
+    Source,
+    display_name,
+    report,
+    resolve_source,
+    span,
+)
+
 
 @dataclass(frozen=True)
 class ModelPair:
@@ -30,6 +42,9 @@ class ModelPair:
     device: torch.device
     dtype: torch.dtype
     eos_token_ids: list[int]      # generation_config's EOS plus the chat template's end of turn
+    note: str = ""                # one line about how the pair drafts, shown by the page and the CLI
+
+CROSS_TOKENIZER_NOTE = "draft and target tokenizers differ: drafting across tokenizers (text re-tokenized each cycle)"
 
 
 def vocabulary_mismatch(target_tokenizer, draft_tokenizer) -> str | None:
@@ -50,6 +65,30 @@ def vocabulary_mismatch(target_tokenizer, draft_tokenizer) -> str | None:
     return detail
 
 
+def _token_strings(tokenizer) -> set[str]:
+    """A tokenizer's token strings, special tokens left out, with the usual word-start markers
+    (SentencePiece's and byte-level BPE's) read as a space: close enough to compare two
+    vocabularies by string."""
+    special = set(getattr(tokenizer, "all_special_tokens", ()))
+    return {token.replace("\u2581", " ").replace("\u0120", " ") for token in tokenizer.get_vocab()
+            if token not in special}
+
+
+def shared_vocabulary(target_tokenizer, draft_tokenizer) -> float:
+    """The share of the draft's token strings that are also target tokens (0 to 1)."""
+    draft_strings = _token_strings(draft_tokenizer)
+    return len(draft_strings & _token_strings(target_tokenizer)) / max(len(draft_strings), 1)
+
+
+def check_overlap(target_tokenizer, draft_tokenizer, *, draft_name: str, target_name: str) -> None:
+    """Refuse a cross-tokenizer draft whose vocabulary shares no string with the target's."""
+    if shared_vocabulary(target_tokenizer, draft_tokenizer) == 0:
+        raise SpecvizError(
+            f"The draft {draft_name} and {target_name} have no token string in common: the draft's text "
+            "cannot be re-tokenized for the target. Pick a draft model for the same language and script, "
+            "or the draft 'ngram' or 'self:L'.")
+
+
 def end_of_turn_id(tokenizer) -> int | None:
     """The token the chat template closes an assistant turn with (<|im_end|>, <|eot_id|>,
     <end_of_turn>, ...), found by rendering a turn and reading what follows its text."""
@@ -59,7 +98,7 @@ def end_of_turn_id(tokenizer) -> int | None:
     try:
         text = tokenizer.apply_chat_template([{"role": "user", "content": "Hi"},
                                               {"role": "assistant", "content": marker}], tokenize=False)
-    except Exception:   # templates may reject any conversation; then there is no such token
+    except Exception:   # noqa: BLE001 - templates may reject any conversation; then there is no such token
         return None
     if marker not in text:
         return None
@@ -81,11 +120,13 @@ def eos_token_ids(model: PreTrainedModel, tokenizer) -> list[int]:
 
 
 def make_drafter(spec: str | None, target: PreTrainedModel, *, target_name: str = "the target",
-                 draft_model: PreTrainedModel | None = None) -> Drafter:
+                 draft_model: PreTrainedModel | None = None, target_tokenizer=None,
+                 draft_tokenizer=None) -> Drafter:
     """The drafter a draft spec names, for a loaded target: prompt lookup for 'ngram', the target's
     first L layers for 'self:L', and for a model spec the already loaded `draft_model`. A draft
     whose embedding matrix is padded to another size than the target's is fine: the drafter cuts or
-    pads its distribution to the target's vocabulary."""
+    pads its distribution to the target's vocabulary. Given both tokenizers, a draft whose
+    vocabulary differs from the target's drafts across tokenizers."""
     draft = parse_draft(spec)
     vocab_size = target.config.get_text_config().vocab_size
     if draft.kind == "ngram":
@@ -102,7 +143,12 @@ def make_drafter(spec: str | None, target: PreTrainedModel, *, target_name: str 
         return DraftModelDrafter(view, vocab_size=vocab_size, name=draft.name)
     if draft_model is None:
         raise SpecvizError(f"Draft {draft.text!r} is a model: load it first (load_pair does).")
-    return DraftModelDrafter(draft_model, vocab_size=vocab_size, name=display_name(draft.text))
+    name = display_name(draft.text)
+    if target_tokenizer is not None and draft_tokenizer is not None and \
+            vocabulary_mismatch(target_tokenizer, draft_tokenizer):
+        check_overlap(target_tokenizer, draft_tokenizer, draft_name=name, target_name=target_name)
+        return CrossTokenizerDrafter(draft_model, draft_tokenizer, target_tokenizer, name=name)
+    return DraftModelDrafter(draft_model, vocab_size=vocab_size, name=name)
 
 
 def load_pair(target: str | None = None, draft: str | None = None, *, device: str | torch.device = "auto",
@@ -122,26 +168,29 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
         resolved_dtype = resolve_dtype(dtype, resolved_device)
         with_draft = spec.kind == "model"
         (target_model, tokenizer), target_key = load_cached(
-            target, resolved_device, resolved_dtype, progress=span(progress, 0.0, 0.6 if with_draft else 1.0), **options)
+            target, resolved_device, resolved_dtype, progress=span(progress, 0.0, 0.6 if with_draft else 1.0),
+            **options)
         target_name = resolve_source(target).name
-        draft_model = None
+        draft_model = draft_tokenizer = None
         if with_draft:
-            def vet(draft_tokenizer, source: Source) -> None:
-                mismatch = vocabulary_mismatch(tokenizer, draft_tokenizer)
-                if mismatch:
-                    raise SpecvizError(
-                        f"The draft {source.name} does not share {target_name}'s tokenizer ({mismatch}). "
-                        "Speculative decoding compares token ids, so the draft must use the same vocabulary: "
-                        "pick a smaller model of the same family, or the draft 'ngram' or 'self:L'.")
+            def vet(draft_tokenizer, source: Source) -> None:   # before the draft's weights load
+                if vocabulary_mismatch(tokenizer, draft_tokenizer):
+                    check_overlap(tokenizer, draft_tokenizer, draft_name=source.name, target_name=target_name)
 
-            (draft_model, _), _ = load_cached(spec.text, resolved_device, resolved_dtype,
-                                              progress=span(progress, 0.6, 1.0), vet=vet, keep={target_key}, **options)
+            (draft_model, draft_tokenizer), _ = load_cached(spec.text, resolved_device, resolved_dtype,
+                                                            progress=span(progress, 0.6, 1.0), vet=vet,
+                                                            keep={target_key}, **options)
             draft_rows = draft_model.config.get_text_config().vocab_size
-            if draft_rows < len(tokenizer):
+            if draft_rows < len(draft_tokenizer):
                 raise SpecvizError(f"The draft {display_name(spec.text)} has {draft_rows} embedding rows, fewer "
-                                   f"than the {len(tokenizer)} tokens of its tokenizer: the checkpoint is inconsistent.")
-        drafter = make_drafter(spec.text, target_model, target_name=target_name, draft_model=draft_model)
+                                   f"than the {len(draft_tokenizer)} tokens of its tokenizer: the checkpoint is "
+                                   "inconsistent.")
+        drafter = make_drafter(spec.text, target_model, target_name=target_name, draft_model=draft_model,
+                               target_tokenizer=tokenizer, draft_tokenizer=draft_tokenizer)
+        note = CROSS_TOKENIZER_NOTE if isinstance(drafter, CrossTokenizerDrafter) else ""
+        if note:
+            report(progress, 1.0, note)
         return ModelPair(target=target_model, tokenizer=tokenizer, draft=drafter, target_name=target_name,
                          draft_name=drafter.name, target_parameters=sum(p.numel() for p in target_model.parameters()),
                          draft_parameters=drafter.parameters, device=target_model.device, dtype=resolved_dtype,
-                         eos_token_ids=eos_token_ids(target_model, tokenizer))
+                         eos_token_ids=eos_token_ids(target_model, tokenizer), note=note)

@@ -1,0 +1,314 @@
+"""Drafting across tokenizers (core.cross_tokenizer): tiny tokenizers built here with different
+vocabularies (word-level, SentencePiece-style character BPE with merges, byte-level BPE; a BOS on
+one side only) and tiny models built from a config. Greedy output must equal `target.generate`'s,
+sampled output must follow the target's distribution, and the alignment must cut and re-encode
+text as promised."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+from transformers import PreTrainedTokenizerFast
+
+from conftest import make_llama, reference
+from specviz.core.cross_tokenizer import CrossTokenizerDrafter, draft_prompt, target_candidates, text_after
+from specviz.core.decoding import speculative_decode
+from specviz.core.sampling import Sampler
+from specviz.errors import SpecvizError
+from specviz.models import make_drafter
+from specviz.models.pairs import CROSS_TOKENIZER_NOTE, shared_vocabulary
+from test_sampling import LENGTH, exact_joint, pooled_chisquare
+
+WORDS = ("<unk> <eos> the a cat dog sat ran on in mat park and then big small red blue sun sea "
+         "sky tree bird sang flew over under near far old new day night . ,").split()
+PROMPT = "the cat sat on the mat and the dog"
+
+
+def word_tokenizer(words=WORDS, bos: bool = False, special: bool = True) -> PreTrainedTokenizerFast:
+    """Word-level, words split at spaces (decoded joined by spaces); optionally a BOS it adds, and
+    without `special`, '<unk>' and '<eos>' as plain words (text that survives decoding)."""
+    vocab = {w: i for i, w in enumerate(words + (["<bos>"] if bos else []))}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    extra = {}
+    if bos:
+        backend.post_processor = processors.TemplateProcessing(single="<bos> $A",
+                                                               special_tokens=[("<bos>", vocab["<bos>"])])
+        extra = {"bos_token": "<bos>"}
+    if special:
+        extra.update(unk_token="<unk>", eos_token="<eos>")
+    return PreTrainedTokenizerFast(tokenizer_object=backend, **extra)
+
+
+def char_tokenizer(bos: bool = True) -> PreTrainedTokenizerFast:
+    """SentencePiece-style: '▁' marks a word start, characters merged by a few BPE merges."""
+    chars = sorted({c for w in WORDS[2:] for c in w})
+    merges = [("t", "h"), ("th", "e"), ("\u2581", "the"), ("a", "t"), ("\u2581", "c"), ("s", "a"), ("o", "n")]
+    vocab = {t: i for i, t in enumerate(["<unk>", "</s>", "<s>", "\u2581", *chars, *("".join(m) for m in merges)])}
+    backend = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    backend.decoder = decoders.Metaspace()
+    if bos:
+        backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="</s>", bos_token="<s>")
+
+
+def byte_tokenizer() -> PreTrainedTokenizerFast:
+    """Byte-level BPE (GPT-2 style): 256 byte symbols and a few merges, 'Ġ' for a space."""
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    merges = [("\u0120", "t"), ("h", "e"), ("\u0120t", "he"), ("a", "t"), ("\u0120", "c")]
+    vocab = {t: i for i, t in enumerate(["<|endoftext|>", *sorted(alphabet), *("".join(m) for m in merges)])}
+    backend = Tokenizer(models.BPE(vocab, merges))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>")
+
+
+def permuted_copy(model, target_tokenizer, draft_tokenizer):
+    """The target's weights with its embedding and LM-head rows reordered into the draft
+    tokenizer's ids: the same model reading another vocabulary, so it drafts what the target picks."""
+    draft = make_llama(0, layers=model.config.num_hidden_layers, vocab=len(draft_tokenizer))
+    draft.load_state_dict(model.state_dict())
+    target_vocab = target_tokenizer.get_vocab()
+    order = [target_vocab[token] for token, _ in sorted(draft_tokenizer.get_vocab().items(), key=lambda kv: kv[1])]
+    with torch.no_grad():
+        draft.model.embed_tokens.weight.copy_(model.model.embed_tokens.weight[order])
+        draft.lm_head.weight.copy_(model.lm_head.weight[order])
+    return draft
+
+
+PAIRS = {   # name: (target tokenizer, draft tokenizer)
+    "words <- characters (BOS on the draft side)": (lambda: word_tokenizer(), lambda: char_tokenizer(bos=True)),
+    "characters <- words (BOS on the target side)": (lambda: char_tokenizer(bos=True), lambda: word_tokenizer()),
+    "words with a BOS <- bytes": (lambda: word_tokenizer(bos=True), byte_tokenizer),
+    "bytes <- characters": (byte_tokenizer, lambda: char_tokenizer(bos=False)),
+}
+
+
+@pytest.fixture(scope="module", params=list(PAIRS))
+def cross_pair(request):
+    torch.set_grad_enabled(False)
+    target_tokenizer, draft_tokenizer = (make() for make in PAIRS[request.param])
+    target = make_llama(0, layers=2, vocab=len(target_tokenizer))
+    draft = make_llama(3, layers=1, vocab=len(draft_tokenizer))
+    prompt = target_tokenizer(PROMPT, return_tensors="pt").input_ids
+    return target, CrossTokenizerDrafter(draft, draft_tokenizer, target_tokenizer), prompt
+
+
+def emitted(target, drafter, prompt, **kw):
+    cycles = list(speculative_decode(target, drafter, prompt, **kw))
+    return [t for c in cycles for t in c.emitted], cycles
+
+
+# ----------------------------------------------------------------------------- lossless greedy
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_greedy_equals_generate(cross_pair, k):
+    target, drafter, prompt = cross_pair
+    expected = reference(target, prompt, n=24)
+    out, cycles = emitted(target, drafter, prompt, max_new_tokens=24, k=k)
+    assert out == expected
+    vocab = target.config.vocab_size
+    assert all(0 <= t < vocab for c in cycles for t in c.drafted) and all(len(c.drafted) <= k for c in cycles)
+    assert sum(len(c.drafted) for c in cycles) > 0          # the draft really proposes
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_greedy_stops_on_eos_like_generate(cross_pair, k):
+    target, drafter, prompt = cross_pair
+    eos = reference(target, prompt, n=24)[9]     # a token greedy decoding reaches
+    expected = reference(target, prompt, eos=eos, n=24)
+    assert expected[-1] == eos
+    out, _ = emitted(target, drafter, prompt, max_new_tokens=24, k=k, eos_token_id=eos)
+    assert out == expected
+
+
+@pytest.mark.parametrize("k", [2, 5])
+def test_the_same_model_under_another_vocabulary_drafts_what_the_target_picks(k):
+    # Same words, other ids: the draft is the target with its rows permuted, so every candidate
+    # is the target's own next token and is accepted. (No special tokens: a special token the
+    # target emits mid-output has no text, so the draft would not see it.)
+    target_tokenizer = word_tokenizer(special=False)
+    draft_tokenizer = word_tokenizer(list(reversed(WORDS)), special=False)
+    target = make_llama(0, layers=2, vocab=len(target_tokenizer))
+    drafter = CrossTokenizerDrafter(permuted_copy(target, target_tokenizer, draft_tokenizer), draft_tokenizer,
+                                    target_tokenizer)
+    prompt = target_tokenizer(PROMPT, return_tensors="pt").input_ids
+    out, cycles = emitted(target, drafter, prompt, max_new_tokens=30, k=k)
+    assert out == reference(target, prompt, n=30)
+    assert all(c.num_accepted == len(c.drafted) for c in cycles)
+    assert sum(c.num_accepted for c in cycles) >= 30 * (k - 1) / k - k   # nearly every token drafted
+    # One draft token per target word here, plus the cut one per cycle (no cut after the last).
+    assert drafter.draft_tokens_drafted >= sum(len(c.drafted) for c in cycles)
+
+
+# ----------------------------------------------------------------------------- the draft's own cache
+
+def test_draft_cache_and_positions_match_a_fresh_forward():
+    # After cycles of rollback and re-encoding, the draft's next proposal must be what the draft
+    # model itself generates from its context with no cache (wrong positions would change it).
+    target_tokenizer, draft_tokenizer = word_tokenizer(), char_tokenizer(bos=True)
+    target = make_llama(0, layers=2, vocab=len(target_tokenizer))
+    draft = make_llama(3, layers=1, vocab=len(draft_tokenizer))
+    drafter = CrossTokenizerDrafter(draft, draft_tokenizer, target_tokenizer)
+    prompt = target_tokenizer(PROMPT, return_tensors="pt").input_ids
+    out, _ = emitted(target, drafter, prompt, max_new_tokens=12, k=3)
+    sequence = torch.cat([prompt, torch.tensor([out])], dim=1)
+    drafter.propose(sequence, 3, Sampler())
+    text = text_after(target_tokenizer, sequence[0].tolist(), prompt.shape[1])
+    context = draft_tokenizer.encode(target_tokenizer.decode(prompt[0])) + draft_tokenizer.encode(
+        text, add_special_tokens=False)
+    assert drafter.cached_ids[:len(context)] == context
+    assert context.count(draft_tokenizer.bos_token_id) == 1 and context[0] == draft_tokenizer.bos_token_id
+    fresh = draft.generate(torch.tensor([context]), do_sample=False, max_new_tokens=16, pad_token_id=0)[0]
+    drafted = drafter.cached_ids[len(context):]
+    assert drafted == fresh[len(context):len(context) + len(drafted)].tolist() and drafted
+
+
+# ----------------------------------------------------------------------------- alignment
+
+def test_alignment_cuts_the_last_token_and_adds_no_bos():
+    tokenizer = word_tokenizer(bos=True)
+    sequence = tokenizer("the cat sat").input_ids
+    assert sequence[0] == tokenizer.bos_token_id
+    ids = tokenizer.convert_tokens_to_ids
+    # The drafted text may end inside a longer word: its last target token is dropped...
+    assert target_candidates(tokenizer, sequence, len(sequence), " on the ma", complete=False) == ids(["on", "the"])
+    # ...unless the draft ended its text (its EOS).
+    assert target_candidates(tokenizer, sequence, len(sequence), " on the mat", complete=True) == ids(
+        ["on", "the", "mat"])
+    # Re-encoding never adds a BOS (transformers #46124), not even from the start of the sequence.
+    assert tokenizer.bos_token_id not in target_candidates(tokenizer, sequence[:1], 1, "the cat sat", complete=True)
+
+
+def test_alignment_with_subword_tokens():
+    tokenizer = char_tokenizer(bos=False)
+    sequence = tokenizer.encode("the cat")
+    # Re-encoded after the seen tokens; the last piece ('o' of '▁on') cut.
+    candidates = target_candidates(tokenizer, sequence, len(sequence), " sat o", complete=False)
+    assert tokenizer.convert_ids_to_tokens(candidates) == ["\u2581", "s", "at", "\u2581"]
+
+
+def test_alignment_when_the_drafted_text_merges_with_the_last_target_token():
+    # The target has seen 'Ġt'; the draft adds 'he cat', and ' the cat' re-encodes as 'Ġthe', 'Ġc',
+    # 'at', which does not continue 'Ġt': the text after the seen tokens is encoded on its own.
+    tokenizer = byte_tokenizer()
+    sequence = tokenizer.encode("a t")
+    assert tokenizer.convert_ids_to_tokens(sequence)[-1] == "\u0120t"
+    candidates = target_candidates(tokenizer, sequence, len(sequence), "he cat", complete=True)
+    assert tokenizer.convert_ids_to_tokens(candidates) == ["he", "\u0120c", "at"]
+    assert tokenizer.decode(sequence + candidates) == "a the cat"
+
+
+def test_the_draft_prompt_has_one_bos_and_only_shared_special_tokens():
+    # The target's BOS is not in the draft's vocabulary: dropped; the draft's own BOS leads, once.
+    target_tokenizer, draft_tokenizer = word_tokenizer(bos=True), char_tokenizer(bos=True)
+    prompt = target_tokenizer("the cat").input_ids
+    ids = draft_prompt(target_tokenizer, draft_tokenizer, prompt)
+    assert ids == draft_tokenizer("the cat").input_ids and ids.count(draft_tokenizer.bos_token_id) == 1
+    # Both know '<s>', and the prompt's text starts with it: still one BOS, not two (transformers #46124).
+    other = char_tokenizer(bos=True)
+    other.add_tokens(["cat"])
+    prompt = draft_tokenizer("the cat").input_ids
+    ids = draft_prompt(draft_tokenizer, other, prompt)
+    assert ids[0] == other.bos_token_id and ids.count(other.bos_token_id) == 1
+    # A chat marker both vocabularies have stays in the draft's prompt.
+    target_tokenizer.add_special_tokens({"additional_special_tokens": ["<turn>"]})
+    draft_tokenizer.add_special_tokens({"additional_special_tokens": ["<turn>"]})
+    ids = draft_prompt(target_tokenizer, draft_tokenizer, target_tokenizer("<turn> the cat").input_ids)
+    assert draft_tokenizer.convert_tokens_to_ids("<turn>") in ids
+
+
+def test_text_after_keeps_a_leading_space():
+    tokenizer = char_tokenizer(bos=True)
+    ids = tokenizer.encode("the cat sat")
+    start = ids.index(tokenizer.convert_tokens_to_ids("\u2581"), 2)     # the word start of ' sat'
+    assert text_after(tokenizer, ids, start) == " sat"
+    assert tokenizer.decode(ids[start:], skip_special_tokens=True) in ("sat", " sat")   # alone, it may lose it
+
+
+# ----------------------------------------------------------------------------- sampling
+
+def test_sampling_through_a_cross_tokenizer_draft_follows_the_target():
+    # Six target words, a character-level draft: one-hot candidates keep speculative sampling exact.
+    words = ["ab", "ba", "a", "b", "<unk>", "c"]
+    target_tokenizer = word_tokenizer(words)
+    draft_tokenizer = char_tokenizer(bos=False)
+    target = make_llama(0, layers=2, vocab=len(words), hidden=32)
+    drafter = CrossTokenizerDrafter(make_llama(5, layers=1, vocab=len(draft_tokenizer), hidden=32), draft_tokenizer,
+                                    target_tokenizer)
+    prompt = target_tokenizer("ab ba a", return_tensors="pt").input_ids
+    sampler = Sampler(1.0)
+    counts, proposed = np.zeros(len(words) ** LENGTH), 0
+    for seed in range(1500):
+        out, cycles = emitted(target, drafter, prompt, max_new_tokens=LENGTH, k=2, temperature=1.0, seed=seed)
+        counts[int(np.ravel_multi_index(out, (len(words),) * LENGTH))] += 1
+        proposed += sum(len(c.drafted) for c in cycles)
+    assert proposed > 300
+    assert pooled_chisquare(counts, exact_joint(target, prompt, sampler)) > 1e-3
+    # Power check: a wrong distribution (twice the temperature) is rejected by the same counts.
+    assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(2.0))) < 1e-4
+
+
+# ----------------------------------------------------------------------------- selection
+
+def test_make_drafter_picks_cross_tokenizer_only_when_vocabularies_differ():
+    target_tokenizer = word_tokenizer()
+    target = make_llama(0, layers=2, vocab=len(target_tokenizer))
+    draft = make_llama(3, layers=1, vocab=len(target_tokenizer))
+    same = make_drafter("d", target, draft_model=draft, target_tokenizer=target_tokenizer,
+                        draft_tokenizer=word_tokenizer())
+    assert not isinstance(same, CrossTokenizerDrafter)
+    # Same size, other ids: sizes alone would miss it.
+    shuffled = make_drafter("d", target, draft_model=draft, target_tokenizer=target_tokenizer,
+                            draft_tokenizer=word_tokenizer(list(reversed(WORDS))))
+    assert isinstance(shuffled, CrossTokenizerDrafter)
+    assert 0 < shared_vocabulary(target_tokenizer, char_tokenizer()) < 1
+    assert "across tokenizers" in CROSS_TOKENIZER_NOTE
+
+
+def test_a_draft_with_no_token_string_in_common_is_refused():
+    target_tokenizer = word_tokenizer()
+    digits = word_tokenizer(["<unk>", "<eos>", "0", "1"])    # only special tokens in common
+    target = make_llama(0, layers=2, vocab=len(target_tokenizer))
+    with pytest.raises(SpecvizError, match="no token string in common"):
+        make_drafter("digits", target, draft_model=make_llama(1, layers=1, vocab=4), target_tokenizer=target_tokenizer,
+                     draft_tokenizer=digits)
+
+
+# ----------------------------------------------------------------------------- a real tokenizer
+
+@pytest.mark.slow
+def test_greedy_equals_plain_with_the_builtin_target_and_a_character_draft():
+    # The built-in SmolLM2-135M-Instruct (byte-level BPE, a chat template with special tokens) drafted
+    # by a tiny model with a SentencePiece-style character vocabulary: its text is aligned with a
+    # real tokenizer's tokens, the chat markers included in the look-behind.
+    from specviz.core.decoding import autoregressive_decode
+    from specviz.models import encode_prompt, load_pair
+
+    pair = load_pair(dtype="float32", device="cpu")
+    draft_tokenizer = char_tokenizer(bos=True)
+    drafter = CrossTokenizerDrafter(make_llama(3, layers=1, vocab=len(draft_tokenizer)), draft_tokenizer,
+                                    pair.tokenizer)
+    ids = encode_prompt(pair.tokenizer, "Tell me about the cat that sat on the mat.")
+    eos = pair.eos_token_ids
+    plain = [s.token for s in autoregressive_decode(pair.target, ids, 24, eos_token_id=eos)]
+    out, cycles = emitted(pair.target, drafter, ids, max_new_tokens=24, k=4, eos_token_id=eos)
+    assert out == plain and sum(len(c.drafted) for c in cycles) > 0
+
+
+def test_the_command_line_says_it_drafts_across_tokenizers(tmp_path, capsys):
+    from specviz.cli import entry
+
+    target_tokenizer, draft_tokenizer = word_tokenizer(), char_tokenizer(bos=True)
+    for name, model, tokenizer in (("target", make_llama(0, layers=2, vocab=len(target_tokenizer)), target_tokenizer),
+                                   ("draft", make_llama(3, layers=1, vocab=len(draft_tokenizer)), draft_tokenizer)):
+        model.save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+    code = entry(["run", "--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"), "--dtype",
+                  "float32", "--device", "cpu", "--max-new-tokens", "12", "--baseline", "--raw", "--no-color", PROMPT])
+    captured = capsys.readouterr()
+    assert code == 0 and CROSS_TOKENIZER_NOTE in captured.err
+    assert "identical: yes" in captured.out
