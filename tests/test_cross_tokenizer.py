@@ -312,3 +312,24 @@ def test_the_command_line_says_it_drafts_across_tokenizers(tmp_path, capsys):
     captured = capsys.readouterr()
     assert code == 0 and CROSS_TOKENIZER_NOTE in captured.err
     assert "identical: yes" in captured.out
+
+
+def test_the_benchmark_measures_transformers_universal_assisted_decoding_on_the_same_pair(cross_pair):
+    # bench's peer for a cross-tokenizer draft is transformers' UAD (tokenizer= and assistant_tokenizer=):
+    # greedy, both must write the target's own greedy output.
+    from specviz.core.timing import Clock
+    from specviz.models import ModelPair
+    from specviz.runs import bench
+    from specviz.settings import RunSettings
+
+    target, drafter, prompt = cross_pair
+    if len(drafter.draft_tokenizer) == len(drafter.target_tokenizer):
+        pytest.skip("transformers tells tokenizers apart by vocabulary size only")
+    pair = ModelPair(target=target, tokenizer=drafter.target_tokenizer, draft=drafter, target_name="t",
+                     draft_name="d", target_parameters=0, draft_parameters=0, device=target.device,
+                     dtype=target.dtype, eos_token_ids=[])
+    setup = bench.Setup(RunSettings(draft="./draft", k=4, max_new_tokens=16), pair)
+    kwargs, _, described = bench.transformers_settings(setup)
+    assert kwargs["assistant_tokenizer"] is drafter.draft_tokenizer and "assistant_tokenizer" in described
+    timed = bench.run_transformers(setup, prompt, Clock(target.device))
+    assert timed.tokens == reference(target, prompt, n=16)

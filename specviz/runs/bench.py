@@ -35,6 +35,7 @@ from transformers import PreTrainedModel
 from ..catalog import BenchPrompt
 from ..core.batched import batched_autoregressive_decode
 from ..core.timing import Clock, collector_paused
+from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.drafters import PromptLookupDrafter
 from ..metrics import median, ratio
 from ..models import ModelPair
@@ -122,6 +123,12 @@ def transformers_settings(setup: Setup) -> tuple[dict, dict, str]:
         described += " (chain: transformers has no token trees)"
     if draft.kind == "self":
         return {"assistant_early_exit": draft.layers}, fixed, f"assistant_early_exit={draft.layers}, {described}"
+    if isinstance(setup.pair.draft, CrossTokenizerDrafter):
+        # transformers' Universal Assisted Decoding: the same string-level re-tokenization.
+        drafter = setup.pair.draft
+        return ({"assistant_model": drafter.model, "tokenizer": drafter.target_tokenizer,
+                 "assistant_tokenizer": drafter.draft_tokenizer}, fixed,
+                f"assistant_model=<draft>, tokenizer=<target's>, assistant_tokenizer=<draft's>, {described}")
     return {"assistant_model": setup.assistant}, fixed, f"assistant_model=<draft>, {described}"
 
 
