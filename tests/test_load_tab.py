@@ -1,6 +1,7 @@
 """The Load tab: its views (figures and the decision from a hand-made LoadResult), its work on the tiny
 in-process pair (streamed rows, growing charts, Stop, refusals) and its hosted caps."""
 
+import math
 from dataclasses import replace
 
 import gradio as gr
@@ -49,7 +50,9 @@ def test_speedup_figure_shows_points_ranges_theory_one_x_and_the_crossover():
     assert list(theory.y) == pytest.approx([1.8, 1.5, 1.1]) and theory.line.dash == "dash"
     assert [s.y0 for s in figure.layout.shapes if s.type == "line" and s.y0 == s.y1] == [1.0]   # 1x marked
     texts = [a.text for a in figure.layout.annotations]
-    assert "crossover: batch 4" in texts and any(t.startswith("1\u00d7") for t in texts)
+    (crossover,) = [a for a in figure.layout.annotations if a.text == "crossover: batch 4"]
+    assert crossover.x == pytest.approx(math.log10(4))                # where a log axis puts batch 4
+    assert [s.x0 for s in figure.layout.shapes if s.x0 == s.x1] == [4] and any(t.startswith("1\u00d7") for t in texts)
     assert "k = 0" not in [t.name for t in figure.data]               # plain decoding is the 1x line
 
 

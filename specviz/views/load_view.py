@@ -12,6 +12,7 @@ token views of the batch in progress. Pure functions of the result (and of the c
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
@@ -75,8 +76,11 @@ def speedup_figure(result: LoadResult | None) -> go.Figure:
                      annotation_text="1\u00d7 (plain decoding)", annotation_position="bottom left")
     crossover = result.crossover_batch
     if crossover is not None:
-        figure.add_vline(x=crossover, line=dict(color=THEORY_COLOUR, width=2),
-                         annotation_text=f"crossover: batch {crossover}", annotation_position="top right")
+        figure.add_vline(x=crossover, line=dict(color=THEORY_COLOUR, width=2))
+        # On a log axis an annotation's x is the log of the value (add_vline's own label misplaces it).
+        figure.add_annotation(x=math.log10(crossover), y=1, yref="paper", text=f"crossover: batch {crossover}",
+                              showarrow=False, xanchor="left", yanchor="top", xshift=4,
+                              font=dict(color=THEORY_COLOUR))
     top = max([p.speedup_high for p in result.points] + [p.theory for p in result.points] + [1.0]) * 1.15
     figure.update_layout(xaxis=_batch_axis(result), yaxis_range=[0, top])
     return figure
