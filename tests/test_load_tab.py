@@ -84,7 +84,9 @@ def test_the_decision_in_its_three_cases():
                       "measured); best k per batch size: batch 1: k 2, batch 2: k 4.")
     never = load_view.decision(result([point(1, 0, 1.0), point(1, 2, 0.8), point(2, 2, 0.6)]))
     assert never.startswith("Speculation does not pay here at any batch size measured (1, 2)")
-    assert load_view.decision(result([point(1, 0, 1.0)])) == ""       # nothing speculative measured yet
+    assert load_view.decision(None) == "" and load_view.decision(result([])) == ""
+    assert load_view.decision(result([point(1, 0, 1.0)])).startswith("Only plain decoding (k = 0) was measured")
+    assert "add a draft length" in load_view.speedup_figure(result([point(1, 0, 1.0)])).layout.annotations[0].text
 
 
 # ----------------------------------------------------------------------------- the work, on the tiny pair

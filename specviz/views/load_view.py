@@ -56,7 +56,8 @@ def speedup_figure(result: LoadResult | None) -> go.Figure:
     figure = go.Figure(layout=layout("Speedup against batch size (decode only)", "batch size", "speedup \u00d7",
                                      hovermode="closest"))
     if result is None or not _by_k(result):
-        return waiting(figure, f"Run to see {EMPTY_TEXT[0]}")
+        return waiting(figure, f"Run to see {EMPTY_TEXT[0]}" if result is None or not result.points
+                       else "Only k = 0 measured: add a draft length above 0 to see a speedup")
     for i, (k, points) in enumerate(_by_k(result).items()):
         colour = config_colour(i)
         x = [p.batch for p in points]
@@ -136,9 +137,11 @@ def best_k_text(result: LoadResult) -> str:
 
 
 def decision(result: LoadResult | None) -> str:
-    """The sweep's answer in one sentence (empty before any speculative point)."""
-    if result is None or not _by_k(result):
+    """The sweep's answer in one sentence (empty before any point)."""
+    if result is None or not result.points:
         return ""
+    if not _by_k(result):
+        return "Only plain decoding (k = 0) was measured: add a draft length above 0 to see whether speculation pays."
     measured = [b for b in result.batches if result.best(b) is not None]
     crossover = result.crossover_batch
     if crossover == measured[0]:
