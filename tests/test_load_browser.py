@@ -34,3 +34,18 @@ def test_run_on_the_load_tab_draws_the_charts_and_states_the_decision(app_url, b
     if os.environ.get("SPECVIZ_LOAD_SCREENSHOT"):
         page.screenshot(path=os.environ["SPECVIZ_LOAD_SCREENSHOT"], full_page=True)
     page.close()
+
+
+def test_stop_on_the_load_tab_ends_the_sweep(app_url, browser):  # noqa: F811
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    page.goto(app_url)
+    page.get_by_role("tab", name="Load").click()
+    page.locator("#load-run").wait_for(timeout=60_000)
+    page.locator("#load-run").click()
+    page.wait_for_selector("#load-rows [data-verdict]", timeout=60_000)
+    page.locator("#load-stop").click()
+    page.wait_for_function("/Stopped/.test(document.querySelector('#load-status').textContent)",
+                           timeout=30_000, polling=250)
+    page.wait_for_timeout(2_000)        # nothing more arrives: the sweep was closed
+    assert "Stopped" in page.locator("#load-status").text_content()
+    page.close()
