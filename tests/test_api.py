@@ -73,7 +73,7 @@ def run_inputs(**changes):
 
 def test_the_api_lists_exactly_the_public_endpoints(client):
     named = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
-    assert named == {"/run", "/compare", "/sweep", "/teach", "/export"}
+    assert named == {"/run", "/compare", "/sweep", "/load", "/teach", "/export"}
 
 
 def answer(client, *args, api_name, output=0):

@@ -134,7 +134,8 @@ def test_phone_stacks_and_nothing_overflows(app_url, browser):
     assert overflow(page) <= 0
     assert page.evaluate(BOX, "#run")["inside"]
     tabs = page.get_by_role("tab")
-    assert [tabs.nth(i).inner_text() for i in range(tabs.count())] == ["Run", "Compare", "Teach", "Explain", "Replay"]
+    names = [tabs.nth(i).inner_text() for i in range(tabs.count())]
+    assert names == ["Run", "Compare", "Load", "Teach", "Explain", "Replay"]
     assert all(tabs.nth(i).is_visible() for i in range(tabs.count()))   # none hidden behind "..."
     # The title wraps between words only: each word of it on one line.
     words = page.evaluate("""() => {

@@ -17,6 +17,7 @@ from .common import (QUEUE_MAX_SIZE, TEMP_FILE_SECONDS, TEMP_SWEEP_SECONDS, Sess
                      session_loader, sweep_old_exports)
 from .compare_tab import build_compare_tab
 from .explain_tab import build_explain_tab
+from .load_tab import build_load_tab
 from .replay_tab import build_replay_tab
 from .run_tab import build_run_tab
 from .style import CSS, DARK_JS, HEAD, LARGE_TEXT_JS, theme
@@ -53,6 +54,8 @@ def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> g
                 build_run_tab(limits=limits, loader=loader, memories=memories)
             with gr.Tab("Compare", id="compare-tab"):
                 build_compare_tab(limits=limits, loader=loader, last_run=last_run)
+            with gr.Tab("Load", id="load-tab"):
+                build_load_tab(limits=limits, loader=loader)
             with gr.Tab("Teach", id="teach-tab"):
                 build_teach_tab(limits=limits, loader=loader, last_run=last_run)
             with gr.Tab("Explain", id="explain-tab"):

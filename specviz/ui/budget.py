@@ -133,3 +133,67 @@ def check_set_work(work: SetWork, configs: Sequence[RunSettings], prompts: Seque
         f"decodes (earlier turns included) and {work.plain} plain baselines, each its prompt's tokens "
         f"({work.prompt_tokens:,} in all) plus up to {work.new_tokens} new tokens; this hosted demo allows "
         f"{budget:,}. To fit, use {' or '.join(fits)}.")
+
+
+# ----------------------------------------------------------------------------- the load sweep
+
+# A hosted load sweep: small batches and drafts, short answers, and its whole work within
+# `Limits.max_work_tokens`, all checked before any decoding.
+LOAD_MAX_BATCH = 4
+LOAD_MAX_K = 8
+LOAD_MAX_NEW_TOKENS = 64
+
+
+def check_load_caps(batches: Sequence[int], ks: Sequence[int], max_new_tokens: int, limits: Limits) -> None:
+    """A hosted sweep's batch sizes, draft lengths and answer length (before anything is loaded)."""
+    if not limits.hosted:
+        return
+    caps = (f"this hosted demo sweeps batch sizes up to {LOAD_MAX_BATCH}, k up to {LOAD_MAX_K} and at most "
+            f"{LOAD_MAX_NEW_TOKENS} new tokens")
+    if max(batches) > LOAD_MAX_BATCH:
+        raise SpecvizError(f"Batch size {max(batches)} is too large: {caps}. Run `python -m specviz load` on your "
+                           "own machine for larger batches.")
+    if max(ks) > LOAD_MAX_K:
+        raise SpecvizError(f"k = {max(ks)} is too long: {caps}.")
+    if max_new_tokens > LOAD_MAX_NEW_TOKENS:
+        raise SpecvizError(f"{max_new_tokens} new tokens are too many: {caps}.")
+
+
+@dataclass(frozen=True)
+class LoadWork:
+    """A load sweep's decodes, counted the way `runs.load.sweep` runs them (warm-ups not counted)."""
+    speculative: int          # one per row of each batch size, for each k > 0
+    plain: int                # one per row of each batch size, beside each k > 0 (once when every k is 0)
+    prompt_tokens: int        # summed over every decode
+    new_tokens: int           # the most each decode may write
+
+    @property
+    def decodes(self) -> int:
+        return self.speculative + self.plain
+
+    @property
+    def total(self) -> int:
+        return self.prompt_tokens + self.decodes * self.new_tokens
+
+
+def load_work(prompt_counts: Sequence[int], batches: Sequence[int], ks: Sequence[int], new_tokens: int) -> LoadWork:
+    """`prompt_counts[i]`: the tokens of the sweep's i-th prompt (a batch of B takes the first B, cycled)."""
+    drafting = sum(1 for k in ks if k > 0)
+    speculative = plain = tokens = 0
+    for batch in batches:
+        rows = sum(prompt_counts[i % len(prompt_counts)] for i in range(batch))
+        speculative += batch * drafting
+        plain += batch * max(drafting, 1)
+        tokens += rows * (drafting + max(drafting, 1))
+    return LoadWork(speculative=speculative, plain=plain, prompt_tokens=tokens, new_tokens=new_tokens)
+
+
+def check_load_work(work: LoadWork, limits: Limits) -> None:
+    budget = limits.max_work_tokens
+    if budget is None or work.total <= budget:
+        return
+    raise SpecvizError(
+        f"This sweep counts {work.total:,} tokens of work: {work.speculative} speculative and {work.plain} plain "
+        f"decodes, each its prompt's tokens ({work.prompt_tokens:,} in all) plus up to {work.new_tokens} new tokens; "
+        f"this hosted demo allows {budget:,}. To fit, use fewer or smaller batch sizes, fewer k, fewer new tokens "
+        "or a set of shorter prompts.")

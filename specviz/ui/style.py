@@ -88,6 +88,10 @@ body.sv-large .sv-text { font-size: 1.2em !important; }
 .sv-explain ol { margin: 8px 0 0 1.2em; }
 .sv-winner { font-size: 1.15em; font-weight: 600; }
 .sv-compare .sv-text { max-height: 22em; }
+.sv-load-title { font-size: 0.9em; opacity: 0.8; margin-bottom: 4px; }
+.sv-load-rows { display: flex; flex-wrap: wrap; gap: 8px; }
+.sv-load-rows .sv-panel { flex: 1 1 220px; min-width: 0; font-size: 0.85em; }
+.sv-load-rows .sv-text { max-height: 12em; overflow-y: auto; }
 """
 
 # Plotly sizes its charts on window resize events: send one after the zoom changes.

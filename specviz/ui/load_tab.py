@@ -1,0 +1,249 @@
+"""The Load tab: speculation under load. Batched speculative decoding against batched plain decoding
+at each batch size and draft length (`runs.load.sweep`), on a shipped prompt set: the batch in
+progress streams as one small token view per request, and the charts grow as each point finishes.
+
+Everything the user chose is checked before any work: the lists, the drafter (batched decoding drafts
+with prompt lookup, a draft model or early exit; trees and suffix decoding are refused with the
+library's message) and, hosted, the caps of `budget.check_load_caps`; the total work, in tokens, as
+soon as the pair's tokenizer is loaded and before anything is decoded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import gradio as gr
+
+from ..catalog import preset_prompt_sets
+from ..core.batched import BatchCycle
+from ..errors import SpecvizError
+from ..models.tokens import Detokenizer
+from ..runs import Loader, load_stepwise
+from ..runs.load import LoadProgress, batch_prompts, check_draft_spec, check_drafter, sweep
+from ..runs.run import cycle_text, encode
+from ..settings import Limits, RunSettings, validate
+from ..views import render
+from ..views.load_view import decision, load_figures, rows_html
+from ..views.render import cycle_html
+from .budget import check_load_caps, check_load_work, check_prompt_tokens, load_work, prompt_tokens
+from .common import (CONCURRENCY_ID, DRAFT_MODEL, EARLY_EXIT, PROMPT_LOOKUP, TICK, StopSignal, Throttle,
+                     click_with_stop, draft_spec, error_html, failure, gpu_task, slider_max_new_tokens, streaming)
+from .fields import NumberSlider
+
+DRAFTERS = [PROMPT_LOOKUP, DRAFT_MODEL, EARLY_EXIT]     # the drafters batched decoding drafts with
+DEFAULT_BATCHES, DEFAULT_KS = "1,2,4", "0,2,4"         # small enough for a CPU
+DEFAULT_SET = "rewrite"                                 # prompt lookup's best case: the answer copies the prompt
+DEFAULT_NEW_TOKENS = 32
+MAX_BATCH, MAX_K = 64, 64                               # as the command line allows
+LOAD_GPU_SECONDS = 300                                  # ZeroGPU time for one sweep
+NO_DECISION = "The decision appears here once a batch size is measured."
+
+
+def parse_list(text, what: str, low: int, high: int) -> list[int]:
+    """'1,2,4' -> [1, 2, 4] (sorted, without repeats), each between low and high."""
+    values = set()
+    for part in str(text if text is not None else "").split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise SpecvizError(f"{what} takes whole numbers separated by commas, such as 1,2,4; got {text!r}.")
+        if not low <= int(part) <= high:
+            raise SpecvizError(f"{what}: {part} is outside {low}..{high}.")
+        values.add(int(part))
+    return sorted(values)
+
+
+class LoadView(NamedTuple):
+    """What the Run button's work yields, in the order of its outputs."""
+    status: str
+    rows: object
+    speedup: object
+    throughput: object
+    latency: object
+    decision: object
+
+
+def _only_status(status: str) -> LoadView:
+    skip = gr.skip()
+    return LoadView(status=status, rows=skip, speedup=skip, throughput=skip, latency=skip, decision=skip)
+
+
+def result_view(progress: LoadProgress, state: str, headline: str, rows: object) -> LoadView:
+    """The charts and the decision of the sweep so far."""
+    speedup, throughput, latency = load_figures(progress.result)
+    return LoadView(status=render.status_html(state, headline), rows=rows, speedup=speedup, throughput=throughput,
+                    latency=latency, decision=decision(progress.result) or NO_DECISION)
+
+
+def _points(progress: LoadProgress) -> str:
+    count = len(progress.result.points)
+    return f"{count} point{'s' if count != 1 else ''}"
+
+
+class BatchRows:
+    """The token views of the batch in progress: each speculative row's cycles as HTML, its text
+    decoded in context by its own Detokenizer. A new (batch, k, repeat) starts afresh."""
+
+    def __init__(self, tokenizer, ids: list[list[int]]):
+        self.tokenizer, self.ids = tokenizer, ids
+        self.key = None
+
+    def add(self, progress: LoadProgress) -> None:
+        event = progress.event
+        if event is None:    # a finished point: the rows stay as its last forward left them
+            return
+        key = (progress.batch, progress.k, progress.repeat)
+        if key != self.key:
+            self.key = key
+            rows = [self.ids[i % len(self.ids)] for i in range(progress.batch)]
+            self.detoks = [Detokenizer(self.tokenizer, ids) for ids in rows]
+            self.cycles = [[] for _ in rows]
+            self.tokens = [0] * len(rows)
+            self.plain = [0] * len(rows)
+        if isinstance(event, BatchCycle):
+            for row, cycle in zip(event.rows, event.cycles):
+                self.cycles[row].append(cycle_html(cycle, cycle_text(cycle, self.detoks[row])))
+                self.tokens[row] += len(cycle.emitted)
+        else:
+            for row in event.rows:
+                self.plain[row] += 1
+
+    def html(self) -> str:
+        batch, k, _ = self.key
+        title = (f"Batch {batch}, k = {k}: each request's speculative tokens as they are verified (plain decoding of "
+                 "the same batch takes turns with it)" if k else f"Batch {batch}: plain decoding only (k = 0)")
+        statuses = [f"{t} tokens \u00b7 {len(c)} passes \u00b7 plain {p}"
+                    for t, c, p in zip(self.tokens, self.cycles, self.plain)]
+        return rows_html(title, self.cycles, statuses)
+
+
+def load_work_fn(limits: Limits, loader: Loader | None = None):
+    """The Run button's work (see `common.streaming`): a view after each finished point, the batch's
+    rows at most every UPDATE_SECONDS in between, TICKs after every other forward."""
+
+    def work(drafter, draft_model, exit_layer, batches_text, ks_text, set_name, max_new_tokens,
+             stop: StopSignal | None = None) -> Iterator[LoadView | object]:
+        stop = stop or StopSignal()
+        stream = None
+        try:
+            batches = parse_list(batches_text, "Batch sizes", 1, MAX_BATCH)
+            ks = parse_list(ks_text, "Draft lengths k", 0, MAX_K)
+            settings = validate(RunSettings(draft=draft_spec(drafter, draft_model, exit_layer), k=max(max(ks), 1),
+                                            max_new_tokens=max_new_tokens, temperature=0.0), limits)
+            check_draft_spec(settings)
+            check_load_caps(batches, ks, settings.max_new_tokens, limits)
+            sets = preset_prompt_sets()
+            if set_name not in sets:
+                raise SpecvizError(f"No prompt set {set_name!r}: choose one of {', '.join(sets)}.")
+            prompts = sets[set_name]
+            state = (f"Batch sizes {', '.join(map(str, batches))}; k {', '.join(map(str, ks))}; the {set_name!r} set; "
+                     f"{settings.max_new_tokens} new tokens")
+            yield _only_status(render.status_html(state, "Loading the models\u2026"))
+            pair = None
+            for item in load_stepwise(settings, loader):
+                if stop.requested:
+                    yield _only_status(render.status_html(state, "Stopped before the sweep began."))
+                    return
+                if item is None or isinstance(item, str):
+                    yield TICK
+                else:
+                    pair = item
+            check_drafter(pair)
+            chosen = batch_prompts(prompts, max(batches))
+            counts = [prompt_tokens(pair.tokenizer, p.prompt, settings.chat) for p in chosen]
+            for prompt, count in zip(chosen, counts):
+                check_prompt_tokens(count, limits, f"Prompt {prompt.id!r}")
+            check_load_work(load_work(counts, batches, ks, settings.max_new_tokens), limits)
+            rows = BatchRows(pair.tokenizer, [encode(settings, p.prompt, pair)[0].tolist() for p in prompts])
+            throttle = Throttle()
+            stream = sweep(settings, prompts, pair, batches=batches, ks=ks)
+            progress = None
+            for progress in stream:
+                if stop.requested:   # the points that finished stay; the one in progress is dropped
+                    yield result_view(progress, state, f"Stopped after {_points(progress)}.",
+                                      gr.skip())
+                    return
+                rows.add(progress)
+                if progress.point is not None:
+                    yield result_view(progress, state, f"{_points(progress)} measured\u2026", rows.html())
+                elif progress.event is not None and throttle.due()[0]:
+                    yield _only_status(render.status_html(state, f"Measuring batch {progress.batch}, k = "
+                                                                 f"{progress.k}\u2026"))._replace(rows=rows.html())
+                elif progress.event is not None:
+                    yield TICK
+            yield result_view(progress, state, "Finished.", gr.skip())
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
+            yield _only_status(error_html(failure(exc, "load sweep")))
+        finally:
+            if stream is not None:   # a Stop ends the sweep within the forward in flight
+                stream.close()
+
+    return work
+
+
+# ----------------------------------------------------------------------------- layout
+
+class LoadTab(NamedTuple):
+    run: gr.Button
+    stop: gr.Button
+    status: gr.HTML
+    rows: gr.HTML
+    plots: list
+    decision: gr.Markdown
+    event: object
+
+
+def build_load_tab(*, limits: Limits, loader: Loader | None = None) -> LoadTab:
+    """Speculation under load: the sweep's settings in a closed panel, Run and Stop, then the batch in
+    progress, the decision and the three charts."""
+    sets = list(preset_prompt_sets())
+    with gr.Row(equal_height=False, elem_classes=["sv-band"]):
+        gr.Markdown("Does speculation still pay when several requests share the model? Each batch size decodes "
+                    "the first requests of a prompt set together, speculatively and plainly, taking turns on the "
+                    "same clock.", elem_id="load-intro")
+        with gr.Column(scale=1, min_width=280):
+            with gr.Accordion("Settings: drafter, batch sizes, k, prompts", open=False, elem_id="load-settings"):
+                drafter = gr.Radio(DRAFTERS, value=PROMPT_LOOKUP, label="Drafter", elem_id="load-drafter")
+                draft_model = gr.Textbox(label="Draft model (same tokenizer as the target)", visible=False,
+                                         elem_id="load-draft-model")
+                exit_layer = NumberSlider(1, 63, value=8, step=1, label="Early-exit layer", visible=False,
+                                          elem_id="load-exit-layer")
+                batches = gr.Textbox(DEFAULT_BATCHES, label="Batch sizes" + (
+                    " (hosted: at most 4)" if limits.hosted else ""), elem_id="load-batches")
+                ks = gr.Textbox(DEFAULT_KS, label="Draft lengths k (0 = speculation off)" + (
+                    ", hosted: at most 8" if limits.hosted else ""), elem_id="load-ks")
+                prompt_set = gr.Dropdown(sets, value=DEFAULT_SET if DEFAULT_SET in sets else sets[0],
+                                         label="Prompt set (a batch of B takes its first B, cycled)",
+                                         elem_id="load-set")
+                top = min(slider_max_new_tokens(limits), 64 if limits.hosted else 256)
+                max_new_tokens = NumberSlider(8, top, value=DEFAULT_NEW_TOKENS, step=8, label="Max new tokens",
+                                              elem_id="load-max-new-tokens")
+            with gr.Row():
+                run = gr.Button("Run", variant="primary", elem_id="load-run")
+                stop = gr.Button("Stop", variant="stop", elem_id="load-stop")
+    status = gr.HTML("", elem_id="load-status")
+    verdict = gr.Markdown(NO_DECISION, elem_id="load-decision")
+    rows = gr.HTML("", elem_id="load-rows")
+    speedup_figure, throughput_figure, latency_figure = load_figures(None)
+    speedup = gr.Plot(speedup_figure, show_label=False, elem_id="load-chart-speedup")
+    with gr.Row():
+        throughput = gr.Plot(throughput_figure, show_label=False, elem_id="load-chart-throughput")
+        latency = gr.Plot(latency_figure, show_label=False, elem_id="load-chart-latency")
+
+    drafter.change(lambda d: (gr.update(visible=d == DRAFT_MODEL), gr.update(visible=d == EARLY_EXIT)), drafter,
+                   [draft_model, exit_layer], queue=False, api_visibility="private")
+    inputs = [drafter, draft_model, exit_layer, batches, ks, prompt_set, max_new_tokens]
+    outputs = [status, rows, speedup, throughput, latency, verdict]
+
+    def flat_work(*args):
+        views = load_work_fn(limits, loader)(*args)
+        try:
+            for view in views:
+                yield view if view is TICK else list(view)
+        finally:
+            views.close()   # a Stop or a closed page closes the sweep too
+
+    handler = streaming(gpu_task(flat_work, duration=LOAD_GPU_SECONDS))
+    event = click_with_stop(run, stop, handler, inputs, outputs, concurrency_limit=1, concurrency_id=CONCURRENCY_ID,
+                            show_progress="minimal", api_name="load")
+    return LoadTab(run, stop, status, rows, [speedup, throughput, latency], verdict, event)

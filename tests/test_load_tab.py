@@ -1,0 +1,179 @@
+"""The Load tab: its views (figures and the decision from a hand-made LoadResult), its work on the tiny
+in-process pair (streamed rows, growing charts, Stop, refusals) and its hosted caps."""
+
+import math
+from dataclasses import replace
+
+import gradio as gr
+import plotly.graph_objects as go
+import pytest
+
+from specviz.runs.load import LoadPoint, LoadResult
+from specviz.settings import LOCAL, hosted
+from specviz.ui import load_tab
+from specviz.ui.budget import LOAD_MAX_BATCH, load_work
+from specviz.ui.common import DRAFT_MODEL, PROMPT_LOOKUP, PROMPT_LOOKUP_TREE, TICK, StopSignal, presets
+from specviz.views import load_view
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # gr.Warning outside a request
+
+
+def point(batch, k, speedup, low=None, high=None, theory=None):
+    return LoadPoint(batch=batch, k=k, speedup=speedup, speedup_low=speedup - 0.1 if low is None else low,
+                     speedup_high=speedup + 0.1 if high is None else high, tokens_per_pass=2.0 if k else 1.0,
+                     spec_tokens_per_s=100.0 * speedup * batch, plain_tokens_per_s=100.0 * batch,
+                     spec_latency=0.01 / speedup, plain_latency=0.01,
+                     theory=speedup + 0.2 if theory is None else theory,
+                     identical=True, alpha=0.5, passes=10, steps=20, padding_share=0.0, regathers=0)
+
+
+def result(points):
+    return LoadResult(settings={}, environment={}, points=points, cost_curve=[])
+
+
+CROSSING = result([point(1, 0, 1.0), point(1, 2, 1.6), point(1, 4, 1.9),
+                   point(2, 0, 1.0), point(2, 2, 1.3), point(2, 4, 1.1),
+                   point(4, 0, 1.0), point(4, 2, 0.9), point(4, 4, 0.7)])
+
+
+def traces(figure: go.Figure, name: str):
+    return [t for t in figure.data if t.name == name]
+
+
+def test_speedup_figure_shows_points_ranges_theory_one_x_and_the_crossover():
+    figure = load_view.speedup_figure(CROSSING)
+    (k2,) = traces(figure, "k = 2")
+    assert list(k2.x) == [1, 2, 4] and list(k2.y) == [1.6, 1.3, 0.9]
+    assert list(k2.error_y.array) == pytest.approx([0.1] * 3)          # up to speedup_high
+    assert list(k2.error_y.arrayminus) == pytest.approx([0.1] * 3)     # down to speedup_low
+    (theory,) = traces(figure, "theory, k = 2")
+    assert list(theory.y) == pytest.approx([1.8, 1.5, 1.1]) and theory.line.dash == "dash"
+    assert [s.y0 for s in figure.layout.shapes if s.type == "line" and s.y0 == s.y1] == [1.0]   # 1x marked
+    texts = [a.text for a in figure.layout.annotations]
+    (crossover,) = [a for a in figure.layout.annotations if a.text == "crossover: batch 4"]
+    assert crossover.x == pytest.approx(math.log10(4))                # where a log axis puts batch 4
+    assert [s.x0 for s in figure.layout.shapes if s.x0 == s.x1] == [4] and any(t.startswith("1\u00d7") for t in texts)
+    assert "k = 0" not in [t.name for t in figure.data]               # plain decoding is the 1x line
+
+
+def test_a_sweep_that_always_pays_annotates_no_crossover():
+    figure = load_view.speedup_figure(result([point(1, 2, 1.5), point(2, 2, 1.2)]))
+    assert not [a for a in figure.layout.annotations if a.text.startswith("crossover")]
+
+
+def test_throughput_and_latency_have_both_methods():
+    throughput, latency = load_view.throughput_figure(CROSSING), load_view.latency_figure(CROSSING)
+    assert list(traces(throughput, "plain")[0].y) == [100.0, 200.0, 400.0]
+    assert list(traces(throughput, "speculative, k = 4")[0].y) == pytest.approx([190.0, 220.0, 280.0])
+    assert list(traces(latency, "plain")[0].y) == pytest.approx([10.0] * 3)      # milliseconds
+    assert list(traces(latency, "speculative, k = 2")[0].y) == pytest.approx([10 / 1.6, 10 / 1.3, 10 / 0.9])
+
+
+def test_empty_charts_say_run_to_see():
+    for figure in load_view.load_figures(None):
+        assert figure.layout.annotations[0].text.startswith("Run to see")
+        assert not figure.data
+
+
+def test_the_decision_in_its_three_cases():
+    assert load_view.decision(CROSSING) == ("On this machine, with this pair, speculate up to batch 2 (from batch 4 "
+                                            "it no longer pays); best k per batch size: batch 1: k 4, batch 2: k 2, "
+                                            "batch 4: off.")
+    always = load_view.decision(result([point(1, 2, 1.5), point(2, 2, 1.2), point(2, 4, 1.4)]))
+    assert always == ("On this machine, with this pair, speculate up to batch 2 (it paid at every batch size "
+                      "measured); best k per batch size: batch 1: k 2, batch 2: k 4.")
+    never = load_view.decision(result([point(1, 0, 1.0), point(1, 2, 0.8), point(2, 2, 0.6)]))
+    assert never.startswith("Speculation does not pay here at any batch size measured (1, 2)")
+    assert load_view.decision(None) == "" and load_view.decision(result([])) == ""
+    assert load_view.decision(result([point(1, 0, 1.0)])).startswith("Only plain decoding (k = 0) was measured")
+    assert "add a draft length" in load_view.speedup_figure(result([point(1, 0, 1.0)])).layout.annotations[0].text
+
+
+# ----------------------------------------------------------------------------- the work, on the tiny pair
+
+def views(work, *args):
+    return [view for view in work(*args) if view is not TICK]
+
+
+def test_the_sweep_streams_rows_then_grows_charts_and_decides(tiny):
+    work = load_tab.load_work_fn(LOCAL, tiny.loader)
+    shown = views(work, PROMPT_LOOKUP, "", 8, "1,2", "0,2", "repeated", 16)
+    assert "Finished." in shown[-1].status
+    with_rows = [v for v in shown if isinstance(v.rows, str)]
+    assert with_rows and all("sv-load-rows" in v.rows for v in with_rows)
+    assert any('data-verdict="' in v.rows for v in with_rows)            # tokens in their verdict colours
+    assert max(v.rows.count('class="sv-panel ') for v in with_rows) == 2  # one view per request of batch 2
+    grown = [v for v in shown if isinstance(v.speedup, go.Figure)]
+    assert [sum(len(t.x) for t in traces(v.speedup, "k = 2")) for v in grown][-1] == 2
+    # A finished point (k = 0 too) leaves the batch's speculative rows on the page, not empty panels.
+    assert all('data-verdict="' in v.rows for v in grown if isinstance(v.rows, str))
+    assert "speculate" in shown[-1].decision.lower() or "does not pay" in shown[-1].decision
+
+
+def test_stop_ends_the_sweep_within_one_forward_and_keeps_the_points(tiny):
+    stop = StopSignal()
+    work = load_tab.load_work_fn(LOCAL, tiny.loader)(PROMPT_LOOKUP, "", 8, "1,2,4", "2", "repeated", 16, stop)
+    for view in work:
+        if view is not TICK and isinstance(view.speedup, go.Figure):   # the first point is measured
+            stop.request()
+            break
+    after = [v for v in work if v is not TICK]
+    assert len(after) == 1 and "Stopped after 1 point." in after[0].status
+    assert "up to batch" in after[0].decision or "does not pay" in after[0].decision
+
+
+@pytest.mark.parametrize("drafter, batches, ks, message", [
+    (PROMPT_LOOKUP_TREE, "1,2", "2", "trees and suffix decoding run one request at a time"),
+    (PROMPT_LOOKUP, "1,two", "2", "Batch sizes takes whole numbers"),
+    (PROMPT_LOOKUP, "1", "0,99", "outside 0..64"),
+    (DRAFT_MODEL, "1", "2", "Type a draft model id"),
+])
+def test_bad_choices_are_refused_before_loading(tiny, drafter, batches, ks, message):
+    calls = len(tiny.calls)
+    (view,) = views(load_tab.load_work_fn(LOCAL, tiny.loader), drafter, "", 8, batches, ks, "repeated", 16)
+    assert message in view.status and len(tiny.calls) == calls
+
+
+# ----------------------------------------------------------------------------- hosted
+
+HOSTED = hosted(presets())
+
+
+@pytest.mark.parametrize("batches, ks, new_tokens, message", [
+    ("1,8", "2", 16, f"batch sizes up to {LOAD_MAX_BATCH}"),
+    ("1", "2,12", 16, "k up to 8"),
+    ("1", "2", 96, "at most 64 new tokens"),
+])
+def test_hosted_caps_are_checked_before_anything_loads(tiny, batches, ks, new_tokens, message):
+    calls = len(tiny.calls)
+    (view,) = views(load_tab.load_work_fn(HOSTED, tiny.loader), PROMPT_LOOKUP, "", 8, batches, ks, "repeated",
+                    new_tokens)
+    assert message in view.status and len(tiny.calls) == calls
+
+
+def test_hosted_total_work_is_counted_before_any_decoding(tiny):
+    small_budget = replace(HOSTED, max_work_tokens=500)
+    shown = views(load_tab.load_work_fn(small_budget, tiny.loader), PROMPT_LOOKUP, "", 8, "1,2,4", "0,2,4",
+                  "repeated", 32)
+    assert "tokens of work" in shown[-1].status and "this hosted demo allows 500" in shown[-1].status
+    assert not [v for v in shown if isinstance(v.rows, str) or isinstance(v.speedup, go.Figure)]   # nothing decoded
+
+
+def test_load_work_counts_every_speculative_and_plain_decode():
+    # Batches 1 and 2 over prompts of 10 and 20 tokens, k 0, 2, 4: two drafting k, each with its own plain run.
+    work = load_work([10, 20], [1, 2], [0, 2, 4], new_tokens=8)
+    assert (work.speculative, work.plain) == (6, 6)
+    assert work.prompt_tokens == 10 * 4 + 30 * 4
+    assert work.total == 160 + 12 * 8
+    only_plain = load_work([10], [1, 2], [0], new_tokens=8)
+    assert (only_plain.speculative, only_plain.plain, only_plain.prompt_tokens) == (0, 3, 30)
+
+
+def test_the_tab_joins_the_gpu_queue_and_its_stop_sets_the_runs_signal(tiny):
+    with gr.Blocks() as blocks:
+        tab = load_tab.build_load_tab(limits=LOCAL, loader=tiny.loader)
+    fn = {f.api_name: f for f in blocks.fns.values()}["load"]
+    assert fn.concurrency_id == "gpu" and fn.concurrency_limit == 1 and fn.trigger_mode == "once"
+    (stop,) = [f for f in blocks.fns.values() if (tab.stop._id, "click") in f.targets]
+    assert stop.fn.__qualname__ == "StopSignal.request" and not stop.queue
+    assert stop.inputs[0]._id == fn.inputs[-1]._id
