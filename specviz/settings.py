@@ -219,3 +219,17 @@ def check_prompt(prompt, limits: Limits = LOCAL) -> str:
         raise SpecvizError(f"The prompt has {len(prompt)} characters; at most {limits.max_prompt_chars} "
                            f"are allowed{' in this hosted demo' if limits.hosted else ''}.")
     return prompt
+
+
+def whole_numbers(name: str, text, low: int, high: int) -> list[int]:
+    """'1,2,4' -> [1, 2, 4] (sorted, without repeats), each between low and high, or a SpecvizError
+    naming `name` (a flag or a field): the batch sizes and draft lengths of a load sweep."""
+    values = set()
+    for part in str(text if text is not None else "").split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise SpecvizError(f"{name} takes whole numbers separated by commas, such as 1,2,4; got {text!r}.")
+        if not low <= int(part) <= high:
+            raise SpecvizError(f"{name}: {part} is outside {low}..{high}.")
+        values.add(int(part))
+    return sorted(values)

@@ -14,6 +14,7 @@ from ..errors import SpecvizError
 from ..files import check_paths, write_atomic
 from ..runs.bench import TINY_TARGET, load_bench_pair
 from ..runs.load import DEFAULT_BATCHES, DEFAULT_KS, LoadResult, check_draft_spec, check_drafter, sweep
+from ..settings import whole_numbers
 from .common import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, progress_printer, rich_table,
                      settings_from)
 
@@ -42,19 +43,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
-def parse_list(text: str, flag: str, low: int, high: int) -> list[int]:
-    """'1,2,4' -> [1, 2, 4] (sorted, without repeats), each between low and high."""
-    values = set()
-    for part in str(text).split(","):
-        part = part.strip()
-        if not part.isdigit():
-            raise SpecvizError(f"{flag} takes whole numbers separated by commas, such as 1,2,4; got {text!r}.")
-        if not low <= int(part) <= high:
-            raise SpecvizError(f"{flag}: {part} is outside {low}..{high}.")
-        values.add(int(part))
-    return sorted(values)
-
-
 def read_prompts(value: str):
     path = Path(value)
     if path.is_file():
@@ -66,8 +54,8 @@ def read_prompts(value: str):
 
 def main(args: argparse.Namespace) -> int:
     # Everything the user typed is checked before a model is loaded.
-    batches = parse_list(args.batch, "--batch", 1, MAX_BATCH)
-    ks = parse_list(args.k, "--k", 0, 64)
+    batches = whole_numbers("--batch", args.batch, 1, MAX_BATCH)
+    ks = whole_numbers("--k", args.k, 0, 64)
     if args.repeats < 1:
         raise SpecvizError(f"--repeats must be at least 1, got {args.repeats}.")
     settings = settings_from(args, k=max(max(ks), 1))

@@ -22,7 +22,7 @@ from ..models.tokens import Detokenizer
 from ..runs import Loader, load_stepwise
 from ..runs.load import LoadProgress, batch_prompts, check_draft_spec, check_drafter, sweep
 from ..runs.run import cycle_text, encode
-from ..settings import Limits, RunSettings, validate
+from ..settings import Limits, RunSettings, validate, whole_numbers
 from ..views import render
 from ..views.load_view import decision, load_figures, rows_html
 from ..views.render import cycle_html
@@ -38,19 +38,6 @@ DEFAULT_NEW_TOKENS = 32
 MAX_BATCH, MAX_K = 64, 64                               # as the command line allows
 LOAD_GPU_SECONDS = 300                                  # ZeroGPU time for one sweep
 NO_DECISION = "The decision appears here once a batch size is measured."
-
-
-def parse_list(text, what: str, low: int, high: int) -> list[int]:
-    """'1,2,4' -> [1, 2, 4] (sorted, without repeats), each between low and high."""
-    values = set()
-    for part in str(text if text is not None else "").split(","):
-        part = part.strip()
-        if not part.isdigit():
-            raise SpecvizError(f"{what} takes whole numbers separated by commas, such as 1,2,4; got {text!r}.")
-        if not low <= int(part) <= high:
-            raise SpecvizError(f"{what}: {part} is outside {low}..{high}.")
-        values.add(int(part))
-    return sorted(values)
 
 
 class LoadView(NamedTuple):
@@ -126,8 +113,8 @@ def load_work_fn(limits: Limits, loader: Loader | None = None):
         stop = stop or StopSignal()
         stream = None
         try:
-            batches = parse_list(batches_text, "Batch sizes", 1, MAX_BATCH)
-            ks = parse_list(ks_text, "Draft lengths k", 0, MAX_K)
+            batches = whole_numbers("Batch sizes", batches_text, 1, MAX_BATCH)
+            ks = whole_numbers("Draft lengths k", ks_text, 0, MAX_K)
             settings = validate(RunSettings(draft=draft_spec(drafter, draft_model, exit_layer), k=max(max(ks), 1),
                                             max_new_tokens=max_new_tokens, temperature=0.0), limits)
             check_draft_spec(settings)
