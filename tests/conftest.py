@@ -120,3 +120,20 @@ def tiny():
 
     torch.set_grad_enabled(False)
     return TinyModels()
+
+
+# ----------------------------------------------------------------------------- browser tests
+
+CHROMIUM = "/usr/bin/chromium"       # Debian's package (playwright cannot download its own browser here)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium, one per test module, driven by playwright."""
+    playwright = pytest.importorskip("playwright.sync_api")
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        yield browser
+        browser.close()

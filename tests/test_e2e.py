@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
+from conftest import CHROMIUM
 ROOT = Path(__file__).resolve().parent.parent
 STARTUP_SECONDS = 180
 RUN_SECONDS = 600                      # a slow shared CPU decodes a few tokens per second
@@ -78,17 +78,6 @@ def running_app(log_path: Path):
 def app_url(tmp_path_factory):
     with running_app(tmp_path_factory.mktemp("app") / "app.log") as url:
         yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    playwright = pytest.importorskip("playwright.sync_api")
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
-        yield browser
-        browser.close()
 
 
 def open_panel(page, control: str, panel: str) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
+from conftest import CHROMIUM
 HERE = Path(__file__).resolve().parent
 STREAMING_SECONDS = 5       # a verdict and the live speedup are on screen this soon after Run
 
@@ -58,17 +58,6 @@ def app_url():
     finally:
         process.terminate()
         process.wait(timeout=20)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    playwright = pytest.importorskip("playwright.sync_api")
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
-        yield browser
-        browser.close()
 
 
 def open_page(browser, url, width, height, *, large=False, dark=False, touch=False):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_api import serve, stop
 
-CHROMIUM = "/usr/bin/chromium"
+from conftest import CHROMIUM
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
 

@@ -16,7 +16,7 @@ from specviz.runs import recording as rec
 from specviz.settings import RunSettings
 from specviz.views.report import report_html
 
-CHROMIUM = "/usr/bin/chromium"
+from conftest import CHROMIUM
 ROOT = Path(__file__).resolve().parent.parent
 
 
