@@ -9,8 +9,7 @@ import torch
 from conftest import make_llama, reference, truncated_copy
 from test_sampling import LENGTH, V, exact_joint, pooled_chisquare
 
-from specviz.core import batched
-from specviz.core.batched import batched_autoregressive_decode, batched_speculative_decode, row_seed
+from specviz.core.batched import batched_autoregressive_decode, batched_speculative_decode, row_outputs, row_seed
 from specviz.core import ragged_cache
 from specviz.core.ragged_cache import RaggedCache
 from specviz.core.decoding import autoregressive_decode, speculative_decode
@@ -42,19 +41,6 @@ def ragged_prompts(count: int, seed: int = 0) -> list[torch.Tensor]:
     return prompts
 
 
-def rows_of(events) -> dict[int, list[int]]:
-    """Each row's output from batched events (cycles or steps)."""
-    out: dict[int, list[int]] = {}
-    for event in events:
-        if isinstance(event, batched.BatchCycle):
-            for row, cycle in zip(event.rows, event.cycles):
-                out.setdefault(row, []).extend(cycle.emitted)
-        else:
-            for row, token in zip(event.rows, event.tokens):
-                out.setdefault(row, []).append(token)
-    return out
-
-
 def alone(target, draft, prompt, **kw) -> list[int]:
     return [t for c in speculative_decode(target, draft, prompt, **kw) for t in c.emitted]
 
@@ -67,7 +53,7 @@ def test_greedy_rows_equal_each_prompt_decoded_alone(models, draft, batch):
     target, drafts = models
     prompts = ragged_prompts(batch, seed=batch)
     events = list(batched_speculative_decode(target, drafts[draft], prompts, max_new_tokens=NEW_TOKENS, k=3))
-    out = rows_of(events)
+    out = row_outputs(events)
     for row, prompt in enumerate(prompts):
         expected = reference(target, prompt, eos=EOS, n=NEW_TOKENS)
         assert out[row] == expected, f"row {row} (prompt of {prompt.shape[1]} tokens)"
@@ -81,7 +67,7 @@ def test_greedy_rows_equal_each_prompt_decoded_alone(models, draft, batch):
 def test_greedy_rows_equal_alone_more_sizes(models, draft, batch, k):
     target, drafts = models
     prompts = ragged_prompts(batch, seed=10 + batch)
-    out = rows_of(batched_speculative_decode(target, drafts[draft], prompts, max_new_tokens=40, k=k))
+    out = row_outputs(batched_speculative_decode(target, drafts[draft], prompts, max_new_tokens=40, k=k))
     assert [out[r] for r in range(batch)] == [reference(target, p, eos=EOS, n=40) for p in prompts]
 
 
@@ -91,7 +77,7 @@ def test_rows_that_end_leave_the_batch(models):
     target, drafts = models
     prompts = ragged_prompts(6, seed=3)
     events = list(batched_speculative_decode(target, drafts["model"], prompts, max_new_tokens=NEW_TOKENS, k=3))
-    out = rows_of(events)
+    out = row_outputs(events)
     for row in out:
         last_pass = max(e.index for e in events if row in e.rows)
         ended_on_eos = out[row][-1] == EOS
@@ -111,7 +97,7 @@ def test_regathered_cache_keeps_outputs(models, monkeypatch):
     prompts = ragged_prompts(5, seed=4)
     events = list(batched_speculative_decode(target, drafts["model"], prompts, max_new_tokens=NEW_TOKENS, k=4))
     assert sum(e.regathered for e in events) >= len(events) // 3
-    out = rows_of(events)
+    out = row_outputs(events)
     assert [out[r] for r in range(5)] == [reference(target, p, eos=EOS, n=NEW_TOKENS) for p in prompts]
 
 
@@ -122,7 +108,7 @@ def test_padding_from_prompt_lengths_is_not_re_gathered(models):
     prompts = [torch.tensor([[5, 6]]), torch.tensor([[7, 8]]), torch.tensor([list(range(10, 50))])]
     events = list(batched_speculative_decode(target, drafts["model"], prompts, max_new_tokens=8, k=2))
     assert not any(e.regathered for e in events)
-    out = rows_of(events)
+    out = row_outputs(events)
     assert [out[r] for r in range(3)] == [reference(target, p, eos=EOS, n=8) for p in prompts]
 
 
@@ -138,7 +124,7 @@ def test_padding_is_reported_and_masked(models):
 def test_batched_plain_decoding_equals_generate(models, batch):
     target, _ = models
     prompts = ragged_prompts(batch, seed=20 + batch)
-    out = rows_of(batched_autoregressive_decode(target, prompts, max_new_tokens=NEW_TOKENS))
+    out = row_outputs(batched_autoregressive_decode(target, prompts, max_new_tokens=NEW_TOKENS))
     assert [out[r] for r in range(batch)] == [reference(target, p, eos=EOS, n=NEW_TOKENS) for p in prompts]
 
 
@@ -172,7 +158,7 @@ def test_each_sampled_row_follows_its_target_distribution(small_models, draft):
     runs = 1500
     counts = np.zeros((len(SAMPLING_PROMPTS), V ** LENGTH))
     for seed in range(runs):
-        out = rows_of(batched_speculative_decode(target, drafts[draft], SAMPLING_PROMPTS, max_new_tokens=LENGTH,
+        out = row_outputs(batched_speculative_decode(target, drafts[draft], SAMPLING_PROMPTS, max_new_tokens=LENGTH,
                                                  seed=seed, **kw))
         for row, tokens in out.items():
             counts[row, int(np.ravel_multi_index(tokens, (V,) * LENGTH))] += 1
@@ -189,20 +175,21 @@ def test_a_seeded_row_reproduces_whatever_the_other_rows_do(models, draft):
     target, drafts = models
     prompts = ragged_prompts(4, seed=5)
     kw = {"max_new_tokens": NEW_TOKENS, "k": 3, "temperature": 1.0, "top_k": 20}
-    out = rows_of(batched_speculative_decode(target, drafts[draft], prompts, seed=11, **kw))
+    out = row_outputs(batched_speculative_decode(target, drafts[draft], prompts, seed=11, **kw))
     # Each row is that prompt decoded alone with the row's own seed ...
     for row, prompt in enumerate(prompts):
         assert out[row] == alone(target, drafts[draft], prompt, seed=row_seed(11, row), **kw)
     # ... so another batch around it (other rows, other acceptances) leaves it alone.
     other = [prompts[0], *ragged_prompts(3, seed=6)]
-    assert rows_of(batched_speculative_decode(target, drafts[draft], other, seed=11, **kw))[0] == out[0]
-    assert rows_of(batched_speculative_decode(target, drafts[draft], prompts, seed=12, **kw)) != out
+    assert row_outputs(batched_speculative_decode(target, drafts[draft], other, seed=11, **kw))[0] == out[0]
+    assert row_outputs(batched_speculative_decode(target, drafts[draft], prompts, seed=12, **kw)) != out
 
 
 def test_sampled_plain_rows_equal_each_prompt_alone(models):
     target, _ = models
     prompts = ragged_prompts(3, seed=7)
-    out = rows_of(batched_autoregressive_decode(target, prompts, max_new_tokens=NEW_TOKENS, temperature=0.9, seed=2))
+    out = row_outputs(batched_autoregressive_decode(target, prompts, max_new_tokens=NEW_TOKENS, temperature=0.9,
+                                                    seed=2))
     for row, prompt in enumerate(prompts):
         steps = autoregressive_decode(target, prompt, NEW_TOKENS, temperature=0.9, seed=row_seed(2, row))
         assert out[row] == [s.token for s in steps]

@@ -171,6 +171,19 @@ class BatchStep:
         return len(self.tokens)
 
 
+def row_outputs(events: Iterable[BatchCycle | BatchStep]) -> dict[int, list[int]]:
+    """Each row's output (by its index in the batch) from batched events, cycles or steps."""
+    out: dict[int, list[int]] = {}
+    for event in events:
+        if isinstance(event, BatchCycle):
+            for row, cycle in zip(event.rows, event.cycles):
+                out.setdefault(row, []).extend(cycle.emitted)
+        else:
+            for row, token in zip(event.rows, event.tokens):
+                out.setdefault(row, []).append(token)
+    return out
+
+
 # ----------------------------------------------------------------------------- speculative
 
 def _prompt_lists(prompts: Sequence[torch.Tensor | Sequence[int]]) -> list[list[int]]:

@@ -35,7 +35,8 @@ from dataclasses import asdict, dataclass, field
 
 
 from ..catalog import BenchPrompt
-from ..core.batched import BatchCycle, BatchStep, batched_autoregressive_decode, batched_speculative_decode
+from ..core.batched import (BatchCycle, BatchStep, batched_autoregressive_decode, batched_speculative_decode,
+                             row_outputs)
 from ..core.drafters import DraftModelDrafter, PromptLookupDrafter
 from ..core.timing import Clock
 from ..errors import SpecvizError
@@ -305,18 +306,6 @@ def _latency(runs: Sequence[Sequence[BatchCycle | BatchStep]]) -> float:
     return statistics.mean(per_row) if per_row else 0.0
 
 
-def _outputs(events: Sequence[BatchCycle | BatchStep]) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for event in events:
-        if isinstance(event, BatchCycle):
-            for row, cycle in zip(event.rows, event.cycles):
-                out.setdefault(row, []).extend(cycle.emitted)
-        else:
-            for row, token in zip(event.rows, event.tokens):
-                out.setdefault(row, []).append(token)
-    return out
-
-
 def _rows(prompts: Sequence[BenchPrompt], spec: dict[int, list[int]], plain: dict[int, list[int]]) -> list[dict]:
     return [{"prompt": p.prompt, "id": p.id, "tokens": len(spec.get(i, [])), "plain_tokens": len(plain.get(i, []))}
             for i, p in enumerate(prompts)]
@@ -344,7 +333,7 @@ def spec_point(batch: int, k: int, spec_runs: Sequence[Sequence[BatchCycle]], pl
     plain_events = [e for steps in plain_runs for e in steps[1:]]
     plain_cost = sum(cost_at(curve, len(e.rows)) for e in plain_events)
     theory = ratio(ratio(expected, spec_cost), ratio(sum(len(e.tokens) for e in plain_events), plain_cost))
-    spec_out, plain_out = _outputs(spec_runs[-1]), _outputs(plain_runs[-1])
+    spec_out, plain_out = row_outputs(spec_runs[-1]), row_outputs(plain_runs[-1])
     slots = sum(e.slots for cycles in spec_runs for e in cycles)
     return LoadPoint(
         batch=batch, k=k, speedup=ratio(spec_rate, plain_rate), speedup_low=low, speedup_high=high,
@@ -352,7 +341,7 @@ def spec_point(batch: int, k: int, spec_runs: Sequence[Sequence[BatchCycle]], pl
                               sum(len(e.cycles) for e in decode)),
         spec_tokens_per_s=spec_rate, plain_tokens_per_s=plain_rate, spec_latency=_latency(spec_runs),
         plain_latency=_latency(plain_runs), theory=theory,
-        identical=all(_outputs(s) == _outputs(p) for s, p in zip(spec_runs, plain_runs)) if greedy else None,
+        identical=all(row_outputs(s) == row_outputs(p) for s, p in zip(spec_runs, plain_runs)) if greedy else None,
         alpha=alpha, passes=len(spec), steps=len(plain),
         padding_share=ratio(sum(e.padded_slots for cycles in spec_runs for e in cycles), slots),
         regathers=sum(e.regathered for cycles in spec_runs for e in cycles), rows=_rows(prompts, spec_out, plain_out))
@@ -369,7 +358,7 @@ def plain_point(batch: int, plain_runs: Sequence[Sequence[BatchStep]], prompts: 
     """k = 0: plain decoding at this batch size (speedup 1 by definition), over every plain run of it."""
     plain = _plain_forwards(plain_runs)
     rate = ratio(sum(f[2] for f in plain), sum(f[1] for f in plain))
-    out = _outputs(plain_runs[-1])
+    out = row_outputs(plain_runs[-1])
     latency = _latency(plain_runs)
     return LoadPoint(batch=batch, k=0, speedup=1.0, speedup_low=1.0, speedup_high=1.0, tokens_per_pass=1.0,
                      spec_tokens_per_s=rate, plain_tokens_per_s=rate, spec_latency=latency, plain_latency=latency,
