@@ -71,13 +71,14 @@ def check_comparison_prompt(tokenizers: dict, configs: Sequence[RunSettings], pr
 
 
 @dataclass(frozen=True)
-class SetWork:
-    """A prompt-set comparison's decodes, counted the way it runs them."""
-    speculative: int          # decodes by the configurations (earlier turns included), all rounds
-    plain: int                # plain baselines, all rounds
+class Work:
+    """The decodes a prompt-set comparison or a load sweep will run, counted the way it runs them
+    (`set_work`, `load_work`; warm-ups not counted)."""
+    speculative: int          # speculative decodes (a set: earlier turns included; all rounds)
+    plain: int                # plain baselines (all rounds)
     prompt_tokens: int        # summed over every decode
     new_tokens: int           # the most each decode may write (max new tokens)
-    repeats: int
+    repeats: int = 1          # rounds (a prompt set's; a sweep runs once)
 
     @property
     def decodes(self) -> int:
@@ -89,7 +90,7 @@ class SetWork:
 
 
 def set_work(configs: Sequence[RunSettings], prompts: Sequence[BenchPrompt], repeats: int, tokenizers: dict,
-             limits: Limits) -> SetWork:
+             limits: Limits) -> Work:
     """Every decode `runs.iter_prompt_set` runs, its prompts checked against the per-prompt cap."""
     speculative = plain = tokens = 0
     for prompt in prompts:
@@ -108,11 +109,11 @@ def set_work(configs: Sequence[RunSettings], prompts: Sequence[BenchPrompt], rep
                 baselines.add(baseline_key(here))
                 plain += 1
                 tokens += counts[-1]
-    return SetWork(speculative=speculative * repeats, plain=plain * repeats, prompt_tokens=tokens * repeats,
+    return Work(speculative=speculative * repeats, plain=plain * repeats, prompt_tokens=tokens * repeats,
                    new_tokens=configs[0].max_new_tokens, repeats=repeats)
 
 
-def check_set_work(work: SetWork, configs: Sequence[RunSettings], prompts: Sequence[BenchPrompt],
+def check_set_work(work: Work, configs: Sequence[RunSettings], prompts: Sequence[BenchPrompt],
                    limits: Limits) -> None:
     """Refuse a set comparison whose work is over the hosted budget, saying what was counted and how to fit."""
     budget = limits.max_work_tokens
@@ -159,25 +160,10 @@ def check_load_caps(batches: Sequence[int], ks: Sequence[int], max_new_tokens: i
         raise SpecvizError(f"{max_new_tokens} new tokens are too many: {caps}.")
 
 
-@dataclass(frozen=True)
-class LoadWork:
-    """A load sweep's decodes, counted the way `runs.load.sweep` runs them (warm-ups not counted)."""
-    speculative: int          # one per row of each batch size, for each k > 0
-    plain: int                # one per row of each batch size, beside each k > 0 (once when every k is 0)
-    prompt_tokens: int        # summed over every decode
-    new_tokens: int           # the most each decode may write
-
-    @property
-    def decodes(self) -> int:
-        return self.speculative + self.plain
-
-    @property
-    def total(self) -> int:
-        return self.prompt_tokens + self.decodes * self.new_tokens
-
-
-def load_work(prompt_counts: Sequence[int], batches: Sequence[int], ks: Sequence[int], new_tokens: int) -> LoadWork:
-    """`prompt_counts[i]`: the tokens of the sweep's i-th prompt (a batch of B takes the first B, cycled)."""
+def load_work(prompt_counts: Sequence[int], batches: Sequence[int], ks: Sequence[int], new_tokens: int) -> Work:
+    """`prompt_counts[i]`: the tokens of the sweep's i-th prompt (a batch of B takes the first B, cycled).
+    Each batch size decodes its rows speculatively for each k > 0 and plainly beside each (once when
+    every k is 0)."""
     drafting = sum(1 for k in ks if k > 0)
     speculative = plain = tokens = 0
     for batch in batches:
@@ -185,10 +171,10 @@ def load_work(prompt_counts: Sequence[int], batches: Sequence[int], ks: Sequence
         speculative += batch * drafting
         plain += batch * max(drafting, 1)
         tokens += rows * (drafting + max(drafting, 1))
-    return LoadWork(speculative=speculative, plain=plain, prompt_tokens=tokens, new_tokens=new_tokens)
+    return Work(speculative=speculative, plain=plain, prompt_tokens=tokens, new_tokens=new_tokens)
 
 
-def check_load_work(work: LoadWork, limits: Limits) -> None:
+def check_load_work(work: Work, limits: Limits) -> None:
     budget = limits.max_work_tokens
     if budget is None or work.total <= budget:
         return
