@@ -87,42 +87,38 @@ def speedup_figure(result: LoadResult | None) -> go.Figure:
     return figure
 
 
-def throughput_figure(result: LoadResult | None) -> go.Figure:
-    """All rows' tokens per second against batch size: plain decoding, and speculation per k."""
-    figure = go.Figure(layout=layout("Throughput against batch size", "batch size", "tokens per second",
-                                     hovermode="closest"))
+def _per_batch_figure(result: LoadResult | None, title: str, axis: str, unit: str, empty: str, plain_value,
+                      spec_value) -> go.Figure:
+    """One value against batch size (`axis` its axis title, `unit` in the hover): plain decoding
+    (`plain_value` of a point) and speculation per k (`spec_value`); before any point, `empty` says
+    what will appear."""
+    figure = go.Figure(layout=layout(title, "batch size", axis, hovermode="closest"))
     if result is None or not result.points:
-        return waiting(figure, f"Run to see {EMPTY_TEXT[1]}")
+        return waiting(figure, f"Run to see {empty}")
     batches, plain = _plain(result)
-    figure.add_trace(go.Scatter(x=batches, y=[p.plain_tokens_per_s for p in plain], name="plain", mode="lines+markers",
+    figure.add_trace(go.Scatter(x=batches, y=[plain_value(p) for p in plain], name="plain", mode="lines+markers",
                                 line=dict(color=PLAIN_COLOUR, width=3, dash="dot"),
-                                hovertemplate="plain, batch %{x}: %{y:.1f} tokens/s<extra></extra>"))
+                                hovertemplate=f"plain, batch %{{x}}: %{{y:.1f}} {unit}<extra></extra>"))
     for i, (k, points) in enumerate(_by_k(result).items()):
         figure.add_trace(go.Scatter(
-            x=[p.batch for p in points], y=[p.spec_tokens_per_s for p in points], name=f"speculative, k = {k}",
+            x=[p.batch for p in points], y=[spec_value(p) for p in points], name=f"speculative, k = {k}",
             mode="lines+markers", line=dict(color=config_colour(i), width=3),
-            hovertemplate=f"k = {k}, batch %{{x}}: %{{y:.1f}} tokens/s<extra></extra>"))
+            hovertemplate=f"k = {k}, batch %{{x}}: %{{y:.1f}} {unit}<extra></extra>"))
     figure.update_layout(xaxis=_batch_axis(result), yaxis_rangemode="tozero")
     return figure
+
+
+def throughput_figure(result: LoadResult | None) -> go.Figure:
+    """All rows' tokens per second against batch size: plain decoding, and speculation per k."""
+    return _per_batch_figure(result, "Throughput against batch size", "tokens per second", "tokens/s", EMPTY_TEXT[1],
+                             lambda p: p.plain_tokens_per_s, lambda p: p.spec_tokens_per_s)
 
 
 def latency_figure(result: LoadResult | None) -> go.Figure:
     """Milliseconds a request waits per token (mean over its rows) against batch size."""
-    figure = go.Figure(layout=layout("Latency per token against batch size", "batch size", "ms per token",
-                                     hovermode="closest"))
-    if result is None or not result.points:
-        return waiting(figure, f"Run to see {EMPTY_TEXT[2]}")
-    batches, plain = _plain(result)
-    figure.add_trace(go.Scatter(x=batches, y=[p.plain_latency * 1000 for p in plain], name="plain",
-                                mode="lines+markers", line=dict(color=PLAIN_COLOUR, width=3, dash="dot"),
-                                hovertemplate="plain, batch %{x}: %{y:.1f} ms per token<extra></extra>"))
-    for i, (k, points) in enumerate(_by_k(result).items()):
-        figure.add_trace(go.Scatter(
-            x=[p.batch for p in points], y=[p.spec_latency * 1000 for p in points], name=f"speculative, k = {k}",
-            mode="lines+markers", line=dict(color=config_colour(i), width=3),
-            hovertemplate=f"k = {k}, batch %{{x}}: %{{y:.1f}} ms per token<extra></extra>"))
-    figure.update_layout(xaxis=_batch_axis(result), yaxis_rangemode="tozero")
-    return figure
+    return _per_batch_figure(result, "Latency per token against batch size", "ms per token", "ms per token",
+                             EMPTY_TEXT[2],
+                             lambda p: p.plain_latency * 1000, lambda p: p.spec_latency * 1000)
 
 
 def load_figures(result: LoadResult | None) -> tuple[go.Figure, go.Figure, go.Figure]:
