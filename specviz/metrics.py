@@ -89,11 +89,6 @@ def cost_ratio(cycles: Sequence[Cycle]) -> float:
     return ratio(per_draft_token, per_pass)
 
 
-def draft_reach(cycle: Cycle) -> int:
-    """How deep a cycle's draft went: a chain's length, a tree's deepest node."""
-    return max(trees.depths(cycle.parents), default=0) if cycle.is_tree else len(cycle.drafted)
-
-
 def summarize(cycles: Sequence[Cycle]) -> SpecStats:
     cycles = list(cycles)
     drafted = sum(len(c.drafted) for c in cycles)
@@ -104,7 +99,7 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
     # position is by depth: of the cycles whose draft reached depth i, the share that accepted it.
     # Counted from how many cycles stop reaching (and accepting) at each depth, so the cost is one
     # pass over the cycles and one over the depths, not one over the cycles per depth.
-    reach = [draft_reach(c) for c in cycles]
+    reach = [trees.draft_reach(c) for c in cycles]
     longest = max(reach + [c.k for c in cycles] + [0])
     histogram = [0] * (longest + 1)
     reached_last = [0] * (longest + 1)        # [d]: cycles whose draft reached depth d and no deeper

@@ -21,7 +21,8 @@ from tiny_pair import PROMPT
 from specviz.cli import entry
 from specviz.core.events import Cycle
 from specviz.errors import SpecvizError
-from specviz.metrics import draft_reach, summarize
+from specviz.core.trees import draft_reach
+from specviz.metrics import summarize
 from specviz.runs import execute
 from specviz.runs import recording as rec
 from specviz.runs import recording_checks as caps

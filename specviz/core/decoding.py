@@ -133,13 +133,8 @@ def _speculative_cycles(target, drafter: Drafter, input_ids: torch.Tensor, sampl
             return
         # 4. Dynamic k: longer after a fully accepted draft, shorter after a rejection.
         if options.dynamic_k and cycle.drafted:
-            k = min(k + 2, options.max_k) if cycle.num_accepted == _reach(cycle) else max(k - 1, 1)
+            k = min(k + 2, options.max_k) if cycle.num_accepted == trees.draft_reach(cycle) else max(k - 1, 1)
         index, draft_seconds = index + 1, 0.0
-
-
-def _reach(cycle: Cycle) -> int:
-    """How deep a cycle's draft went: a chain's length, a tree's deepest node."""
-    return max(trees.depths(cycle.parents)) if cycle.is_tree else len(cycle.drafted)
 
 
 def end_of_cycle(accepted: list[int], complete: bool, correction: int, correction_prob: float,

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .events import ACCEPTED, NOT_REACHED, REJECTED
+from .events import ACCEPTED, NOT_REACHED, REJECTED, Cycle
 from .sampling import draw, greedy_reads, residual, to_host
 
 
@@ -40,6 +40,11 @@ def depths(parents: list[int]) -> list[int]:
     for parent in parents:
         out.append(1 if parent < 0 else out[parent] + 1)
     return out
+
+
+def draft_reach(cycle: Cycle) -> int:
+    """How deep a cycle's draft went: a chain's length, a tree's deepest node."""
+    return max(depths(cycle.parents), default=0) if cycle.is_tree else len(cycle.drafted)
 
 
 def children(parents: list[int]) -> list[list[int]]:

@@ -18,7 +18,8 @@ from itertools import accumulate
 import plotly.graph_objects as go
 
 from ..core.events import ACCEPTED, Cycle, Step
-from ..metrics import SpecStats, Speed, draft_reach, running_speedup
+from ..core.trees import draft_reach
+from ..metrics import SpecStats, Speed, running_speedup
 from .render import COLOURS
 
 SPEC_COLOUR, PLAIN_COLOUR, THEORY_COLOUR = "#0072B2", "#7f7f7f", "#CC79A7"
