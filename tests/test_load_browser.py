@@ -5,7 +5,8 @@ Set SPECVIZ_LOAD_SCREENSHOT=path.png to save a screenshot of the finished sweep.
 import os
 
 import pytest
-from test_first_screen import CHROMIUM, app_url, browser  # noqa: F401 - fixtures, used by name
+from conftest import CHROMIUM
+from test_first_screen import app_url  # noqa: F401 - a fixture, used by name
 
 pytestmark = [
     pytest.mark.slow,
