@@ -70,6 +70,12 @@ class SpecStats:
     # the drafter keeps no memory of earlier requests)
     drafted_from_earlier: int | None = None
     accepted_from_earlier: int | None = None
+    # Drafting across tokenizers (None otherwise): the draft model's own tokens run, per target
+    # token it proposed (re-tokenization's overhead: the cut tokens count too), and under
+    # token-level intersection sampling the mean share of the draft's probability in the shared vocabulary.
+    draft_model_tokens: int | None = None
+    draft_tokens_per_target_token: float | None = None
+    shared_mass: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -133,7 +139,7 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
         verify_seconds=verify_seconds, seconds=seconds, tokens_per_second=ratio(tokens, seconds),
         cost_ratio=c, expected_tokens_per_pass=tokens_per_pass,
         expected_speedup=tokens_per_pass / (mean_drafted * c + 1.0), best_k=best_k(alpha, c),
-        mean_nodes_per_pass=ratio(drafted, len(cycles)), **from_earlier(cycles))
+        mean_nodes_per_pass=ratio(drafted, len(cycles)), **from_earlier(cycles), **across_tokenizers(cycles))
 
 
 def from_earlier(cycles: Sequence[Cycle]) -> dict:
@@ -143,6 +149,18 @@ def from_earlier(cycles: Sequence[Cycle]) -> dict:
         return {}
     return dict(drafted_from_earlier=sum(sum(c.from_earlier) for c in told),
                 accepted_from_earlier=sum(c.from_earlier[i] for c in told for i in c.accepted_nodes))
+
+
+def across_tokenizers(cycles: Sequence[Cycle]) -> dict:
+    """How many of its own tokens a cross-tokenizer draft ran, per target token proposed, and the
+    mean share of its probability inside the shared vocabulary (token-level intersection)."""
+    told = [c for c in cycles if c.draft_pieces is not None]
+    if not told:
+        return {}
+    run = sum(len(c.draft_pieces) for c in told)
+    masses = [m for c in told for m in (c.shared_mass or [])]
+    return dict(draft_model_tokens=run, draft_tokens_per_target_token=ratio(run, sum(len(c.drafted) for c in told)),
+                shared_mass=sum(masses) / len(masses) if masses else None)
 
 
 @dataclass(frozen=True)

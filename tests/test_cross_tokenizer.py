@@ -17,6 +17,7 @@ from specviz.core.cross_tokenizer import CrossTokenizerDrafter, draft_prompt, ta
 from specviz.core.decoding import speculative_decode
 from specviz.core.sampling import Sampler
 from specviz.errors import SpecvizError
+from specviz.metrics import summarize
 from specviz.models import make_drafter
 from specviz.models.pairs import CROSS_TOKENIZER_NOTE, shared_vocabulary
 from test_sampling import LENGTH, exact_joint, pooled_chisquare
@@ -141,7 +142,18 @@ def test_the_same_model_under_another_vocabulary_drafts_what_the_target_picks(k)
     assert all(c.num_accepted == len(c.drafted) for c in cycles)
     assert sum(c.num_accepted for c in cycles) >= 30 * (k - 1) / k - k   # nearly every token drafted
     # One draft token per target word here, plus the cut one per cycle (no cut after the last).
-    assert drafter.draft_tokens_drafted >= sum(len(c.drafted) for c in cycles)
+    stats = summarize(cycles)
+    assert stats.draft_model_tokens == sum(len(c.draft_pieces or []) for c in cycles) >= stats.drafted
+    assert stats.draft_tokens_per_target_token == stats.draft_model_tokens / stats.drafted and stats.shared_mass is None
+    # Each cycle records the draft's own tokens and what the alignment cut: the candidates' text,
+    # then the cut, is the text the draft wrote (here the cut is the word after the k candidates).
+    sequence = prompt[0].tolist()
+    for cycle in cycles[:-1]:            # the last cycle, with no room left to draft, proposes nothing
+        assert cycle.is_cross_tokenizer and cycle.shared_mass is None     # greedy: no token-level intersection
+        candidates_text = text_after(target_tokenizer, sequence + cycle.drafted, len(sequence))
+        assert (candidates_text + cycle.cut_text).split() == "".join(cycle.draft_pieces).split()
+        assert len(cycle.cut_text.split()) == 1 and len(cycle.draft_pieces) == len(cycle.drafted) + 1
+        sequence += cycle.emitted
 
 
 # ----------------------------------------------------------------------------- the draft's own cache

@@ -112,7 +112,6 @@ class CrossTokenizerDrafter(Drafter):
         self.cached_ids: list[int] = []           # the draft tokens the cache holds, in order
         self.prompt_length = 0                    # target tokens of the prompt
         self.draft_prompt: list[int] = []
-        self.draft_tokens_drafted = 0             # draft tokens run, over this run (for draft tokens per target token)
 
     def begin(self, prompt_ids: torch.Tensor) -> None:
         prompt = prompt_ids[0].tolist()
@@ -120,7 +119,7 @@ class CrossTokenizerDrafter(Drafter):
         self.draft_prompt = draft_prompt(self.target_tokenizer, self.draft_tokenizer, prompt)
         if not self.draft_prompt:
             raise ValueError("the prompt's text encodes to no draft tokens: the draft has nothing to continue")
-        self.cache, self.cached_ids, self.draft_tokens_drafted = DynamicCache(config=self.model.config), [], 0
+        self.cache, self.cached_ids = DynamicCache(config=self.model.config), []
         if len(self.draft_prompt) > 1:
             self._feed(self.draft_prompt[:-1])
 
@@ -159,7 +158,6 @@ class CrossTokenizerDrafter(Drafter):
         drafted, candidates = [], []
         for _ in range(self.draft_tokens_per_candidate * (k + 1)):
             token = int(logits.argmax(dim=-1)) if sampler.greedy else int(sampler.sample(sampler.probs(logits)))
-            self.draft_tokens_drafted += 1
             complete = token in self.draft_eos
             if not complete:
                 drafted.append(token)
@@ -171,4 +169,11 @@ class CrossTokenizerDrafter(Drafter):
                 break
             logits = self._feed([token])
         candidates = candidates[:k]
-        return Draft(torch.tensor(candidates, dtype=torch.long, device=sequence.device), None)
+        # What to show: the draft's own tokens as text, and the end of its text the candidates leave out.
+        pieces = [text_after(self.draft_tokenizer, context + drafted[:i + 1], len(context) + i)
+                  for i in range(len(drafted))]
+        whole = target_candidates(self.target_tokenizer, ids, clean, text, complete=True) if text else []
+        cut = whole[len(candidates):] if whole[:len(candidates)] == candidates else []
+        cut = text_after(self.target_tokenizer, ids + whole[:len(candidates) + len(cut)], len(ids) + len(candidates))
+        return Draft(torch.tensor(candidates, dtype=torch.long, device=sequence.device), None,
+                     draft_pieces=pieces, cut_text=cut)

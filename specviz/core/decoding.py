@@ -190,7 +190,8 @@ def _chain_cycle(run: _Pass, length: int, draft: Draft, budget: int, *, index: i
                  target_probs=verdict.target_probs, uniforms=verdict.uniforms,
                  residual_top=[] if verdict.residual is None else top_tokens(verdict.residual),
                  greedy=sampler.greedy, draft_seconds=draft_seconds, verify_seconds=run.clock() - start,
-                 target_top=verdict.target_top)
+                 target_top=verdict.target_top, draft_pieces=draft.draft_pieces, cut_text=draft.cut_text,
+                 shared_mass=draft.shared_mass)
 
 
 def _tree_cycle(run: _Pass, length: int, draft: Draft, budget: int, *, index: int, k: int,

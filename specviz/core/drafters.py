@@ -23,6 +23,12 @@ class Draft:
     parents: list[int] | None = None  # a tree: each node's parent (-1: the last token); None: a chain
     from_earlier: list[bool] | None = None   # per token: drafted only from earlier requests (suffix)
     node_probs: list[float] | None = None    # a one-hot tree from a model: each node's draft probability (shown)
+    # Drafting across tokenizers (core.cross_tokenizer): the draft model's own tokens as text, the
+    # end of that text the alignment left out of the candidates, and (sampling with token-level
+    # intersection) per draft token the draft's probability inside the shared vocabulary.
+    draft_pieces: list[str] | None = None
+    cut_text: str | None = None
+    shared_mass: list[float] | None = None
 
 
 class Drafter(ABC):

@@ -50,6 +50,19 @@ class Cycle:
     # Per drafted token: proposed only by earlier requests' text (suffix decoding's memory of this
     # session or command); None when the drafter does not say.
     from_earlier: list[bool] | None = None
+    # Drafting across tokenizers (core.cross_tokenizer); None for a draft in the target's tokens.
+    # `draft_pieces`: the draft model's own tokens this cycle, as text, in order (what it wrote
+    # before the text was re-tokenized into `drafted`); `cut_text`: the end of that text left out
+    # of `drafted` (the last target token the alignment cut, which may be the start of a longer
+    # one, and whatever followed); `shared_mass`: sampling with token-level intersection only, per
+    # draft token the share of the draft's probability inside the vocabulary both models share.
+    draft_pieces: list[str] | None = None
+    cut_text: str | None = None
+    shared_mass: list[float] | None = None
+
+    @property
+    def is_cross_tokenizer(self) -> bool:
+        return self.draft_pieces is not None
 
     @property
     def is_tree(self) -> bool:
