@@ -137,3 +137,19 @@ def browser():
             "--disable-component-update", "--disable-sync"])
         yield browser
         browser.close()
+
+
+def reordered_copy(model, target_tokenizer, draft_tokenizer):
+    """The target's weights with its embedding and LM-head rows reordered into the draft
+    tokenizer's ids (which may leave some of the target's tokens out): the same model reading
+    another vocabulary, so it drafts what the target picks."""
+    draft = make_llama(0, layers=model.config.num_hidden_layers, vocab=len(draft_tokenizer))
+    rows = ("model.embed_tokens.weight", "lm_head.weight")     # copied below, in the draft's order
+    draft.load_state_dict({k: v for k, v in model.state_dict().items() if k not in rows}, strict=False)
+    target_vocab = target_tokenizer.get_vocab()
+    order = [target_vocab[token] for token, _ in sorted(draft_tokenizer.get_vocab().items(), key=lambda kv: kv[1])]
+    with torch.no_grad():
+        draft.model.embed_tokens.weight.copy_(model.model.embed_tokens.weight[order])
+        draft.lm_head.weight.copy_(model.lm_head.weight[order])
+    draft.generation_config.eos_token_id = draft_tokenizer.eos_token_id   # the config's default id is another word
+    return draft

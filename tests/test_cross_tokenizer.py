@@ -12,7 +12,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from conftest import make_llama, reference
+from conftest import make_llama, reference, reordered_copy
 from specviz.core.cross_tokenizer import CrossTokenizerDrafter, draft_prompt, target_candidates, text_after
 from specviz.core.decoding import speculative_decode
 from specviz.core.sampling import Sampler
@@ -65,19 +65,6 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>")
-
-
-def permuted_copy(model, target_tokenizer, draft_tokenizer):
-    """The target's weights with its embedding and LM-head rows reordered into the draft
-    tokenizer's ids: the same model reading another vocabulary, so it drafts what the target picks."""
-    draft = make_llama(0, layers=model.config.num_hidden_layers, vocab=len(draft_tokenizer))
-    draft.load_state_dict(model.state_dict())
-    target_vocab = target_tokenizer.get_vocab()
-    order = [target_vocab[token] for token, _ in sorted(draft_tokenizer.get_vocab().items(), key=lambda kv: kv[1])]
-    with torch.no_grad():
-        draft.model.embed_tokens.weight.copy_(model.model.embed_tokens.weight[order])
-        draft.lm_head.weight.copy_(model.lm_head.weight[order])
-    return draft
 
 
 PAIRS = {   # name: (target tokenizer, draft tokenizer)
@@ -134,7 +121,7 @@ def test_the_same_model_under_another_vocabulary_drafts_what_the_target_picks(k)
     target_tokenizer = word_tokenizer(special=False)
     draft_tokenizer = word_tokenizer(list(reversed(WORDS)), special=False)
     target = make_llama(0, layers=2, vocab=len(target_tokenizer))
-    drafter = CrossTokenizerDrafter(permuted_copy(target, target_tokenizer, draft_tokenizer), draft_tokenizer,
+    drafter = CrossTokenizerDrafter(reordered_copy(target, target_tokenizer, draft_tokenizer), draft_tokenizer,
                                     target_tokenizer)
     prompt = target_tokenizer(PROMPT, return_tensors="pt").input_ids
     out, cycles = emitted(target, drafter, prompt, max_new_tokens=30, k=k)

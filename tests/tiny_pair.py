@@ -8,10 +8,12 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from conftest import make_llama, truncated_copy
+from conftest import make_llama, reordered_copy, truncated_copy
+from specviz.core.cross_tokenizer import CrossTokenizerDrafter
 from specviz.core.drafters import DraftModelDrafter
 from specviz.errors import SpecvizError
 from specviz.models import ModelPair, make_drafter
+from specviz.models.pairs import CROSS_TOKENIZER_NOTE
 from specviz.settings import RunSettings, parse_draft
 
 WORDS = ("<unk> <eos> the a cat dog sat ran on in mat park and then big small red blue sun sea "
@@ -21,8 +23,8 @@ CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {%
                  "{% if add_generation_prompt %}<assistant> {% endif %}")
 
 
-def tiny_tokenizer() -> PreTrainedTokenizerFast:
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+def tiny_tokenizer(words=WORDS) -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
     tokenizer.chat_template = CHAT_TEMPLATE
@@ -42,12 +44,18 @@ class TinyModels:
         self.short = make_llama(0, layers=4, vocab=vocab, context=32)
         self.small = truncated_copy(self.target, 1)
         self.random = make_llama(7, layers=1, vocab=vocab)
+        # Reversed ids and no chat template: the draft reads the target's chat text, markers included.
+        self.other_tokenizer = tiny_tokenizer(list(reversed(WORDS)))
+        self.other_tokenizer.chat_template = None
+        self.other = reordered_copy(self.target, self.tokenizer, self.other_tokenizer)
         self.calls: list[tuple] = []
 
     def drafter(self, draft: str | None, target):
         spec = parse_draft(draft)
         if spec.kind != "model":                  # ngram, ngram-tree, self:L: as the app makes them
             return make_drafter(draft, target, target_name="tiny")
+        if spec.text == "other-tokenizer":
+            return CrossTokenizerDrafter(self.other, self.other_tokenizer, self.tokenizer, name=spec.text)
         models_by_name = {"small": self.small, "same": target, "random": self.random}
         if spec.text not in models_by_name:
             raise SpecvizError(f"{spec.text!r} does not exist.")
@@ -60,9 +68,11 @@ class TinyModels:
         if target not in (None, "tiny", "short-context"):
             raise SpecvizError(f"{target!r} does not exist: no such file or folder.")
         model = self.short if target == "short-context" else self.target
-        return ModelPair(target=model, tokenizer=self.tokenizer, draft=self.drafter(draft, model),
+        drafter = self.drafter(draft, model)
+        return ModelPair(target=model, tokenizer=self.tokenizer, draft=drafter,
                          target_name=target or "tiny", draft_name=parse_draft(draft).name, target_parameters=1,
-                         draft_parameters=0, device=model.device, dtype=torch.float32, eos_token_ids=[])
+                         draft_parameters=0, device=model.device, dtype=torch.float32, eos_token_ids=[],
+                         note=CROSS_TOKENIZER_NOTE if isinstance(drafter, CrossTokenizerDrafter) else "")
 
     def loader(self, settings: RunSettings, progress=None) -> ModelPair:
         """Stands in for `specviz.runs.load`."""
