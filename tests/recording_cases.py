@@ -25,6 +25,12 @@ def chain_cycle(index: int, k: int, text: str = TEXT) -> dict:
             "correction_text": text}
 
 
+def cross_cycle(index: int, k: int, pieces: int, text: str = TEXT) -> dict:
+    """A chain drafted across tokenizers: `pieces` draft model tokens, the last one's text cut."""
+    return {**chain_cycle(index, k, text), "draft_pieces": [text] * pieces, "cut_text": text,
+            "shared_mass": [0.5] * pieces}
+
+
 def tree_cycle(index: int, nodes: int, depth: int, text: str = TEXT) -> dict:
     """A tree whose path goes `depth` deep and whose other nodes are all tried and rejected
     (children of the root and of the path's nodes, as verification tries them)."""

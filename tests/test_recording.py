@@ -7,6 +7,7 @@ import pytest
 from tiny_pair import PROMPT
 
 from specviz.errors import SpecvizError
+from specviz.models.pairs import CROSS_TOKENIZER_NOTE
 from specviz.runs import execute
 from specviz.runs import recording as rec
 from specviz.settings import RunSettings
@@ -27,7 +28,8 @@ def final_view(run, state="Finished."):
 @pytest.mark.parametrize("changes", [{}, dict(draft="small", temperature=0.8, seed=3), dict(draft="ngram-tree"),
                                      dict(draft="small", branch=3, tree_budget=12),
                                      dict(draft="small", branch=3, tree_budget=12, temperature=0.9, seed=2),
-                                     dict(draft="suffix")])
+                                     dict(draft="suffix"), dict(draft="other-tokenizer"),
+                                     dict(draft="other-tokenizer", temperature=0.8, seed=1)])
 def test_a_replay_renders_what_the_live_run_showed(tiny, tmp_path, changes):
     run = live_run(tiny, **changes)
     path = rec.save(tmp_path / "run.json", [run])
@@ -44,6 +46,20 @@ def test_a_replay_renders_what_the_live_run_showed(tiny, tmp_path, changes):
     assert record["format"] == "specviz-recording" and record["version"] == rec.VERSION
     assert {"torch", "transformers", "specviz", "device_name"} <= set(record["environment"])
     assert record["runs"][0]["text"] == run.text
+    # Drafted across tokenizers: each cycle's own draft tokens and cut text come back as recorded.
+    assert replayed.cycles == run.cycles
+    assert any(c.is_cross_tokenizer for c in replayed.cycles) == (changes.get("draft") == "other-tokenizer")
+
+
+def test_a_recording_keeps_the_runs_note(tiny):
+    run = live_run(tiny, draft="other-tokenizer")
+    run.note = CROSS_TOKENIZER_NOTE           # as runs.run sets it from the loaded pair
+    record = rec.recording([run])
+    assert record["runs"][0]["note"] == CROSS_TOKENIZER_NOTE
+    assert rec.loads(rec.dumps(record)).runs[0].note == CROSS_TOKENIZER_NOTE
+    record["runs"][0]["note"] = "x" * 5000
+    with pytest.raises(SpecvizError, match="run 1 is damaged or incomplete .its note is longer than 1,000"):
+        rec.loads(rec.dumps(record), "noted.json")
 
 
 def test_replay_follows_each_methods_clock(tiny):

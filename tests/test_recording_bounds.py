@@ -217,6 +217,45 @@ def test_each_cap_is_checked_at_load(template):
     refused(big_tree, "more than 512 drafted tokens")
 
 
+def test_the_fields_of_drafting_across_tokenizers_are_bounded_at_load(template):
+    """The draft model's own tokens, the cut text and the shared-vocabulary shares of a cycle:
+    as many and as long as a real run writes, consistent, and counted into the file's caps."""
+    def recording(cycles, settings=cases.CHAIN):
+        return rec.dumps(cases.with_runs(template, [(settings, cycles, [])]))
+
+    loaded = rec.loads(recording([cases.cross_cycle(i, 4, 9) for i in range(3)]))
+    cycle = loaded.runs[0].cycles[0]
+    assert cycle.is_cross_tokenizer and cycle.draft_pieces == [cases.TEXT] * 9 and cycle.shared_mass == [0.5] * 9
+    # The most a real run's drafter runs in a cycle (4 per candidate, k + 1 of them) loads, with room.
+    assert rec.loads(recording([cases.cross_cycle(0, 64, 4 * 65)]))
+
+    def refused(cycle, match, settings=cases.CHAIN):
+        with pytest.raises(SpecvizError, match=match):
+            rec.loads(recording([cases.cross_cycle(0, 4, 2), cycle], settings), "cross.json")
+
+    damaged = "run 1 is damaged or incomplete .cycle 1"
+    refused(cases.cross_cycle(1, 4, 41), damaged + ": 41 draft model tokens for k = 4; at most 8 per target token")
+    refused({**cases.cross_cycle(1, 4, 2), "draft_pieces": ["x", "y" * 5000]}, damaged + ": a draft model token "
+            "or its cut text longer than 1,024")
+    refused({**cases.cross_cycle(1, 4, 2), "cut_text": "x" * 5000}, "cut text longer than 1,024")
+    for mass in ([0.5], [0.5, 1.5], [0.5, -0.1]):
+        refused({**cases.cross_cycle(1, 4, 2), "shared_mass": mass}, damaged + ": one shared-vocabulary share")
+    for field in ("cut_text", "shared_mass"):
+        refused({**cases.cross_cycle(1, 4, 2), "draft_pieces": None, field: cases.cross_cycle(1, 4, 2)[field]},
+                damaged + ": a cut or shared-vocabulary share without")
+    for bad in ({"draft_pieces": [1, 2]}, {"draft_pieces": "x"}, {"cut_text": 3}, {"shared_mass": ["0.5"] * 2}):
+        (field,) = bad
+        refused({**cases.cross_cycle(1, 4, 2), **bad}, f"run 1 is damaged or incomplete .1.{field}")
+    # File-wide: the pieces are counted (in number and in characters) before any run is validated.
+    many = [{**cases.cross_cycle(i, 64, 8 * 65, ""), "shared_mass": None} for i in range(4033)]
+    with pytest.raises(SpecvizError, match="2,097,160 draft model tokens .drafted across tokenizers.; at most "
+                                           "2,097,152"):
+        rec.loads(recording(many), "many.json")
+    wordy = [{**cases.cross_cycle(i, 64, 0, ""), "draft_pieces": ["x" * 1000] * 8} for i in range(530)]
+    with pytest.raises(SpecvizError, match="4,24.,... characters of prompt and token text"):
+        rec.loads(recording(wordy), "wordy.json")
+
+
 def test_a_real_long_run_loads(template):
     """4,096 tokens at k = 64: the most a chain run within the settings' limits drafts, and a tree
     run at its largest budget."""

@@ -32,7 +32,7 @@ from ..errors import SpecvizError
 from ..files import read_limited, write_atomic
 from ..models.host import HostLoad, environment
 from ..settings import LOCAL, RunSettings, validate
-from .recording_checks import check_cost, check_cycle, check_text, check_time
+from .recording_checks import MAX_NOTE_CHARS, check_cost, check_cycle, check_text, check_time
 from .result import CycleText, Run
 from .run import interleave
 
@@ -60,6 +60,8 @@ def run_record(run: Run, label: str | None = None) -> dict:
         "prompt": run.prompt,
         "target": {"name": run.target_name, "parameters": run.target_parameters},
         "draft": {"name": run.draft_name, "parameters": run.draft_parameters},
+        # What loading the pair said (`Run.note`, such as drafting across tokenizers).
+        "note": getattr(run, "note", ""),
         "dtype": run.dtype, "device": run.device, "clock": run.clock,
         "prompt_tokens": run.prompt_tokens, "eos_token_ids": list(run.eos_token_ids),
         "baseline": run.baseline, "spec_done": run.spec_done, "plain_done": run.plain_done,
@@ -145,10 +147,13 @@ def loads(data: bytes | str, name: str = "the recording") -> Recording:
 def footprint(opened: Recording) -> int:
     """About how many bytes a loaded recording holds in memory, for caches bounded in bytes. Measured
     with tracemalloc on files at the caps (tests/test_recording_bounds.py): about 1.2 kB per cycle,
-    0.4 kB per plain step, 100 bytes per drafted token and one per character of text."""
+    0.4 kB per plain step, 100 bytes per drafted token and one per character of text; a draft model's
+    own token (drafted across tokenizers), with its shared-vocabulary share, about 60 bytes and its text."""
     runs = opened.runs
+    pieces = [cycle.draft_pieces for run in runs for cycle in run.cycles if cycle.draft_pieces]
     return (1200 * sum(len(run.cycles) for run in runs) + 400 * sum(len(run.steps) for run in runs)
             + 100 * sum(len(cycle.drafted) for run in runs for cycle in run.cycles)
+            + sum(60 * len(own) + sum(map(len, own)) for own in pieces)
             + sum(len(run.prompt) + sum(map(len, run.step_texts))
                   + sum(len(t) for text in run.texts for t in text.drafted) for run in runs))
 
@@ -174,6 +179,8 @@ def _run_from(record) -> tuple[Run, str]:
     settings = validate(_strict(_SETTINGS, record["settings"]), LOCAL)
     if len(fields_["prompt"]) > LOCAL.max_prompt_chars:
         raise ValueError(f"its prompt is longer than {LOCAL.max_prompt_chars:,} characters")
+    if len(fields_.get("note", "")) > MAX_NOTE_CHARS:
+        raise ValueError(f"its note is longer than {MAX_NOTE_CHARS:,} characters")
     cycles = _strict(_CYCLES, record["cycles"])
     steps = _strict(_STEPS, record["steps"])
     texts = [CycleText(_strict(_STRINGS, c.get("drafted_text")), _strict(_TEXT, c.get("correction_text")))
@@ -202,6 +209,7 @@ def _run_from(record) -> tuple[Run, str]:
               baseline=fields_.get("baseline", bool(steps)), cycles=cycles, texts=texts, steps=steps,
               step_texts=step_texts, spec_done=fields_.get("spec_done", True),
               plain_done=fields_.get("plain_done", True), host_load=HostLoad.from_dict(record.get("summary")))
+    run.note = fields_.get("note", "")      # `Run.note` (runs.result), set as the live run set it
     return run, fields_.get("label") or f"{run.target_name} + {run.draft_name}"
 
 
@@ -214,6 +222,7 @@ class _RunFields(TypedDict, total=False):
     """A run's scalar fields, as the file must have them."""
     label: str
     prompt: str
+    note: str
     target: _Model
     draft: _Model
     dtype: str

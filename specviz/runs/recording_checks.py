@@ -1,7 +1,7 @@
 """What a recording may hold, checked at load before any view is built: text that is Unicode, a
-cost (runs, events, drafted tokens, characters) within caps no real run reaches, and each cycle's
-invariants, so that a damaged or hostile file fails here rather than inside a view, a chart that
-allocates by a forged k, or a replay that waits forever."""
+cost (runs, events, drafted tokens, a cross-tokenizer draft's own tokens, characters) within caps
+no real run reaches, and each cycle's invariants, so that a damaged or hostile file fails here
+rather than inside a view, a chart that allocates by a forged k, or a replay that waits forever."""
 
 from __future__ import annotations
 
@@ -22,6 +22,12 @@ MAX_RUNS = 64                      # runs in a file: a comparison's configuratio
 MAX_EVENTS = 2 ** 17               # 131,072 cycles and steps in a file (a run has at most 2 x 4,096)
 MAX_TEXT_CHARS = 2 ** 22           # 4,194,304 characters of prompts and token texts in a file
 MAX_RESIDUAL_TOP = 10              # tokens kept of a residual distribution (core.sampling.top_tokens)
+# Drafting across tokenizers: the draft model's own tokens (as text) each cycle. Its drafter runs at
+# most 4 of them per target token proposed, k + 1 at most (core.cross_tokenizer); twice that is read.
+PIECES_PER_CANDIDATE = 8           # a cycle holds at most this many pieces per candidate (k + 1)
+MAX_PIECES = 8 * MAX_DRAFTED       # 2,097,152 pieces in a file (a real run at k = 64 runs at most 1,064,960)
+MAX_PIECE_CHARS = 1024             # one piece's text, and the text a cycle's alignment cut (a token or two)
+MAX_NOTE_CHARS = 1000              # a run's note (models.pairs: one line, such as the cross-tokenizer note)
 
 
 def check_text(record: dict, name: str) -> None:
@@ -68,15 +74,19 @@ def check_cost(runs: list, name: str) -> None:
     steps = [s for r in records if isinstance(r.get("steps"), list) for s in r["steps"] if isinstance(s, dict)]
     events = sum(sized(r.get("cycles")) + sized(r.get("steps")) for r in records)
     drafted = sum(sized(c.get("drafted")) for c in cycles)
-    characters = (sum(sized(r.get("prompt")) for r in records) + sum(sized(s.get("text")) for s in steps)
-                  + sum(sized(c.get("correction_text")) for c in cycles)
-                  + sum(sized(t) for c in cycles if isinstance(c.get("drafted_text"), list) for t in c["drafted_text"]))
+    pieces = sum(sized(c.get("draft_pieces")) for c in cycles)
+    characters = (sum(sized(r.get("prompt")) + sized(r.get("note")) for r in records)
+                  + sum(sized(s.get("text")) for s in steps)
+                  + sum(sized(c.get("correction_text")) + sized(c.get("cut_text")) for c in cycles)
+                  + sum(sized(t) for c in cycles for name in ("drafted_text", "draft_pieces")
+                        if isinstance(c.get(name), list) for t in c[name]))
     # Each cycle writes a token or more, each step one: no run has more of either than the most new
     # tokens a run may write (checked against its own max new tokens once its settings are read).
     longest = max(max(sized(r.get("cycles")), sized(r.get("steps"))) for r in records) if records else 0
     for count, cap, what in ((len(runs), MAX_RUNS, "runs"), (events, MAX_EVENTS, "cycles and plain steps"),
                              (longest, LOCAL.max_new_tokens, "cycles (or plain steps) in one run"),
                              (drafted, MAX_DRAFTED, "drafted tokens"),
+                             (pieces, MAX_PIECES, "draft model tokens (drafted across tokenizers)"),
                              (characters, MAX_TEXT_CHARS, "characters of prompt and token text")):
         if count > cap:
             raise SpecvizError(f"{name} holds {count:,} {what}; at most {cap:,} are read (more than any run "
@@ -115,6 +125,7 @@ def check_cycle(cycle: Cycle, text: CycleText, number: int) -> None:
         raise ValueError(f"{where}: its correction is of no known kind")
     if cycle.from_earlier is not None and len(cycle.from_earlier) != n:
         raise ValueError(f"{where}: one 'from earlier' mark per drafted token expected")
+    check_across_tokenizers(cycle, where)
     if cycle.is_tree:
         try:
             if len(cycle.parents) != n:
@@ -146,3 +157,22 @@ def check_cycle(cycle: Cycle, text: CycleText, number: int) -> None:
         raise ValueError(f"{where}: its emitted tokens do not match its verdicts")
 
 VERDICT_NAMES = {ACCEPTED, REJECTED, NOT_REACHED}
+
+
+def check_across_tokenizers(cycle: Cycle, where: str) -> None:
+    """A cross-tokenizer cycle's own fields: the draft model's tokens (as many as its drafter could
+    have run for this k, each a token's text), the cut text, and one shared-vocabulary share per
+    draft token; a cycle drafted in the target's tokens has none of them."""
+    pieces = cycle.draft_pieces
+    if pieces is None:
+        if cycle.cut_text is not None or cycle.shared_mass is not None:
+            raise ValueError(f"{where}: a cut or shared-vocabulary share without the draft model's tokens")
+        return
+    if len(pieces) > PIECES_PER_CANDIDATE * (cycle.k + 1):
+        raise ValueError(f"{where}: {len(pieces):,} draft model tokens for k = {cycle.k}; at most "
+                         f"{PIECES_PER_CANDIDATE} per target token (k + 1) are read")
+    if any(len(piece) > MAX_PIECE_CHARS for piece in pieces) or len(cycle.cut_text or "") > MAX_PIECE_CHARS:
+        raise ValueError(f"{where}: a draft model token or its cut text longer than {MAX_PIECE_CHARS:,} characters")
+    if cycle.shared_mass is not None and (len(cycle.shared_mass) != len(pieces)
+                                          or not all(0.0 <= mass <= 1.0 for mass in cycle.shared_mass)):
+        raise ValueError(f"{where}: one shared-vocabulary share (between 0 and 1) per draft model token expected")
