@@ -2,6 +2,7 @@
 Everything runs on the tiny in-process pair (`models.tiny`); nothing is downloaded."""
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -142,6 +143,56 @@ def test_describe_names_the_clock():
     for draft in ("ngram-tree", "suffix", "self:1", "tiny"):
         assert "prompt_lookup_num_tokens" in bench.describe(tiny_setup(draft))["transformers_settings"] or \
             draft in ("self:1", "tiny")
+
+
+def cross_tokenizer_setup(max_new_tokens: int = 12) -> bench.Setup:
+    """The tiny word-level pair drafted across tokenizers: the target's weights under reversed ids,
+    one word short (transformers tells tokenizers apart by vocabulary size only)."""
+    from conftest import reordered_copy
+    from tiny_pair import WORDS, TinyModels, tiny_tokenizer
+
+    from specviz.core.cross_tokenizer import CrossTokenizerDrafter
+    from specviz.models import ModelPair
+
+    models = TinyModels()
+    words = [w for w in reversed(WORDS) if w != "blue"]
+    draft_tokenizer = tiny_tokenizer(words)
+    drafter = CrossTokenizerDrafter(reordered_copy(models.target, models.tokenizer, draft_tokenizer), draft_tokenizer,
+                                    models.tokenizer, name="reversed")
+    pair = ModelPair(target=models.target, tokenizer=models.tokenizer, draft=drafter, target_name="tiny",
+                     draft_name="reversed", target_parameters=1, draft_parameters=1, device=models.target.device,
+                     dtype=torch.float32, eos_token_ids=[])
+    settings = validate(RunSettings(target="tiny", draft="./reversed", k=4, max_new_tokens=max_new_tokens,
+                                    device="cpu", chat=False))
+    return bench.Setup(settings, pair)
+
+
+def test_a_cross_tokenizer_bench_counts_the_draft_models_tokens_per_target_token():
+    from tiny_pair import PROMPT
+
+    from specviz.catalog import BenchPrompt
+
+    setup = cross_tokenizer_setup()
+    prompts = [BenchPrompt("words-1", "rewrite", PROMPT, chat=False), BenchPrompt("words-2", "maths", PROMPT[4:],
+                                                                                  chat=False)]
+    rows = bench.run_bench(setup, prompts)
+    for row in rows:
+        # Against transformers' Universal Assisted Decoding: both write the target's greedy output.
+        assert row["identical_to_baseline"] is True and row["transformers_identical_to_baseline"] is True
+        assert row["cross_tokenizer"] is True and row["acceptance_rate"] > 0.5
+        drafted = row["mean_drafted"] * row["target_passes"]
+        assert row["draft_tokens_per_target_token"] == pytest.approx(row["draft_model_tokens"] / drafted)
+        assert row["draft_tokens_per_target_token"] >= 1.0     # the cut token is drafted too
+    summary = bench.summarize_rows(rows)
+    assert summary[-1]["draft_tokens_per_target_token"] == pytest.approx(
+        statistics.median(r["draft_tokens_per_target_token"] for r in rows))
+    table = bench_table.markdown_table(summary)
+    header, _, *lines = table.splitlines()
+    assert "draft tok/target tok" in header and all(line.startswith("| reversed (cross-tokenizer) |") for line in lines)
+    # A same-tokenizer bench has no such column, and its rows say so.
+    same = bench.run_bench(tiny_setup("ngram", max_new_tokens=8), load_bench_prompts(categories=["code"], limit=1))
+    assert same[0]["cross_tokenizer"] is False and same[0]["draft_tokens_per_target_token"] is None
+    assert "draft tok/target tok" not in bench_table.markdown_table(bench.summarize_rows(same))
 
 
 def test_markdown_table_renders():

@@ -167,7 +167,71 @@ def test_comparison_figures_overlay_every_configuration(comparison):
     assert comparison_figures(Comparison("", [], [], []))["tokens_per_pass"].data == ()
 
 
+# ----------------------------------------------------------------------------- across tokenizers
+
+CROSS = "other-tokenizer k=4 (cross-tokenizer)"
+
+
+@pytest.fixture(scope="module")
+def across(tiny):
+    """Prompt lookup against a draft with another tokenizer (the target's weights under reversed ids)."""
+    configs = [settings(draft="ngram", max_new_tokens=TOKENS, chat=False),
+               settings(draft="other-tokenizer", max_new_tokens=TOKENS, chat=False)]
+    return compare(configs, PROMPT, loader=tiny.loader)
+
+
+def test_a_same_and_a_cross_tokenizer_configuration_run_side_by_side(across):
+    ngram, other = across.results
+    # The label says which one drafts across tokenizers (known once its pair has loaded).
+    assert across.labels == ["ngram k=4", CROSS]
+    assert other.steps is ngram.steps                      # one shared greedy baseline
+    assert ngram.identical and other.identical             # both lossless (float32, greedy)
+    assert all(c.is_cross_tokenizer for c in other.cycles[:-1]) and not any(c.is_cross_tokenizer for c in ngram.cycles)
+    assert other.stats.draft_acceptance_rate > 0.9         # the same model under other ids
+    per_token = other.stats.draft_tokens_per_target_token
+    assert per_token >= 1.0 and ngram.stats.draft_tokens_per_target_token is None
+    # The table gains a column for it; the same-tokenizer row and the baseline leave it blank.
+    headers, rows = prose.table_headers(across), prose.table_rows(across)
+    assert headers == prose.TABLE_HEADERS + ["draft tokens per target token"]
+    assert all(len(row) == len(headers) for row in rows)
+    assert [row[0] for row in rows] == ["ngram k=4", CROSS, "plain decoding"]
+    assert [row[-1] for row in rows] == ["", f"{per_token:.2f}", ""]
+    # The charts name it as the table does.
+    figures = comparison_figures(across)
+    assert [t.name for t in figures["tokens_per_pass"].data] == ["ngram k=4", CROSS]
+    assert CROSS in [t.name for t in figures["tokens_against_time"].data]
+
+
+def test_a_comparison_without_a_cross_tokenizer_draft_has_no_such_column(comparison):
+    assert prose.table_headers(comparison) == prose.TABLE_HEADERS
+    assert not any(label.endswith("(cross-tokenizer)") for label in comparison.labels)
+
+
+def test_the_compare_tab_shows_the_cross_tokenizer_configuration(across):
+    from specviz.ui import compare_tab
+
+    view = compare_tab.compare_view(across)
+    assert CROSS in view.table and "draft tokens per target token" in view.table
+    columns = [update["value"] for update in view.columns[:2]]
+    per_token = across.results[1].stats.draft_tokens_per_target_token
+    assert CROSS in columns[1] and f"{per_token:.2f} draft tokens per target token" in columns[1]
+    assert "draft tokens per target token" not in columns[0]
+
+
 # ----------------------------------------------------------------------------- command line
+
+def test_cli_compare_of_a_same_and_a_cross_tokenizer_draft(tiny, monkeypatch, capsys):
+    monkeypatch.setattr("specviz.cli.compare.load", tiny.loader)
+    monkeypatch.setenv("COLUMNS", "200")                  # the table on one line per row
+    code = cli.entry(["compare", "--draft", "ngram", "--draft", "other-tokenizer", "--max-new-tokens", "12", "--raw",
+                      "--no-color", PROMPT])
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if "configuration" in line)
+    assert code == 0 and header.split()[-5:] == ["draft", "tokens", "per", "target", "token"]
+    row = next(line for line in out.splitlines() if line.strip().startswith("other-tokenizer"))
+    assert row.split()[:3] == ["other-tokenizer", "k=4", "(cross-tokenizer)"] and float(row.split()[-1]) >= 1.0
+    assert "Greedy outputs: identical to plain decoding's (2 of 2)." in out
+
 
 def test_cli_compare_prints_the_table_and_exports(tiny, monkeypatch, tmp_path, capsys):
     monkeypatch.setattr("specviz.cli.compare.load", tiny.loader)

@@ -105,7 +105,13 @@ def test_csv_row_of_a_handmade_record():
                    "num_emitted": "2", "drafted": "1 2", "drafted_text": ' "x"', "verdicts": "accepted rejected",
                    "draft_probs": "1 1", "target_probs": "0.5 0.123457", "correction": "7", "correction_text": "\n",
                    "correction_kind": "resampled", "correction_prob": "0.125", "greedy": "True",
-                   "draft_seconds": "0.1", "verify_seconds": "0.2"}
+                   "draft_seconds": "0.1", "verify_seconds": "0.2", "num_draft_pieces": "", "draft_pieces": "",
+                   "cut_text": "", "shared_mass": ""}
+    # Drafted across tokenizers: the draft model's own tokens as their text, their count, the cut text.
+    record.update(draft_pieces=[" jump", "ed", " o"], cut_text=" o", shared_mass=[0.75, 1.0, 0.5])
+    row = export.csv_row(record)
+    assert (row["num_draft_pieces"], row["draft_pieces"], row["cut_text"], row["shared_mass"]) == (
+        "3", " jumped o", " o", "0.75 1 0.5")
 
 
 def test_csv_survives_commas_quotes_and_newlines(tmp_path):
@@ -176,6 +182,36 @@ def test_summary_agrees_with_the_cycle_records(exported, comparison):
         assert entry["speedup"] == pytest.approx(result.speedup)
         assert entry["tokens"] == sum(len(r["emitted"]) for r in mine)
         assert entry["settings"]["draft"] == result.settings.draft
+
+
+def test_a_cross_tokenizer_configuration_exports_its_draft_models_tokens(tiny, tmp_path):
+    configs = [validate(RunSettings(draft="ngram", max_new_tokens=16, chat=False)),
+               validate(RunSettings(draft="other-tokenizer", max_new_tokens=16, chat=False))]
+    comparison = compare(configs, PROMPT, loader=tiny.loader)
+    export.export_comparison(comparison, tmp_path)
+    records = export.read_jsonl(tmp_path / "cycles.jsonl")
+    cross = comparison.results[1]
+    mine = [r for r in records if r["config"] == comparison.labels[1]]
+    assert comparison.labels[1].endswith("(cross-tokenizer)") and len(mine) == len(cross.cycles)
+    for record, cycle in zip(mine, cross.cycles):
+        assert record["draft_pieces"] == cycle.draft_pieces and record["cut_text"] == cycle.cut_text
+    assert all(r["draft_pieces"] is None for r in records if r["config"] == "ngram k=4")
+    _, rows = read_csv(tmp_path / "cycles.csv")
+    crossed = [row for row in rows if row["config"] == comparison.labels[1]]
+    # (The last cycle, with no room left to draft, has no draft tokens.)
+    assert [row["num_draft_pieces"] for row in crossed] == ["" if c.draft_pieces is None else str(len(c.draft_pieces))
+                                                            for c in cross.cycles]
+    assert crossed[0]["draft_pieces"] == "".join(cross.cycles[0].draft_pieces)
+    assert {row["num_draft_pieces"] for row in rows if row["config"] == "ngram k=4"} == {""}
+    entries = strict_json((tmp_path / "summary.json").read_text())["configurations"]
+    assert [e["cross_tokenizer"] for e in entries] == [False, True]
+    assert entries[1]["draft_tokens_per_target_token"] == pytest.approx(cross.stats.draft_tokens_per_target_token)
+    assert entries[0]["draft_tokens_per_target_token"] is None
+    # The recording replays it with the draft model's tokens.
+    from specviz.runs import recording
+
+    replayed = recording.load(tmp_path / "recording.json")
+    assert replayed.labels == comparison.labels and replayed.runs[1].cycles == cross.cycles
 
 
 def test_nan_is_written_as_null():

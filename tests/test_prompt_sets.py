@@ -129,6 +129,31 @@ def test_configurations_alternate_prompt_by_prompt_against_a_shared_baseline(tin
     assert first["draft_acceptance_rate"] == 1.0 and data["winner"] == "same k=3"
 
 
+def test_a_prompt_set_compares_a_same_and_a_cross_tokenizer_draft(tiny, tmp_path):
+    prompts = [BenchPrompt(f"p{i}", "ab"[i % 2], PROMPT + " the cat" * i, chat=False) for i in range(3)]
+    configs = [RunSettings(draft="ngram", k=4, max_new_tokens=12, chat=False),
+               RunSettings(draft="other-tokenizer", k=4, max_new_tokens=12, chat=False)]
+    comparison = compare_prompt_set(configs, prompts, loader=tiny.loader)
+    assert comparison.labels == ["ngram k=4", "other-tokenizer k=4 (cross-tokenizer)"]
+    cross = [r for r in comparison.results if r.config == 1]
+    assert all(r.draft_model_tokens >= r.drafted for r in cross)          # the cut tokens are drafted too
+    assert all(r.draft_model_tokens is None for r in comparison.results if r.config == 0)
+    per_token = comparison.summary(1).draft_tokens_per_target_token
+    assert per_token == pytest.approx(sum(r.draft_model_tokens for r in cross) / sum(r.drafted for r in cross))
+    assert comparison.summary(0).draft_tokens_per_target_token is None
+    assert views.table_headers(comparison) == views.TABLE_HEADERS + ["draft tokens per target token"]
+    rows = {row[0]: row for row in views.table_rows(comparison)}
+    assert rows["other-tokenizer k=4 (cross-tokenizer)"][-1] == f"{per_token:.2f}" and rows["ngram k=4"][-1] == ""
+    data = views.summary(comparison)
+    assert [c["draft_tokens_per_target_token"] for c in data["configurations"]] == [None, per_token]
+    written = views.write_files(comparison, tmp_path)
+    csv_text = next(path for path in written if path.name == "rows.csv").read_text()
+    assert csv_text.splitlines()[0].endswith(",draft_model_tokens")
+    # Without a cross-tokenizer draft, no such column.
+    plain = compare_prompt_set(configs[:1], prompts[:1], loader=tiny.loader)
+    assert views.table_headers(plain) == views.TABLE_HEADERS
+
+
 # ----------------------------------------------------------------------------- the command line
 
 def test_compare_over_a_prompt_file_writes_rows_and_a_summary(folder, tmp_path, capsys):  # noqa: F811

@@ -89,7 +89,8 @@ def main(args: argparse.Namespace) -> int:
     say(console, f"{first.target_name}, {first.prompt_tokens} prompt tokens, "
                  f"up to {first.settings.max_new_tokens} new tokens")
     if result is None:
-        console.print(rich_table("Against plain decoding", prose.TABLE_HEADERS, prose.table_rows(comparison)))
+        console.print(rich_table("Against plain decoding", prose.table_headers(comparison),
+                                 prose.table_rows(comparison)))
         say(console, prose.winner_line(comparison))
     else:
         title = printable(f"k sweep of {configs[0].draft} (theory at the pooled \u03b1 and median c)")
@@ -174,7 +175,7 @@ def over_prompts(args: argparse.Namespace, configs) -> int:
     say(console, f"{len(prompts)} prompts x {len(configs)} configurations x {args.repeats} round(s) in "
                  f"{time.monotonic() - started:.0f} s; speedup: decode-only time per token against plain decoding "
                  "of the same prompt")
-    console.print(rich_table("Over the prompts", views.TABLE_HEADERS, views.table_rows(comparison)))
+    console.print(rich_table("Over the prompts", views.table_headers(comparison), views.table_rows(comparison)))
     headers, rows = views.category_rows(comparison)
     console.print(rich_table("Median speedup by category", [printable(h) for h in headers], rows))
     say(console, views.winner_line(comparison))

@@ -16,7 +16,9 @@ tokens (exactly so in float32; bf16 flips near-ties).
 Columns: accept = accepted / drafted tokens; tok/pass = tokens per target pass; c = draft time per
 drafted token / target pass time; theory = (1 - a^(k+1)) / ((1 - a)(k c + 1)) at the measured a and
 c (metrics.expected_speedup); pass cost = a verification pass's time / a plain step's time, which
-the theory takes to be 1; theory at pass cost = theory / pass cost.
+the theory takes to be 1; theory at pass cost = theory / pass cost. A draft with another tokenizer
+(drafted across tokenizers) adds draft tok/target tok: the draft model's own tokens run per target
+token it proposed.
 
 `tiny` as the target builds the tiny Llama pair in-process (`models.tiny`), so the bench runs with
 no model files at all; its forwards are so cheap that it measures mostly per-token overhead.
@@ -214,6 +216,11 @@ def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transforme
         # and how many accepted tokens only those turns' text proposed (suffix decoding).
         "earlier_turns": len(prompt.earlier),
         "accepted_from_earlier": stats.accepted_from_earlier,
+        # Drafting across tokenizers (None otherwise): the draft model's own tokens run, and per
+        # target token proposed (what re-tokenization costs the draft).
+        "cross_tokenizer": stats.draft_model_tokens is not None,
+        "draft_model_tokens": stats.draft_model_tokens,
+        "draft_tokens_per_target_token": stats.draft_tokens_per_target_token,
         # The theory prices a verification pass like one plain step; this is what it really cost
         # (medians, prefill left out), and the theory at that price: what is left between it and
         # the measured speedup is the engine's own time and how far acceptance is from the
@@ -265,7 +272,7 @@ SUMMARY_KEYS = ("acceptance_rate", "tokens_per_pass", "nodes_per_pass", "cost_ra
                 "specviz_tokens_per_s",
                 "transformers_tokens_per_s", "specviz_speedup", "transformers_speedup", "specviz_vs_transformers",
                 "expected_speedup", "speedup_vs_theory", "expected_tokens_per_pass", "verify_pass_cost",
-                "expected_speedup_at_pass_cost")
+                "expected_speedup_at_pass_cost", "draft_tokens_per_target_token")
 
 
 def summarize_rows(rows: Sequence[dict]) -> list[dict]:
@@ -283,6 +290,7 @@ def summarize_rows(rows: Sequence[dict]) -> list[dict]:
         for key in SUMMARY_KEYS:
             values = [m[key] for m in members if m.get(key) is not None]
             entry[key] = median(values) if values else None
+        entry["cross_tokenizer"] = any(m.get("cross_tokenizer") for m in members)
         entry["identical"] = sum(m["identical_to_baseline"] for m in members)
         entry["transformers_identical"] = sum(m["transformers_identical_to_baseline"] for m in members)
         summary.append(entry)

@@ -13,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
+from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..errors import SpecvizError
 from ..metrics import best_k, expected_speedup, median, pooled_alpha
+from ..models import ModelPair
 from ..settings import RunSettings
 from .result import Run
 from .run import Loader, last, load, load_stepwise, race
@@ -36,6 +38,15 @@ def config_label(settings: RunSettings, *, with_target: bool = False) -> str:
     if with_target:
         parts.insert(0, (settings.target or "default") + ":")
     return " ".join(parts)
+
+
+CROSS_TOKENIZER_MARK = " (cross-tokenizer)"     # a label's end once its pair is known to draft across tokenizers
+
+
+def loaded_label(label: str, pair: ModelPair) -> str:
+    """A configuration's label once its pair is loaded: a draft with another tokenizer says so (which
+    tokenizer a model has is known only once it loads), in tables, charts and exports alike."""
+    return label + CROSS_TOKENIZER_MARK if isinstance(pair.draft, CrossTokenizerDrafter) else label
 
 
 def config_labels(configs: Sequence[RunSettings]) -> list[str]:
@@ -99,6 +110,7 @@ def iter_comparison(configs: Sequence[RunSettings], prompt: str, *, loader: Load
                 yield comparison
             else:
                 pair = item
+        comparison.labels[i] = loaded_label(comparison.labels[i], pair)
         shared = baselines.get(baseline_key(settings))
         run = None
         # Each configuration starts with no memory of earlier requests: a suffix drafter must not

@@ -21,7 +21,7 @@ from ..errors import SpecvizError
 from ..metrics import bootstrap_median, median, paired_ratio, ratio
 from ..models import ModelPair
 from ..settings import RunSettings
-from .compare import baseline_key, config_labels
+from .compare import baseline_key, config_labels, loaded_label
 from .result import Run
 from .run import Loader, last, load, load_stepwise, race
 
@@ -40,12 +40,13 @@ class PromptRun:
     accepted: int
     seconds: float
     identical: bool | None
+    draft_model_tokens: int | None = None   # drafted across tokenizers: the draft model's own tokens run
 
     @classmethod
     def of(cls, config: int, prompt: int, round_: int, run: Run) -> PromptRun:
         s = run.stats
         return cls(config, prompt, round_, run.speedup, s.tokens, len(run.steps), s.cycles, s.drafted, s.accepted,
-                   s.seconds, run.identical)
+                   s.seconds, run.identical, draft_model_tokens=s.draft_model_tokens)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,9 @@ class ConfigSummary:
     mean_acceptance_length: float   # tokens per target pass, pooled over every run
     draft_acceptance_rate: float
     by_category: dict[str, float]   # median speedup per category
+    # Drafted across tokenizers (None otherwise): the draft model's own tokens per target token
+    # proposed, pooled over every run.
+    draft_tokens_per_target_token: float | None = None
 
 
 @dataclass
@@ -114,10 +118,13 @@ class PromptSetComparison:
             values = [r.speedup for r in runs if r.prompt == p and r.speedup]
             if values:
                 categories.setdefault(prompt.category, []).append(median(values))
+        across = [r for r in runs if r.draft_model_tokens is not None]
         return ConfigSummary(self.labels[config], speedups, middle, (low, high),
                              ratio(sum(r.tokens for r in runs), sum(r.passes for r in runs)),
                              ratio(sum(r.accepted for r in runs), sum(r.drafted for r in runs)),
-                             {name: median(values) for name, values in categories.items()})
+                             {name: median(values) for name, values in categories.items()},
+                             draft_tokens_per_target_token=ratio(sum(r.draft_model_tokens for r in across),
+                                                                 sum(r.drafted for r in across)) if across else None)
 
     def ranking(self) -> list[int]:
         return sorted(range(len(self.configs)), key=lambda i: self.summary(i).speedup_median, reverse=True)
@@ -154,12 +161,13 @@ def iter_prompt_set(configs: Sequence[RunSettings], prompts: Sequence[BenchPromp
         raise SpecvizError("A prompt-set comparison needs at least one configuration and one prompt.")
     comparison = PromptSetComparison(configs, config_labels(configs), prompts, repeats)
     pairs: list[ModelPair] = []
-    for settings in configs:                       # load every pair first (yielding while it loads)
+    for c, settings in enumerate(configs):         # load every pair first (yielding while it loads)
         for item in load_stepwise(settings, loader or load):
             if item is None or isinstance(item, str):
                 yield comparison
             else:
                 pairs.append(item)
+                comparison.labels[c] = loaded_label(comparison.labels[c], item)
     first_seen: set[int] = set()
     for round_ in range(repeats):
         for p, prompt in enumerate(prompts):

@@ -81,7 +81,7 @@ def full_view(comparison: PromptSetComparison, state: str, view, headline: str |
         headline, note = views.answer_line(comparison), views.winner_line(comparison)
     headline = headline or views.progress_line(comparison)
     headers, rows = views.category_rows(comparison)
-    tables = (render.table_html(views.TABLE_HEADERS, views.table_rows(comparison), label="over the prompts")
+    tables = (render.table_html(views.table_headers(comparison), views.table_rows(comparison), label="over the prompts")
               + render.table_html(headers, rows, label="median speedup by category"))
     if comparison.done:
         note += " " + views.timing_line(comparison)

@@ -18,7 +18,7 @@ from ..views import explain, render
 from ..views.export import export_comparison
 from ..views.figures import comparison_figures, sweep_figure
 from ..views.prompt_sets import write_files as write_set_files
-from ..views.prose import (SWEEP_HEADERS, TABLE_HEADERS, sweep_line, sweep_rows, table_rows, timing_note,
+from ..views.prose import (SWEEP_HEADERS, sweep_line, sweep_rows, table_headers, table_rows, timing_note,
                            winner_parts)
 from .budget import check_comparison_prompt, load_tokenizers
 from .common import (CHAT, CONCURRENCY_ID, RAW, TICK, StopSignal, Throttle, click_with_stop, error_html, export_folder,
@@ -39,7 +39,8 @@ DEFAULT_CONFIGS = [
 ]
 DRAFT_HELP = ("**draft**: `ngram` (prompt lookup), `ngram-tree` (prompt lookup as a token tree), `suffix` (suffix "
               "decoding), `self:L` (the target's first L layers, early exit) or a model "
-              "id / folder sharing the target's tokenizer. **dynamic k**: +2 after a fully accepted cycle, \u22121 "
+              "id / folder (one with another tokenizer drafts across tokenizers). **dynamic k**: +2 after a "
+              "fully accepted cycle, \u22121 "
               "after a rejection. **temperature** 0 is greedy. **tree branch** above 1 (draft models and `self:L`): an "
               "EAGLE-2 token tree of 16 nodes. Each configuration runs in turn on the same "
               "device against one plain-decoding baseline.")
@@ -87,6 +88,8 @@ def column_html(label: str, run) -> str:
     s = run.stats
     status = (f"{s.tokens} tokens \u00b7 {s.mean_acceptance_length:.2f} per pass \u00b7 "
               f"{s.tokens_per_second:.1f} tokens/s \u00b7 {run.speedup or 0:.2f}\u00d7")
+    if s.draft_tokens_per_target_token is not None:       # drafted across tokenizers
+        status += f" \u00b7 {s.draft_tokens_per_target_token:.2f} draft tokens per target token"
     return render.panel_html(label, status, "".join(render.run_cycles_html(run)), kind="spec")
 
 
@@ -120,7 +123,7 @@ def compare_view(comparison: Comparison, sweep: Sweep | None = None, *, state: s
     swept = sweep is not None and sweep.points
     notes = [why, sweep_line(sweep) if swept else "", timing_note(comparison.results)]
     status = render.status_html(state, headline, " ".join(n for n in notes if n))
-    table = render.table_html(TABLE_HEADERS, table_rows(comparison), label="comparison summary")
+    table = render.table_html(table_headers(comparison), table_rows(comparison), label="comparison summary")
     if swept:
         table += render.table_html(SWEEP_HEADERS, sweep_rows(sweep), label="k sweep")
     columns = []

@@ -1,5 +1,6 @@
 """The benchmark's summary (`runs.bench.summarize_rows`) as a markdown table, one row per (draft,
-category), the columns named as the README's benchmark section explains them."""
+category), the columns named as the README's benchmark section explains them. A draft drafted
+across tokenizers is marked so, with its draft model's tokens per target token."""
 
 from __future__ import annotations
 
@@ -14,17 +15,23 @@ COLUMNS = [("draft", "draft", "{}"), ("category", "category", "{}"), ("accept", 
            ("HF speedup", "transformers_speedup", "{:.2f}x"), ("specviz/HF", "specviz_vs_transformers", "{:.2f}"),
            ("theory", "expected_speedup", "{:.2f}x"), ("pass cost", "verify_pass_cost", "{:.2f}"),
            ("theory at pass cost", "expected_speedup_at_pass_cost", "{:.2f}x"),
+           ("draft tok/target tok", "draft_tokens_per_target_token", "{:.2f}"),
            ("identical to plain", None, None)]
+# Shown only when some row has a value (a draft with another tokenizer, drafted across tokenizers).
+OPTIONAL = {"draft_tokens_per_target_token"}
 
 
 def markdown_table(summary: Sequence[dict]) -> str:
-    header = "| " + " | ".join(name for name, _, _ in COLUMNS) + " |"
-    lines = [header, "|" + "|".join("---" if key in ("draft", "category") else "---:" for _, key, _ in COLUMNS) + "|"]
+    columns = [c for c in COLUMNS if c[1] not in OPTIONAL or any(e.get(c[1]) is not None for e in summary)]
+    header = "| " + " | ".join(name for name, _, _ in columns) + " |"
+    lines = [header, "|" + "|".join("---" if key in ("draft", "category") else "---:" for _, key, _ in columns) + "|"]
     for entry in summary:
         cells = []
-        for _, key, fmt in COLUMNS:
+        for _, key, fmt in columns:
             if key is None:
                 cells.append(f"{entry['identical']}/{entry['prompts']} (HF {entry['transformers_identical']})")
+            elif key == "draft" and entry.get("cross_tokenizer"):
+                cells.append(f"{entry[key]} (cross-tokenizer)")
             elif key == "category" and entry[key] == "overall":
                 cells.append("**overall**")
             elif entry.get(key) is None:

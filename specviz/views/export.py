@@ -6,7 +6,9 @@ Chrome or Chromium, one PNG per chart.
 
 One cycle record per cycle and configuration; `config` names the configuration (its label in the
 comparison). `summary.json` has one entry per configuration, with vLLM's metric names where vLLM has
-one (`draft_acceptance_rate`, `mean_acceptance_length`, `acceptance_histogram`) plus `speedup`.
+one (`draft_acceptance_rate`, `mean_acceptance_length`, `acceptance_histogram`) plus `speedup`. A
+configuration drafted across tokenizers has the draft model's own tokens in each cycle record
+(`draft_pieces`, `cut_text`) and `cross_tokenizer`, `draft_tokens_per_target_token` in its summary.
 """
 
 from __future__ import annotations
@@ -27,14 +29,18 @@ from .prose import winner_line
 
 log = logging.getLogger(__name__)
 
+# The last three are a cross-tokenizer draft's (null otherwise): the draft model's own tokens as
+# text, the end of its text the alignment cut, and the shared vocabulary's share per draft token.
 CYCLE_FIELDS = ["config", "cycle", "k", "drafted", "drafted_text", "num_accepted", "verdicts", "draft_probs",
                 "target_probs", "uniforms", "target_top", "correction", "correction_text", "correction_kind",
-                "correction_prob", "emitted", "residual_top", "greedy", "draft_seconds", "verify_seconds"]
+                "correction_prob", "emitted", "residual_top", "greedy", "draft_seconds", "verify_seconds",
+                "draft_pieces", "cut_text", "shared_mass"]
 # The CSV keeps the scalar fields and flattens the lists into plain text: ids, probabilities and
 # verdicts space-separated, token texts concatenated (the JSONL has every list as a list).
 CSV_FIELDS = ["config", "cycle", "k", "num_drafted", "num_accepted", "num_emitted", "drafted", "drafted_text",
               "verdicts", "draft_probs", "target_probs", "correction", "correction_text", "correction_kind",
-              "correction_prob", "greedy", "draft_seconds", "verify_seconds"]
+              "correction_prob", "greedy", "draft_seconds", "verify_seconds", "num_draft_pieces", "draft_pieces",
+              "cut_text", "shared_mass"]
 
 
 def _finite(value):
@@ -64,8 +70,10 @@ def comparison_records(comparison) -> list[dict]:
 
 def configuration_summary(label: str, run) -> dict:
     """One configuration's entry in summary.json: `Run.summary()` (the stats under vLLM's names, the
-    baseline and `speedup`) plus its label and settings."""
-    return _finite_dict({"config": label, "settings": run.settings.to_dict(), **run.summary()})
+    baseline and `speedup`; for a draft with another tokenizer, its draft tokens per target token)
+    plus its label, its settings and whether it drafted across tokenizers."""
+    return _finite_dict({"config": label, "settings": run.settings.to_dict(),
+                         "cross_tokenizer": run.stats.draft_model_tokens is not None, **run.summary()})
 
 
 def _finite_dict(data: dict) -> dict:
@@ -98,7 +106,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 # Token texts read as the text they make when concatenated; every other list (ids, probabilities,
 # verdicts) is space-separated so that `cell.split()` gives its items back.
-TEXT_LISTS = {"drafted_text"}
+TEXT_LISTS = {"drafted_text", "draft_pieces"}
 
 
 def _cell(value, *, text: bool = False) -> str:
@@ -113,7 +121,9 @@ def _cell(value, *, text: bool = False) -> str:
 
 def csv_row(record: Mapping) -> dict:
     """A JSONL record as one CSV row of plain values (CSV_FIELDS)."""
-    flat = dict(record, num_drafted=len(record["drafted"]), num_emitted=len(record["emitted"]))
+    pieces = record["draft_pieces"]
+    flat = dict(record, num_drafted=len(record["drafted"]), num_emitted=len(record["emitted"]),
+                num_draft_pieces=None if pieces is None else len(pieces))
     return {name: _cell(flat[name], text=name in TEXT_LISTS) for name in CSV_FIELDS}
 
 

@@ -16,8 +16,10 @@ from .figures import config_colour
 
 X = "\u00d7"
 TABLE_HEADERS = ["configuration", "prompts", "median speedup", "95% interval", "tokens per pass", "accepted"]
+# A column only where a configuration drafts across tokenizers (views.prose has the same one).
+CROSS_TOKENIZER_HEADER = "draft tokens per target token"
 ROW_FIELDS = ["config", "prompt_id", "category", "round", "speedup", "tokens", "baseline_tokens", "target_passes",
-              "drafted", "accepted", "seconds", "identical"]
+              "drafted", "accepted", "seconds", "identical", "draft_model_tokens"]
 
 
 def winner_line(comparison: PromptSetComparison) -> str:
@@ -75,16 +77,29 @@ def progress_line(comparison: PromptSetComparison) -> str:
     return f"{len(comparison.results)} of {comparison.total} runs done{eta}"
 
 
+def _across_tokenizers(comparison: PromptSetComparison) -> bool:
+    return any(r.draft_model_tokens is not None for r in comparison.results)
+
+
+def table_headers(comparison: PromptSetComparison) -> list[str]:
+    """The headers of `table_rows(comparison)`."""
+    return TABLE_HEADERS + ([CROSS_TOKENIZER_HEADER] if _across_tokenizers(comparison) else [])
+
+
 def table_rows(comparison: PromptSetComparison) -> list[list[str]]:
+    across = _across_tokenizers(comparison)
     rows = []
     for i in comparison.ranking():
         s = comparison.summary(i)
         if not s.speedups:   # not started yet: no numbers to show, not zeros
-            rows.append([s.label, "\u2013", "waiting", "", "", ""])
+            rows.append([s.label, "\u2013", "waiting", "", "", ""] + [""] * across)
             continue
         rows.append([s.label, str(len(s.speedups)), f"{s.speedup_median:.2f}{X}",
                      f"{s.speedup_ci95[0]:.2f}\u2013{s.speedup_ci95[1]:.2f}{X}", f"{s.mean_acceptance_length:.2f}",
                      f"{s.draft_acceptance_rate:.1%}"])
+        if across:
+            per_token = s.draft_tokens_per_target_token
+            rows[-1].append("" if per_token is None else f"{per_token:.2f}")
     return rows
 
 
@@ -130,7 +145,7 @@ def rows(comparison: PromptSetComparison) -> list[dict]:
         out.append(dict(config=comparison.labels[r.config], prompt_id=prompt.id, category=prompt.category,
                         round=r.round, speedup=r.speedup, tokens=r.tokens, baseline_tokens=r.baseline_tokens,
                         target_passes=r.passes, drafted=r.drafted, accepted=r.accepted, seconds=r.seconds,
-                        identical=r.identical))
+                        identical=r.identical, draft_model_tokens=r.draft_model_tokens))
     return out
 
 
@@ -143,7 +158,8 @@ def summary(comparison: PromptSetComparison) -> dict:
         configurations.append({"config": s.label, "settings": settings.to_dict(), "prompts": len(s.speedups),
                                "speedup_median": s.speedup_median, "speedup_ci95": list(s.speedup_ci95),
                                "mean_acceptance_length": s.mean_acceptance_length,
-                               "draft_acceptance_rate": s.draft_acceptance_rate, "by_category": s.by_category})
+                               "draft_acceptance_rate": s.draft_acceptance_rate, "by_category": s.by_category,
+                               "draft_tokens_per_target_token": s.draft_tokens_per_target_token})
     return {"prompts": len(comparison.prompts), "repeats": comparison.repeats, "configurations": configurations,
             "winner": None if winner is None else comparison.labels[winner],
             "paired": None if paired is None else {"ratio": paired[0], "ci95": [paired[1], paired[2]]},

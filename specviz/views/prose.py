@@ -169,6 +169,18 @@ def winner_parts(comparison: Comparison) -> tuple[str, str]:
 
 TABLE_HEADERS = ["configuration", "accepted", "per pass", "c", "speedup", "95% range", "theory here", "ideal theory",
                  "tokens/s"]
+# A column only where a configuration drafts across tokenizers: its draft model's own tokens per
+# target token it proposed (what re-tokenization costs the draft).
+CROSS_TOKENIZER_HEADER = "draft tokens per target token"
+
+
+def _across_tokenizers(comparison: Comparison) -> bool:
+    return any(run.stats.draft_tokens_per_target_token is not None for run in comparison.results)
+
+
+def table_headers(comparison: Comparison) -> list[str]:
+    """The headers of `table_rows(comparison)`."""
+    return TABLE_HEADERS + ([CROSS_TOKENIZER_HEADER] if _across_tokenizers(comparison) else [])
 
 
 def _range(run: Run) -> str:
@@ -177,9 +189,10 @@ def _range(run: Run) -> str:
 
 
 def table_rows(comparison: Comparison) -> list[list[str]]:
-    """The summary table as text cells (headers: TABLE_HEADERS): one row per configuration, then
+    """The summary table as text cells (headers: `table_headers`): one row per configuration, then
     one per plain baseline. speedup: decode-only, against the configuration's baseline; theory here:
     at the measured pass cost; ideal theory: at pass cost 1."""
+    across = _across_tokenizers(comparison)
     rows = []
     for label, run in comparison.pairs():
         s = run.stats
@@ -187,8 +200,12 @@ def table_rows(comparison: Comparison) -> list[list[str]]:
         rows.append([label, f"{s.draft_acceptance_rate:.1%}", f"{s.mean_acceptance_length:.2f}", f"{s.cost_ratio:.3f}",
                      f"{run.speedup or 0:.2f}{X}", _range(run), "" if here is None else f"{here:.2f}{X}",
                      f"{ideal_speedup(s, run.speed):.2f}{X}", f"{s.tokens_per_second:.1f}"])
+        if across:
+            per_token = s.draft_tokens_per_target_token
+            rows[-1].append("" if per_token is None else f"{per_token:.2f}")
     for name, run in baseline_labels(comparison):
-        rows.append([name, "", "1.00", "", f"1.00{X}", "", "", "", f"{run.plain.tokens_per_second:.1f}"])
+        rows.append([name, "", "1.00", "", f"1.00{X}", "", "", "", f"{run.plain.tokens_per_second:.1f}"]
+                    + [""] * across)
     return rows
 
 
