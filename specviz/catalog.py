@@ -3,6 +3,7 @@ and the benchmark's prompt set. Plain data, read once per call; nothing here loa
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,9 @@ def bundled_recordings() -> dict[str, Path]:
 
 
 def list_presets(path: Path | str = PRESETS_FILE) -> list[dict]:
-    """The model pairs in assets/presets.json, in file order. Offline ones need no hub access."""
+    """The model pairs in assets/presets.json, in file order, that can run here: a preset that
+    `requires` a package (the optional built-in Gemma-3-270M's) is left out unless it is installed.
+    Offline ones need no hub access. The hosted demo's allow-list is made of these (`settings.hosted`)."""
     try:
         presets = json.loads(Path(path).read_text())
     except (OSError, ValueError) as error:
@@ -53,7 +56,15 @@ def list_presets(path: Path | str = PRESETS_FILE) -> list[dict]:
         missing = [key for key in PRESET_KEYS if key not in preset]
         if missing:
             raise SpecvizError(f"Preset {preset.get('name', '?')!r} in {path} lacks {', '.join(missing)}.")
-    return presets
+        if not isinstance(preset.get("requires", ""), str) or "." in preset.get("requires", ""):
+            raise SpecvizError(f"Preset {preset['name']!r} in {path}: \"requires\" must name a top-level package.")
+    return [preset for preset in presets if installed(preset.get("requires"))]
+
+
+def installed(package: str | None) -> bool:
+    """Whether a top-level package can be imported, found without importing it (as models.sources
+    finds the built-in models' packages: importing one may fail for reasons of its own)."""
+    return not package or importlib.util.find_spec(package) is not None
 
 
 def load_examples(path: Path = EXAMPLES_FILE) -> list[dict]:

@@ -263,6 +263,28 @@ def test_an_upload_is_removed_by_the_apps_cache_rule(tiny, monkeypatch):
         demo.close()
 
 
+# ----------------------------------------------------------------------------- drafts across tokenizers
+
+def test_a_cross_tokenizer_draft_off_the_allow_list_is_refused_before_any_load(tiny):
+    from specviz.catalog import list_presets
+    from specviz.ui.common import DRAFT_MODEL
+
+    limits = hosted(list_presets())              # the presets that ship: cross-tokenizer pairs among them
+    assert {"Qwen/Qwen2.5-0.5B-Instruct", "SmolLM2-135M-Instruct"} <= limits.draft_models
+    assert validate(RunSettings(target="microsoft/Phi-3.5-mini-instruct", draft="SmolLM2-135M-Instruct"), limits)
+    # Another family's model with another tokenizer, not a preset's: one message, nothing loaded.
+    message = ("This hosted demo only runs the preset draft models; 'Qwen/Qwen2.5-1.5B-Instruct' is not one of "
+               "them.")
+    before = len(tiny.calls)
+    final = views(run_tab.run_work(limits, tiny.loader), *run_inputs(PROMPT, drafter=DRAFT_MODEL,
+                                                                      draft_model="Qwen/Qwen2.5-1.5B-Instruct"))
+    assert len(final) == 1 and message in text(final[-1].stats)
+    rows = [[True, "", "ngram", 4, False, 0.0, 1], [True, "", "Qwen/Qwen2.5-1.5B-Instruct", 4, False, 0.0, 1]]
+    refused = views(compare_tab.compare_work(limits, tiny.loader), PROMPT, rows, 16, 0, CHAT)
+    assert len(refused) == 1 and f"Row 2: {message}" in text(refused[-1].status)
+    assert len(tiny.calls) == before
+
+
 # ----------------------------------------------------------------------------- #9: values of the wrong type
 
 def test_values_that_are_not_numbers_reach_validation():
