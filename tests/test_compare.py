@@ -218,6 +218,20 @@ def test_the_compare_tab_shows_the_cross_tokenizer_configuration(across):
     assert "draft tokens per target token" not in columns[0]
 
 
+def test_the_compare_button_runs_both_side_by_side(tiny):
+    from specviz.settings import LOCAL
+    from specviz.ui import compare_tab
+    from specviz.ui.common import RAW, TICK
+
+    rows = [[True, "", "ngram", 4, False, 0.0, 1], [True, "", "other-tokenizer", 4, False, 0.0, 1]]
+    views = [v for v in compare_tab.compare_work(LOCAL, tiny.loader)(PROMPT, rows, 16, 0, RAW) if v is not TICK]
+    final = views[-1]
+    assert "2 configurations" in final.status and CROSS in final.table
+    assert "draft tokens per target token" in final.table
+    comparison, _ = final.result
+    assert comparison.labels == ["ngram k=4", CROSS] and all(run.identical for run in comparison.results)
+
+
 # ----------------------------------------------------------------------------- command line
 
 def test_cli_compare_of_a_same_and_a_cross_tokenizer_draft(tiny, monkeypatch, capsys):
