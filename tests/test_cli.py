@@ -234,3 +234,37 @@ def test_run_on_the_built_in_model(capsys):
     assert entry(["run", "--max-new-tokens", "8", "--baseline", "--no-color", "What is the capital of France?"]) == 0
     out = capsys.readouterr().out
     assert "SmolLM2-135M-Instruct drafted by ngram" in out and "measured speedup" in out
+
+
+def test_run_across_tokenizers_prints_draft_tokens_per_target_token(folder, tmp_path, capsys):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from conftest import reordered_copy
+    from specviz.models.pairs import CROSS_TOKENIZER_NOTE
+    from tiny_pair import WORDS
+
+    # The target's weights under a tokenizer with the ids reversed: the same model, another vocabulary.
+    draft = tmp_path / "other-tokenizer"
+    other = tiny_tokenizer(list(reversed(WORDS)))
+    reordered_copy(AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder),
+                   other).save_pretrained(draft)
+    other.save_pretrained(draft)
+    out = tmp_path / "run.json"
+    code = entry(["run", "--target", folder, "--draft", str(draft), "--k", "4", "--dtype", "float32",
+                  "--max-new-tokens", "24", "--baseline", "--json", str(out), "--raw", "--no-color", PROMPT])
+    assert code == 0
+    printed, progress = capsys.readouterr()
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["note"] == CROSS_TOKENIZER_NOTE and CROSS_TOKENIZER_NOTE in progress
+    assert (f"draft tokens per target token: {summary['draft_tokens_per_target_token']:.2f}; across tokenizers: "
+            f"the draft model ran {summary['draft_model_tokens']} of its own tokens for the {summary['drafted']} "
+            "target tokens it proposed") in printed
+    assert "acceptance: " in printed and "cost ratio c = " in printed and "identical: yes" in printed
+    assert "shared vocabulary" not in printed     # greedy: no token-level intersection
+
+
+def test_run_in_the_targets_tokens_prints_no_cross_tokenizer_line(folder, capsys):
+    assert entry(["run", "--target", folder, "--draft", "self:2", "--dtype", "float32", "--max-new-tokens", "12",
+                  "--raw", "--no-color", PROMPT]) == 0
+    printed = capsys.readouterr().out
+    assert "acceptance: " in printed and "draft tokens per target token" not in printed

@@ -1,5 +1,6 @@
 """The token view, the summary and the charts: pure functions of events."""
 
+import dataclasses
 import html
 import re
 
@@ -8,9 +9,10 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from conftest import make_cycle
+from tiny_pair import PROMPT
 from specviz.core.events import ACCEPTED, NOT_REACHED, REJECTED, Step
 from specviz.models import Detokenizer
-from specviz.runs.result import Run
+from specviz.runs.result import CycleText, Run
 from specviz.runs.run import cycle_text
 from specviz.settings import RunSettings
 from specviz.views import charts, render
@@ -218,3 +220,97 @@ def test_a_tree_run_shows_the_nodes_each_pass_verified():
     assert [t.name for t in per_pass.data][-1] == "nodes verified" and list(per_pass.data[-1].y) == [3, 3]
     chain = charts.run_figures(make_run([make_cycle(index=0), make_cycle(index=1)]))[1]
     assert "nodes verified" not in [t.name for t in chain.data]
+
+
+# ----------------------------------------------------------------------------- across tokenizers
+
+def cross_tokenizer_run(tiny, **options):
+    """A greedy run of the tiny target drafted by itself under another tokenizer (reversed ids)."""
+    from specviz.runs import execute
+
+    settings = RunSettings(draft="other-tokenizer", k=4, max_new_tokens=24, chat=False, **options)
+    return execute(settings, PROMPT, tiny.loader(settings), baseline=True, warm_up=False)
+
+
+def boxed(markup, kind):
+    return [html.unescape(t) for t in re.findall(rf'<span class="sv-piece sv-piece-{kind}">([^<]*)</span>', markup)]
+
+
+def without_retokenization(markup):
+    """A cycle's HTML with what drafting across tokenizers adds taken out: its line and the tooltips' line."""
+    markup = re.sub(r'<details class="sv-retok".*?</details>', "", markup, flags=re.S)
+    return re.sub(r"\nacross tokenizers: [^\"]*", "", markup)
+
+
+def test_a_cross_tokenizer_cycle_shows_the_drafts_own_tokens_and_the_target_tokens_they_became(tiny):
+    from specviz.views.teach_rows import visible
+
+    run = cross_tokenizer_run(tiny)
+    told = [(c, t) for c, t in zip(run.cycles, run.texts) if c.is_cross_tokenizer]
+    assert len(told) >= 3 and all(c.cut_text for c, _ in told)
+    for cycle, text in told:
+        markup = render.cycle_html(cycle, text)
+        # One closed line per cycle, behind a mark: each token boxed, the cut one too.
+        assert markup.count('<details class="sv-retok"') == 1 and "<details open" not in markup
+        assert boxed(markup, "draft") == [visible(p) for p in cycle.draft_pieces]
+        assert boxed(markup, "target") == [visible(t) for t in text.drafted]
+        assert boxed(markup, "cut") == [visible(cycle.cut_text)] and "(may start a longer target token)" in markup
+        # The same line in every drafted token's tooltip, boundaries as |, spaces as ␣.
+        line = (f"draft: `{'|'.join(visible(p) for p in cycle.draft_pieces)}` \u2192 target: "
+                f"`{'|'.join(visible(t) for t in text.drafted)}`; cut: `{visible(cycle.cut_text)}` "
+                "(may start a longer target token)")
+        assert line.startswith("draft: `\u2423")           # the tiny tokenizers' words start with a space
+        titles = [html.unescape(t) for t in re.findall(r'title="([^"]*)"', markup)]
+        assert sum(f"across tokenizers: {line}" in t for t in titles) == len(cycle.drafted)
+        assert line in titles                             # the mark's own tooltip
+        # Nothing else changes: without the added line it is the cycle as drafted in the target's tokens.
+        plain = dataclasses.replace(cycle, draft_pieces=None, cut_text=None)
+        assert without_retokenization(markup) == render.cycle_html(plain, text)
+    # A cycle that drafted nothing across tokenizers (the last, with no room left to draft) has no line.
+    assert all(("sv-retok" in render.cycle_html(c, t)) == c.is_cross_tokenizer for c, t in zip(run.cycles, run.texts))
+
+
+def test_same_tokenizer_cycles_show_no_retokenization(tiny):
+    from specviz.runs import execute
+
+    settings = RunSettings(draft="small", k=4, max_new_tokens=16, chat=False)
+    run = execute(settings, PROMPT, tiny.loader(settings), warm_up=False)
+    markup = "".join(render.run_cycles_html(run))
+    assert "sv-retok" not in markup and "across tokenizers" not in markup
+    assert run.note == "" and "note" not in run.summary()
+    summary = render.summary_html(run, state="Finished.")
+    assert "Draft tokens per target token" not in summary and "sv-pair-note" not in summary
+
+
+def test_the_retokenization_line_escapes_and_shows_whitespace():
+    cycle = make_cycle(drafted=(1, 2), num_accepted=2, draft_pieces=[" jump", "ed", " <b>", "\n"], cut_text="\n")
+    text = CycleText([" jumped", " <b>"], "x")
+    assert render.retokenization(cycle, text) == ("draft: `\u2423jump|ed|\u2423<b>|\u21b5` \u2192 target: "
+                                                  "`\u2423jumped|\u2423<b>`; cut: `\u21b5` (may start a longer "
+                                                  "target token)")
+    markup = render.cycle_html(cycle, text)
+    assert "<b>" not in markup and boxed(markup, "draft") == ["\u2423jump", "ed", "\u2423<b>", "\u21b5"]
+    # Nothing cut (the draft ended its text), and a draft that wrote no token.
+    assert "cut" not in render.retokenization(dataclasses.replace(cycle, cut_text=""), text)
+    empty = make_cycle(drafted=(), num_accepted=0, draft_pieces=[], cut_text="")
+    assert render.retokenization(empty, CycleText([], "x")) == "draft: `(no tokens)` \u2192 target: `(no tokens)`"
+
+
+def test_the_summary_of_a_cross_tokenizer_run_counts_draft_tokens_per_target_token_and_shows_the_note(tiny):
+    from specviz.models.pairs import CROSS_TOKENIZER_NOTE
+
+    run = cross_tokenizer_run(tiny)
+    stats = run.stats
+    assert run.note == CROSS_TOKENIZER_NOTE and run.summary()["note"] == CROSS_TOKENIZER_NOTE
+    summary = render.summary_html(run, state="Finished.")
+    assert f'<div class="sv-pair-note">{html.escape(CROSS_TOKENIZER_NOTE)}</div>' in summary
+    row = re.search(r"Draft tokens per target token</th><td[^>]*>([^<]*)</td><td>([^<]*)</td>", summary)
+    assert row and row[1] == f"{stats.draft_tokens_per_target_token:.2f}"
+    assert f"ran {stats.draft_model_tokens} of its own tokens for the {stats.drafted} target tokens" in row[2]
+    assert stats.draft_model_tokens > stats.drafted      # the cut token of each cycle counts
+    assert "Cost ratio c" in summary and "Draft acceptance rate" in summary
+    assert "shared vocabulary" not in summary            # greedy, one-hot: no token-level intersection
+    # With token-level intersection the mean share of the draft's probability there is shown too.
+    shared = dataclasses.replace(run, cycles=[dataclasses.replace(c, shared_mass=[0.5, 0.7] if c.is_cross_tokenizer
+                                                                  else None) for c in run.cycles], _stats=(-1, None))
+    assert re.search(r"Draft mass in the shared vocabulary</th><td[^>]*>60\.0%<", render.summary_html(shared, state=""))

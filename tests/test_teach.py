@@ -280,3 +280,40 @@ def test_stepping_test_by_test_walks_every_test_in_order_then_each_outcome(tiny,
         assert teach_rows.NOT_YET not in {trace.name for trace in last.verification.data}
         title = view.verification.layout.title.text
         assert "tested so far" in title and "accepted" not in title
+
+
+# ----------------------------------------------------------------------------- across tokenizers
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_a_cross_tokenizer_cycle_is_explained_step_by_step(tiny, temperature):
+    settings = RunSettings(draft="other-tokenizer", k=4, max_new_tokens=24, chat=False, temperature=temperature,
+                           seed=1)
+    result = execute(settings, PROMPT, tiny.loader(settings), warm_up=False)
+    stepped = teach.teach_run(result, tiny.tokenizer, label="other-tokenizer k=4")
+    told = [i for i, c in enumerate(result.cycles) if c.is_cross_tokenizer and c.drafted and c.cut_text]
+    assert told
+    for i in told:
+        cycle, in_context = result.cycles[i], result.texts[i].drafted
+        narrative = teach.step_view(stepped, i).narrative
+        # What the draft wrote in its own tokens, the target tokens its text became, what was cut.
+        assert "**Drafted across tokenizers**" in narrative
+        assert ("wrote " + " ".join(teach._md_token(p) for p in cycle.draft_pieces)
+                + f" ({len(cycle.draft_pieces)} of its own tokens)") in narrative
+        assert ("**re-tokenized** with the target's tokenizer, after the text the target has already written: "
+                + " ".join(teach._md_token(t) for t in in_context)) in narrative
+        assert f"The end, {teach._md_token(cycle.cut_text)}, was **cut**: it may be the start of a longer" in narrative
+        # Then the target verifies the candidates as one-hot drafts: the rows show draft p 1.
+        assert "**one-hot** drafts" in narrative
+        if cycle.greedy:
+            assert "accepted when it is the target's argmax" in narrative
+        else:
+            assert r"accepted with probability $\min(1, p_\text{target}(x) / 1) = p_\text{target}(x)$" in narrative
+        rows = check_rows_recompute_verdicts(cycle)
+        assert [row.draft_prob for row in rows] == [1.0] * len(cycle.drafted)
+        # Rendered, the four steps are a list of their own: the drafts' numbered tests still start at 1.
+        page = MarkdownIt().render(narrative)
+        assert page.count("<ul>") == 1 and "<ol>" in page and "<ol start" not in page
+    same = execute(RunSettings(draft="small", k=4, max_new_tokens=16, chat=False), PROMPT,
+                   tiny.loader(RunSettings(draft="small")), warm_up=False)
+    assert all("across tokenizers" not in teach.step_view(teach.teach_run(same, tiny.tokenizer), i).narrative
+               for i in range(len(same.cycles)))

@@ -508,3 +508,37 @@ def test_tree_cycle_text_and_pieces_follow_the_accepted_path(tiny):
         pieces = render.cycle_pieces(cycle, text)
         accepted = [p.text for p in pieces if p.verdict == "accepted"]
         assert accepted == [text.drafted[i] for i in cycle.accepted_nodes]
+
+
+# ----------------------------------------------------------------------------- across tokenizers
+
+def test_a_cross_tokenizer_run_shows_its_retokenization_note_and_draft_tokens_per_target_token(tiny):
+    from specviz.models.pairs import CROSS_TOKENIZER_NOTE
+
+    views = views_of(tiny, drafter=DRAFT_MODEL, draft_model="other-tokenizer", k=4, max_new_tokens=24)
+    final = views[-1]
+    # Every cycle has its line (closed), in the live views too; all but the last, which may have had no
+    # room left to draft.
+    for view in views[1:]:
+        cycles, marks = view.tokens.count('class="sv-cycle"'), view.tokens.count('<details class="sv-retok"')
+        assert cycles - 1 <= marks <= cycles
+    assert final.tokens.count('class="sv-cycle"') >= 4
+    assert "<details open" not in final.tokens and "across tokenizers: draft: `" in html.unescape(final.tokens)
+    summary = text(final.stats)
+    assert CROSS_TOKENIZER_NOTE in summary and summary.count(CROSS_TOKENIZER_NOTE) == 1
+    assert "Draft tokens per target token" in summary and "Finished" in summary
+    assert "identical" in summary          # greedy, float32: drafting across tokenizers stays lossless
+    plain = text(views_of(tiny, drafter=DRAFT_MODEL, draft_model="small", k=4)[-1].stats)
+    assert "across tokenizers" not in plain and "Draft tokens per target token" not in plain
+
+
+def test_teach_explains_a_cross_tokenizer_cycle(tiny):
+    from specviz.ui import teach_tab
+
+    steps = [v for v in teach_tab.teach_work(LOCAL, tiny.loader)(PROMPT, DRAFT_MODEL, "other-tokenizer", 1, 4, 0.0,
+                                                                 0, 24, RAW)
+             if isinstance(v, teach_tab.TeachView) and not str(v.position).startswith(teach_tab.DECODING)]
+    view = steps[-1]
+    assert view.position.startswith("Cycle 1 of")
+    assert "**Drafted across tokenizers**" in view.narrative and "was **cut**" in view.narrative
+    assert '<details class="sv-retok"' in view.tokens

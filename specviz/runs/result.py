@@ -36,6 +36,7 @@ class Run:
     prompt_tokens: int
     eos_token_ids: list[int]
     baseline: bool                  # whether plain decoding runs (or was attached) for comparison
+    note: str = ""                  # the pair's one-line note (`ModelPair.note`: drafting across tokenizers)
     cycles: list[Cycle] = field(default_factory=list)
     texts: list[CycleText] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
@@ -114,6 +115,8 @@ class Run:
         summary = {"target": self.target_name, "draft": self.draft_name, "target_parameters": self.target_parameters,
                    "draft_parameters": self.draft_parameters, "prompt_tokens": self.prompt_tokens, "dtype": self.dtype,
                    "device": self.device, "clock": self.clock, **self.stats.to_dict()}
+        if self.note:
+            summary["note"] = self.note
         if self.host_load is not None:
             summary.update(self.host_load.to_dict())
         speed = self.speed

@@ -150,7 +150,7 @@ def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool 
     run = Run(settings=settings, prompt=prompt, target_name=pair.target_name, draft_name=draft_name,
               target_parameters=pair.target_parameters, draft_parameters=pair.draft_parameters,
               dtype=str(pair.dtype).removeprefix("torch."), device=str(pair.device), clock=Clock(pair.device).name,
-              prompt_tokens=len(prompt_ids), eos_token_ids=eos, baseline=baseline,
+              prompt_tokens=len(prompt_ids), eos_token_ids=eos, baseline=baseline, note=pair.note,
               _decode=functools.partial(pair.tokenizer.decode, skip_special_tokens=True))
     spec_text, plain_text = Detokenizer(pair.tokenizer, prompt_ids), Detokenizer(pair.tokenizer, prompt_ids)
     limit, ends = settings.max_new_tokens, set(eos)

@@ -202,7 +202,8 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: Ses
                                     visible=not limits.hosted, elem_id="target")
                 drafter = gr.Radio(DRAFTERS, value=initial.get("drafter", PROMPT_LOOKUP), label="Drafter",
                                    elem_id="drafter")
-                draft_model = gr.Textbox(label="Draft model (same tokenizer as the target)",
+                draft_model = gr.Textbox(label="Draft model (any tokenizer: one unlike the target's is drafted "
+                                         "across tokenizers)",
                                          value=initial.get("draft_model", ""),
                                          visible=initial.get("drafter") == DRAFT_MODEL,
                                          interactive=not limits.hosted, elem_id="draft-model")

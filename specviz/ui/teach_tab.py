@@ -156,7 +156,8 @@ def build_teach_tab(*, limits: Limits, loader: Loader | None = None, last_run: g
         with gr.Column(scale=2, min_width=280):
             with gr.Accordion("Settings: drafter, k, temperature, length", open=False, elem_id="teach-settings"):
                 drafter = gr.Radio(DRAFTERS, value=EARLY_EXIT, label="Drafter", elem_id="teach-drafter")
-                draft_model = gr.Textbox(label="Draft model (same tokenizer as the target)", visible=False,
+                draft_model = gr.Textbox(label="Draft model (any tokenizer: one unlike the target's is drafted "
+                                         "across tokenizers)", visible=False,
                                          interactive=not limits.hosted)
                 exit_layer = NumberSlider(1, 63, value=24, step=1, label="Early-exit layer", elem_id="teach-exit-layer")
                 with gr.Row():

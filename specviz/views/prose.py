@@ -60,6 +60,23 @@ def theory_lines(run: Run) -> list[tuple[str, str, str]]:
     return rows
 
 
+def cross_tokenizer_lines(run: Run) -> list[tuple[str, str, str]]:
+    """(name, value, note) rows for a run drafted across tokenizers (none for any other run): how many
+    of its own tokens the draft ran per target token it proposed and, under token-level intersection
+    sampling, how much of its probability lay in the vocabulary both models share."""
+    s = run.stats
+    if s.draft_tokens_per_target_token is None:
+        return []
+    rows = [("Draft tokens per target token", f"{s.draft_tokens_per_target_token:.2f}",
+             f"across tokenizers: the draft model ran {s.draft_model_tokens} of its own tokens for the {s.drafted} "
+             "target tokens it proposed (the ones the alignment cut count too)")]
+    if s.shared_mass is not None:
+        rows.append(("Draft mass in the shared vocabulary", f"{s.shared_mass:.1%}",
+                     "the mean share of the draft's probability on tokens both vocabularies have (token-level "
+                     "intersection: the rest is dropped and the draft renormalised)"))
+    return rows
+
+
 def busy_host_text(run: Run) -> str | None:
     """A warning when the host was busy while the run was timed (`models.host.HostLoad.busy`), else None."""
     load = run.host_load
@@ -79,8 +96,9 @@ def summary_lines(run: Run) -> list[str]:
              f"({run.dtype} on {run.device})",
              f"acceptance: {s.draft_acceptance_rate:.1%} of drafted tokens (alpha {s.alpha:.2f}), "
              f"{s.mean_acceptance_length:.2f} tokens per target pass, mean k {s.mean_k:.1f}",
-             f"cost ratio c = {cost_ratio_text(run)}",
-             f"speculative: {s.tokens_per_second:.1f} tokens/s"]
+             f"cost ratio c = {cost_ratio_text(run)}"]
+    lines += [f"{name.lower()}: {value}; {note}" for name, value, note in cross_tokenizer_lines(run)]
+    lines.append(f"speculative: {s.tokens_per_second:.1f} tokens/s")
     if run.steps:
         lines.append(f"plain:       {run.plain.tokens_per_second:.1f} tokens/s")
         lines.append(f"measured speedup: {speed_text(run)}")

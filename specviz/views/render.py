@@ -5,7 +5,9 @@ Pure functions of a run's cycles and their token texts (`runs.CycleText`). Every
 apart by colour (the Okabe-Ito palette, which stays distinct under the common colour-vision
 deficiencies) and by a mark that needs no colour: rejected drafts are struck through, a resampled
 correction has a wavy underline, a bonus token a double underline. Cycles are separated by a thin
-bar. The page's stylesheet is `CSS`.
+bar. A cycle drafted across tokenizers also tells how the draft's own tokens became target tokens
+(`retokenization`): in each drafted token's tooltip, and in a line behind a mark that opens it. The
+page's stylesheet is `CSS`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from ..core import trees
 from ..core.events import ACCEPTED, BONUS, NOT_REACHED, REJECTED, RESAMPLED, Cycle
 from ..runs.result import CycleText
+from .retokenization import retokenization, retokenization_html
 
 VERDICTS = (ACCEPTED, REJECTED, RESAMPLED, BONUS)
 
@@ -51,6 +54,7 @@ def cycle_pieces(cycle: Cycle, text: CycleText) -> list[Piece]:
     they were proposed (a tree: the candidates tried and rejected where the path stopped or
     branched), then the target's own token. A tree's unreached nodes are not pieces (`tree_note`)."""
     pieces = []
+    across = retokenization(cycle, text)
     accepted = cycle.accepted_nodes
     rejected = [i for i, v in enumerate(cycle.verdicts) if v == REJECTED]
     depths = trees.depths(cycle.parents) if cycle.is_tree else None
@@ -63,6 +67,8 @@ def cycle_pieces(cycle: Cycle, text: CycleText) -> list[Piece]:
         earlier = bool(cycle.from_earlier and cycle.from_earlier[i])
         if earlier:
             title += "\ndrafted from an earlier request's text (suffix decoding remembers this session's runs)"
+        if across:
+            title += f"\nacross tokenizers: {across}"
         pieces.append(Piece(text.drafted[i], verdict, title, earlier))
     if cycle.correction is not None:
         if cycle.correction_kind == RESAMPLED:
@@ -99,11 +105,12 @@ def tree_note(cycle: Cycle, text: CycleText) -> str:
 
 
 def cycle_html(cycle: Cycle, text: CycleText) -> str:
-    """One cycle's tokens as HTML, a tree marked by a branch sign that lists what it tried."""
+    """One cycle's tokens as HTML, a tree marked by a branch sign that lists what it tried, a cycle
+    drafted across tokenizers by a mark that opens its re-tokenization."""
     note = tree_note(cycle, text)
     marker = (f'<span class="sv-branches" data-nodes="{len(cycle.drafted)}" tabindex="0" title="{html.escape(note)}">'
               f'\u2442{len(cycle.drafted)}</span>') if note else ""
-    return render_cycle(cycle.index, cycle_pieces(cycle, text), marker)
+    return render_cycle(cycle.index, cycle_pieces(cycle, text), marker + retokenization_html(cycle, text))
 
 
 def run_cycles_html(run) -> list[str]:
@@ -205,6 +212,17 @@ CSS = f"""
   text-decoration-color: {COLOURS[BONUS]}; font-weight: 700; }}
 .sv-nl {{ opacity: 0.55; }}
 .sv-branches {{ font-size: 0.75em; opacity: 0.7; vertical-align: super; cursor: help; }}
+details.sv-retok {{ display: inline; }}
+details.sv-retok > summary {{ display: inline; list-style: none; cursor: pointer; font-size: 0.75em; opacity: 0.7;
+  vertical-align: super; font-family: var(--font, sans-serif); }}
+details.sv-retok > summary::-webkit-details-marker {{ display: none; }}
+details.sv-retok[open] > summary {{ opacity: 1; font-weight: 700; }}
+.sv-retok-line {{ display: block; white-space: normal; font-size: 0.85em; line-height: 1.7; margin: 2px 0 4px;
+  padding: 2px 8px; border-left: 3px solid {COLOURS[BONUS]}; background: {_tint(COLOURS[BONUS], 0.06)}; }}
+.sv-retok-part {{ margin-right: 0.6em; }}
+.sv-piece {{ display: inline-block; white-space: pre; border: 1px solid rgba(128, 128, 128, 0.6);
+  border-radius: 3px; padding: 0 3px; margin: 0 1px; }}
+.sv-piece-cut {{ border-style: dashed; }}
 .sv-cycle {{ border-left: 2px solid rgba(128, 128, 128, 0.55); margin-left: 3px; padding-left: 2px; }}
 .sv-cycle-sample {{ display: inline-block; height: 1em; vertical-align: middle; }}
 .sv-stats table {{ border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }}
@@ -224,6 +242,7 @@ CSS = f"""
 .sv-tile-speedup .sv-tile-value {{ font-size: 2.4em; color: {COLOURS[BONUS]}; }}
 .dark .sv-tile-speedup .sv-tile-value {{ color: #56B4E9; }}
 .sv-details > summary {{ cursor: pointer; font-weight: 600; padding: 2px 0; }}
+.sv-pair-note {{ font-size: 0.9em; opacity: 0.85; }}
 .sv-stats .sv-note {{ margin-top: 8px; opacity: 0.9; }}
 .sv-error {{ border: 2px solid {COLOURS[REJECTED]}; border-radius: 8px; padding: 10px 12px;
   background: {_tint(COLOURS[REJECTED], 0.1)}; }}
@@ -258,7 +277,7 @@ def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
     numbers (acceptance, tokens per target pass, the cost of a pass), one headline sentence; then,
     behind "Details", every figure with what it compares and how sure it is. `notes` are extra
     paragraphs for the details (plain text)."""
-    from .prose import compared_text, cost_ratio_text, speed_text, theory_lines
+    from .prose import compared_text, cost_ratio_text, cross_tokenizer_lines, speed_text, theory_lines
 
     spec, plain, speed = run.stats, run.plain, run.speed
     if speed is None:
@@ -300,6 +319,7 @@ def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
                 f"of {spec.drafted_from_earlier} drafted tokens that only earlier runs' text proposed (marked "
                 "by a line over the token): suffix decoding remembers this session's runs")]
           if spec.drafted_from_earlier is not None else []),
+        *(_row(name, value, note) for name, value, note in cross_tokenizer_lines(run)),
         _row("Cost ratio c", cost_ratio_text(run), "one draft step's time / one target pass's time, measured"),
         _row("Measured speedup", speed_text(run) if speed else "\u2013", compared_text(run)),
         *(_row(name, value, note) for name, value, note in theory_lines(run)),
@@ -310,8 +330,11 @@ def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
                          f"{plain.tokens} tokens in {plain.seconds:.2f} s"))
     paragraphs = "".join(f'<p class="sv-note">{html.escape(n)}</p>' for n in notes)
     state_html = f'<div class="sv-state">{html.escape(state)}</div>' if state else ""
+    # The pair's one-line note (drafting across tokenizers), where the headline is read.
+    note_html = f'<div class="sv-pair-note">{html.escape(run.note)}</div>' if run.note else ""
     return (f'<div class="sv-stats"><div class="sv-tiles">{tiles}</div>'
-            f'<div class="sv-headline" role="status">{html.escape(headline + outputs_text(run))}</div>{state_html}'
+            f'<div class="sv-headline" role="status">{html.escape(headline + outputs_text(run))}</div>{note_html}'
+            f'{state_html}'
             f'<details class="sv-details"><summary>Details: every figure, what it compares, the theory</summary>'
             f'<table aria-label="acceptance and speedup">{"".join(rows)}</table>{paragraphs}</details></div>')
 

@@ -9,7 +9,7 @@ normalised; `Cycle.residual_top` holds its top tokens.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import plotly.graph_objects as go
@@ -60,6 +60,46 @@ def tree_tries(cycle: Cycle, text_of: TokenText, upto: int | None = None) -> lis
 CURRENT = " \u25c0 *this test*"
 
 
+def across_tokenizers(cycle: Cycle, text_of: TokenText, in_context: Sequence[str] | None = None) -> list[str]:
+    """A cycle drafted across tokenizers, step by step: what the draft wrote in its own tokens, the
+    target tokens its text became (`in_context`: their texts as decoded in the output, where a
+    leading space shows; else each decoded on its own), what the alignment cut, and how the target
+    tests the candidates. No lines for a cycle drafted in the target's tokens."""
+    if not cycle.is_cross_tokenizer:
+        return []
+    pieces = " ".join(_md_token(p) for p in cycle.draft_pieces)
+    n = len(cycle.drafted)
+    became = " ".join(_md_token(t) for t in (in_context or [text_of(t) for t in cycle.drafted]))
+    if not cycle.draft_pieces:
+        wrote = "- The draft model, which has its own tokenizer, wrote no token this cycle."
+    else:
+        wrote = (f"- The draft model, which has its own tokenizer, wrote {pieces} "
+                 f"({len(cycle.draft_pieces)} of its own tokens).")
+    retokenized = (f"- That text was **re-tokenized** with the target's tokenizer, after the text the target has "
+                   f"already written: {became} ({n} target token{'s' if n != 1 else ''})." if n else
+                   "- That text was **re-tokenized** with the target's tokenizer: it gave no whole target token, "
+                   "so there is nothing to test.")
+    if cycle.cut_text:
+        cut = (f"- The end, {_md_token(cycle.cut_text)}, was **cut**: it may be the start of a longer target "
+               "token (only more text would tell), so it is left for the next cycle to draft again.")
+    else:
+        cut = "- Nothing was cut: the draft's text ended where a target token ends."
+    if cycle.shared_mass is not None:
+        test = ("- The candidates carry the draft's probabilities restricted to the vocabulary both models "
+                "share and renormalised, so the target tests them by standard speculative sampling.")
+    elif cycle.greedy:
+        test = ("- The target verifies them as **one-hot** drafts (draft probability 1): greedy, each is "
+                "accepted when it is the target's argmax, so the output is exactly the target's own.")
+    else:
+        test = ("- The target verifies them as **one-hot** drafts (draft probability 1): a candidate $x$ is "
+                r"accepted with probability $\min(1, p_\text{target}(x) / 1) = p_\text{target}(x)$, and after a "
+                "rejection the correction is drawn from the target's distribution without $x$, which keeps the "
+                "output distributed exactly as the target's.")
+    # Bullets, not a numbered list: the drafts' numbered tests follow, and would continue its numbers.
+    return ["**Drafted across tokenizers** (the draft and the target split text differently):", "",
+            wrote, retokenized, cut, test, ""]
+
+
 def _row_line(row: TokenRow, greedy: bool) -> str:
     """A chain position's test, in words and in the formula's terms."""
     token = _md_token(row.text)
@@ -100,9 +140,10 @@ def _tests_so_far(cycle: Cycle, rows: Sequence[TokenRow], tested: Sequence[int],
 
 
 def cycle_markdown(cycle: Cycle, rows: Sequence[TokenRow], text_of: TokenText, total: int | None = None,
-                   upto: int | None = None) -> str:
+                   upto: int | None = None, drafted_texts: Sequence[str] | None = None) -> str:
     """What happened in this cycle, in words and in the formulas' terms (Markdown with $LaTeX$). With
-    `upto`, only the target's tests up to that one (0-based, see `tested_nodes`), and no outcome yet."""
+    `upto`, only the target's tests up to that one (0-based, see `tested_nodes`), and no outcome yet.
+    `drafted_texts`: the drafted tokens' texts in context (for a cycle drafted across tokenizers)."""
     of_total = f" of {total}" if total else ""
     mode = "greedy verification" if cycle.greedy else "speculative sampling"
     lines = [f"### Cycle {cycle.index + 1}{of_total}: k = {cycle.k}, {mode}", ""]
@@ -116,6 +157,7 @@ def cycle_markdown(cycle: Cycle, rows: Sequence[TokenRow], text_of: TokenText, t
         lines.append(f"The drafter proposed {len(cycle.drafted)} token{'s' if len(cycle.drafted) > 1 else ''}; "
                      f"one target pass scored them all at once.")
         lines.append("")
+    lines += across_tokenizers(cycle, text_of, drafted_texts)
     if cycle.is_tree and cycle.drafted:
         path = " ".join(_md_token(text_of(cycle.drafted[i])) for i in cycle.accepted_nodes) or "nothing"
         lines.append(f"They form a **tree**: the target checked the children of each node it reached, "
@@ -159,6 +201,7 @@ class TeachRun:
     cycles: list[Cycle]
     cycle_html: list[str]
     texts: dict[int, str]
+    drafted_texts: list[list[str]] = field(default_factory=list)   # per cycle: its drafts' texts in context
 
     def text_of(self, token: int) -> str:
         return self.texts.get(token, f"#{token}")
@@ -168,7 +211,7 @@ def teach_run(run, tokenizer, label: str = "") -> TeachRun:
     """From a finished `runs.Run` and its tokenizer."""
     texts = token_texts(run.cycles, lambda ids: tokenizer.decode(ids, skip_special_tokens=False,
                                                                  clean_up_tokenization_spaces=False))
-    return TeachRun(label, list(run.cycles), render.run_cycles_html(run), texts)
+    return TeachRun(label, list(run.cycles), render.run_cycles_html(run), texts, [t.drafted for t in run.texts])
 
 
 class StepView(NamedTuple):
@@ -194,7 +237,8 @@ def step_view(run: TeachRun, index: int, test: int | None = None) -> StepView:
         current = run.cycle_html[index].replace('class="sv-cycle"', 'class="sv-cycle sv-current"', 1)
         tokens = render.token_view_html(run.cycle_html[:index] + [current],
                                         f"{run.label} \u00b7 cycle {index + 1} of {len(run.cycles)}")
-        return StepView(tokens, cycle_markdown(cycle, rows, run.text_of, len(run.cycles)),
+        in_context = run.drafted_texts[index] if index < len(run.drafted_texts) else None
+        return StepView(tokens, cycle_markdown(cycle, rows, run.text_of, len(run.cycles), drafted_texts=in_context),
                         rows_html(rows, cycle.greedy, tree=cycle.is_tree),
                         tree_figure(cycle, run.text_of) if cycle.is_tree else verification_figure(cycle, rows),
                         residual_figure(cycle, run.text_of), position + ("" if test is None else ", outcome"))
