@@ -58,6 +58,11 @@ def test_a_drafter_that_cannot_batch_is_refused_before_any_work(tiny):
     pair = tiny.pair(draft="ngram-tree")
     with pytest.raises(SpecvizError, match="one request at a time"):
         next(sweep(settings(draft="ngram-tree"), PROMPTS, pair, batches=(1,), ks=(2,)))
+    # A draft model with another tokenizer passes the spec check (it is a model) and is refused,
+    # saying why, once its pair has loaded.
+    pair = tiny.pair(draft="other-tokenizer")
+    with pytest.raises(SpecvizError, match=r"other-tokenizer \(its tokenizer differs.*across tokenizers runs one"):
+        next(sweep(settings(draft="other-tokenizer"), PROMPTS, pair, batches=(1,), ks=(2,)))
 
 
 def point(batch, k, speedup, low=None, high=None) -> LoadPoint:

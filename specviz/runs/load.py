@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from ..catalog import BenchPrompt
 from ..core.batched import (BatchCycle, BatchStep, batched_autoregressive_decode, batched_speculative_decode,
                              row_outputs)
+from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.drafters import DraftModelDrafter, PromptLookupDrafter
 from ..core.timing import Clock
 from ..errors import SpecvizError
@@ -149,9 +150,9 @@ class LoadProgress:
 BATCHED_DRAFTS = ("model", "self", "ngram")     # the kinds of drafter batched decoding drafts with
 
 
-def _refuse(name: str) -> SpecvizError:
+def _refuse(name: str, why: str = "trees and suffix decoding run one request at a time") -> SpecvizError:
     return SpecvizError(f"The load sweep drafts with a draft model, self:L or ngram, not {name}: "
-                        "trees and suffix decoding run one request at a time (use `run` or `bench`).")
+                        f"{why} (use `run` or `bench`).")
 
 
 def check_draft_spec(settings: RunSettings) -> None:
@@ -161,6 +162,9 @@ def check_draft_spec(settings: RunSettings) -> None:
 
 
 def check_drafter(pair: ModelPair) -> None:
+    if isinstance(pair.draft, CrossTokenizerDrafter):
+        raise _refuse(f"{pair.draft_name} (its tokenizer differs from the target's)",
+                      "drafting across tokenizers runs one request at a time")
     if not isinstance(pair.draft, (DraftModelDrafter, PromptLookupDrafter)):
         raise _refuse(pair.draft_name)
 

@@ -61,7 +61,7 @@ def run_record(run: Run, label: str | None = None) -> dict:
         "target": {"name": run.target_name, "parameters": run.target_parameters},
         "draft": {"name": run.draft_name, "parameters": run.draft_parameters},
         # What loading the pair said (`Run.note`, such as drafting across tokenizers).
-        "note": getattr(run, "note", ""),
+        "note": run.note,
         "dtype": run.dtype, "device": run.device, "clock": run.clock,
         "prompt_tokens": run.prompt_tokens, "eos_token_ids": list(run.eos_token_ids),
         "baseline": run.baseline, "spec_done": run.spec_done, "plain_done": run.plain_done,
@@ -208,8 +208,8 @@ def _run_from(record) -> tuple[Run, str]:
               prompt_tokens=fields_["prompt_tokens"], eos_token_ids=fields_.get("eos_token_ids", []),
               baseline=fields_.get("baseline", bool(steps)), cycles=cycles, texts=texts, steps=steps,
               step_texts=step_texts, spec_done=fields_.get("spec_done", True),
-              plain_done=fields_.get("plain_done", True), host_load=HostLoad.from_dict(record.get("summary")))
-    run.note = fields_.get("note", "")      # `Run.note` (runs.result), set as the live run set it
+              plain_done=fields_.get("plain_done", True), host_load=HostLoad.from_dict(record.get("summary")),
+              note=fields_.get("note", ""))
     return run, fields_.get("label") or f"{run.target_name} + {run.draft_name}"
 
 

@@ -191,8 +191,8 @@ def build_load_tab(*, limits: Limits, loader: Loader | None = None) -> LoadTab:
         with gr.Column(scale=1, min_width=280):
             with gr.Accordion("Settings: drafter, batch sizes, k, prompts", open=False, elem_id="load-settings"):
                 drafter = gr.Radio(DRAFTERS, value=PROMPT_LOOKUP, label="Drafter", elem_id="load-drafter")
-                draft_model = gr.Textbox(label="Draft model (same tokenizer as the target)", visible=False,
-                                         elem_id="load-draft-model")
+                draft_model = gr.Textbox(label="Draft model (with the target's tokenizer: the sweep does not draft "
+                                               "across tokenizers)", visible=False, elem_id="load-draft-model")
                 exit_layer = NumberSlider(1, 63, value=8, step=1, label="Early-exit layer", visible=False,
                                           elem_id="load-exit-layer")
                 batches = gr.Textbox(DEFAULT_BATCHES, label="Batch sizes" + (

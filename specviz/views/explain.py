@@ -143,7 +143,8 @@ least one token, and as many as $k + 1$.
 The drafters here: **prompt lookup** (`ngram`) copies what followed the last few tokens where they
 occurred before in the prompt or the output (free, and very good at rewrites and edits);
 **early exit** (`self:L`) runs only the target's first $L$ layers and its output head; a **draft model**
-is a smaller model with the same tokenizer.
+is a smaller model, with the target's tokenizer or with another one (then its text is re-tokenized into
+the target's tokens each cycle, and the candidates are verified like prompt lookup's, one-hot).
 
 ### Greedy verification (temperature 0)
 
