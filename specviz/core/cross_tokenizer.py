@@ -14,9 +14,11 @@ each sample is proposed as that target token with the restricted distribution as
 probabilities, and speculative sampling keeps the target's distribution exact. One-hot candidates
 (`sampling="one-hot"`): the draft samples freely and its text is re-tokenized as when greedy; a
 one-hot candidate x is accepted with probability target(x) and rejected into the target's
-distribution without x, exact too, but it accepts less (measured in /work/notes/tli.md).
+distribution without x, exact too, but it accepts less: Gemma-3-270M drafted by SmolLM2-135M,
+k = 4, accepted 27% of TLI's candidates against 6% of one-hot ones at temperature 1 (2.0 against
+1.2 tokens per pass), 27% against 18% at 0.7 (2.0 against 1.6).
 
-Both tokenizers are passed in (any object with transformers' `encode` / `decode`): this layer knows
+Both tokenizers are passed in (any object with transformers' `encode` / `decode` / `batch_decode`): this layer knows
 no model loading. Three faults of the reference implementation are avoided on purpose: re-encoding
 never adds special tokens (no extra BOS mid-text, transformers #46124), the draft's positions come
 from its own cache, cropped to exactly the draft tokens still valid (#46936), and under TLI each
