@@ -290,7 +290,6 @@ def test_shared_tokens_map_byte_level_and_sentencepiece_tokens_by_their_text():
     assert token_texts(words)[words.convert_tokens_to_ids("cat")] == (False, " cat")
 
 
-@torch.inference_mode()
 def test_intersection_reports_the_distribution_each_candidate_was_drawn_from():
     # After a few sampled cycles, each proposed row must be the draft's warped distribution after
     # exactly its context and the draft tokens before it (a fresh forward, no cache), restricted
@@ -300,6 +299,7 @@ def test_intersection_reports_the_distribution_each_candidate_was_drawn_from():
     draft = make_llama(3, layers=1, vocab=len(draft_tokenizer))
     drafter = CrossTokenizerDrafter(draft, draft_tokenizer, target_tokenizer)
     prompt = target_tokenizer(PROMPT, return_tensors="pt").input_ids
+    # The decoding loop runs in inference mode; the proposal below runs outside it, autograd on.
     out, cycles = emitted(target, drafter, prompt, max_new_tokens=12, k=3, temperature=1.0, seed=1)
     # Nothing of the draft's text is cut (the loop's own last cycle, with no room to draft, has no record).
     assert any(c.drafted for c in cycles) and {c.cut_text for c in cycles} <= {"", None}
@@ -314,8 +314,9 @@ def test_intersection_reports_the_distribution_each_candidate_was_drawn_from():
     shared = drafter.shared
     target_texts = token_texts(target_tokenizer)
     for i, candidate in enumerate(proposal.tokens.tolist()):
-        fresh = draft(torch.tensor([context + fed[:i]])).logits[0, -1:]
-        restricted, mass = intersect(sampler.probs(fresh)[0], shared)
+        with torch.no_grad():
+            fresh = draft(torch.tensor([context + fed[:i]])).logits[0, -1:]
+            restricted, mass = intersect(sampler.probs(fresh)[0], shared)
         assert torch.allclose(proposal.probs[i], in_target_vocabulary(restricted, shared), atol=1e-5)
         assert proposal.shared_mass[i] == pytest.approx(mass, abs=1e-5) and 0 < mass < 1
         assert proposal.probs[i, candidate] > 0 and float(proposal.probs[i].sum()) == pytest.approx(1.0, abs=1e-5)

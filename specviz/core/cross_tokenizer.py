@@ -284,6 +284,9 @@ class CrossTokenizerDrafter(Drafter):
                                         target_vocab_size=self.target_vocab_size).to(self.model.device)
         return self.shared
 
+    # Drafting needs no autograd; without it the shared-token table, built inside the decoding loop's
+    # inference mode, can be used by a `propose` called outside it.
+    @torch.no_grad()
     def _propose_intersection(self, sequence: torch.Tensor, k: int, sampler: Sampler) -> Draft:
         """Token-level intersection: up to k draft tokens, each drawn from the draft's warped
         distribution restricted to the shared tokens and renormalised, after the draft's context
