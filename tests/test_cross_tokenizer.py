@@ -13,7 +13,16 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
 from conftest import make_llama, reference, reordered_copy
-from specviz.core.cross_tokenizer import CrossTokenizerDrafter, draft_prompt, target_candidates, text_after
+from specviz.core.cross_tokenizer import (
+    CrossTokenizerDrafter,
+    draft_prompt,
+    in_target_vocabulary,
+    intersect,
+    shared_tokens,
+    target_candidates,
+    text_after,
+    token_texts,
+)
 from specviz.core.decoding import speculative_decode
 from specviz.core.sampling import Sampler
 from specviz.errors import SpecvizError
@@ -56,10 +65,12 @@ def char_tokenizer(bos: bool = True) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="</s>", bos_token="<s>")
 
 
-def byte_tokenizer() -> PreTrainedTokenizerFast:
+BYTE_MERGES = [("\u0120", "t"), ("h", "e"), ("\u0120t", "he"), ("a", "t"), ("\u0120", "c")]
+
+
+def byte_tokenizer(merges=BYTE_MERGES) -> PreTrainedTokenizerFast:
     """Byte-level BPE (GPT-2 style): 256 byte symbols and a few merges, 'Ġ' for a space."""
     alphabet = pre_tokenizers.ByteLevel.alphabet()
-    merges = [("\u0120", "t"), ("h", "e"), ("\u0120t", "he"), ("a", "t"), ("\u0120", "c")]
     vocab = {t: i for i, t in enumerate(["<|endoftext|>", *sorted(alphabet), *("".join(m) for m in merges)])}
     backend = Tokenizer(models.BPE(vocab, merges))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -232,12 +243,13 @@ def test_text_after_keeps_a_leading_space():
 
 def test_sampling_through_a_cross_tokenizer_draft_follows_the_target():
     # Six target words, a character-level draft: one-hot candidates keep speculative sampling exact.
+    # (No draft token reads as one of these words, " ab" with its space: TLI would draft nothing.)
     words = ["ab", "ba", "a", "b", "<unk>", "c"]
     target_tokenizer = word_tokenizer(words)
     draft_tokenizer = char_tokenizer(bos=False)
     target = make_llama(0, layers=2, vocab=len(words), hidden=32)
     drafter = CrossTokenizerDrafter(make_llama(5, layers=1, vocab=len(draft_tokenizer), hidden=32), draft_tokenizer,
-                                    target_tokenizer)
+                                    target_tokenizer, sampling="one-hot")
     prompt = target_tokenizer("ab ba a", return_tensors="pt").input_ids
     sampler = Sampler(1.0)
     counts, proposed = np.zeros(len(words) ** LENGTH), 0
@@ -249,6 +261,130 @@ def test_sampling_through_a_cross_tokenizer_draft_follows_the_target():
     assert pooled_chisquare(counts, exact_joint(target, prompt, sampler)) > 1e-3
     # Power check: a wrong distribution (twice the temperature) is rejected by the same counts.
     assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(2.0))) < 1e-4
+
+
+# ----------------------------------------------------------------------------- token-level intersection
+
+def mapping(draft_tokenizer, target_tokenizer) -> dict[str, str]:
+    shared = shared_tokens(draft_tokenizer, target_tokenizer, draft_vocab_size=len(draft_tokenizer),
+                           target_vocab_size=len(target_tokenizer))
+    return dict(zip(draft_tokenizer.convert_ids_to_tokens(shared.draft_ids.tolist()),
+                    target_tokenizer.convert_ids_to_tokens(shared.target_ids.tolist())))
+
+
+def test_shared_tokens_map_byte_level_and_sentencepiece_tokens_by_their_text():
+    byte_level, sentencepiece = byte_tokenizer(), char_tokenizer(bos=True)
+    shared = mapping(byte_level, sentencepiece)
+    # Word-start markers read as the space they stand for; a token maps only to one that reads the same.
+    assert {"\u0120the": "\u2581the", "\u0120c": "\u2581c", "\u0120": "\u2581", "at": "at", "t": "t"}.items() \
+        <= shared.items()
+    # 'he' and 'Ġt' are no SentencePiece token (only parts of one or more of them); a byte-level
+    # piece of a character (0xC3, 'Ã') has no text of its own; a special token maps only to the same string.
+    assert not {"he", "\u0120t", "\u00c3", "<|endoftext|>"} & shared.keys()
+    assert mapping(sentencepiece, byte_level).items() >= {"\u2581the": "\u0120the", "\u2581c": "\u0120c"}.items()
+    # The same words under other ids: every token maps, each to its own word.
+    words, reversed_words = word_tokenizer(special=False), word_tokenizer(list(reversed(WORDS)), special=False)
+    shared = mapping(reversed_words, words)
+    assert len(shared) == len(WORDS) and all(d == t for d, t in shared.items())
+    # A word-level token reads with its leading space: ' cat', not 'cat'.
+    assert token_texts(words)[words.convert_tokens_to_ids("cat")] == (False, " cat")
+
+
+def test_intersection_reports_the_distribution_each_candidate_was_drawn_from():
+    # After a few sampled cycles, each proposed row must be the draft's warped distribution after
+    # exactly its context and the draft tokens before it (a fresh forward, no cache), restricted
+    # to the shared tokens, renormalised and summed into the target's vocabulary (transformers #47932).
+    target_tokenizer, draft_tokenizer = char_tokenizer(bos=False), byte_tokenizer()
+    target = make_llama(0, layers=2, vocab=len(target_tokenizer))
+    draft = make_llama(3, layers=1, vocab=len(draft_tokenizer))
+    drafter = CrossTokenizerDrafter(draft, draft_tokenizer, target_tokenizer)
+    prompt = target_tokenizer(PROMPT, return_tensors="pt").input_ids
+    # The decoding loop runs in inference mode; the proposal below runs outside it, autograd on.
+    out, cycles = emitted(target, drafter, prompt, max_new_tokens=12, k=3, temperature=1.0, seed=1)
+    # Nothing of the draft's text is cut (the loop's own last cycle, with no room to draft, has no record).
+    assert any(c.drafted for c in cycles) and {c.cut_text for c in cycles} <= {"", None}
+    sequence = torch.cat([prompt, torch.tensor([out])], dim=1)
+    sampler = Sampler(0.8, top_k=40, seed=2)       # warping happens before the restriction
+    proposal = drafter.propose(sequence, 4, sampler)
+    text = text_after(target_tokenizer, sequence[0].tolist(), prompt.shape[1])
+    context = draft_prompt(target_tokenizer, draft_tokenizer, prompt[0].tolist()) + draft_tokenizer.encode(
+        text, add_special_tokens=False)
+    fed = drafter.cached_ids[len(context):]        # the draft tokens drawn, but the last
+    assert drafter.cached_ids[:len(context)] == context and len(proposal.tokens) == len(fed) + 1 >= 2
+    shared = drafter.shared
+    target_texts = token_texts(target_tokenizer)
+    for i, candidate in enumerate(proposal.tokens.tolist()):
+        with torch.no_grad():
+            fresh = draft(torch.tensor([context + fed[:i]])).logits[0, -1:]
+            restricted, mass = intersect(sampler.probs(fresh)[0], shared)
+        assert torch.allclose(proposal.probs[i], in_target_vocabulary(restricted, shared), atol=1e-5)
+        assert proposal.shared_mass[i] == pytest.approx(mass, abs=1e-5) and 0 < mass < 1
+        assert proposal.probs[i, candidate] > 0 and float(proposal.probs[i].sum()) == pytest.approx(1.0, abs=1e-5)
+        # Each candidate is the one target token its draft token reads as.
+        assert target_texts[candidate] == (False, proposal.draft_pieces[i])
+        if i < len(fed):
+            assert shared.target_ids[shared.draft_ids.tolist().index(fed[i])] == candidate
+
+
+def sentencepiece_tokenizer_of_six() -> PreTrainedTokenizerFast:
+    """A six-token SentencePiece-style vocabulary: '▁', 'a', 'b', '▁a', '▁b' and '<unk>'."""
+    merges = [("\u2581", "a"), ("\u2581", "b")]
+    vocab = {t: i for i, t in enumerate(["<unk>", "\u2581", "a", "b", "\u2581a", "\u2581b"])}
+    backend = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    backend.decoder = decoders.Metaspace()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>")
+
+
+def test_sampling_with_token_level_intersection_follows_the_target():
+    # A six-token SentencePiece-style target drafted by a byte-level model: five of the draft's 262
+    # tokens read as target tokens ('Ġ', 'a', 'b', 'Ġa', 'Ġb'), the rest never can, so the
+    # restriction and its renormalisation decide the draft probabilities that verification reads.
+    target_tokenizer = sentencepiece_tokenizer_of_six()
+    draft_tokenizer = byte_tokenizer([("\u0120", "a"), ("\u0120", "b"), ("a", "b")])
+    assert len(mapping(draft_tokenizer, target_tokenizer)) == 5
+    target = make_llama(0, layers=2, vocab=len(target_tokenizer), hidden=32)
+    drafter = CrossTokenizerDrafter(make_llama(5, layers=1, vocab=len(draft_tokenizer), hidden=32), draft_tokenizer,
+                                    target_tokenizer)
+    prompt = target_tokenizer("a b a", return_tensors="pt").input_ids
+    counts, proposed, masses = np.zeros(len(target_tokenizer) ** LENGTH), 0, []
+    for seed in range(1500):
+        out, cycles = emitted(target, drafter, prompt, max_new_tokens=LENGTH, k=2, temperature=1.0, seed=seed)
+        counts[int(np.ravel_multi_index(out, (len(target_tokenizer),) * LENGTH))] += 1
+        proposed += sum(len(c.drafted) for c in cycles)
+        masses += [m for c in cycles for m in c.shared_mass or []]
+    assert proposed > 1000 and len(masses) == proposed and all(0 < m < 0.5 for m in masses)
+    assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(1.0))) > 1e-3
+    # Power check: a wrong distribution (twice the temperature) is rejected by the same counts.
+    assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(2.0))) < 1e-4
+
+
+def test_the_same_model_under_another_vocabulary_samples_with_all_its_mass_shared():
+    # Every draft token reads as a target word and the draft is the target itself: each shared mass
+    # is 1 and each candidate is drawn from the target's own distribution, so nearly all are accepted
+    # (one-hot candidates would be accepted with probability target(x) only).
+    target_tokenizer = word_tokenizer(special=False)
+    draft_tokenizer = word_tokenizer(list(reversed(WORDS)), special=False)
+    target = make_llama(0, layers=2, vocab=len(target_tokenizer))
+    draft = reordered_copy(target, target_tokenizer, draft_tokenizer)
+    prompt = target_tokenizer(PROMPT, return_tensors="pt").input_ids
+    accepted = {}
+    for sampling in CrossTokenizerDrafter.SAMPLING:
+        drafter = CrossTokenizerDrafter(draft, draft_tokenizer, target_tokenizer, sampling=sampling)
+        runs = [emitted(target, drafter, prompt, max_new_tokens=24, k=4, temperature=1.0, seed=seed)[1]
+                for seed in range(4)]
+        stats = summarize([c for cycles in runs for c in cycles])
+        accepted[sampling] = stats.draft_acceptance_rate
+        if sampling == "intersection":
+            assert stats.shared_mass == pytest.approx(1.0, abs=1e-5)
+            assert all(c.cut_text == "" and len(c.draft_pieces) == len(c.drafted)
+                       for cycles in runs for c in cycles if c.draft_pieces is not None)
+    assert accepted["intersection"] > 0.95 > accepted["one-hot"]
+
+
+def test_an_unknown_sampling_mode_is_refused():
+    with pytest.raises(ValueError, match="sampling must be one of intersection, one-hot"):
+        CrossTokenizerDrafter(make_llama(3, layers=1, vocab=8), word_tokenizer(), char_tokenizer(), sampling="tli")
 
 
 # ----------------------------------------------------------------------------- selection

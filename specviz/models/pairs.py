@@ -147,7 +147,8 @@ def make_drafter(spec: str | None, target: PreTrainedModel, *, target_name: str 
     if target_tokenizer is not None and draft_tokenizer is not None and \
             vocabulary_mismatch(target_tokenizer, draft_tokenizer):
         check_overlap(target_tokenizer, draft_tokenizer, draft_name=name, target_name=target_name)
-        return CrossTokenizerDrafter(draft_model, draft_tokenizer, target_tokenizer, name=name)
+        return CrossTokenizerDrafter(draft_model, draft_tokenizer, target_tokenizer, name=name,
+                                     target_vocab_size=vocab_size)
     return DraftModelDrafter(draft_model, vocab_size=vocab_size, name=name)
 
 
