@@ -79,14 +79,23 @@ def across_tokenizers(cycle: Cycle, text_of: TokenText, in_context: Sequence[str
                    f"already written: {became} ({n} target token{'s' if n != 1 else ''})." if n else
                    "- That text was **re-tokenized** with the target's tokenizer: it gave no whole target token, "
                    "so there is nothing to test.")
-    if cycle.cut_text:
+    if cycle.shared_mass is not None:      # token-level intersection: one target token per draft token
+        mass = sum(cycle.shared_mass) / len(cycle.shared_mass) if cycle.shared_mass else 1.0
+        retokenized = (f"- The draft sampled only among its tokens whose text is exactly one target token (the "
+                       f"vocabulary both share: {mass:.0%} of its probability on average this cycle), renormalised, "
+                       f"so each of its tokens is a target token: {became}." if n else
+                       "- The draft sampled no token the target's vocabulary shares: there is nothing to test.")
+        cut = "- Nothing was cut: each draft token is a whole target token."
+    elif cycle.cut_text:
         cut = (f"- The end, {_md_token(cycle.cut_text)}, was **cut**: it may be the start of a longer target "
                "token (only more text would tell), so it is left for the next cycle to draft again.")
     else:
         cut = "- Nothing was cut: the draft's text ended where a target token ends."
     if cycle.shared_mass is not None:
-        test = ("- The candidates carry the draft's probabilities restricted to the vocabulary both models "
-                "share and renormalised, so the target tests them by standard speculative sampling.")
+        test = ("- The candidates carry those renormalised draft probabilities $q$, so the target tests them "
+                r"by standard speculative sampling: $x$ is accepted with probability $\min(1, p_\text{target}(x) / "
+                "q(x))$, and after a rejection the correction is drawn from the normalised residual, which keeps "
+                "the output distributed exactly as the target's.")
     elif cycle.greedy:
         test = ("- The target verifies them as **one-hot** drafts (draft probability 1): greedy, each is "
                 "accepted when it is the target's argmax, so the output is exactly the target's own.")
