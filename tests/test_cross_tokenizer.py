@@ -468,3 +468,28 @@ def test_the_benchmark_measures_transformers_universal_assisted_decoding_on_the_
     assert kwargs["assistant_tokenizer"] is drafter.draft_tokenizer and "assistant_tokenizer" in described
     timed = bench.run_transformers(setup, prompt, Clock(target.device))
     assert timed.tokens == reference(target, prompt, n=16)
+
+
+# ----------------------------------------------------------------------------- chat templates
+
+def test_each_model_formats_the_conversation_with_its_own_chat_template(tiny, monkeypatch):
+    from specviz.runs import execute
+    from specviz.settings import RunSettings
+    from tiny_pair import PROMPT as TINY_PROMPT
+    settings = RunSettings(draft="other-tokenizer", k=4, max_new_tokens=16, chat=True)
+    pair = tiny.pair(draft="other-tokenizer")
+    drafter = pair.draft
+    # Only the target has a template: the draft reads the target's formatted prompt as text.
+    result = execute(settings, TINY_PROMPT, pair, warm_up=False)
+    target_text = tiny.tokenizer.apply_chat_template([{"role": "user", "content": TINY_PROMPT}], tokenize=False,
+                                                     add_generation_prompt=True)
+    assert drafter.draft_prompt == tiny.other_tokenizer.encode(target_text)
+    plain = reference(tiny.target, tiny.tokenizer(target_text, return_tensors="pt").input_ids, n=16)
+    assert result.tokens == plain
+    # Both have one: the draft reads the conversation in its own template (here without the
+    # assistant marker), and the output is still exactly the target's.
+    monkeypatch.setattr(tiny.other_tokenizer, "chat_template",
+                        "{% for m in messages %}<user> {{ m['content'] }} {% endfor %}")
+    result = execute(settings, TINY_PROMPT, pair, warm_up=False)
+    assert drafter.draft_prompt == tiny.other_tokenizer.encode(f"<user> {TINY_PROMPT} ")
+    assert result.tokens == plain

@@ -36,6 +36,7 @@ from .drafters import Draft, Drafter
 from .sampling import Sampler, to_host
 
 LOOKBEHIND = 8          # target tokens re-encoded with the drafted text, to align at a token boundary
+OWN_PROMPTS_KEPT = 8    # prompts remembered in the draft's own chat template (a prompt set's turns)
 DECODE_WINDOW = 4       # tokens decoded before a piece, so a leading space survives (SentencePiece)
 
 
@@ -206,14 +207,25 @@ class CrossTokenizerDrafter(Drafter):
             eos = getattr(draft_tokenizer, "eos_token_id", None)
         self.draft_eos = set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
         self.cache: DynamicCache | None = None
+        self.own_prompts: dict[tuple[int, ...], list[int]] = {}   # target prompt -> the draft's own formatting
         self.cached_ids: list[int] = []           # the draft tokens the cache holds, in order
         self.prompt_length = 0                    # target tokens of the prompt
         self.draft_prompt: list[int] = []
 
+    def read_prompt_as(self, prompt: list[int], draft_ids: list[int]) -> None:
+        """Have the draft read the target prompt `prompt` as `draft_ids`: the same conversation in
+        the draft's own chat template. `begin` uses it for that prompt only (the last few are kept);
+        any other prompt is read as its text (`draft_prompt`)."""
+        self.own_prompts.pop(tuple(prompt), None)
+        self.own_prompts[tuple(prompt)] = list(draft_ids)
+        while len(self.own_prompts) > OWN_PROMPTS_KEPT:
+            del self.own_prompts[next(iter(self.own_prompts))]
+
     def begin(self, prompt_ids: torch.Tensor) -> None:
         prompt = prompt_ids[0].tolist()
         self.prompt_length = len(prompt)
-        self.draft_prompt = draft_prompt(self.target_tokenizer, self.draft_tokenizer, prompt)
+        self.draft_prompt = (self.own_prompts.get(tuple(prompt))
+                             or draft_prompt(self.target_tokenizer, self.draft_tokenizer, prompt))
         if not self.draft_prompt:
             raise ValueError("the prompt's text encodes to no draft tokens: the draft has nothing to continue")
         self.cache, self.cached_ids = DynamicCache(config=self.model.config), []

@@ -25,6 +25,7 @@ from typing import TypeVar
 
 import torch
 
+from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.decoding import autoregressive_decode, speculative_decode
 from ..core.timing import Clock
 from ..core.draft_trees import DraftTreeDrafter
@@ -82,6 +83,14 @@ def encode(settings: RunSettings, prompt: str, pair: ModelPair) -> torch.Tensor:
     """The prompt's token ids on the pair's device, refused when the run would overflow a context."""
     input_ids = encode_prompt(pair.tokenizer, prompt, chat=settings.chat)
     check_context(pair, input_ids.shape[1], settings.max_new_tokens)
+    drafter = pair.draft
+    # Across tokenizers, each model formats the conversation with its own chat template where both
+    # have one; otherwise the draft reads the target's prompt as text (see CrossTokenizerDrafter).
+    if (settings.chat and isinstance(drafter, CrossTokenizerDrafter)
+            and getattr(pair.tokenizer, "chat_template", None)
+            and getattr(drafter.draft_tokenizer, "chat_template", None)):
+        drafter.read_prompt_as(input_ids[0].tolist(),
+                               encode_prompt(drafter.draft_tokenizer, prompt, chat=True)[0].tolist())
     return input_ids.to(pair.device)
 
 
