@@ -212,6 +212,16 @@ def test_alignment_when_the_drafted_text_merges_with_the_last_target_token():
     assert tokenizer.decode(sequence + candidates) == "a the cat"
 
 
+def test_the_merge_fallback_adds_no_word_start_with_a_sentencepiece_tokenizer():
+    # SentencePiece-style tokenizers put a word start ('▁') before a text encoded on its own: the
+    # fallback's text 'he cat' (after the seen '▁', 't') must continue the word, not start one.
+    tokenizer = char_tokenizer(bos=False)
+    sequence = tokenizer.encode("t")
+    candidates = target_candidates(tokenizer, sequence, len(sequence), "he cat", complete=True)
+    assert tokenizer.convert_ids_to_tokens(candidates) == ["h", "e", "\u2581c", "at"]
+    assert tokenizer.decode(sequence + candidates) == "the cat"
+
+
 def test_the_draft_prompt_has_one_bos_and_only_shared_special_tokens():
     # The target's BOS is not in the draft's vocabulary: dropped; the draft's own BOS leads, once.
     target_tokenizer, draft_tokenizer = word_tokenizer(bos=True), char_tokenizer(bos=True)

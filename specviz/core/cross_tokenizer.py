@@ -38,6 +38,7 @@ from .sampling import Sampler, to_host
 LOOKBEHIND = 8          # target tokens re-encoded with the drafted text, to align at a token boundary
 OWN_PROMPTS_KEPT = 8    # prompts remembered in the draft's own chat template (a prompt set's turns)
 DECODE_WINDOW = 4       # tokens decoded before a piece, so a leading space survives (SentencePiece)
+CONTINUATION_ANCHORS = ("\n", ".", "|")   # texts that end a token in most vocabularies
 
 
 def _decode(tokenizer, ids: list[int], skip_special: bool) -> str:
@@ -81,8 +82,23 @@ def target_candidates(tokenizer, sequence: list[int], clean: int, drafted_text: 
         seen_text = _decode(tokenizer, sequence[seen_from:], False)
         if not joined.startswith(seen_text):
             return []
-        candidates = _encode(tokenizer, joined[len(seen_text):])
+        candidates = _continuation(tokenizer, sequence, joined[len(seen_text):])
     return candidates if complete else candidates[:-1]
+
+
+def _continuation(tokenizer, sequence: list[int], text: str) -> list[int]:
+    """Target tokens whose text continues `sequence` with exactly `text`. Encoded on its own, a text
+    gets a word start from SentencePiece-style tokenizers that prepend one ('he' -> '▁he'), so
+    it is encoded after an anchor that ends a token and the anchor's tokens are dropped."""
+    candidates = _encode(tokenizer, text)
+    if text_after(tokenizer, sequence + candidates, len(sequence), skip_special=False) == text:
+        return candidates
+    for anchor in CONTINUATION_ANCHORS:
+        lead, ids = _encode(tokenizer, anchor), _encode(tokenizer, anchor + text)
+        if ids[:len(lead)] == lead and text_after(tokenizer, sequence + ids[len(lead):], len(sequence),
+                                                  skip_special=False) == text:
+            return ids[len(lead):]
+    return candidates
 
 
 def draft_prompt(target_tokenizer, draft_tokenizer, prompt: list[int]) -> list[int]:
