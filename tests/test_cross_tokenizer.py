@@ -124,8 +124,9 @@ def test_greedy_stops_on_eos_like_generate(cross_pair, k):
     assert out == expected
 
 
+@pytest.mark.parametrize("cut_last", [False, True])
 @pytest.mark.parametrize("k", [2, 5])
-def test_the_same_model_under_another_vocabulary_drafts_what_the_target_picks(k):
+def test_the_same_model_under_another_vocabulary_drafts_what_the_target_picks(k, cut_last):
     # Same words, other ids: the draft is the target with its rows permuted, so every candidate
     # is the target's own next token and is accepted. (No special tokens: a special token the
     # target emits mid-output has no text, so the draft would not see it.)
@@ -133,24 +134,29 @@ def test_the_same_model_under_another_vocabulary_drafts_what_the_target_picks(k)
     draft_tokenizer = word_tokenizer(list(reversed(WORDS)), special=False)
     target = make_llama(0, layers=2, vocab=len(target_tokenizer))
     drafter = CrossTokenizerDrafter(reordered_copy(target, target_tokenizer, draft_tokenizer), draft_tokenizer,
-                                    target_tokenizer)
+                                    target_tokenizer, cut_last=cut_last)
     prompt = target_tokenizer(PROMPT, return_tensors="pt").input_ids
     out, cycles = emitted(target, drafter, prompt, max_new_tokens=30, k=k)
     assert out == reference(target, prompt, n=30)
     assert all(c.num_accepted == len(c.drafted) for c in cycles)
     assert sum(c.num_accepted for c in cycles) >= 30 * (k - 1) / k - k   # nearly every token drafted
-    # One draft token per target word here, plus the cut one per cycle (no cut after the last).
+    # One draft token per target word here, plus (cut_last) the cut one per cycle.
     stats = summarize(cycles)
     assert stats.draft_model_tokens == sum(len(c.draft_pieces or []) for c in cycles) >= stats.drafted
     assert stats.draft_tokens_per_target_token == stats.draft_model_tokens / stats.drafted and stats.shared_mass is None
     # Each cycle records the draft's own tokens and what the alignment cut: the candidates' text,
-    # then the cut, is the text the draft wrote (here the cut is the word after the k candidates).
+    # then the cut, is the text the draft wrote. With cut_last the cut is the word after the k
+    # candidates, drafted to learn whether the k-th word was whole; without it nothing is cut and
+    # the draft runs exactly one of its tokens per candidate.
     sequence = prompt[0].tolist()
     for cycle in cycles[:-1]:            # the last cycle, with no room left to draft, proposes nothing
         assert cycle.is_cross_tokenizer and cycle.shared_mass is None     # greedy: no token-level intersection
         candidates_text = text_after(target_tokenizer, sequence + cycle.drafted, len(sequence))
         assert (candidates_text + cycle.cut_text).split() == "".join(cycle.draft_pieces).split()
-        assert len(cycle.cut_text.split()) == 1 and len(cycle.draft_pieces) == len(cycle.drafted) + 1
+        if cut_last:
+            assert len(cycle.cut_text.split()) == 1 and len(cycle.draft_pieces) == len(cycle.drafted) + 1
+        else:
+            assert cycle.cut_text == "" and len(cycle.draft_pieces) == len(cycle.drafted)
         sequence += cycle.emitted
 
 

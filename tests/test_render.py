@@ -254,11 +254,11 @@ def test_a_cross_tokenizer_cycle_shows_the_drafts_own_tokens_and_the_target_toke
         assert markup.count('<details class="sv-retok"') == 1 and "<details open" not in markup
         assert boxed(markup, "draft") == [visible(p) for p in cycle.draft_pieces]
         assert boxed(markup, "target") == [visible(t) for t in text.drafted]
-        assert boxed(markup, "cut") == [visible(cycle.cut_text)] and "(may start a longer target token)" in markup
+        assert boxed(markup, "cut") == [visible(cycle.cut_text)] and "(left for the next cycle)" in markup
         # The same line in every drafted token's tooltip, boundaries as |, spaces as ␣.
         line = (f"draft: `{'|'.join(visible(p) for p in cycle.draft_pieces)}` \u2192 target: "
                 f"`{'|'.join(visible(t) for t in text.drafted)}`; cut: `{visible(cycle.cut_text)}` "
-                "(may start a longer target token)")
+                "(left for the next cycle)")
         assert line.startswith("draft: `\u2423")           # the tiny tokenizers' words start with a space
         titles = [html.unescape(t) for t in re.findall(r'title="([^"]*)"', markup)]
         assert sum(f"across tokenizers: {line}" in t for t in titles) == len(cycle.drafted)
@@ -286,8 +286,8 @@ def test_the_retokenization_line_escapes_and_shows_whitespace():
     cycle = make_cycle(drafted=(1, 2), num_accepted=2, draft_pieces=[" jump", "ed", " <b>", "\n"], cut_text="\n")
     text = CycleText([" jumped", " <b>"], "x")
     assert render.retokenization(cycle, text) == ("draft: `\u2423jump|ed|\u2423<b>|\u21b5` \u2192 target: "
-                                                  "`\u2423jumped|\u2423<b>`; cut: `\u21b5` (may start a longer "
-                                                  "target token)")
+                                                  "`\u2423jumped|\u2423<b>`; cut: `\u21b5` (left for the next "
+                                                  "cycle)")
     markup = render.cycle_html(cycle, text)
     assert "<b>" not in markup and boxed(markup, "draft") == ["\u2423jump", "ed", "\u2423<b>", "\u21b5"]
     # Nothing cut (the draft ended its text), and a draft that wrote no token.

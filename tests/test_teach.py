@@ -312,7 +312,7 @@ def test_a_cross_tokenizer_cycle_is_explained_step_by_step(tiny, temperature):
                 + f" ({len(cycle.draft_pieces)} of its own tokens)") in narrative
         assert ("**re-tokenized** with the target's tokenizer, after the text the target has already written: "
                 + " ".join(teach._md_token(t) for t in in_context)) in narrative
-        assert f"The end, {teach._md_token(cycle.cut_text)}, was **cut**: it may be the start of a longer" in narrative
+        assert f"The end, {teach._md_token(cycle.cut_text)}, was **cut** and left for the next cycle" in narrative
         # Then the target verifies the candidates as one-hot drafts: the rows show draft p 1.
         assert "**one-hot** drafts" in narrative
         if cycle.greedy:

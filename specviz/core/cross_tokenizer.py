@@ -196,9 +196,18 @@ class CrossTokenizerDrafter(Drafter):
     `draft_prompt` encodes it, then the target's output so far in draft tokens);
     its KV cache is kept for the longest prefix of draft tokens that did not change and cropped
     to it. Greedy, and sampling with `sampling="one-hot"`, it drafts until the re-tokenized text
-    gives k target candidates after the cut (or `draft_tokens_per_candidate` * (k + 1) draft
-    tokens, or its EOS). Sampling with `sampling="intersection"` (token-level intersection), it
-    drafts k shared tokens, each one target token, with their distributions.
+    gives k target candidates (or `draft_tokens_per_candidate` * (k + 1) draft tokens, or its
+    EOS). Sampling with `sampling="intersection"` (token-level intersection), it drafts k shared
+    tokens, each one target token, with their distributions.
+
+    `cut_last`: SLEM's cut. The last candidate's text ends where the draft stopped, so it may be
+    the start of a longer target token (`jump` of `jumped`); with the cut it is dropped unless the
+    draft ended, and the draft writes one more candidate's worth of text to fill k. Off by default:
+    proposed anyway, a partial token costs only its place in the pass (the target rejects it and
+    writes the whole token as its correction, as it would have written it after the cut), while
+    the extra draft token costs a draft forward. On Gemma-3-270M drafted by SmolLM2-135M (fp32,
+    greedy, k = 4, one prompt per benchmark category, 48 tokens, one thread) both wrote the same
+    outputs in the same passes but one, with 20% fewer draft tokens, 5-19% faster without the cut.
 
     `target_vocab_size` is the width of the target's logits (default: the target tokenizer's
     length); a TLI draft's probabilities have that width."""
@@ -206,7 +215,7 @@ class CrossTokenizerDrafter(Drafter):
     SAMPLING = ("intersection", "one-hot")
 
     def __init__(self, model: PreTrainedModel, draft_tokenizer, target_tokenizer, *, name: str | None = None,
-                 draft_tokens_per_candidate: int = 4, sampling: str = "intersection",
+                 draft_tokens_per_candidate: int = 4, sampling: str = "intersection", cut_last: bool = False,
                  target_vocab_size: int | None = None):
         if sampling not in self.SAMPLING:
             raise ValueError(f"sampling must be one of {', '.join(self.SAMPLING)}, got {sampling!r}")
@@ -218,6 +227,7 @@ class CrossTokenizerDrafter(Drafter):
         self.name = name or getattr(model.config, "name_or_path", "") or type(model).__name__
         self.parameters = sum(p.numel() for p in model.parameters())
         self.draft_tokens_per_candidate = draft_tokens_per_candidate
+        self.cut_last = cut_last
         eos = getattr(model.generation_config, "eos_token_id", None)
         if eos is None:
             eos = getattr(draft_tokenizer, "eos_token_id", None)
@@ -291,7 +301,8 @@ class CrossTokenizerDrafter(Drafter):
             text = text_after(self.draft_tokenizer, context + drafted, len(context))
             # A draft ending inside a character has an unfinished tail: leave it for the next token.
             text = text.rstrip("\ufffd")
-            candidates = target_candidates(self.target_tokenizer, ids, clean, text, complete=complete) if text else []
+            candidates = target_candidates(self.target_tokenizer, ids, clean, text,
+                                           complete=complete or not self.cut_last) if text else []
             if complete or len(candidates) >= k:
                 break
             logits = self._feed([token])

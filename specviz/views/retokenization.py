@@ -26,7 +26,7 @@ def retokenization(cycle: Cycle, text: CycleText) -> str:
         return ""
     line = f"draft: `{_joined(cycle.draft_pieces)}` \u2192 target: `{_joined(text.drafted)}`"
     if cycle.cut_text:
-        line += f"; cut: `{visible(cycle.cut_text)}` (may start a longer target token)"
+        line += f"; cut: `{visible(cycle.cut_text)}` (left for the next cycle)"
     return line
 
 
@@ -42,8 +42,8 @@ def retokenization_html(cycle: Cycle, text: CycleText) -> str:
     line = retokenization(cycle, text)
     if not line:
         return ""
-    cut = (f'<span class="sv-retok-part">cut: {_pieces_html([cycle.cut_text], "cut")} (may start a longer '
-           'target token)</span>') if cycle.cut_text else ""
+    cut = (f'<span class="sv-retok-part">cut: {_pieces_html([cycle.cut_text], "cut")} (left for the next '
+           'cycle)</span>') if cycle.cut_text else ""
     return (f'<details class="sv-retok" data-cycle="{cycle.index}"><summary title="{html.escape(line)}" '
             f'aria-label="cycle {cycle.index + 1}: the draft\'s own tokens and the target tokens they became">'
             f'\u21c4</summary><span class="sv-retok-line"><span class="sv-retok-part">draft: '

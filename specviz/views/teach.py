@@ -87,8 +87,9 @@ def across_tokenizers(cycle: Cycle, text_of: TokenText, in_context: Sequence[str
                        "- The draft sampled no token the target's vocabulary shares: there is nothing to test.")
         cut = "- Nothing was cut: each draft token is a whole target token."
     elif cycle.cut_text:
-        cut = (f"- The end, {_md_token(cycle.cut_text)}, was **cut**: it may be the start of a longer target "
-               "token (only more text would tell), so it is left for the next cycle to draft again.")
+        cut = (f"- The end, {_md_token(cycle.cut_text)}, was **cut** and left for the next cycle to draft "
+               "again: past the k candidates, or (when the drafter cuts its last token) maybe the start of a "
+               "longer target token, which only more text would tell.")
     else:
         cut = "- Nothing was cut: the draft's text ended where a target token ends."
     if cycle.shared_mass is not None:
