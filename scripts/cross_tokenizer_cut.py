@@ -10,13 +10,15 @@ decode throughputs (first cycle, the prefill, left out).
 
 import json
 import sys
+from pathlib import Path
 
 import torch
 
-from specviz.catalog import load_bench_prompts
-from specviz.core.cross_tokenizer import CrossTokenizerDrafter
-from specviz.core.decoding import speculative_decode
-from specviz.models import encode_prompt, load_pair
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from specviz.catalog import load_bench_prompts  # noqa: E402
+from specviz.core.cross_tokenizer import CrossTokenizerDrafter  # noqa: E402
+from specviz.core.decoding import speculative_decode  # noqa: E402
+from specviz.models import encode_prompt, load_pair  # noqa: E402
 
 
 def main(rounds: int) -> None:

@@ -7,7 +7,7 @@ import socket
 import sys
 from pathlib import Path
 
-ROOT = Path.cwd()
+ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 import torch  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
