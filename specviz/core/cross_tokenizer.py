@@ -307,15 +307,20 @@ class CrossTokenizerDrafter(Drafter):
             if complete or len(candidates) >= k:
                 break
             logits = self._feed([token])
-        candidates = candidates[:k]
-        # What to show: the draft's own tokens as text, and the end of its text the candidates leave out.
-        pieces = [text_after(self.draft_tokenizer, context + drafted[:i + 1], len(context) + i)
-                  for i in range(len(drafted))]
-        whole = target_candidates(self.target_tokenizer, ids, clean, text, complete=True) if text else []
-        cut = whole[len(candidates):] if whole[:len(candidates)] == candidates else []
-        cut = text_after(self.target_tokenizer, ids + whole[:len(candidates) + len(cut)], len(ids) + len(candidates))
-        return Draft(torch.tensor(candidates, dtype=torch.long, device=sequence.device), None,
-                     draft_pieces=pieces, cut_text=cut)
+        # What to show: the end of the draft's text the proposed candidates leave out (past the k-th,
+        # or the last one SLEM's cut dropped), from every target token its text re-tokenized into.
+        proposed = candidates[:k]
+        whole = candidates if complete or not self.cut_last else (
+            target_candidates(self.target_tokenizer, ids, clean, text, complete=True) if text else [])
+        left_out = whole[len(proposed):] if whole[:len(proposed)] == proposed else []
+        cut = text_after(self.target_tokenizer, ids + proposed + left_out, len(ids) + len(proposed))
+        return Draft(torch.tensor(proposed, dtype=torch.long, device=sequence.device), None,
+                     draft_pieces=self._pieces(context, drafted), cut_text=cut)
+
+    def _pieces(self, context: list[int], drafted: list[int]) -> list[str]:
+        """The draft's own tokens `drafted` (after `context`) as text, one piece each."""
+        return [text_after(self.draft_tokenizer, context + drafted[:i + 1], len(context) + i)
+                for i in range(len(drafted))]
 
     def _shared_tokens(self) -> SharedTokens:
         if self.shared is None:
@@ -359,7 +364,6 @@ class CrossTokenizerDrafter(Drafter):
         if not drafted:
             return nothing
         # Each draft token is one whole target token: nothing of the draft's text is cut.
-        pieces = [text_after(self.draft_tokenizer, context + drafted[:i + 1], len(context) + i)
-                  for i in range(len(drafted))]
         return Draft(torch.tensor(candidates, dtype=torch.long, device=sequence.device),
-                     torch.stack(rows).to(sequence.device), draft_pieces=pieces, cut_text="", shared_mass=masses)
+                     torch.stack(rows).to(sequence.device), draft_pieces=self._pieces(context, drafted), cut_text="",
+                     shared_mass=masses)
