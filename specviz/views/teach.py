@@ -75,10 +75,6 @@ def across_tokenizers(cycle: Cycle, text_of: TokenText, in_context: Sequence[str
     else:
         wrote = (f"- The draft model, which has its own tokenizer, wrote {pieces} "
                  f"({len(cycle.draft_pieces)} of its own tokens).")
-    retokenized = (f"- That text was **re-tokenized** with the target's tokenizer, after the text the target has "
-                   f"already written: {became} ({n} target token{'s' if n != 1 else ''})." if n else
-                   "- That text was **re-tokenized** with the target's tokenizer: it gave no whole target token, "
-                   "so there is nothing to test.")
     if cycle.shared_mass is not None:      # token-level intersection: one target token per draft token
         mass = sum(cycle.shared_mass) / len(cycle.shared_mass) if cycle.shared_mass else 1.0
         retokenized = (f"- The draft sampled only among its tokens whose text is exactly one target token (the "
@@ -86,25 +82,29 @@ def across_tokenizers(cycle: Cycle, text_of: TokenText, in_context: Sequence[str
                        f"so each of its tokens is a target token: {became}." if n else
                        "- The draft sampled no token the target's vocabulary shares: there is nothing to test.")
         cut = "- Nothing was cut: each draft token is a whole target token."
-    elif cycle.cut_text:
-        cut = (f"- The end, {_md_token(cycle.cut_text)}, was **cut** and left for the next cycle to draft "
-               "again: past the k candidates, or (when the drafter cuts its last token) maybe the start of a "
-               "longer target token, which only more text would tell.")
-    else:
-        cut = "- Nothing was cut: the draft's text ended where a target token ends."
-    if cycle.shared_mass is not None:
         test = ("- The candidates carry those renormalised draft probabilities $q$, so the target tests them "
                 r"by standard speculative sampling: $x$ is accepted with probability $\min(1, p_\text{target}(x) / "
                 "q(x))$, and after a rejection the correction is drawn from the normalised residual, which keeps "
                 "the output distributed exactly as the target's.")
-    elif cycle.greedy:
-        test = ("- The target verifies them as **one-hot** drafts (draft probability 1): greedy, each is "
-                "accepted when it is the target's argmax, so the output is exactly the target's own.")
     else:
-        test = ("- The target verifies them as **one-hot** drafts (draft probability 1): a candidate $x$ is "
-                r"accepted with probability $\min(1, p_\text{target}(x) / 1) = p_\text{target}(x)$, and after a "
-                "rejection the correction is drawn from the target's distribution without $x$, which keeps the "
-                "output distributed exactly as the target's.")
+        retokenized = (f"- That text was **re-tokenized** with the target's tokenizer, after the text the target "
+                       f"has already written: {became} ({n} target token{'s' if n != 1 else ''})." if n else
+                       "- That text was **re-tokenized** with the target's tokenizer: it gave no whole target "
+                       "token, so there is nothing to test.")
+        if cycle.cut_text:
+            cut = (f"- The end, {_md_token(cycle.cut_text)}, was **cut** and left for the next cycle to draft "
+                   "again: past the k candidates, or (when the drafter cuts its last token) maybe the start of a "
+                   "longer target token, which only more text would tell.")
+        else:
+            cut = "- Nothing was cut: the draft's text ended where a target token ends."
+        if cycle.greedy:
+            test = ("- The target verifies them as **one-hot** drafts (draft probability 1): greedy, each is "
+                    "accepted when it is the target's argmax, so the output is exactly the target's own.")
+        else:
+            test = ("- The target verifies them as **one-hot** drafts (draft probability 1): a candidate $x$ is "
+                    r"accepted with probability $\min(1, p_\text{target}(x) / 1) = p_\text{target}(x)$, and "
+                    "after a rejection the correction is drawn from the target's distribution without $x$, which "
+                    "keeps the output distributed exactly as the target's.")
     # Bullets, not a numbered list: the drafts' numbered tests follow, and would continue its numbers.
     return ["**Drafted across tokenizers** (the draft and the target split text differently):", "",
             wrote, retokenized, cut, test, ""]
