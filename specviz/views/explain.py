@@ -143,8 +143,9 @@ least one token, and as many as $k + 1$.
 The drafters here: **prompt lookup** (`ngram`) copies what followed the last few tokens where they
 occurred before in the prompt or the output (free, and very good at rewrites and edits);
 **early exit** (`self:L`) runs only the target's first $L$ layers and its output head; a **draft model**
-is a smaller model, with the target's tokenizer or with another one (then its text is re-tokenized into
-the target's tokens each cycle, and the candidates are verified like prompt lookup's, one-hot).
+is a smaller model, with the target's tokenizer or with another one (then, greedy, its text is
+re-tokenized into the target's tokens each cycle and the candidates are verified one-hot, like prompt
+lookup's; sampling, it drafts only tokens both vocabularies share, with their renormalised probabilities).
 
 ### Greedy verification (temperature 0)
 
