@@ -25,7 +25,8 @@ MAX_RESIDUAL_TOP = 10              # tokens kept of a residual distribution (cor
 # Drafting across tokenizers: the draft model's own tokens (as text) each cycle. Its drafter runs at
 # most 4 of them per target token proposed, k + 1 at most (core.cross_tokenizer); twice that is read.
 PIECES_PER_CANDIDATE = 8           # a cycle holds at most this many pieces per candidate (k + 1)
-MAX_PIECES = 8 * MAX_DRAFTED       # 2,097,152 pieces in a file (a real run at k = 64 runs at most 1,064,960)
+# 2,097,152 pieces in a file (a real run at k = 64 runs at most 1,064,960)
+MAX_PIECES = PIECES_PER_CANDIDATE * MAX_DRAFTED
 MAX_PIECE_CHARS = 1024             # one piece's text, and the text a cycle's alignment cut (a token or two)
 MAX_NOTE_CHARS = 1000              # a run's note (models.pairs: one line, such as the cross-tokenizer note)
 
