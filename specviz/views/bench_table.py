@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..runs.compare import CROSS_TOKENIZER_MARK
+
 # (header, summary key, format); the last column counts outputs identical to plain decoding.
 COLUMNS = [("draft", "draft", "{}"), ("category", "category", "{}"), ("accept", "acceptance_rate", "{:.0%}"),
            ("tok/pass", "tokens_per_pass", "{:.2f}"), ("nodes/pass", "nodes_per_pass", "{:.1f}"),
@@ -31,7 +33,7 @@ def markdown_table(summary: Sequence[dict]) -> str:
             if key is None:
                 cells.append(f"{entry['identical']}/{entry['prompts']} (HF {entry['transformers_identical']})")
             elif key == "draft" and entry.get("cross_tokenizer"):
-                cells.append(f"{entry[key]} (cross-tokenizer)")
+                cells.append(entry[key] + CROSS_TOKENIZER_MARK)
             elif key == "category" and entry[key] == "overall":
                 cells.append("**overall**")
             elif entry.get(key) is None:

@@ -13,11 +13,10 @@ from ..files import write_atomic
 from ..runs.prompt_sets import PromptSetComparison
 from .charts import PLAIN_COLOUR, layout
 from .figures import config_colour
+from .prose import CROSS_TOKENIZER_HEADER     # a column only where a configuration drafts across tokenizers
 
 X = "\u00d7"
 TABLE_HEADERS = ["configuration", "prompts", "median speedup", "95% interval", "tokens per pass", "accepted"]
-# A column only where a configuration drafts across tokenizers (views.prose has the same one).
-CROSS_TOKENIZER_HEADER = "draft tokens per target token"
 ROW_FIELDS = ["config", "prompt_id", "category", "round", "speedup", "tokens", "baseline_tokens", "target_passes",
               "drafted", "accepted", "seconds", "identical", "draft_model_tokens"]
 
