@@ -9,7 +9,7 @@ import torch
 from conftest import make_llama, reference, truncated_copy
 from test_sampling import LENGTH, V, exact_joint, pooled_chisquare
 
-from specviz.core.batched import batched_autoregressive_decode, batched_speculative_decode, row_outputs, row_seed
+from specviz.core.decoding import batched_autoregressive_decode, batched_speculative_decode, row_outputs, row_seed
 from specviz.core import ragged_cache
 from specviz.core.ragged_cache import RaggedCache
 from specviz.core.decoding import autoregressive_decode, speculative_decode
@@ -79,12 +79,12 @@ def test_rows_that_end_leave_the_batch(models):
     events = list(batched_speculative_decode(target, drafts["model"], prompts, max_new_tokens=NEW_TOKENS, k=3))
     out = row_outputs(events)
     for row in out:
-        last_pass = max(e.index for e in events if row in e.rows)
+        last_pass = max(e.index for e in events if row in e.requests)
         ended_on_eos = out[row][-1] == EOS
         assert ended_on_eos or len(out[row]) == NEW_TOKENS
-        assert all(row not in e.rows for e in events if e.index > last_pass)
+        assert all(row not in e.requests for e in events if e.index > last_pass)
     assert any(tokens[-1] == EOS and len(tokens) < NEW_TOKENS for tokens in out.values())
-    live = [len(e.rows) for e in events]
+    live = [len(e.requests) for e in events]
     assert live == sorted(live, reverse=True) and live[0] == len(prompts) > live[-1]
     for event in events[1:]:
         assert event.tokens == sum(1 + len(c.drafted) for c in event.cycles)
@@ -204,6 +204,10 @@ def test_bad_batches_are_refused(models):
     with pytest.raises(ValueError, match="no prompts"):
         batched_autoregressive_decode(target, [])
     with pytest.raises(ValueError, match="one request at a time"):
-        batched_speculative_decode(target, SuffixDrafter(), [torch.tensor([[1, 2]])])
+        batched_speculative_decode(target, SuffixDrafter(), [torch.tensor([[1, 2]]), torch.tensor([[3, 4]])])
+    # A batch of one is a single request: a drafter of one request at a time (trees) runs there.
+    prompt = torch.tensor([[5, 6, 7, 5, 6]])
+    one = row_outputs(batched_speculative_decode(target, SuffixDrafter(), [prompt], max_new_tokens=8))[0]
+    assert one == alone(target, SuffixDrafter(), prompt, max_new_tokens=8) == reference(target, prompt, eos=EOS, n=8)
     with pytest.raises(ValueError, match="k"):
         batched_speculative_decode(target, drafts["ngram"], [torch.tensor([[1, 2]])], k=0)

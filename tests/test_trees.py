@@ -219,7 +219,7 @@ def test_the_draft_cache_keeps_exactly_the_accepted_path():
     sequence = PROMPT
     for cycle in speculative_decode(target, drafter, PROMPT, 24, k=4):
         sequence = torch.cat([sequence, torch.tensor([cycle.emitted])], dim=1)
-        cache = drafter.base.cache
+        cache = drafter.base.cache.cache          # the plain cache under a batch of one
         kept = cache.get_seq_length()
         assert kept <= sequence.shape[1]
         with torch.inference_mode():

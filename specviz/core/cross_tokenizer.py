@@ -33,6 +33,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from .drafters import Draft, Drafter
+from .ragged_cache import new_cache
 from .sampling import Sampler, to_host
 
 LOOKBEHIND = 8          # target tokens re-encoded with the drafted text, to align at a token boundary
@@ -255,7 +256,7 @@ class CrossTokenizerDrafter(Drafter):
                              or draft_prompt(self.target_tokenizer, self.draft_tokenizer, prompt))
         if not self.draft_prompt:
             raise ValueError("the prompt's text encodes to no draft tokens: the draft has nothing to continue")
-        self.cache, self.cached_ids = DynamicCache(config=self.model.config), []
+        self.cache, self.cached_ids = new_cache(self.model), []
         if len(self.draft_prompt) > 1:
             self._feed(self.draft_prompt[:-1])
 

@@ -1,18 +1,39 @@
-"""The decoding loops: speculative decoding and plain autoregressive decoding, both generators that
-yield one event per target pass. Batch size 1. The loops know nothing about tokenization or display."""
+"""The decoding loops: speculative decoding and plain autoregressive decoding, generators that yield one
+event per target pass, for one request or for a batch of requests of different lengths. A single
+request is a batch of one: both run the same cycle (`_chain_pass`) and the same step. The loops know
+nothing about tokenization or display.
+
+Each request is decoded exactly as it would be decoded alone: the same drafting, the same
+verification rule, the same EOS handling, and its own `Sampler` (its own torch.Generator; in a batch
+seeded from (seed, place) by `row_seed`), drawn from in the same order. So a request's output never
+depends on the others: greedy, it equals that prompt decoded alone (in fp32); sampled with seed s, it
+equals the prompt decoded alone with seed `row_seed(s, place)`. Requests accept their own number of
+tokens; one that ends (EOS, or its max_new_tokens) leaves the batch and costs nothing after.
+
+What only a single request does (its batch-1 extensions, here and nowhere else): token trees
+(EAGLE-2 trees, n-gram trees, suffix decoding: `_tree_pass`) and drafters that keep state for one
+request (suffix, cross-tokenizer). Dynamic k is per request, in a batch too.
+
+Host crossings per pass: the drafted tokens and the draft's distributions stay on the device; the
+target's verdicts for every request cross in one copy (`sampling.verify_chains`); what only the
+views need (the residual's top tokens) is read after the pass's clock has stopped."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+import torch.nn.functional as F
+from transformers import PreTrainedModel
 
 from . import trees
 from .drafters import Draft, Drafter, DraftModelDrafter
-from .events import BONUS, RESAMPLED, Cycle, Step
-from .sampling import Sampler, top_tokens, validate_sampling, verify_greedy, verify_sampled
+from .events import BONUS, RESAMPLED, BatchCycle, BatchStep, Cycle, Step
+from .ragged_cache import RaggedCache, check_rollback
+from .request import Request
+from .sampling import Sampler, draw_uniforms, sample_from, to_host, validate_sampling, verify_chains
 from .timing import Clock, timed_events
 
 
@@ -24,14 +45,53 @@ def eos_ids(target: PreTrainedModel, eos_token_id: int | Iterable[int] | None) -
     return {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id)
 
 
-def _validate(input_ids: torch.Tensor, max_new_tokens: int, temperature: float, top_k: int, top_p: float) -> None:
+def row_seed(seed: int | None, row: int) -> int | None:
+    """The seed of the generator of request `row` in a batch seeded with `seed` (None: unseeded)."""
+    if seed is None:
+        return None
+    digest = hashlib.blake2b(f"{seed}:{row}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1        # below 2**63: any generator takes it
+
+
+def row_outputs(events: Iterable[BatchCycle | BatchStep]) -> dict[int, list[int]]:
+    """Each request's output (by its place among the prompts) from batch events, cycles or steps."""
+    out: dict[int, list[int]] = {}
+    for event in events:
+        if isinstance(event, BatchCycle):
+            for request, cycle in zip(event.requests, event.cycles):
+                out.setdefault(request, []).extend(cycle.emitted)
+        else:
+            for request, token in zip(event.requests, event.tokens):
+                out.setdefault(request, []).append(token)
+    return out
+
+
+# ----------------------------------------------------------------------------- checks
+
+def _prompt_lists(prompts: Sequence[torch.Tensor | Sequence[int]]) -> list[list[int]]:
+    if not prompts:
+        raise ValueError("no prompts: a batch needs at least one")
+    lists = []
+    for i, prompt in enumerate(prompts):
+        ids = prompt.reshape(-1).tolist() if isinstance(prompt, torch.Tensor) else list(prompt)
+        if not ids:
+            raise ValueError(f"prompt {i} is empty: it has no tokens" if len(prompts) > 1
+                             else "the prompt is empty: input_ids has no tokens")
+        lists.append([int(t) for t in ids])
+    return lists
+
+
+def _single_prompt(input_ids: torch.Tensor) -> list[list[int]]:
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise ValueError(f"input_ids must have shape (1, T), got {tuple(input_ids.shape)}")
+    return _prompt_lists([input_ids])
+
+
+def _check(target: PreTrainedModel, max_new_tokens: int, temperature: float, top_k: int, top_p: float) -> None:
     validate_sampling(temperature, top_k, top_p)
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
-        raise ValueError(f"input_ids must have shape (1, T), got {tuple(input_ids.shape)}")
-    if input_ids.shape[1] == 0:
-        raise ValueError("the prompt is empty: input_ids has no tokens")
+    check_rollback(target)
 
 
 def as_drafter(draft: PreTrainedModel | Drafter, target: PreTrainedModel) -> Drafter:
@@ -49,17 +109,31 @@ def as_drafter(draft: PreTrainedModel | Drafter, target: PreTrainedModel) -> Dra
     return DraftModelDrafter(draft)
 
 
+def _samplers(count: int, temperature: float, top_k: int, top_p: float, seed: int | None, device,
+              single: bool) -> list[Sampler]:
+    # A single request is seeded with `seed` itself; a batch's requests with `row_seed(seed, place)`.
+    return [Sampler(temperature, top_k, top_p, seed if single else row_seed(seed, row), device)
+            for row in range(count)]
+
+
 # ----------------------------------------------------------------------------- speculative
 
 @dataclass(frozen=True)
 class LoopOptions:
-    """What the speculative loop is asked for (checked by `speculative_decode`)."""
+    """What the speculative loop is asked for (checked by the entry points)."""
 
-    max_new_tokens: int
-    k: int                      # the first cycle's draft length (a tree's depth)
     max_k: int                  # dynamic k's upper bound (k itself without dynamic k)
-    dynamic_k: bool             # adapt k after each cycle (transformers' heuristic)
-    eos: frozenset[int]         # tokens that end the output
+    dynamic_k: bool             # adapt each request's k after each cycle (transformers' heuristic)
+    eos: frozenset[int]         # tokens that end a request's output
+
+
+def _k_options(k: int, dynamic_k: bool, max_k: int | None) -> int:
+    if k < 1:
+        raise ValueError(f"k (draft length) must be >= 1, got {k}")
+    max_k = max_k or (2 * k if dynamic_k else k)
+    if max_k < k:
+        raise ValueError(f"max_k ({max_k}) must be >= k ({k})")
+    return max_k
 
 
 def speculative_decode(target: PreTrainedModel, draft: PreTrainedModel | Drafter, input_ids: torch.Tensor,
@@ -73,72 +147,99 @@ def speculative_decode(target: PreTrainedModel, draft: PreTrainedModel | Drafter
 
     dynamic_k: grow k by 2 after a fully accepted cycle and shrink it by 1 after a rejection
     (transformers' heuristic), within [1, max_k] (default 2k)."""
-    _validate(input_ids, max_new_tokens, temperature, top_k, top_p)
-    if k < 1:
-        raise ValueError(f"k (draft length) must be >= 1, got {k}")
-    max_k = max_k or (2 * k if dynamic_k else k)
-    if max_k < k:
-        raise ValueError(f"max_k ({max_k}) must be >= k ({k})")
+    prompts = _single_prompt(input_ids)
+    _check(target, max_new_tokens, temperature, top_k, top_p)
+    max_k = _k_options(k, dynamic_k, max_k)
     drafter = as_drafter(draft, target)
-    sampler = Sampler(temperature, top_k, top_p, seed, target.device)
-    options = LoopOptions(max_new_tokens=max_new_tokens, k=k, max_k=max_k, dynamic_k=dynamic_k,
-                          eos=frozenset(eos_ids(target, eos_token_id)))
-    return timed_events(_speculative_cycles(target, drafter, input_ids, sampler, options))
+    samplers = _samplers(1, temperature, top_k, top_p, seed, target.device, single=True)
+    requests = [Request(0, prompts[0], samplers[0], max_new_tokens, k)]
+    options = LoopOptions(max_k=max_k, dynamic_k=dynamic_k, eos=frozenset(eos_ids(target, eos_token_id)))
+    return timed_events(event.cycles[0] for event in _cycles(target, drafter, requests, options))
 
 
-@dataclass(frozen=True)
-class _Pass:
-    """What every verification pass of one run works on."""
-
-    target: PreTrainedModel
-    drafter: Drafter
-    sampler: Sampler
-    clock: Clock
-    sequence: torch.Tensor      # (1, capacity) buffer of the whole sequence; a prefix of it is valid
-    # The target cache holds every token but the newest: that one opens the next verification
-    # pass, so the target sees [last] + drafted in a single forward. It starts empty: the first
-    # pass is the prompt's prefill and the first verification at once (one forward, not two).
-    cache: DynamicCache
-    eos: frozenset[int]
+def batched_speculative_decode(target: PreTrainedModel, draft, prompts: Sequence[torch.Tensor | Sequence[int]],
+                               max_new_tokens: int = 64, k: int = 4, temperature: float = 0.0, top_k: int = 0,
+                               top_p: float = 1.0, seed: int | None = None, *, dynamic_k: bool = False,
+                               max_k: int | None = None,
+                               eos_token_id: int | Iterable[int] | None = None) -> Iterator[BatchCycle]:
+    """Speculative decoding of every prompt (token ids, any lengths) together; `draft` is a causal LM
+    with the target's vocabulary, a `DraftModelDrafter` (early exit included), a
+    `PromptLookupDrafter`, or any drafter for a single prompt. Yields one `BatchCycle` per target
+    pass; request r's output is the concatenated `emitted` of its cycles."""
+    lists = _prompt_lists(prompts)
+    _check(target, max_new_tokens, temperature, top_k, top_p)
+    max_k = _k_options(k, dynamic_k, max_k)
+    drafter = as_drafter(draft, target)
+    if len(lists) > 1 and not drafter.batchable:
+        raise ValueError(f"batched decoding drafts with a draft model, early exit or prompt lookup, not "
+                         f"{type(drafter).__name__} (trees and suffix decoding run one request at a time)")
+    samplers = _samplers(len(lists), temperature, top_k, top_p, seed, target.device, single=False)
+    requests = [Request(row, ids, sampler, max_new_tokens, k)
+                for row, (ids, sampler) in enumerate(zip(lists, samplers))]
+    options = LoopOptions(max_k=max_k, dynamic_k=dynamic_k, eos=frozenset(eos_ids(target, eos_token_id)))
+    return timed_events(_cycles(target, drafter, requests, options))
 
 
 @torch.inference_mode()
-def _speculative_cycles(target, drafter: Drafter, input_ids: torch.Tensor, sampler: Sampler,
-                        options: LoopOptions) -> Iterator[Cycle]:
-    length = input_ids.shape[1]
-    sequence = torch.empty(1, length + options.max_new_tokens + options.max_k + 1, dtype=torch.long,
-                           device=target.device)
-    sequence[:, :length] = input_ids
-    run = _Pass(target=target, drafter=drafter, sampler=sampler, clock=Clock(target.device), sequence=sequence,
-                cache=DynamicCache(config=target.config), eos=options.eos)
-    start = run.clock()
-    drafter.begin(sequence[:, :length])
-    draft_seconds = run.clock() - start         # the drafter's prefill counts as the first cycle's drafting
-    generated, index, k = 0, 0, options.k
-    while generated < options.max_new_tokens:
-        # 1. Draft up to k tokens (never past the length budget: the pass adds one more).
-        budget = min(k, options.max_new_tokens - generated - 1)
-        start = run.clock()
-        draft = drafter.propose(sequence[:, :length], budget, sampler) if budget > 0 else Draft(sequence[0, :0], None)
-        draft_seconds += run.clock() - start
-        # 2. Verify it in one target pass and keep the accepted tokens plus the target's own (the
-        # two cycle functions below: a chain, and a tree, of which a chain is the simplest case).
-        verify = _chain_cycle if draft.parents is None else _tree_cycle
-        cycle = verify(run, length, draft, budget, index=index, k=k, draft_seconds=draft_seconds)
-        # 3. Report it.
-        yield cycle
-        length += len(cycle.emitted)
-        generated += len(cycle.emitted)
-        if cycle.emitted[-1] in options.eos:
-            return
-        # 4. Dynamic k: longer after a fully accepted draft, shorter after a rejection.
-        if options.dynamic_k and cycle.drafted:
-            k = min(k + 2, options.max_k) if cycle.num_accepted == trees.draft_reach(cycle) else max(k - 1, 1)
+def _cycles(target, drafter: Drafter, requests: list[Request], options: LoopOptions) -> Iterator[BatchCycle]:
+    clock = Clock(target.device)
+    cache = RaggedCache(target, len(requests))
+    start = clock()
+    drafter.begin_batch([r.tokens for r in requests])
+    draft_seconds = clock() - start             # the drafter's set-up counts as the first cycle's drafting
+    live, index = list(requests), 0
+    while live:
+        # 1. Draft up to k tokens per request (never past its length budget: the pass adds one more).
+        for request in live:
+            request.budget = request.draft_budget()
+        start = clock()
+        drafts = drafter.propose_batch(live)
+        draft_seconds += clock() - start
+        # 2. Verify every draft in one target pass, accept a prefix of each, roll the caches back (a
+        # tree: a single request's extension).
+        if len(live) == 1 and drafts[0].parents is not None:
+            passed = _tree_pass(target, cache, drafter, live[0], drafts[0], options.eos, clock)
+        else:
+            passed = _chain_pass(target, cache, drafter, live, drafts, options.eos, clock)
+        cycles = [Cycle(index=index, k=request.k, greedy=request.sampler.greedy, draft_seconds=draft_seconds,
+                        verify_seconds=passed.verify_seconds, **fields)
+                  for request, fields in zip(live, passed.cycles)]
+        # 3. Requests take their tokens; those that ended leave the batch.
+        staying = []
+        for row, (request, cycle) in enumerate(zip(live, cycles)):
+            request.tokens.extend(cycle.emitted)
+            request.generated += len(cycle.emitted)
+            if request.generated < request.max_new_tokens and cycle.emitted[-1] not in options.eos:
+                staying.append(row)
+            # Dynamic k: longer after a fully accepted draft, shorter after a rejection.
+            if options.dynamic_k and cycle.drafted:
+                full = cycle.num_accepted == trees.draft_reach(cycle)
+                request.k = min(request.k + 2, options.max_k) if full else max(request.k - 1, 1)
+        regathered = passed.regathered
+        if staying and len(staying) < len(live):
+            regathered = cache.select(staying) | drafter.leave(staying) | regathered
+        # 4. Report.
+        yield BatchCycle(index=index, requests=[r.index for r in live], cycles=cycles, draft_seconds=draft_seconds,
+                         verify_seconds=passed.verify_seconds, tokens=passed.tokens, slots=passed.slots,
+                         padded_slots=passed.padded_slots, regathered=regathered)
+        live = [live[row] for row in staying]
         index, draft_seconds = index + 1, 0.0
 
 
+@dataclass(frozen=True)
+class _Passed:
+    """What one verification pass did: per request the fields of its `Cycle`, and the pass's costs."""
+
+    cycles: list[dict]
+    verify_seconds: float
+    tokens: int
+    slots: int
+    padded_slots: int
+    regathered: bool
+
+
 def end_of_cycle(accepted: list[int], complete: bool, correction: int, correction_prob: float,
-           eos: frozenset[int]) -> tuple[list[int], int | None, str | None, float | None]:
+                 eos: frozenset[int]) -> tuple[list[int], int | None, str | None, float | None]:
     """(emitted, correction, its kind, its probability) after `accepted`: the target's token is a
     bonus when nothing was rejected (`complete`), else a correction; an accepted EOS ends the output
     with no token after it."""
@@ -147,82 +248,131 @@ def end_of_cycle(accepted: list[int], complete: bool, correction: int, correctio
     return accepted + [correction], correction, BONUS if complete else RESAMPLED, correction_prob
 
 
-def _chain_cycle(run: _Pass, length: int, draft: Draft, budget: int, *, index: int, k: int,
-                 draft_seconds: float) -> Cycle:
-    """Step 2 for a chain of drafted tokens: pass, accept a prefix, roll the caches back."""
-    start = run.clock()
-    drafted = draft.tokens.tolist()
-    # A draft never runs past an EOS token: cut it there. A one-hot draft (prompt lookup) stops
-    # just before it, as transformers' prompt lookup does: the EOS it copies mostly closes an
-    # earlier turn of the prompt, and leaving it out costs no pass, because when the target
-    # does end there it emits the EOS itself as the bonus token of the same pass.
-    stop_after = 0 if draft.probs is None else 1
-    n = next((i + stop_after for i, t in enumerate(drafted) if t in run.eos), len(drafted))
-    drafted, tokens = drafted[:n], draft.tokens[:n]
-    draft_probs = None if draft.probs is None else draft.probs[:n]
-
-    # One target pass over what its cache lacks: [last token] + drafted (the whole prompt
-    # too, the first time): n + 1 next-token distributions.
-    run.sequence[0, length:length + n] = tokens
-    cached = run.cache.get_seq_length()
-    logits = run.target(run.sequence[:, cached:length + n], cache=run.cache, logits_to_keep=n + 1).logits[0]
-
-    # Accept a prefix, then add the target's own token (correction or bonus).
-    sampler = run.sampler
-    if sampler.greedy:
-        verdict = verify_greedy(logits, tokens, draft_probs)
-    else:
-        verdict = verify_sampled(sampler.probs(logits), draft_probs, tokens, sampler.uniform(n, run.sequence.device),
-                                 sampler.generator)
-    accepted = verdict.num_accepted
-    emitted, correction, kind, correction_prob = end_of_cycle(drafted[:accepted], accepted == n, verdict.correction,
-                                                        verdict.correction_prob, run.eos)
-    if correction is not None:
-        run.sequence[0, length + accepted] = correction
-
-    # Roll back both caches to the accepted prefix (the target cache keeps every token
-    # but the newest; the drafter keeps whatever of its cache is still a prefix).
-    if n > accepted:
-        run.cache.crop(accepted - n)
-    run.drafter.rollback(length + accepted)
-    return Cycle(index=index, k=k, drafted=drafted, num_accepted=accepted, emitted=emitted, correction=correction,
-                 correction_kind=kind, correction_prob=correction_prob, draft_probs=verdict.draft_probs,
-                 target_probs=verdict.target_probs, uniforms=verdict.uniforms,
-                 residual_top=[] if verdict.residual is None else top_tokens(verdict.residual),
-                 greedy=sampler.greedy, draft_seconds=draft_seconds, verify_seconds=run.clock() - start,
-                 target_top=verdict.target_top, draft_pieces=draft.draft_pieces, cut_text=draft.cut_text,
-                 shared_mass=draft.shared_mass)
+def _cut_one_hot(draft: Draft, eos: frozenset[int]) -> Draft:
+    # A one-hot draft (prompt lookup) stops just before an EOS token, as transformers' prompt lookup
+    # does: the EOS it copies mostly closes an earlier turn of the prompt, and leaving it out costs no
+    # pass, because when the target does end there it emits the EOS itself as the pass's own token.
+    if draft.probs is not None or not draft.tokens.numel():
+        return draft
+    drafted = draft.tokens.tolist()             # a one-hot draft is built on the host
+    n = next((i for i, t in enumerate(drafted) if t in eos), len(drafted))
+    return draft if n == len(drafted) else Draft(draft.tokens[:n], None, draft_pieces=draft.draft_pieces,
+                                                 cut_text=draft.cut_text, shared_mass=draft.shared_mass)
 
 
-def _tree_cycle(run: _Pass, length: int, draft: Draft, budget: int, *, index: int, k: int,
-                draft_seconds: float) -> Cycle:
-    """Step 2 for a drafted tree: all its branches verified in one target pass (core.trees)."""
-    start = run.clock()
+def _pack(drafts: list[Draft], width: int, device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(B, width) drafted ids and (B, width, V) draft distributions (None: one-hot), zero-padded."""
+    if len(drafts) == 1 and drafts[0].tokens.shape[0] == width:
+        draft = drafts[0]
+        return draft.tokens.to(device)[None], None if draft.probs is None else draft.probs.to(device)[None]
+    tokens = torch.stack([F.pad(d.tokens.to(device), (0, width - d.tokens.shape[0])) for d in drafts])
+    if drafts[0].probs is None:
+        return tokens, None
+    vocab = next(d.probs.shape[-1] for d in drafts if d.probs is not None and d.probs.numel())
+    probs = torch.stack([F.pad(d.probs.to(device), (0, 0, 0, width - d.tokens.shape[0])) if d.probs is not None
+                         and d.probs.numel() else torch.zeros(width, vocab, device=device) for d in drafts])
+    return tokens, probs
+
+
+def _chain_pass(target, cache: RaggedCache, drafter: Drafter, live: list[Request], drafts: list[Draft],
+                eos: frozenset[int], clock: Clock) -> _Passed:
+    """The chain cycle's step 2, for every live request at once: one target pass over each request's
+    [what its cache lacks] + drafted, verification, the caches rolled back to what was accepted."""
+    start = clock()
+    drafts = [_cut_one_hot(d, eos) for d in drafts]
+    lengths = [d.tokens.shape[0] for d in drafts]
+    width = max(lengths)
+    device = target.device
+    tokens, draft_probs = _pack(drafts, width, device)
+
+    # One target pass over what each cache lacks: [last token] + drafted (the whole prompt too, the
+    # first time), right-aligned: row r's n_r + 1 next-token distributions are its last n_r + 1.
+    held = cache.lengths()
+    blocks = [r.tokens[have:] for r, have in zip(live, held)]
+    logits, slots, padded = cache.forward(blocks, keep=width + 1, tail=tokens, tail_lengths=lengths)
+    if len(set(lengths)) > 1:
+        shift = torch.tensor([width - n for n in lengths], device=device)
+        rows = (shift[:, None] + torch.arange(width + 1, device=device)[None]).clamp_(max=width)
+        logits = logits.gather(1, rows[..., None].expand(-1, -1, logits.shape[-1]))
+
+    # Accept a prefix of each draft, then add the target's own token (correction or bonus), all
+    # requests at once (one copy to the host).
+    samplers = [r.sampler for r in live]
+    uniforms = None if samplers[0].greedy else draw_uniforms(samplers, lengths, width, device)
+    verdicts = verify_chains(logits, tokens, lengths, draft_probs, samplers, uniforms)
+
+    cycles, keep = [], []
+    for request, draft, verdict in zip(live, drafts, verdicts):
+        drafted, accepted = verdict.drafted, verdict.num_accepted
+        # A model's draft never runs past an EOS token: it is verified whole (it stays on the device)
+        # and cut just after its first EOS here; what followed an accepted EOS is never emitted.
+        n = next((i + 1 for i, t in enumerate(drafted) if t in eos), len(drafted))
+        accepted = min(accepted, n)
+        emitted, correction, kind, correction_prob = end_of_cycle(drafted[:accepted], accepted == n,
+                                                                  verdict.correction, verdict.correction_prob, eos)
+        keep.append(len(request.tokens) + accepted)
+        cycles.append(dict(
+            drafted=drafted[:n], num_accepted=accepted, emitted=emitted, correction=correction, correction_kind=kind,
+            correction_prob=correction_prob, draft_probs=verdict.draft_probs[:n], target_probs=verdict.target_probs[:n],
+            uniforms=verdict.uniforms[:min(accepted + 1, n)], target_top=verdict.target_top[:accepted + 1],
+            residual_top=verdict.residual if accepted < n else None, draft_pieces=draft.draft_pieces,
+            cut_text=draft.cut_text, shared_mass=draft.shared_mass))
+    # Roll back both caches to the accepted prefixes (the target's keeps every token but the newest;
+    # the drafter's whatever of it is still a prefix).
+    regathered = cache.keep(keep) | drafter.rollback_batch(keep)
+    seconds = clock() - start
+    _residual_tops(cycles)                      # display only: read after the pass's clock stopped
+    return _Passed(cycles=cycles, verify_seconds=seconds, tokens=sum(len(b) for b in blocks) + sum(lengths),
+                   slots=slots, padded_slots=padded, regathered=regathered)
+
+
+def _residual_tops(cycles: list[dict], n: int = 10) -> None:
+    """Each rejected sampled cycle's residual distribution (a device row) as its top n tokens, all in one copy."""
+    rows = [c for c in cycles if c["residual_top"] is not None]
+    for c in cycles:
+        if c["residual_top"] is None:
+            c["residual_top"] = []
+    if not rows:
+        return
+    stacked = torch.stack([c["residual_top"] for c in rows])
+    n = min(n, stacked.shape[-1])
+    values, indices = stacked.topk(n, dim=-1)
+    ids, probs = to_host(indices.flatten(), values.flatten())
+    for i, c in enumerate(rows):
+        c["residual_top"] = [(int(t), p) for t, p in zip(ids[i * n:(i + 1) * n], probs[i * n:(i + 1) * n]) if p > 0]
+
+
+def _tree_pass(target, cache: RaggedCache, drafter: Drafter, request: Request, draft: Draft,
+               eos: frozenset[int], clock: Clock) -> _Passed:
+    """Step 2 for a drafted tree (one request): all its branches verified in one target pass (core.trees)."""
+    start = clock()
+    length = len(request.tokens)
     # A branch never runs past an EOS token (a one-hot candidate stops just before it, as in a
     # chain) nor deeper than the length budget allows.
     parents = list(draft.parents)
     trees.check_tree(parents)
     tokens = draft.tokens.tolist()
     one_hot = draft.probs is None
-    cut = {i for i, d in enumerate(trees.depths(parents)) if d > budget}
-    cut |= {i for i, t in enumerate(tokens) if t in run.eos} if one_hot else {
-        c for i, t in enumerate(tokens) if t in run.eos for c in range(len(parents)) if parents[c] == i}
+    cut = {i for i, d in enumerate(trees.depths(parents)) if d > request.budget}
+    cut |= {i for i, t in enumerate(tokens) if t in eos} if one_hot else {
+        c for i, t in enumerate(tokens) if t in eos for c in range(len(parents)) if parents[c] == i}
     kept = trees.subtree_without(parents, cut)
-    parents, node_ids = trees.reindex(parents, kept), draft.tokens[kept]
-    draft_probs = None if one_hot else draft.probs[kept]
+    device = target.device
+    parents, node_ids = trees.reindex(parents, kept), draft.tokens[kept].to(device)
+    draft_probs = None if one_hot else draft.probs[kept].to(device)
     drafted = [tokens[i] for i in kept]
 
     # One pass over what the cache lacks ([last], the whole prompt the first time) and every node.
-    cached = run.cache.get_seq_length()
-    device = run.sequence.device
-    mask, position_ids = trees.tree_inputs(parents, cached, length - cached, run.target.dtype, device)
-    inputs = torch.cat([run.sequence[:, cached:length], node_ids[None]], dim=1)
-    logits = run.target(inputs, cache=run.cache, attention_mask=mask, position_ids=position_ids,
-                        logits_to_keep=len(parents) + 1).logits[0]
+    plain = cache.cache                          # a batch of one: the plain cache under it
+    cached = plain.get_seq_length()
+    masks, position_ids = trees.tree_attention(target, parents, cached, length - cached)
+    inputs = torch.cat([torch.tensor([request.tokens[cached:]], device=device), node_ids[None]], dim=1)
+    logits = target(inputs, cache=plain, attention_mask=masks, position_ids=position_ids,
+                    logits_to_keep=len(parents) + 1).logits[0]
 
     # Accept a path from the root, then add the target's own token. Where the path stopped: a
     # leaf (no children on offer) gets a bonus token, else a correction.
-    sampler = run.sampler
+    sampler = request.sampler
     if sampler.greedy:
         verdict = trees.verify_tree_greedy(logits, node_ids, parents, draft_probs)
     else:
@@ -231,20 +381,22 @@ def _tree_cycle(run: _Pass, length: int, draft: Draft, budget: int, *, index: in
     path = verdict.path
     at_leaf = not trees.children(parents)[path[-1] + 1 if path else 0]
     emitted, correction, kind, correction_prob = end_of_cycle([drafted[i] for i in path], at_leaf, verdict.correction,
-                                                        verdict.correction_prob, run.eos)
+                                                              verdict.correction_prob, eos)
 
     # The target cache keeps the prefix and exactly the accepted path; the drafter its prefix.
-    trees.keep_path(run.cache, length, [length + i for i in path])
-    run.sequence[0, length:length + len(emitted)] = torch.tensor(emitted, device=device)
-    run.drafter.keep_path(length + len(path), [kept[i] for i in path])
-    return Cycle(index=index, k=k, drafted=drafted, num_accepted=len(path), emitted=emitted, correction=correction,
-                 correction_kind=kind, correction_prob=correction_prob,
-                 draft_probs=verdict.draft_probs if draft.node_probs is None else [draft.node_probs[i] for i in kept],
-                 target_probs=verdict.target_probs, uniforms=verdict.uniforms,
-                 residual_top=[] if verdict.residual is None else top_tokens(verdict.residual),
-                 greedy=sampler.greedy, draft_seconds=draft_seconds, verify_seconds=run.clock() - start,
-                 target_top=verdict.target_top, parents=parents, path=path, node_verdicts=verdict.node_verdicts,
-                 from_earlier=None if draft.from_earlier is None else [draft.from_earlier[i] for i in kept])
+    trees.keep_path(plain, length, [length + i for i in path])
+    drafter.keep_path(length + len(path), [kept[i] for i in path])
+    seconds = clock() - start
+    fields = dict(
+        drafted=drafted, num_accepted=len(path), emitted=emitted, correction=correction, correction_kind=kind,
+        correction_prob=correction_prob,
+        draft_probs=verdict.draft_probs if draft.node_probs is None else [draft.node_probs[i] for i in kept],
+        target_probs=verdict.target_probs, uniforms=verdict.uniforms, residual_top=verdict.residual,
+        target_top=verdict.target_top, parents=parents, path=path, node_verdicts=verdict.node_verdicts,
+        from_earlier=None if draft.from_earlier is None else [draft.from_earlier[i] for i in kept])
+    _residual_tops([fields])
+    return _Passed(cycles=[fields], verify_seconds=seconds, tokens=inputs.shape[1], slots=cached + inputs.shape[1],
+                   padded_slots=0, regathered=False)
 
 
 # ----------------------------------------------------------------------------- plain decoding
@@ -255,35 +407,59 @@ def autoregressive_decode(target: PreTrainedModel, input_ids: torch.Tensor, max_
                           eos_token_id: int | Iterable[int] | None = None) -> Iterator[Step]:
     """Plain decoding, one target forward per token, with the same sampling rules. The baseline
     every speedup is measured against."""
-    _validate(input_ids, max_new_tokens, temperature, top_k, top_p)
-    return timed_events(_steps(target, input_ids, max_new_tokens, temperature, top_k, top_p, seed,
-                               eos_ids(target, eos_token_id)))
+    prompts = _single_prompt(input_ids)
+    _check(target, max_new_tokens, temperature, top_k, top_p)
+    samplers = _samplers(1, temperature, top_k, top_p, seed, target.device, single=True)
+    requests = [Request(0, prompts[0], samplers[0], max_new_tokens, k=0)]
+    steps = _steps(target, requests, frozenset(eos_ids(target, eos_token_id)))
+    return timed_events(Step(index=s.index, token=s.tokens[0], prob=s.probs[0], seconds=s.seconds) for s in steps)
+
+
+def batched_autoregressive_decode(target: PreTrainedModel, prompts: Sequence[torch.Tensor | Sequence[int]],
+                                  max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0,
+                                  top_p: float = 1.0, seed: int | None = None, *,
+                                  eos_token_id: int | Iterable[int] | None = None) -> Iterator[BatchStep]:
+    """Plain decoding of every prompt together, one target forward per step over the live requests
+    (left padded, requests leave at EOS): the baseline batched speculation is measured against.
+    Request r equals `autoregressive_decode` of its prompt alone (sampled: with seed `row_seed(seed, r)`)."""
+    lists = _prompt_lists(prompts)
+    _check(target, max_new_tokens, temperature, top_k, top_p)
+    samplers = _samplers(len(lists), temperature, top_k, top_p, seed, target.device, single=False)
+    requests = [Request(row, ids, sampler, max_new_tokens, k=0)
+                for row, (ids, sampler) in enumerate(zip(lists, samplers))]
+    return timed_events(_steps(target, requests, frozenset(eos_ids(target, eos_token_id))))
 
 
 @torch.inference_mode()
-def _steps(target, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos: set[int]) -> Iterator[Step]:
-    device = target.device
-    clock = Clock(device)
-    sampler = Sampler(temperature, top_k, top_p, seed, device)
-    cache = DynamicCache(config=target.config)
-    pending = input_ids.to(device)
-    for index in range(max_new_tokens):
+def _steps(target, requests: list[Request], eos: frozenset[int]) -> Iterator[BatchStep]:
+    clock = Clock(target.device)
+    cache = RaggedCache(target, len(requests))
+    live = list(requests)
+    blocks = [list(r.tokens) for r in live]     # what each request's cache lacks: the prompt, then one token
+    for index in range(requests[0].max_new_tokens):
         start = clock()
-        logits = target(pending, cache=cache, logits_to_keep=1).logits[0, -1:]
-        if sampler.greedy:
-            # The argmax of the raw logits, exactly as `generate` takes it; its probability from
-            # one logsumexp rather than a full softmax.
-            scores = logits.float()
+        logits, slots, padded = cache.forward(blocks, keep=1)
+        scores = logits[:, -1].float()
+        if live[0].sampler.greedy:
+            # The argmax of the raw logits, as `generate` takes it; its probability from one logsumexp.
             token = scores.argmax(dim=-1)
-            prob = (scores[0, token] - torch.logsumexp(scores[0], dim=-1)).exp()
+            prob = (scores.gather(1, token[:, None])[:, 0] - torch.logsumexp(scores, dim=-1)).exp()
         else:
-            probs = sampler.probs(logits)
-            token = sampler.sample(probs)
-            prob = probs[0, token]
-        token_id, prob = torch.cat([token.double(), prob.double()]).tolist()   # one device sync
-        token_id = int(token_id)
+            probs = live[0].sampler.probs(logits[:, -1])
+            token = torch.cat([sample_from(probs[row:row + 1], r.sampler.generator)
+                               for row, r in enumerate(live)])
+            prob = probs.gather(1, token[:, None])[:, 0]
+        token_ids, probs = to_host(token, prob)    # one device sync
+        token_ids = [int(t) for t in token_ids]
+        last = index + 1 == requests[0].max_new_tokens
+        staying = [] if last else [row for row, t in enumerate(token_ids) if t not in eos]
+        if staying and len(staying) < len(live):
+            cache.select(staying)
         seconds = clock() - start
-        yield Step(index=index, token=token_id, prob=prob, seconds=seconds)
-        if token_id in eos:
+        yield BatchStep(index=index, requests=[r.index for r in live], tokens=token_ids, probs=probs, seconds=seconds,
+                        slots=slots, padded_slots=padded)
+        blocks = [[token_ids[row]] for row in staying]
+        live = [live[row] for row in staying]
+        if not live:
             return
-        pending = token[None]
+

@@ -18,6 +18,7 @@ import torch
 
 from . import trees
 from .drafters import Draft, DraftModelDrafter, Drafter
+from .ragged_cache import sliding_window
 from .sampling import Sampler
 
 
@@ -27,6 +28,10 @@ class DraftTreeDrafter(Drafter):
     def __init__(self, base: DraftModelDrafter, branch: int = 2, budget: int = 16):
         if branch < 1 or budget < 1:
             raise ValueError(f"a draft tree needs branch >= 1 and budget >= 1, got {branch} and {budget}")
+        if sliding_window(base.model)[0] is not None:
+            # Its tree masks would replace the sliding layers' window (the target's pass keeps it).
+            raise ValueError(f"{base.name} has sliding-window attention layers: a draft tree over it is not "
+                             "supported; draft a chain with it, or use an n-gram tree")
         self.base, self.branch, self.budget = base, branch, budget
         self.name = f"{base.name} (tree: top-{branch}, {budget} nodes)"
         self.parameters = base.parameters
@@ -46,14 +51,14 @@ class DraftTreeDrafter(Drafter):
             if node not in self.fed:          # only after its parent)
                 break
             positions.append(self.fed[node])
-        trees.keep_path(self.base.cache, self.prefix, positions)
+        trees.keep_path(self.base.cache.cache, self.prefix, positions)
 
     def _distribution(self, logits: torch.Tensor, sampler: Sampler) -> torch.Tensor:
         return sampler.probs(self.base.fit_vocab(logits))
 
     def propose(self, sequence: torch.Tensor, k: int, sampler: Sampler) -> Draft:
         base, device = self.base, self.base.model.device
-        cache = base.cache
+        cache = base.cache.cache                # a batch of one: the plain cache under it
         pending = sequence[:, cache.get_seq_length():].to(device)
         root = self._distribution(base.model(pending, cache=cache, logits_to_keep=1).logits[0, -1:], sampler)[0]
         self.prefix = cache.get_seq_length()

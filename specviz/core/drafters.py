@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
-from .sampling import Sampler
+from .ragged_cache import RaggedCache
+from .request import Request
+from .sampling import Sampler, sample_from
 
 
 @dataclass(frozen=True)
@@ -31,12 +34,23 @@ class Draft:
     shared_mass: list[float] | None = None
 
 
+def no_draft() -> Draft:
+    return Draft(torch.empty(0, dtype=torch.long), None)
+
+
 class Drafter(ABC):
-    """Interface: `begin` once per run, then per cycle `propose` and `rollback` (or `keep_path`
-    after a tree). A drafter must say how it proposes; the rest has defaults for stateless ones."""
+    """Interface. A drafter is written for one request: `begin` once per run, then per cycle
+    `propose` and `rollback` (or `keep_path` after a tree); it must say how it proposes, the rest
+    has defaults for stateless ones.
+
+    The decoding loop drafts for a batch of requests (a single request is a batch of one) through
+    the batch methods below. Their defaults run the one-request methods: for the request of a batch
+    of one, or for each request in turn when the drafter keeps no per-request state (`batchable`).
+    A drafter that drafts every request in one forward (a draft model) overrides them."""
 
     name = "drafter"
     parameters = 0                    # extra parameters the drafter runs (for display)
+    batchable = False                 # drafts for several requests at once (chains only)
 
     def begin(self, prompt_ids: torch.Tensor) -> None:  # noqa: B027 - an optional hook, empty on purpose
         """Reset state for a new run over `prompt_ids` (1, T). The default does nothing: a stateless
@@ -65,50 +79,99 @@ class Drafter(ABC):
         """Drop whatever was learned from earlier requests. The default does nothing: only drafters
         that learn across requests (suffix) have anything to drop."""
 
+    # ------------------------------------------------------------------ a batch of requests
+
+    def begin_batch(self, prompts: Sequence[list[int]]) -> None:
+        if len(prompts) == 1:
+            self.begin(torch.tensor([prompts[0]]))
+        elif not self.batchable:
+            raise ValueError(f"{self.name} drafts for one request at a time: batched decoding drafts with a draft "
+                             "model, early exit or prompt lookup (trees and suffix decoding run one request at a time)")
+
+    def propose_batch(self, requests: Sequence[Request]) -> list[Draft]:
+        """Each request's draft of at most `request.budget` tokens."""
+        return [self.propose(torch.tensor([r.tokens]), r.budget, r.sampler) if r.budget > 0 else no_draft()
+                for r in requests]
+
+    def rollback_batch(self, lengths: Sequence[int]) -> bool:
+        """Request r's first lengths[r] tokens are still valid; returns whether a cache was re-gathered."""
+        if len(lengths) == 1:
+            self.rollback(lengths[0])
+        return False
+
+    def leave(self, staying: Sequence[int]) -> bool:
+        """Only the requests at these places stay (the others finished); returns whether a cache was
+        re-gathered."""
+        return False
+
 
 # ----------------------------------------------------------------------------- draft model
 
 class DraftModelDrafter(Drafter):
-    """A smaller causal LM with the target's vocabulary, with its own KV cache.
+    """A smaller causal LM with the target's vocabulary, with its own KV cache (one row per request:
+    every request drafts in the same forward).
 
     `vocab_size` is the target's: a draft whose embedding matrix is padded to another size
     (same tokenizer) has its distribution cut or zero-padded to it."""
+
+    batchable = True
 
     def __init__(self, model: PreTrainedModel, vocab_size: int | None = None, name: str | None = None):
         self.model = model
         self.vocab_size = vocab_size or model.config.get_text_config().vocab_size
         self.name = name or getattr(model.config, "name_or_path", "") or type(model).__name__
         self.parameters = sum(p.numel() for p in model.parameters())
-        self.cache: DynamicCache | None = None
+        self.cache: RaggedCache | None = None
+
+    def begin_batch(self, prompts: Sequence[list[int]]) -> None:
+        self.cache = RaggedCache(self.model, len(prompts))   # filled on the first proposal
 
     def begin(self, prompt_ids: torch.Tensor) -> None:
-        self.cache = DynamicCache(config=self.model.config)
-        if prompt_ids.shape[1] > 1:  # the cache holds every token but the last
-            self.model(prompt_ids[:, :-1].to(self.model.device), cache=self.cache, logits_to_keep=1)
+        self.begin_batch([prompt_ids[0].tolist()])
+
+    def propose_batch(self, requests: Sequence[Request]) -> list[Draft]:
+        steps = max(r.budget for r in requests)
+        if steps <= 0:
+            return [no_draft() for _ in requests]
+        sampler = requests[0].sampler
+        # Feed what the cache has not seen: the prompt the first time, then one token, or two after
+        # a fully accepted cycle (the draft never saw its own last, accepted, token).
+        blocks = [r.tokens[have:] for r, have in zip(requests, self.cache.lengths())]
+        logits = self.cache.forward(blocks, keep=1)[0]
+        tokens, rows = [], []                   # rows: greedy the logits, sampled the probabilities
+        for step in range(steps):
+            step_logits = self.fit_vocab(logits[:, -1])                      # (B, V)
+            if sampler.greedy:   # argmax needs no probabilities: one softmax over all rows at the end
+                token = step_logits.argmax(dim=-1)
+                rows.append(step_logits)
+            else:
+                probs = sampler.probs(step_logits)
+                # Each request draws from its own generator, and only within its budget: it draws
+                # exactly what it would draw alone (a row past its budget is fed, never drawn for).
+                token = torch.cat([sample_from(probs[row:row + 1], r.sampler.generator) if step < r.budget
+                                   else probs[row:row + 1].argmax(dim=-1) for row, r in enumerate(requests)])
+                rows.append(probs)
+            tokens.append(token)
+            if step + 1 < steps:
+                logits = self.cache.forward([[] for _ in requests], keep=1, tail=token[:, None],
+                                            tail_lengths=[1] * len(requests))[0]
+        drafted = torch.stack(tokens, dim=1)                                     # (B, steps)
+        stacked = torch.stack(rows, dim=1)                                       # (B, steps, V)
+        probs = sampler.probs(stacked.flatten(0, 1)).view(stacked.shape) if sampler.greedy else stacked
+        return [Draft(drafted[row, :r.budget], probs[row, :r.budget]) for row, r in enumerate(requests)]
 
     def propose(self, sequence: torch.Tensor, k: int, sampler: Sampler) -> Draft:
-        # Feed what the cache has not seen: usually one token; two after a fully accepted
-        # cycle, because the draft never saw its own last (accepted) token.
-        pending = sequence[:, self.cache.get_seq_length():].to(self.model.device)
-        tokens, logit_rows, prob_rows = [], [], []
-        for _ in range(k):
-            logits = self.fit_vocab(self.model(pending, cache=self.cache, logits_to_keep=1).logits[0, -1:])
-            if sampler.greedy:   # argmax needs no probabilities: one softmax over all rows at the end
-                token = logits.argmax(dim=-1)
-                logit_rows.append(logits)
-            else:
-                probs = sampler.probs(logits)
-                token = sampler.sample(probs)
-                prob_rows.append(probs)
-            tokens.append(token)
-            pending = token[None]
-        probs = sampler.probs(torch.cat(logit_rows)) if sampler.greedy else torch.cat(prob_rows)
-        return Draft(torch.cat(tokens).to(sequence.device), probs.to(sequence.device))
+        request = Request(index=0, tokens=sequence[0].tolist(), sampler=sampler, max_new_tokens=k + 1, k=k, budget=k)
+        return self.propose_batch([request])[0]
+
+    def rollback_batch(self, lengths: Sequence[int]) -> bool:
+        return self.cache.keep(lengths)
 
     def rollback(self, valid_length: int) -> None:
-        excess = self.cache.get_seq_length() - valid_length
-        if excess > 0:
-            self.cache.crop(-excess)
+        self.cache.keep([valid_length])
+
+    def leave(self, staying: Sequence[int]) -> bool:
+        return self.cache.select(staying)
 
     def fit_vocab(self, logits: torch.Tensor) -> torch.Tensor:
         """Logits over this drafter's vocabulary cut or padded (with -inf) to the target's."""
@@ -160,6 +223,7 @@ class PromptLookupDrafter(Drafter):
     stays exact: acceptance becomes target(x), and the residual is the target minus x."""
 
     name = "ngram"
+    batchable = True                  # keeps no state: each request drafts from its own tokens
 
     def __init__(self, max_ngram: int = 3):
         if max_ngram < 1:

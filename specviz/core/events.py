@@ -100,3 +100,51 @@ class Step:
     token: int
     prob: float                     # probability of `token` under the (warped) target distribution
     seconds: float                  # forward plus sampling, device-synchronised
+
+
+# ----------------------------------------------------------------------------- batches
+
+@dataclass(frozen=True)
+class BatchCycle:
+    """One target pass of speculative decoding over a batch: every live request's cycle. A request's
+    `Cycle` is what it gets decoded alone, except that its draft and verify seconds are the whole
+    batch's (it waited for all of it). A single request's run is a batch of one."""
+
+    index: int
+    requests: list[int]             # the live requests (their places among the prompts), in row order
+    cycles: list[Cycle]             # one per live request, in the order of `requests`
+    draft_seconds: float
+    verify_seconds: float
+    tokens: int                     # real tokens the target pass computed: every request's pending + drafted
+    slots: int                      # key slots of the pass: rows x (cached + new) columns
+    padded_slots: int               # of those, padding and holes (what the ragged layout wastes)
+    regathered: bool                # a cache was re-gathered after this pass
+
+    @property
+    def seconds(self) -> float:
+        return self.draft_seconds + self.verify_seconds
+
+    @property
+    def emitted(self) -> int:
+        return sum(len(c.emitted) for c in self.cycles)
+
+    @property
+    def drafted(self) -> int:
+        return sum(len(c.drafted) for c in self.cycles)
+
+
+@dataclass(frozen=True)
+class BatchStep:
+    """One target forward of plain decoding over a batch: one token for every live request."""
+
+    index: int
+    requests: list[int]             # the live requests (their places among the prompts), in row order
+    tokens: list[int]               # one per live request
+    probs: list[float]              # each token's probability under its request's (warped) distribution
+    seconds: float
+    slots: int
+    padded_slots: int
+
+    @property
+    def emitted(self) -> int:
+        return len(self.tokens)

@@ -1,16 +1,28 @@
-"""The KV cache of a batch whose rows hold different numbers of tokens.
+"""KV caches that decoding can roll back, and the batch cache whose rows hold different numbers of tokens.
 
-Ragged caches (`RaggedCache`): one batched DynamicCache whose columns are slots, and a (B, C) `valid`
-mask saying which slots hold a row's tokens. New tokens go in as a block, right-aligned per row (left
-padding); each row's position ids count its own valid slots, and a float 4D mask (B, 1, W, C + W)
-lets a query see only its row's valid slots and the earlier real tokens of its block. After
-verification a row's rejected slots are marked invalid, not removed; trailing slots no row uses are
-cropped. What this costs: every pass attends over the holes and the padding too (reported per pass as
-`padded_slots`), and the block is as wide as the longest row's, so a row that drafted little pays for
-the row that drafted most. When the cache is more than twice as long as its longest row (holes that
-compaction could win back), it is re-gathered (each row's valid slots moved, left-padded, to the
-front: one copy of the whole cache, reported as `regathered`). Padding from prompts of different
-lengths stays: compaction pads every row to the longest."""
+Rolling back (`new_cache`): speculative decoding drops the rejected drafts from every cache after each
+pass. transformers' sliding-window layers (Gemma 2/3, Mistral-style configs, Phi-3) keep only the last
+`sliding_window` positions and cannot be cropped once the window is full, so every cache here keeps
+every position in every layer (a plain `DynamicCache`, no per-layer types), and a sliding layer sees
+its window through its attention mask instead: the model builds that mask itself when it gets none
+(a single request), and `attention_masks` builds it for the batch layout. Layers whose state is not
+a list of positions (linear attention, state-space layers) cannot be rolled back at all: `new_cache`
+refuses them, before any work.
+
+The batch cache (`RaggedCache`): one batched DynamicCache whose columns are slots, and a (B, C)
+`valid` mask saying which slots hold a row's tokens. New tokens go in as a block, right-aligned per
+row (left padding); each row's position ids count its own valid slots, and a float 4D mask lets a
+query see only its row's valid slots and the earlier real tokens of its block (and, in a sliding
+layer, only those within its window). After verification a row's rejected slots are marked invalid,
+not removed; trailing slots no row uses are cropped. What this costs: every pass attends over the
+holes and the padding too (reported per pass as `padded_slots`), and the block is as wide as the
+longest row's. When the cache is more than twice as long as its longest row, it is re-gathered (each
+row's valid slots moved, left-padded, to the front: one copy of the whole cache, reported as
+`regathered`). A cache of one row never has holes or padding (its rejected slots are always the
+last ones, cropped): it runs as a plain cache, the model building its own causal mask.
+
+Row lengths live on the host (the loop knows what each row accepted), so feeding and rolling back
+read nothing back from the device."""
 
 from __future__ import annotations
 
@@ -20,6 +32,59 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 MAX_HOLES = 0.5             # re-gather a cache when more than this share of its slots could be won back
+POSITIONAL = {"full_attention", "sliding_attention"}     # layer types whose cache is a list of positions
+
+
+def _text_config(model: PreTrainedModel):
+    return model.config.get_text_config(decoder=True)
+
+
+def check_rollback(model: PreTrainedModel) -> None:
+    """Refuse a model whose cache cannot be rolled back to an earlier length (with why)."""
+    types = set(getattr(_text_config(model), "layer_types", None) or ())
+    other = sorted(types - POSITIONAL)
+    if other:
+        raise ValueError(f"{type(model).__name__} has {', '.join(other)} layers: their cached state is not a list "
+                         "of positions, so it cannot be rolled back after a rejected draft. Speculative decoding "
+                         "here needs attention layers only (full or sliding-window).")
+
+
+def new_cache(model: PreTrainedModel) -> DynamicCache:
+    """A KV cache of `model` that keeps every position in every layer, so it can be cropped to any
+    length (sliding layers included: see the module docstring)."""
+    check_rollback(model)
+    return DynamicCache()
+
+
+def sliding_window(model: PreTrainedModel) -> tuple[int | None, bool]:
+    """(the window of the model's sliding layers or None, whether the model takes one mask per layer type)."""
+    config = _text_config(model)
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if types is not None:                         # one mask per layer type ({"full_attention": ..., ...})
+        return (window if "sliding_attention" in types else None), True
+    return window, False                           # Mistral-style: every layer slides when a window is set
+
+
+def attention_masks(model: PreTrainedModel, seen: torch.Tensor, query_positions: torch.Tensor,
+                    key_positions: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The additive mask(s) the model's layers take for a (B, Q, K) "may attend" matrix, where query q
+    sits at position query_positions[b, q] and key slot j holds position key_positions[b, j]: one
+    (B, 1, Q, K) float mask, or one per layer type when the model has sliding layers (those also
+    drop keys at or beyond the window behind the query, as transformers' sliding masks do)."""
+    window, per_type = sliding_window(model)
+    dtype = model.dtype
+
+    def additive(may: torch.Tensor) -> torch.Tensor:
+        mask = torch.zeros(may.shape, dtype=dtype, device=may.device)
+        return mask.masked_fill_(~may, torch.finfo(dtype).min)[:, None]
+
+    if window is None:
+        return additive(seen)
+    near = (query_positions[:, :, None] - key_positions[:, None, :]) < window
+    # A query always sees itself (its own slot is at distance 0), so no row of the sliding mask is empty.
+    sliding = additive(seen & near)
+    return {"full_attention": additive(seen), "sliding_attention": sliding} if per_type else sliding
 
 
 class RaggedCache:
@@ -27,50 +92,97 @@ class RaggedCache:
 
     def __init__(self, model: PreTrainedModel, batch: int):
         self.model = model
-        self.cache = DynamicCache(config=model.config)
-        self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=model.device)
+        self.cache = new_cache(model)
+        self.batch = batch
+        device = model.device
+        # One row: no mask needed (None). Several: which slots hold each row's tokens.
+        self.valid = None if batch == 1 else torch.zeros(batch, 0, dtype=torch.bool, device=device)
+        self._lengths = [0] * batch
 
     def lengths(self) -> list[int]:
         """Tokens each row holds."""
-        return self.valid.sum(dim=1).tolist()
+        if self.valid is None:
+            return [self.cache.get_seq_length()]   # a single row may also be edited in place (trees)
+        return list(self._lengths)
 
-    def forward(self, blocks: Sequence[Sequence[int]], keep: int) -> tuple[torch.Tensor, int, int]:
-        """Feed row r the tokens `blocks[r]` (an empty block: one padding slot), right-aligned in one
-        (B, W) input. Returns the logits of the last `keep` positions (B, keep, V; row r's own are its
-        last len(blocks[r])), the pass's key slots (B x (C + W)) and how many of them are padding or
-        holes (computed and attended over, then masked: the ragged layout's waste)."""
+    def forward(self, blocks: Sequence[Sequence[int]], keep: int, tail: torch.Tensor | None = None,
+                tail_lengths: Sequence[int] | None = None) -> tuple[torch.Tensor, int, int]:
+        """Feed row r the tokens `blocks[r]` (host ids) followed by `tail[r, :tail_lengths[r]]` (ids
+        already on the device, such as drafted tokens), right-aligned in one (B, W) input (a row with
+        nothing to feed: one padding slot). Returns the logits of the last `keep` positions (B, keep,
+        V; row r's own are its last len(blocks[r]) + tail_lengths[r]), the pass's key slots (B x
+        (C + W)) and how many of them are padding or holes (computed and attended over, then
+        masked: the ragged layout's waste)."""
+        tail_lengths = list(tail_lengths) if tail is not None else [0] * len(blocks)
+        if self.valid is None:
+            return self._forward_one(blocks[0], keep, tail, tail_lengths[0])
         device, batch = self.valid.device, len(blocks)
-        width = max(1, max(len(block) for block in blocks))
-        ids = torch.zeros(batch, width, dtype=torch.long)
-        real = torch.zeros(batch, width, dtype=torch.bool)
-        for row, block in enumerate(blocks):
+        sizes = [len(block) + extra for block, extra in zip(blocks, tail_lengths)]
+        width = max(1, max(sizes))
+        host_ids = torch.zeros(batch, width, dtype=torch.long)
+        host_real = torch.zeros(batch, width, dtype=torch.bool)
+        for row, (block, size) in enumerate(zip(blocks, sizes)):
+            start = width - size
             if block:
-                ids[row, width - len(block):] = torch.tensor(list(block))
-                real[row, width - len(block):] = True
-        ids, real = ids.to(device), real.to(device)
-        # Each row's tokens sit at positions counted from its own tokens, holes and padding skipped.
-        positions = (self.valid.sum(dim=1, keepdim=True) + real.cumsum(dim=1) - 1).clamp_(min=0)
+                host_ids[row, start:start + len(block)] = torch.tensor(list(block))
+            host_real[row, start:] = size > 0
+        ids, real = host_ids.to(device), host_real.to(device)
+        if tail is not None and max(tail_lengths):
+            # The device tokens end each row: row r's last tail_lengths[r] slots hold tail[r, :tail_lengths[r]].
+            tail = tail[:, :max(tail_lengths)]
+            span = tail.shape[1]
+            starts = span - torch.tensor(tail_lengths, device=device)
+            offset = torch.arange(span, device=device)[None] - starts[:, None]
+            ids[:, width - span:] = torch.where(offset >= 0, tail.gather(1, offset.clamp(min=0)), ids[:, width - span:])
         cached = self.valid.shape[1]
         columns = torch.cat([self.valid, real], dim=1)                        # (B, C + W)
+        # Each row's tokens sit at positions counted from its own tokens, holes and padding skipped.
+        key_positions = columns.cumsum(dim=1) - 1
+        positions = key_positions[:, cached:].clamp(min=0)
         causal = torch.ones(width, cached + width, dtype=torch.bool, device=device).tril(cached)
         seen = columns[:, None, :] & causal[None]
         # A padding query sees itself, so that no row of the mask is empty (its output is unused).
-        seen[:, torch.arange(width, device=device), cached + torch.arange(width, device=device)] = True
-        dtype = self.model.dtype
-        mask = torch.zeros(seen.shape, dtype=dtype, device=device).masked_fill_(~seen, torch.finfo(dtype).min)
-        logits = self.model(ids, cache=self.cache, attention_mask=mask[:, None], position_ids=positions,
+        arange = torch.arange(width, device=device)
+        seen[:, arange, cached + arange] = True
+        key_positions[:, cached:] = positions
+        masks = attention_masks(self.model, seen, positions, key_positions)
+        logits = self.model(ids, cache=self.cache, attention_mask=masks, position_ids=positions,
                             logits_to_keep=keep).logits
         self.valid = columns
-        return logits, columns.numel(), columns.numel() - int(columns.sum())
+        self._lengths = [have + size for have, size in zip(self._lengths, sizes)]
+        slots = columns.shape[0] * columns.shape[1]
+        return logits, slots, slots - sum(self._lengths)
+
+    def _forward_one(self, block: Sequence[int], keep: int, tail: torch.Tensor | None,
+                     tail_length: int) -> tuple[torch.Tensor, int, int]:
+        device = self.model.device
+        parts = [torch.tensor([list(block)], dtype=torch.long, device=device)] if block else []
+        if tail is not None and tail_length:
+            parts.append(tail[:1, :tail_length])
+        ids = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+        logits = self.model(ids, cache=self.cache, logits_to_keep=keep).logits
+        slots = self.cache.get_seq_length()
+        return logits, slots, 0
 
     def keep(self, lengths: Sequence[int]) -> bool:
         """Row r keeps only its first lengths[r] tokens (the rest become holes); slots no row uses at
         the end are cropped. Re-gathers when that wins slots back (see `_compact_if_sparse`); returns
         whether it did."""
+        if self.valid is None:
+            excess = self.cache.get_seq_length() - lengths[0]
+            if excess > 0:
+                self.cache.crop(-excess)
+            return False
+        lengths = [min(length, have) for length, have in zip(lengths, self._lengths)]
+        if lengths == self._lengths:
+            return False
         rank = self.valid.cumsum(dim=1)
-        self.valid &= rank <= torch.tensor(list(lengths), device=self.valid.device)[:, None]
-        used = self.valid.any(dim=0).nonzero()
-        end = int(used[-1]) + 1 if used.numel() else 0
+        self.valid &= rank <= torch.tensor(lengths, device=self.valid.device)[:, None]
+        self._lengths = lengths
+        # The last slot any row uses: rows are right-aligned blocks, so the trailing columns hold each
+        # row's newest tokens; crop those no row still uses.
+        used = self.valid.any(dim=0)
+        end = self.valid.shape[1] - int(used.flip(0).to(torch.int8).argmax()) if max(lengths) else 0
         if end < self.valid.shape[1]:
             self.cache.crop(end - self.valid.shape[1])
             self.valid = self.valid[:, :end]
@@ -78,9 +190,13 @@ class RaggedCache:
 
     def select(self, rows: Sequence[int]) -> bool:
         """Keep only `rows` (finished rows leave the batch); returns whether it re-gathered."""
+        if self.valid is None:
+            return False
         index = torch.tensor(list(rows), dtype=torch.long, device=self.valid.device)
         self.cache.batch_select_indices(index)
         self.valid = self.valid[index]
+        self._lengths = [self._lengths[row] for row in rows]
+        self.batch = len(rows)
         return self._compact_if_sparse()
 
     def _compact_if_sparse(self) -> bool:
@@ -89,15 +205,16 @@ class RaggedCache:
         # very different prompt lengths is mostly padding, and no re-gather would shrink it).
         if not self.valid.numel():
             return False
-        counts = self.valid.sum(dim=1)
-        width = int(counts.max())
+        width = max(self._lengths)
         if self.valid.shape[1] - width <= MAX_HOLES * self.valid.shape[1]:
             return False
         # Row r's valid slots in order, left-padded (with slot 0, masked) to the longest row's count.
-        order = torch.zeros(self.valid.shape[0], width, dtype=torch.long, device=self.valid.device)
-        for row in range(self.valid.shape[0]):
-            slots = self.valid[row].nonzero()[:, 0]
-            order[row, width - slots.numel():] = slots
+        # The slot of row r's i-th token: the first column where its running count reaches i + 1.
+        counts = torch.tensor(self._lengths, device=self.valid.device)
+        rank = self.valid.cumsum(dim=1)
+        targets = torch.arange(1, width + 1, device=self.valid.device)[None] - (width - counts)[:, None]
+        order = torch.searchsorted(rank.contiguous(), targets.clamp(min=1).contiguous())
+        order = torch.where(targets >= 1, order, torch.zeros_like(order))
         for layer in self.cache.layers:
             index = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
             layer.keys, layer.values = layer.keys.gather(2, index), layer.values.gather(2, index)

@@ -8,8 +8,9 @@ drawn from the normalised residual max(0, target - draft); when every drafted to
 bonus token is drawn from the target. The emitted sequence is then distributed exactly as the
 target's (warped) distribution.
 
-Each verification crosses from the device to the host twice: once for what the acceptance rule
-needs, once for the correction. Token trees (core.trees) verify with the same pieces.
+A batch of chains is verified at once (`verify_chains`): acceptance, the correction and everything
+the views show cross from the device to the host in one copy per pass. Token trees (core.trees)
+verify with the same pieces, one tree at a time.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ class Verification:
     target_top: list[int]       # greedy only: target argmax at each verified position
     target_probs: list[float] = field(default_factory=list)  # target probability of each drafted token
     draft_probs: list[float] = field(default_factory=list)   # draft probability of each drafted token
+    drafted: list[int] = field(default_factory=list)         # the drafted ids, as verified (chains)
 
 
 def to_host(*columns: torch.Tensor) -> list[list[float]]:
@@ -153,48 +155,124 @@ def draw(dist: torch.Tensor, generator: torch.Generator) -> tuple[int, float]:
     return int(token_id), prob
 
 
+def verify_chains(target_logits: torch.Tensor, drafted: torch.Tensor, lengths: list[int],
+                  draft_probs: torch.Tensor | None, samplers: list[Sampler],
+                  uniforms: torch.Tensor | None = None) -> list[Verification]:
+    """Verify B drafted chains at once, on the device, with one copy to the host (vLLM's shape: a
+    whole batch per call, one placeholder-padded buffer read at the end).
+
+    target_logits: (B, n + 1, V) the target's logits at each drafted position plus the bonus one;
+                   row r's drafted tokens are scored by its first lengths[r] + 1 positions.
+    drafted:       (B, n) drafted ids, row r's first lengths[r] valid (the rest any id).
+    draft_probs:   (B, n, V) the draft distribution each token was drawn from, or None for one-hot
+                   drafts (prompt lookup), whose draft probability of its own token is 1.
+    samplers:      one per row; greedy when the first is (a batch shares one sampling rule, each row
+                   has its own generator).
+    uniforms:      (B, n) U[0, 1) draws, row r's first lengths[r] drawn from its own generator
+                   (sampling only; see `draw_uniforms`).
+
+    Greedy: accept the longest prefix that matches the target's argmax; the correction (or bonus)
+    is the argmax at the first mismatch. Sampling: accept drafted token x with probability
+    min(1, target(x) / draft(x)); at the first rejection draw from the normalised residual
+    max(0, target - draft), after a fully accepted chain from the target at the bonus position."""
+    batch, n = drafted.shape
+    device = drafted.device
+    count = torch.tensor(lengths, device=device)
+    valid = torch.arange(n, device=device)[None] < count[:, None]                  # (B, n)
+    ids = torch.where(valid, drafted, torch.zeros_like(drafted))
+    greedy = samplers[0].greedy
+    if greedy:
+        scores = target_logits.float()
+        # max(dim) returns the first index of a tie, as argmax (and `generate`) do; its value also
+        # steadies the softmax normaliser, so the two share one pass over the vocabulary.
+        top_logit, top = scores.max(dim=-1)                                         # (B, n + 1)
+        total = (scores - top_logit[..., None]).exp_().sum(dim=-1)                  # normaliser / e^max
+        target_p = (scores[:, :n].gather(2, ids[..., None])[..., 0] - top_logit[:, :n]).exp() / total[:, :n]
+        accept = (top[:, :n] == ids) & valid
+    else:
+        probs = samplers[0].probs(target_logits.reshape(-1, target_logits.shape[-1])).reshape(target_logits.shape)
+        target_p = probs[:, :n].gather(2, ids[..., None])[..., 0]
+    draft_p = (torch.ones_like(target_p) if draft_probs is None
+               else draft_probs.gather(2, ids[..., None])[..., 0].float())
+    if not greedy:
+        # Accept drafted token i with probability min(1, target(x_i) / draft(x_i)).
+        accept = (uniforms * draft_p < target_p) & valid
+    accepted = accept.long().cumprod(dim=1).sum(dim=1)                              # (B,)
+
+    if greedy:
+        correction = top.gather(1, accepted[:, None])[:, 0]
+        correction_prob = total.gather(1, accepted[:, None])[:, 0].reciprocal()
+        dist = None
+    else:
+        vocab = probs.shape[-1]
+        at = probs.gather(1, accepted[:, None, None].expand(batch, 1, vocab))[:, 0]   # (B, V)
+        dist = at
+        if n:
+            rejected = accepted < count
+            where = accepted.clamp(max=n - 1)
+            if draft_probs is None:     # a one-hot draft: the target just loses the rejected token
+                left = at.scatter(1, ids.gather(1, where[:, None]), 0.0)
+            else:
+                left = (at - draft_probs.gather(1, where[:, None, None].expand(batch, 1, vocab))[:, 0]).clamp_(min=0.0)
+            left_total = left.sum(dim=-1, keepdim=True)
+            # Not in Algorithm 1: a rejection implies draft(x) > target(x), so the residual has mass; the
+            # guard only covers float round-off when the two distributions are equal.
+            left = torch.where(left_total > 0, left / left_total.clamp(min=torch.finfo(left.dtype).tiny), at)
+            dist = torch.where(rejected[:, None], left, at)
+        correction = torch.cat([sample_from(dist[row:row + 1], sampler.generator)
+                                for row, sampler in enumerate(samplers)])
+        correction_prob = dist.gather(1, correction[:, None])[:, 0]
+
+    # One copy to the host: per row [accepted, correction, its probability, n drafted ids, n target
+    # probabilities, n draft ones, then n uniforms (sampling) or n + 1 argmaxes (greedy)].
+    last = uniforms if not greedy else top
+    host = torch.cat([accepted[:, None].double(), correction[:, None].double(), correction_prob[:, None].double(),
+                      ids.double(), target_p.double(), draft_p.double(), last.double()], dim=1).tolist()
+    out = []
+    for row, values in enumerate(host):
+        size, num = lengths[row], int(values[0])
+        drafts, targets, draws, tail = (values[3:3 + n], values[3 + n:3 + 2 * n], values[3 + 2 * n:3 + 3 * n],
+                                        values[3 + 3 * n:])
+        out.append(Verification(
+            num_accepted=num, correction=int(values[1]), correction_prob=values[2],
+            uniforms=[] if greedy else tail[:min(num + 1, size)],
+            residual=None if greedy or num == size else dist[row],
+            target_top=[int(t) for t in tail[:num + 1]] if greedy else [],
+            target_probs=targets[:size], draft_probs=draws[:size], drafted=[int(t) for t in drafts[:size]]))
+    return out
+
+
+def draw_uniforms(samplers: list[Sampler], lengths: list[int], width: int, device: torch.device) -> torch.Tensor:
+    """(B, width) U[0, 1) draws for `verify_chains`: row r's first lengths[r] from its own generator
+    (so a row draws exactly what it would draw alone), the rest 1.0 (never consulted)."""
+    rows = [torch.cat([sampler.uniform(size, device), torch.ones(width - size, device=device)])
+            for sampler, size in zip(samplers, lengths)]
+    return torch.stack(rows) if rows else torch.ones(0, width, device=device)
+
+
 def verify_greedy(target_logits: torch.Tensor, drafted: torch.Tensor,
                   draft_probs: torch.Tensor | None = None) -> Verification:
-    """Accept the longest prefix of `drafted` that matches the target's argmax; the correction
-    (or bonus) is the target's argmax at the first mismatch. `target_logits` is (n + 1, V)."""
-    n = drafted.shape[0]
-    tops, top_probs, ids, target_p, draft_p = greedy_reads(
-        target_logits, torch.arange(n, device=drafted.device), drafted, draft_probs)
-    num_accepted = next((i for i in range(n) if tops[i] != ids[i]), n)
-    return Verification(num_accepted=num_accepted, correction=tops[num_accepted],
-                        correction_prob=top_probs[num_accepted], uniforms=[], residual=None,
-                        target_top=tops[: num_accepted + 1], target_probs=target_p, draft_probs=draft_p)
+    """`verify_chains` for one chain: `target_logits` (n + 1, V), `drafted` (n,)."""
+    return verify_chains(target_logits[None], drafted[None], [drafted.shape[0]],
+                         None if draft_probs is None else draft_probs[None], [Sampler()])[0]
+
+
+class _Given(Sampler):
+    """A greedy-free sampler that draws with a given generator (the single-chain wrapper's)."""
+
+    def __init__(self, generator: torch.Generator):
+        self.greedy, self.warpers, self.generator = False, [], generator
+
+    def probs(self, probs: torch.Tensor) -> torch.Tensor:   # already probabilities
+        return probs
 
 
 def verify_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, drafted: torch.Tensor,
                    uniforms: torch.Tensor, generator: torch.Generator) -> Verification:
-    """Speculative sampling over n drafted tokens.
-
-    target_probs: (n + 1, V) warped target distribution at each drafted position plus the bonus one.
-    draft_probs:  (n, V) warped draft distribution, or None for a one-hot drafter (prompt lookup),
-                  whose draft probability of its own token is 1.
-    uniforms:     (n,) U[0, 1) draws, one per drafted token.
-    """
-    n = drafted.shape[0]
-    positions = torch.arange(n, device=drafted.device)
-    target_p = target_probs[positions, drafted]
-    draft_p = torch.ones_like(target_p) if draft_probs is None else draft_probs[positions, drafted]
-    # Accept drafted token i with probability min(1, target(x_i) / draft(x_i)).
-    accepted, all_uniforms, target_list, draft_list = to_host(uniforms * draft_p < target_p, uniforms,
-                                                               target_p, draft_p)
-    num_accepted = accepted.index(0.0) if 0.0 in accepted else n
-    i = num_accepted
-    if i == n:
-        # Every draft accepted: the bonus token comes straight from the target.
-        left = None
-    else:
-        # Rejected at position i: draw from the normalised residual max(0, target - draft).
-        left = residual(target_probs[i], None if draft_probs is None else draft_probs[i], drafted[i:i + 1],
-                        target_probs[i])
-    correction, correction_prob = draw(target_probs[n] if left is None else left, generator)
-    return Verification(num_accepted=num_accepted, correction=correction, correction_prob=correction_prob,
-                        uniforms=all_uniforms[: min(num_accepted + 1, n)], residual=left, target_top=[],
-                        target_probs=target_list, draft_probs=draft_list)
+    """`verify_chains` for one chain, given its warped target distributions `target_probs` (n + 1,
+    V), its draft's `draft_probs` (n, V) or None (one-hot), and its n uniforms."""
+    return verify_chains(target_probs[None], drafted[None], [drafted.shape[0]],
+                         None if draft_probs is None else draft_probs[None], [_Given(generator)], uniforms[None])[0]
 
 
 def top_tokens(probs: torch.Tensor, n: int = 10) -> list[tuple[int, float]]:

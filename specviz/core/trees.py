@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .events import ACCEPTED, NOT_REACHED, REJECTED, Cycle
+from .ragged_cache import attention_masks, sliding_window
 from .sampling import draw, greedy_reads, residual, to_host
 
 
@@ -97,6 +98,16 @@ def tree_inputs(parents: list[int], cached: int, prefix: int, dtype: torch.dtype
     return additive_mask(seen, dtype), torch.tensor([positions], device=device)
 
 
+def tree_attention(model, parents: list[int], cached: int, prefix: int) -> tuple[torch.Tensor | dict, torch.Tensor]:
+    """`tree_inputs` as `model`'s layers take them: with sliding-window layers, one mask per layer type
+    (a node's window counts back from its own position, prefix + depth)."""
+    mask, positions = tree_inputs(parents, cached, prefix, model.dtype, model.device)
+    if sliding_window(model)[0] is None:
+        return mask, positions
+    key_positions = torch.cat([torch.arange(cached, device=positions.device), positions[0]])[None]
+    return attention_masks(model, mask[0] == 0, positions, key_positions), positions
+
+
 def additive_mask(seen: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """A (rows, columns) "may attend" matrix as the (1, 1, rows, columns) float mask transformers adds
     to attention scores: 0 where seen, the dtype's minimum elsewhere."""
@@ -108,8 +119,6 @@ def keep_path(cache, keep: int, path_positions: list[int]) -> None:
     """Keep the first `keep` positions of every layer of a DynamicCache, then the given positions
     (the accepted path's nodes), in order; drop everything else."""
     for layer in cache.layers:
-        if getattr(layer, "is_sliding", False):
-            raise ValueError("token trees need a full-attention KV cache; this model has sliding-window layers")
         if not getattr(layer, "is_initialized", True) or layer.keys is None:
             continue
         index = torch.tensor(list(range(keep)) + path_positions, device=layer.keys.device)

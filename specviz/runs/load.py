@@ -35,8 +35,8 @@ from dataclasses import asdict, dataclass, field
 
 
 from ..catalog import BenchPrompt
-from ..core.batched import (BatchCycle, BatchStep, batched_autoregressive_decode, batched_speculative_decode,
-                             row_outputs)
+from ..core.decoding import batched_autoregressive_decode, batched_speculative_decode, row_outputs
+from ..core.events import BatchCycle, BatchStep
 from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.drafters import DraftModelDrafter, PromptLookupDrafter
 from ..core.timing import Clock
@@ -215,7 +215,7 @@ def sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair
                     spec_runs.append(cycles)
                     plain_runs.append(steps)
                     timings += [(e.tokens, e.verify_seconds) for e in cycles[1:]]
-                    timings += [(len(e.rows), e.seconds) for e in steps[1:]]
+                    timings += [(len(e.requests), e.seconds) for e in steps[1:]]
                 result.cost_curve = cost_curve(timings)
                 if k:
                     point = spec_point(batch, k, spec_runs, plain_runs[-repeats:], chosen, result.cost_curve,
@@ -302,8 +302,8 @@ def _latency(runs: Sequence[Sequence[BatchCycle | BatchStep]]) -> float:
         tokens: dict[int, int] = {}
         for event in events[1:]:
             counts = ([len(c.emitted) for c in event.cycles] if isinstance(event, BatchCycle)
-                      else [1] * len(event.rows))
-            for row, count in zip(event.rows, counts):
+                      else [1] * len(event.requests))
+            for row, count in zip(event.requests, counts):
                 seconds[row] = seconds.get(row, 0.0) + event.seconds
                 tokens[row] = tokens.get(row, 0) + count
         per_row += [ratio(seconds[row], tokens[row]) for row in seconds]
@@ -316,7 +316,7 @@ def _rows(prompts: Sequence[BenchPrompt], spec: dict[int, list[int]], plain: dic
 
 
 def _plain_forwards(runs: Sequence[Sequence[BatchStep]]) -> list[tuple[float, float, int]]:
-    return [(len(e.rows), e.seconds, len(e.tokens)) for steps in runs for e in steps[1:]]
+    return [(len(e.requests), e.seconds, len(e.tokens)) for steps in runs for e in steps[1:]]
 
 
 def spec_point(batch: int, k: int, spec_runs: Sequence[Sequence[BatchCycle]], plain_runs: Sequence[Sequence[BatchStep]],
@@ -335,7 +335,7 @@ def spec_point(batch: int, k: int, spec_runs: Sequence[Sequence[BatchCycle]], pl
     expected = sum(expected_tokens_per_pass(alpha, len(c.drafted)) for e in decode for c in e.cycles)
     spec_cost = sum(cost_at(curve, e.tokens) + ratio(e.draft_seconds, unit) for e in decode)
     plain_events = [e for steps in plain_runs for e in steps[1:]]
-    plain_cost = sum(cost_at(curve, len(e.rows)) for e in plain_events)
+    plain_cost = sum(cost_at(curve, len(e.requests)) for e in plain_events)
     theory = ratio(ratio(expected, spec_cost), ratio(sum(len(e.tokens) for e in plain_events), plain_cost))
     spec_out, plain_out = row_outputs(spec_runs[-1]), row_outputs(plain_runs[-1])
     slots = sum(e.slots for cycles in spec_runs for e in cycles)

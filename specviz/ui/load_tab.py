@@ -16,7 +16,7 @@ from typing import NamedTuple
 import gradio as gr
 
 from ..catalog import preset_prompt_sets
-from ..core.batched import BatchCycle
+from ..core.events import BatchCycle
 from ..errors import SpecvizError
 from ..models.tokens import Detokenizer
 from ..runs import Loader, load_stepwise
@@ -88,11 +88,11 @@ class BatchRows:
             self.tokens = [0] * len(rows)
             self.plain = [0] * len(rows)
         if isinstance(event, BatchCycle):
-            for row, cycle in zip(event.rows, event.cycles):
+            for row, cycle in zip(event.requests, event.cycles):
                 self.cycles[row].append(cycle_html(cycle, cycle_text(cycle, self.detoks[row])))
                 self.tokens[row] += len(cycle.emitted)
         else:
-            for row in event.rows:
+            for row in event.requests:
                 self.plain[row] += 1
 
     def html(self) -> str:
