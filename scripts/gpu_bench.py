@@ -40,7 +40,8 @@ import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig  # noqa: E402
 
 from specviz.catalog import BenchPrompt  # noqa: E402
-from specviz.core.decoding import autoregressive_decode, speculative_decode  # noqa: E402
+from specviz.core.plain import autoregressive_decode  # noqa: E402
+from specviz.core.decoding import speculative_decode  # noqa: E402
 from specviz.core.timing import Clock  # noqa: E402
 from specviz.models import ModelPair, make_drafter  # noqa: E402
 from specviz.models.tiny import ByteTokenizer  # noqa: E402

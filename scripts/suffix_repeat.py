@@ -8,7 +8,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specviz.core.decoding import autoregressive_decode, speculative_decode  # noqa: E402 - after the sys.path insert
+from specviz.core.plain import autoregressive_decode  # noqa: E402 - after the sys.path insert
+from specviz.core.decoding import speculative_decode  # noqa: E402 - after the sys.path insert
 from specviz.core.drafters import PromptLookupDrafter, SuffixDrafter  # noqa: E402
 from specviz.metrics import measure_speed  # noqa: E402
 from specviz.models import encode_prompt, load_pair  # noqa: E402

@@ -2,7 +2,8 @@
 
 from .catalog import VERSION as __version__
 from .core.cross_tokenizer import CrossTokenizerDrafter
-from .core.decoding import autoregressive_decode, speculative_decode
+from .core.decoding import speculative_decode
+from .core.plain import autoregressive_decode
 from .core.drafters import Draft, Drafter, DraftModelDrafter, PromptLookupDrafter, early_exit_model
 from .core.events import Cycle, Step
 

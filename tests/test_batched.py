@@ -6,13 +6,17 @@ power check); a seeded row reproduces independently of the other rows."""
 import numpy as np
 import pytest
 import torch
-from conftest import make_llama, reference, truncated_copy
+from conftest import make_gpt2, make_llama, make_qwen2, reference, truncated_copy
 from test_sampling import LENGTH, V, exact_joint, pooled_chisquare
 
-from specviz.core.decoding import batched_autoregressive_decode, batched_speculative_decode, row_outputs, row_seed
+from specviz.core.plain import batched_autoregressive_decode
+from specviz.core.decoding import batched_speculative_decode
+from specviz.core.events import row_outputs
+from specviz.core.request import row_seed
 from specviz.core import ragged_cache
 from specviz.core.ragged_cache import RaggedCache
-from specviz.core.decoding import autoregressive_decode, speculative_decode
+from specviz.core.plain import autoregressive_decode
+from specviz.core.decoding import speculative_decode
 from specviz.core.drafters import DraftModelDrafter, PromptLookupDrafter, SuffixDrafter, early_exit_model
 from specviz.core.sampling import Sampler
 
@@ -211,3 +215,56 @@ def test_bad_batches_are_refused(models):
     assert one == alone(target, SuffixDrafter(), prompt, max_new_tokens=8) == reference(target, prompt, eos=EOS, n=8)
     with pytest.raises(ValueError, match="k"):
         batched_speculative_decode(target, drafts["ngram"], [torch.tensor([[1, 2]])], k=0)
+
+
+# ----------------------------------------------------------------------------- the ragged cache itself
+
+def test_ragged_cache_logits_equal_each_row_alone(models):
+    # Not only the counts: every row's logits, pass after pass (rows fed different amounts, some
+    # rolled back to holes), equal that row's own plain forward over its tokens so far.
+    target = models[0]
+    prompts = [p[0].tolist() for p in ragged_prompts(3, seed=7)]
+    cache = RaggedCache(target, 3)
+    sequences = [list(p) for p in prompts]
+    blocks = [list(p) for p in prompts]
+    g = torch.Generator().manual_seed(1)
+    with torch.inference_mode():
+        for step in range(5):
+            logits, _, _ = cache.forward(blocks, keep=4)
+            for row, seq in enumerate(sequences):
+                fed = len(blocks[row])
+                alone_logits = target(torch.tensor([seq])).logits[0, -min(fed, 4):]
+                assert torch.allclose(logits[row, -min(fed, 4):], alone_logits, atol=1e-4), (step, row)
+            # Keep a different prefix of what each row was fed (the rest become holes), then feed anew.
+            kept = [len(seq) - int(torch.randint(0, len(b), (1,), generator=g)) for seq, b in zip(sequences, blocks)]
+            cache.keep(kept)
+            sequences = [seq[:n] for seq, n in zip(sequences, kept)]
+            blocks = [torch.randint(4, 97, (1 + row,), generator=g).tolist() for row in range(3)]
+            sequences = [seq + b for seq, b in zip(sequences, blocks)]
+
+
+@pytest.mark.parametrize("make", [make_gpt2, make_qwen2])
+@pytest.mark.parametrize("draft", ["model", "ngram"])
+def test_batched_rows_equal_generate_on_other_architectures(make, draft):
+    target = make(0, eos=EOS)
+    drafter = DraftModelDrafter(truncated_copy(target, 1)) if draft == "model" else PromptLookupDrafter()
+    prompts = ragged_prompts(4, seed=2)
+    out = row_outputs(batched_speculative_decode(target, drafter, prompts, max_new_tokens=NEW_TOKENS, k=3))
+    assert [out[r] for r in range(4)] == [reference(target, p, eos=EOS, n=NEW_TOKENS) for p in prompts]
+
+
+def test_a_drafted_eos_accepted_in_a_batch_ends_the_row_with_no_bonus():
+    # The target as its own draft accepts everything: a drafted EOS is accepted and ends that row's
+    # output there, with no token after it (no bonus), while the other rows go on.
+    target = make_llama(0, layers=2)
+    prompts = ragged_prompts(3, seed=4)
+    plain = [reference(target, p, n=NEW_TOKENS) for p in prompts]
+    eos = plain[0][5]                    # the first row's sixth token: drafted inside a cycle (k = 4)
+    events = list(batched_speculative_decode(target, DraftModelDrafter(target), prompts, max_new_tokens=NEW_TOKENS,
+                                             k=4, eos_token_id=eos))
+    out = row_outputs(events)
+    assert out[0] == plain[0][:6]
+    last = [c for e in events for r, c in zip(e.requests, e.cycles) if r == 0][-1]
+    assert last.emitted[-1] == eos and last.correction is None and last.num_accepted == len(last.drafted)
+    for row in (1, 2):
+        assert out[row] == reference(target, prompts[row], eos=eos, n=NEW_TOKENS)

@@ -436,7 +436,7 @@ def test_greedy_equals_plain_with_the_builtin_target_and_a_character_draft():
     # The built-in SmolLM2-135M-Instruct (byte-level BPE, a chat template with special tokens) drafted
     # by a tiny model with a SentencePiece-style character vocabulary: its text is aligned with a
     # real tokenizer's tokens, the chat markers included in the look-behind.
-    from specviz.core.decoding import autoregressive_decode
+    from specviz.core.plain import autoregressive_decode
     from specviz.models import encode_prompt, load_pair
 
     pair = load_pair(dtype="float32", device="cpu")

@@ -10,8 +10,9 @@ import torch
 from conftest import VOCAB, reference, truncated_copy
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, MistralConfig, MistralForCausalLM
 
-from specviz.core.decoding import (autoregressive_decode, batched_autoregressive_decode, batched_speculative_decode,
-                                   row_outputs, speculative_decode)
+from specviz.core.plain import autoregressive_decode, batched_autoregressive_decode
+from specviz.core.decoding import batched_speculative_decode, speculative_decode
+from specviz.core.events import row_outputs
 from specviz.core.draft_trees import DraftTreeDrafter
 from specviz.core.drafters import DraftModelDrafter, NgramTreeDrafter, PromptLookupDrafter
 from specviz.core.ragged_cache import check_rollback, new_cache

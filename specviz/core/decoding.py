@@ -20,7 +20,6 @@ views need (the residual's top tokens) is read after the pass's clock has stoppe
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -30,68 +29,11 @@ from transformers import PreTrainedModel
 
 from . import trees
 from .drafters import Draft, Drafter, DraftModelDrafter
-from .events import BONUS, RESAMPLED, BatchCycle, BatchStep, Cycle, Step
-from .ragged_cache import RaggedCache, check_rollback
-from .request import Request
-from .sampling import Sampler, draw_uniforms, sample_from, to_host, validate_sampling, verify_chains
+from .events import BONUS, RESAMPLED, BatchCycle, Cycle
+from .ragged_cache import RaggedCache
+from .request import Request, check_settings, eos_ids, make_samplers, prompt_lists, single_prompt
+from .sampling import draw_uniforms, to_host, verify_chains
 from .timing import Clock, timed_events
-
-
-def eos_ids(target: PreTrainedModel, eos_token_id: int | Iterable[int] | None) -> set[int]:
-    if eos_token_id is None:
-        eos_token_id = getattr(target.generation_config, "eos_token_id", None)
-    if eos_token_id is None:
-        return set()
-    return {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id)
-
-
-def row_seed(seed: int | None, row: int) -> int | None:
-    """The seed of the generator of request `row` in a batch seeded with `seed` (None: unseeded)."""
-    if seed is None:
-        return None
-    digest = hashlib.blake2b(f"{seed}:{row}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1        # below 2**63: any generator takes it
-
-
-def row_outputs(events: Iterable[BatchCycle | BatchStep]) -> dict[int, list[int]]:
-    """Each request's output (by its place among the prompts) from batch events, cycles or steps."""
-    out: dict[int, list[int]] = {}
-    for event in events:
-        if isinstance(event, BatchCycle):
-            for request, cycle in zip(event.requests, event.cycles):
-                out.setdefault(request, []).extend(cycle.emitted)
-        else:
-            for request, token in zip(event.requests, event.tokens):
-                out.setdefault(request, []).append(token)
-    return out
-
-
-# ----------------------------------------------------------------------------- checks
-
-def _prompt_lists(prompts: Sequence[torch.Tensor | Sequence[int]]) -> list[list[int]]:
-    if not prompts:
-        raise ValueError("no prompts: a batch needs at least one")
-    lists = []
-    for i, prompt in enumerate(prompts):
-        ids = prompt.reshape(-1).tolist() if isinstance(prompt, torch.Tensor) else list(prompt)
-        if not ids:
-            raise ValueError(f"prompt {i} is empty: it has no tokens" if len(prompts) > 1
-                             else "the prompt is empty: input_ids has no tokens")
-        lists.append([int(t) for t in ids])
-    return lists
-
-
-def _single_prompt(input_ids: torch.Tensor) -> list[list[int]]:
-    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
-        raise ValueError(f"input_ids must have shape (1, T), got {tuple(input_ids.shape)}")
-    return _prompt_lists([input_ids])
-
-
-def _check(target: PreTrainedModel, max_new_tokens: int, temperature: float, top_k: int, top_p: float) -> None:
-    validate_sampling(temperature, top_k, top_p)
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    check_rollback(target)
 
 
 def as_drafter(draft: PreTrainedModel | Drafter, target: PreTrainedModel) -> Drafter:
@@ -107,13 +49,6 @@ def as_drafter(draft: PreTrainedModel | Drafter, target: PreTrainedModel) -> Dra
             "if both share one tokenizer and only the embedding padding differs, pass "
             "DraftModelDrafter(draft, vocab_size=...)")
     return DraftModelDrafter(draft)
-
-
-def _samplers(count: int, temperature: float, top_k: int, top_p: float, seed: int | None, device,
-              single: bool) -> list[Sampler]:
-    # A single request is seeded with `seed` itself; a batch's requests with `row_seed(seed, place)`.
-    return [Sampler(temperature, top_k, top_p, seed if single else row_seed(seed, row), device)
-            for row in range(count)]
 
 
 # ----------------------------------------------------------------------------- speculative
@@ -147,11 +82,11 @@ def speculative_decode(target: PreTrainedModel, draft: PreTrainedModel | Drafter
 
     dynamic_k: grow k by 2 after a fully accepted cycle and shrink it by 1 after a rejection
     (transformers' heuristic), within [1, max_k] (default 2k)."""
-    prompts = _single_prompt(input_ids)
-    _check(target, max_new_tokens, temperature, top_k, top_p)
+    prompts = single_prompt(input_ids)
+    check_settings(target, max_new_tokens, temperature, top_k, top_p)
     max_k = _k_options(k, dynamic_k, max_k)
     drafter = as_drafter(draft, target)
-    samplers = _samplers(1, temperature, top_k, top_p, seed, target.device, single=True)
+    samplers = make_samplers(1, temperature, top_k, top_p, seed, target.device, single=True)
     requests = [Request(0, prompts[0], samplers[0], max_new_tokens, k)]
     options = LoopOptions(max_k=max_k, dynamic_k=dynamic_k, eos=frozenset(eos_ids(target, eos_token_id)))
     return timed_events(event.cycles[0] for event in _cycles(target, drafter, requests, options))
@@ -166,14 +101,14 @@ def batched_speculative_decode(target: PreTrainedModel, draft, prompts: Sequence
     with the target's vocabulary, a `DraftModelDrafter` (early exit included), a
     `PromptLookupDrafter`, or any drafter for a single prompt. Yields one `BatchCycle` per target
     pass; request r's output is the concatenated `emitted` of its cycles."""
-    lists = _prompt_lists(prompts)
-    _check(target, max_new_tokens, temperature, top_k, top_p)
+    lists = prompt_lists(prompts)
+    check_settings(target, max_new_tokens, temperature, top_k, top_p)
     max_k = _k_options(k, dynamic_k, max_k)
     drafter = as_drafter(draft, target)
     if len(lists) > 1 and not drafter.batchable:
         raise ValueError(f"batched decoding drafts with a draft model, early exit or prompt lookup, not "
                          f"{type(drafter).__name__} (trees and suffix decoding run one request at a time)")
-    samplers = _samplers(len(lists), temperature, top_k, top_p, seed, target.device, single=False)
+    samplers = make_samplers(len(lists), temperature, top_k, top_p, seed, target.device, single=False)
     requests = [Request(row, ids, sampler, max_new_tokens, k)
                 for row, (ids, sampler) in enumerate(zip(lists, samplers))]
     options = LoopOptions(max_k=max_k, dynamic_k=dynamic_k, eos=frozenset(eos_ids(target, eos_token_id)))
@@ -397,69 +332,3 @@ def _tree_pass(target, cache: RaggedCache, drafter: Drafter, request: Request, d
     _residual_tops([fields])
     return _Passed(cycles=[fields], verify_seconds=seconds, tokens=inputs.shape[1], slots=cached + inputs.shape[1],
                    padded_slots=0, regathered=False)
-
-
-# ----------------------------------------------------------------------------- plain decoding
-
-def autoregressive_decode(target: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int = 64,
-                          temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-                          seed: int | None = None, *,
-                          eos_token_id: int | Iterable[int] | None = None) -> Iterator[Step]:
-    """Plain decoding, one target forward per token, with the same sampling rules. The baseline
-    every speedup is measured against."""
-    prompts = _single_prompt(input_ids)
-    _check(target, max_new_tokens, temperature, top_k, top_p)
-    samplers = _samplers(1, temperature, top_k, top_p, seed, target.device, single=True)
-    requests = [Request(0, prompts[0], samplers[0], max_new_tokens, k=0)]
-    steps = _steps(target, requests, frozenset(eos_ids(target, eos_token_id)))
-    return timed_events(Step(index=s.index, token=s.tokens[0], prob=s.probs[0], seconds=s.seconds) for s in steps)
-
-
-def batched_autoregressive_decode(target: PreTrainedModel, prompts: Sequence[torch.Tensor | Sequence[int]],
-                                  max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0,
-                                  top_p: float = 1.0, seed: int | None = None, *,
-                                  eos_token_id: int | Iterable[int] | None = None) -> Iterator[BatchStep]:
-    """Plain decoding of every prompt together, one target forward per step over the live requests
-    (left padded, requests leave at EOS): the baseline batched speculation is measured against.
-    Request r equals `autoregressive_decode` of its prompt alone (sampled: with seed `row_seed(seed, r)`)."""
-    lists = _prompt_lists(prompts)
-    _check(target, max_new_tokens, temperature, top_k, top_p)
-    samplers = _samplers(len(lists), temperature, top_k, top_p, seed, target.device, single=False)
-    requests = [Request(row, ids, sampler, max_new_tokens, k=0)
-                for row, (ids, sampler) in enumerate(zip(lists, samplers))]
-    return timed_events(_steps(target, requests, frozenset(eos_ids(target, eos_token_id))))
-
-
-@torch.inference_mode()
-def _steps(target, requests: list[Request], eos: frozenset[int]) -> Iterator[BatchStep]:
-    clock = Clock(target.device)
-    cache = RaggedCache(target, len(requests))
-    live = list(requests)
-    blocks = [list(r.tokens) for r in live]     # what each request's cache lacks: the prompt, then one token
-    for index in range(requests[0].max_new_tokens):
-        start = clock()
-        logits, slots, padded = cache.forward(blocks, keep=1)
-        scores = logits[:, -1].float()
-        if live[0].sampler.greedy:
-            # The argmax of the raw logits, as `generate` takes it; its probability from one logsumexp.
-            token = scores.argmax(dim=-1)
-            prob = (scores.gather(1, token[:, None])[:, 0] - torch.logsumexp(scores, dim=-1)).exp()
-        else:
-            probs = live[0].sampler.probs(logits[:, -1])
-            token = torch.cat([sample_from(probs[row:row + 1], r.sampler.generator)
-                               for row, r in enumerate(live)])
-            prob = probs.gather(1, token[:, None])[:, 0]
-        token_ids, probs = to_host(token, prob)    # one device sync
-        token_ids = [int(t) for t in token_ids]
-        last = index + 1 == requests[0].max_new_tokens
-        staying = [] if last else [row for row, t in enumerate(token_ids) if t not in eos]
-        if staying and len(staying) < len(live):
-            cache.select(staying)
-        seconds = clock() - start
-        yield BatchStep(index=index, requests=[r.index for r in live], tokens=token_ids, probs=probs, seconds=seconds,
-                        slots=slots, padded_slots=padded)
-        blocks = [[token_ids[row]] for row in staying]
-        live = [live[row] for row in staying]
-        if not live:
-            return
-

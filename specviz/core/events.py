@@ -6,6 +6,7 @@ computed from these records; nothing downstream reaches back into the loop.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 # The one vocabulary of verdicts, used by every layer. A drafted token (or tree node) is accepted,
@@ -148,3 +149,16 @@ class BatchStep:
     @property
     def emitted(self) -> int:
         return len(self.tokens)
+
+
+def row_outputs(events: Iterable[BatchCycle | BatchStep]) -> dict[int, list[int]]:
+    """Each request's output (by its place among the prompts) from batch events, cycles or steps."""
+    out: dict[int, list[int]] = {}
+    for event in events:
+        if isinstance(event, BatchCycle):
+            for request, cycle in zip(event.requests, event.cycles):
+                out.setdefault(request, []).extend(cycle.emitted)
+        else:
+            for request, token in zip(event.requests, event.tokens):
+                out.setdefault(request, []).append(token)
+    return out

@@ -35,7 +35,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..catalog import BenchPrompt
-from ..core.decoding import batched_autoregressive_decode
+from ..core.plain import batched_autoregressive_decode
 from ..core.timing import Clock, collector_paused
 from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.drafters import PromptLookupDrafter

@@ -35,7 +35,9 @@ from dataclasses import asdict, dataclass, field
 
 
 from ..catalog import BenchPrompt
-from ..core.decoding import batched_autoregressive_decode, batched_speculative_decode, row_outputs
+from ..core.plain import batched_autoregressive_decode
+from ..core.decoding import batched_speculative_decode
+from ..core.events import row_outputs
 from ..core.events import BatchCycle, BatchStep
 from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.drafters import DraftModelDrafter, PromptLookupDrafter

@@ -26,7 +26,8 @@ from typing import TypeVar
 import torch
 
 from ..core.cross_tokenizer import CrossTokenizerDrafter
-from ..core.decoding import autoregressive_decode, speculative_decode
+from ..core.plain import autoregressive_decode
+from ..core.decoding import speculative_decode
 from ..core.timing import Clock
 from ..core.draft_trees import DraftTreeDrafter
 from ..core.drafters import DraftModelDrafter, Drafter

@@ -1,0 +1,81 @@
+"""Plain autoregressive decoding, one target forward per token, for one request or a batch of
+requests of different lengths (a single request is a batch of one: the same step). The baseline every
+speedup is measured against; each request's tokens are drawn with the same rules as speculative
+decoding's (core.decoding), from its own generator."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+import torch
+from transformers import PreTrainedModel
+
+from .events import BatchStep, Step
+from .ragged_cache import RaggedCache
+from .request import Request, check_settings, eos_ids, make_samplers, prompt_lists, single_prompt
+from .sampling import sample_from, to_host
+from .timing import Clock, timed_events
+
+
+def autoregressive_decode(target: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int = 64,
+                          temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                          seed: int | None = None, *,
+                          eos_token_id: int | Iterable[int] | None = None) -> Iterator[Step]:
+    """Plain decoding, one target forward per token, with the same sampling rules. The baseline
+    every speedup is measured against."""
+    prompts = single_prompt(input_ids)
+    check_settings(target, max_new_tokens, temperature, top_k, top_p)
+    samplers = make_samplers(1, temperature, top_k, top_p, seed, target.device, single=True)
+    requests = [Request(0, prompts[0], samplers[0], max_new_tokens, k=0)]
+    steps = _steps(target, requests, frozenset(eos_ids(target, eos_token_id)))
+    return timed_events(Step(index=s.index, token=s.tokens[0], prob=s.probs[0], seconds=s.seconds) for s in steps)
+
+
+def batched_autoregressive_decode(target: PreTrainedModel, prompts: Sequence[torch.Tensor | Sequence[int]],
+                                  max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0,
+                                  top_p: float = 1.0, seed: int | None = None, *,
+                                  eos_token_id: int | Iterable[int] | None = None) -> Iterator[BatchStep]:
+    """Plain decoding of every prompt together, one target forward per step over the live requests
+    (left padded, requests leave at EOS): the baseline batched speculation is measured against.
+    Request r equals `autoregressive_decode` of its prompt alone (sampled: with seed `row_seed(seed, r)`)."""
+    lists = prompt_lists(prompts)
+    check_settings(target, max_new_tokens, temperature, top_k, top_p)
+    samplers = make_samplers(len(lists), temperature, top_k, top_p, seed, target.device, single=False)
+    requests = [Request(row, ids, sampler, max_new_tokens, k=0)
+                for row, (ids, sampler) in enumerate(zip(lists, samplers))]
+    return timed_events(_steps(target, requests, frozenset(eos_ids(target, eos_token_id))))
+
+
+@torch.inference_mode()
+def _steps(target, requests: list[Request], eos: frozenset[int]) -> Iterator[BatchStep]:
+    clock = Clock(target.device)
+    cache = RaggedCache(target, len(requests))
+    live = list(requests)
+    blocks = [list(r.tokens) for r in live]     # what each request's cache lacks: the prompt, then one token
+    for index in range(requests[0].max_new_tokens):
+        start = clock()
+        logits, slots, padded = cache.forward(blocks, keep=1)
+        scores = logits[:, -1].float()
+        if live[0].sampler.greedy:
+            # The argmax of the raw logits, as `generate` takes it; its probability from one logsumexp.
+            token = scores.argmax(dim=-1)
+            prob = (scores.gather(1, token[:, None])[:, 0] - torch.logsumexp(scores, dim=-1)).exp()
+        else:
+            probs = live[0].sampler.probs(logits[:, -1])
+            token = torch.cat([sample_from(probs[row:row + 1], r.sampler.generator)
+                               for row, r in enumerate(live)])
+            prob = probs.gather(1, token[:, None])[:, 0]
+        token_ids, probs = to_host(token, prob)    # one device sync
+        token_ids = [int(t) for t in token_ids]
+        last = index + 1 == requests[0].max_new_tokens
+        staying = [] if last else [row for row, t in enumerate(token_ids) if t not in eos]
+        if staying and len(staying) < len(live):
+            cache.select(staying)
+        seconds = clock() - start
+        yield BatchStep(index=index, requests=[r.index for r in live], tokens=token_ids, probs=probs, seconds=seconds,
+                        slots=slots, padded_slots=padded)
+        blocks = [[token_ids[row]] for row in staying]
+        live = [live[row] for row in staying]
+        if not live:
+            return
+
