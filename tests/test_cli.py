@@ -33,7 +33,7 @@ def no_loading(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
-    for name in ("specviz.cli.run.load", "specviz.cli.compare.load", "specviz.cli.bench.load_bench_pair",
+    for name in ("specviz.cli.run.load", "specviz.cli.compare.load", "specviz.cli.bench.load",
                  "specviz.runs.run.load_pair"):
         monkeypatch.setattr(name, refuse)
 

@@ -1,6 +1,7 @@
 """The load sweep (runs.load) and its command line (`python -m specviz load`), on the tiny pair."""
 
 import json
+import sys
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from specviz.errors import SpecvizError
 from specviz.models import ModelPair
 from specviz.runs.bench import plain_against_generate
 from specviz.runs.load import LoadPoint, LoadResult, cost_at, cost_curve, run_sweep, sweep
-from specviz.settings import LOCAL, RunSettings, validate
+from specviz.settings import LOCAL, DraftSpec, RunSettings, parse_draft, validate
 
 PROMPTS = [BenchPrompt("a", "test", "the cat sat on the mat and the cat sat on the"),
            BenchPrompt("b", "test", "the dog ran"),
@@ -105,6 +106,26 @@ def test_load_command_writes_the_json_shape(tmp_path, capsys):
     assert "crossover batch" in printed and "best k per batch size" in printed
 
 
+def test_load_command_parses_its_draft_once(monkeypatch, capsys):
+    # Every module's parse_draft, wrapped: a call with text is a parse; a DraftSpec (parsed already)
+    # comes back unparsed. `validate` parses where the draft enters; nothing downstream parses again.
+    parsed = []
+
+    def counting(spec):
+        if not isinstance(spec, DraftSpec):
+            parsed.append(spec)
+        return parse_draft(spec)
+
+    for module in [m for name, m in sys.modules.items() if name.startswith("specviz")]:
+        if getattr(module, "parse_draft", None) is parse_draft:
+            monkeypatch.setattr(module, "parse_draft", counting)
+    code = entry(["load", "--target", "tiny", "--draft", "tiny-draft", "--batch", "1", "--k", "2",
+                  "--max-new-tokens", "4", "--prompts", "examples", "--quiet", "--threads", "1"])
+    assert code == 0, capsys.readouterr()
+    # The draft once, and the target once (validate refuses a draft kind as the target).
+    assert parsed == ["tiny-draft", "tiny"]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--batch", "0,2"], "--batch: 0 is outside 1..64"),
     (["--k", "two"], "--k takes whole numbers"),
@@ -118,7 +139,7 @@ def test_bad_load_input_fails_before_loading(monkeypatch, capsys, argv, message)
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr("specviz.cli.load.load_bench_pair", refuse)
+    monkeypatch.setattr("specviz.cli.load.load", refuse)
     code = entry(["load", "--target", "tiny", *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err

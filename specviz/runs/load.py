@@ -44,7 +44,7 @@ from ..errors import SpecvizError
 from ..metrics import BOOTSTRAP_SAMPLES, expected_tokens_per_pass, linear_fit, pooled_alpha, ratio
 from ..models import ModelPair
 from ..models.host import HostLoad, environment, read_cpu_times
-from ..settings import RunSettings, parse_draft
+from ..settings import RunSettings
 from .run import encode, interleave, last
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16)
@@ -156,8 +156,9 @@ def _refuse(name: str, why: str = "trees and suffix decoding run one request at 
 
 
 def check_draft_spec(settings: RunSettings) -> None:
-    """Refuse, before anything is loaded, a drafter batched decoding cannot draft with."""
-    if parse_draft(settings.draft).kind not in BATCHED_DRAFTS or settings.branch > 1:
+    """Refuse, before anything is loaded, a drafter batched decoding cannot draft with (`settings`
+    validated: its draft is parsed)."""
+    if settings.draft.kind not in BATCHED_DRAFTS or settings.branch > 1:
         raise _refuse(settings.draft if settings.branch <= 1 else "a tree")
 
 
