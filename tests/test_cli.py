@@ -83,6 +83,14 @@ def test_run_sampling_and_dynamic_k(folder, capsys):
     assert "tokens per target pass" in capsys.readouterr().out
 
 
+def test_run_loads_the_tiny_pair_as_bench_and_load_do(capsys):
+    # One loader for every command: the target 'tiny' is the in-process pair for `run` too.
+    code = entry(["run", "--target", "tiny", "--draft", "self:1", "--k", "2", "--max-new-tokens", "8", "--no-color",
+                  "hello"])
+    assert code == 0
+    assert "tiny-llama drafted by self:1" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--target", "/no/such/folder"], "/no/such/folder"),
     (["--k", "0"], "k (tokens drafted per cycle)"),
