@@ -100,8 +100,9 @@ def print_result(result: LoadResult) -> None:
         "speculation under load (decode only)",
         ["batch", "k", "speedup", "95% range", "theory", "tokens/pass", "spec tok/s", "plain tok/s",
          "spec ms/token", "plain ms/token", "identical"], rows))
-    curve = ", ".join(f"{c['tokens']}: {c['cost']:.2f}" for c in result.cost_curve)
-    print(f"forward cost by tokens in the pass (1 = one single-row step): {curve}")
+    curve = ", ".join(f"{c['batch']}x{c['tokens_per_row']}: {c['cost']:.2f}" for c in result.cost_curve)
+    print(f"theory's forward costs, timed before the runs (batch x new tokens per row; 1 = one single-row step): "
+          f"{curve}")
     low, high = result.crossover_range
     crossover = result.crossover_batch
     if not any(p.k for p in result.points):

@@ -13,9 +13,13 @@ is left out, as in `metrics.measure_speed`):
   predicts for the tokens in them, plus a resampled residual, as `metrics.measure_speed` does);
 - per-token latency: for each row, the time of the forwards it was live in / its tokens (mean of rows);
 - tokens per pass: tokens a row gains per speculative pass (accepted + the target's own);
-- the theory: the forward-cost curve (median cost of a forward against the real tokens in it, over the
-  whole sweep, relative to one single-row one-token step) priced at the tokens each pass and each step
-  computed, with the measured per-token acceptance giving the expected tokens per row and pass;
+- the theory: what the forward costs and the measured acceptance predict, with no time of the sweep's
+  own in it. Before each batch size's runs, `calibrate` times the forwards they will run (each shape
+  a few times, its median, by the same clock): the target over the batch with n new tokens per row
+  (n = 1, a plain step; n = k + 1, a pass verifying k drafted tokens) at the context halfway through
+  the decode, and drafting k tokens for every row. A row then expects E = (1 - a^(n+1)) / (1 - a)
+  tokens per pass for its n drafted, and the theory is E x (a step's seconds) / (a pass's seconds, at
+  the pass's mean width, + drafting's). Measured and predicted speedups are two independent figures;
 - whether every row's greedy output is identical between the two methods.
 Across points: the crossover batch (the smallest B at which no k > 0 is faster than plain decoding;
 with the range given by the best k's 95% range) and the best k per batch size (0 = off) as a
@@ -30,16 +34,19 @@ from __future__ import annotations
 import random
 import statistics
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
+import torch
 
 from ..catalog import BenchPrompt
 from ..core.batched import (BatchCycle, BatchStep, batched_autoregressive_decode, batched_speculative_decode,
                              row_outputs)
 from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.drafters import DraftModelDrafter, PromptLookupDrafter
-from ..core.timing import Clock
+from ..core.ragged_cache import RaggedCache
+from ..core.sampling import Sampler
+from ..core.timing import Clock, collector_paused
 from ..errors import SpecvizError
 from ..metrics import BOOTSTRAP_SAMPLES, expected_tokens_per_pass, linear_fit, pooled_alpha, ratio
 from ..models import ModelPair
@@ -86,7 +93,9 @@ class LoadResult:
     settings: dict
     environment: dict
     points: list[LoadPoint] = field(default_factory=list)
-    cost_curve: list[dict] = field(default_factory=list)   # [{"tokens", "cost"}], cost 1 = one 1-row step
+    # Calibrated before the runs (cost 1 = one single-row one-token step, see `Calibration.unit`):
+    cost_curve: list[dict] = field(default_factory=list)    # [{"batch", "tokens_per_row", "tokens", "cost"}]
+    draft_costs: list[dict] = field(default_factory=list)   # [{"batch", "k", "cost"}]: drafting k for every row
 
     def best(self, batch: int) -> LoadPoint | None:
         """The fastest k > 0 at `batch` (None when none was measured)."""
@@ -128,6 +137,7 @@ class LoadResult:
     def to_dict(self) -> dict:
         low, high = self.crossover_range
         return {"settings": self.settings, "environment": self.environment, "cost_curve": self.cost_curve,
+                "draft_costs": self.draft_costs,
                 "points": [p.to_dict() for p in self.points], "crossover_batch": self.crossover_batch,
                 "crossover_range": [low, high],
                 "recommended_k": {str(batch): k for batch, k in self.recommended_k.items()}}
@@ -194,7 +204,7 @@ def sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair
                   "seed": settings.seed, "dtype": str(pair.dtype).removeprefix("torch."),
                   "device": str(pair.device), "clock": Clock(pair.device).name},
         environment=environment(pair.device))
-    timings: list[tuple[int, float]] = []      # (real tokens, seconds) of every decode forward: the cost curve
+    calibration = Calibration()
     started = read_cpu_times()
     try:
         for batch in batches:
@@ -202,6 +212,8 @@ def sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair
             ids = [encoded[p.prompt] for p in chosen]
             if warm_up:
                 _warm_up(pair, ids, max(ks), options)
+            calibration.add(calibrate(pair, ids, ks, settings.max_new_tokens))
+            result.cost_curve, result.draft_costs = calibration.curve(), calibration.draft_curve()
             plain_runs: list[list[BatchStep]] = []
             for k in [k for k in ks if k > 0] or [0]:
                 spec_runs: list[list[BatchCycle]] = []
@@ -215,11 +227,8 @@ def sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair
                         yield LoadProgress(batch=batch, k=k, repeat=repeat, event=event, point=None, result=result)
                     spec_runs.append(cycles)
                     plain_runs.append(steps)
-                    timings += [(e.tokens, e.verify_seconds) for e in cycles[1:]]
-                    timings += [(len(e.rows), e.seconds) for e in steps[1:]]
-                result.cost_curve = cost_curve(timings)
                 if k:
-                    point = spec_point(batch, k, spec_runs, plain_runs[-repeats:], chosen, result.cost_curve,
+                    point = spec_point(batch, k, spec_runs, plain_runs[-repeats:], chosen, calibration,
                                        greedy=settings.temperature == 0.0)
                     result.points.append(point)
                     yield LoadProgress(batch=batch, k=k, repeat=repeats - 1, event=None, point=point, result=result)
@@ -248,21 +257,106 @@ def _warm_up(pair: ModelPair, ids: list[list[int]], k: int, options: dict) -> No
         pass
 
 
+# ----------------------------------------------------------------------------- calibration
+
+CALIBRATION_SAMPLES = 3     # timed forwards of each shape (their median), after one untimed
+
+
+@dataclass
+class Calibration:
+    """Median seconds of the forwards a sweep runs, timed apart from it (`calibrate`): the target's
+    forward over B rows with n new tokens per row, and drafting k tokens for each of B rows."""
+
+    target: dict[tuple[int, int], float] = field(default_factory=dict)    # (B, n) -> seconds
+    draft: dict[tuple[int, int], float] = field(default_factory=dict)     # (B, k) -> seconds
+
+    def add(self, other: Calibration) -> None:
+        self.target.update(other.target)
+        self.draft.update(other.draft)
+
+    def target_seconds(self, batch: int, tokens_per_row: float) -> float:
+        """A forward at `batch`, linear in the new tokens per row between the widths calibrated."""
+        return cost_at([{"tokens": n, "cost": seconds} for (b, n), seconds in sorted(self.target.items())
+                        if b == batch], tokens_per_row)
+
+    @property
+    def unit(self) -> float:
+        """Seconds of cost 1: a single-row one-token step, or (batch 1 not swept) the smallest batch's
+        step per row."""
+        batch = min(b for b, _ in self.target)
+        return self.target[batch, 1] / batch
+
+    def curve(self) -> list[dict]:
+        return [{"batch": b, "tokens_per_row": n, "tokens": b * n, "cost": ratio(seconds, self.unit)}
+                for (b, n), seconds in sorted(self.target.items())]
+
+    def draft_curve(self) -> list[dict]:
+        return [{"batch": b, "k": k, "cost": ratio(seconds, self.unit)}
+                for (b, k), seconds in sorted(self.draft.items())]
+
+
+def calibrate(pair: ModelPair, ids: Sequence[Sequence[int]], ks: Sequence[int], max_new_tokens: int, *,
+              samples: int = CALIBRATION_SAMPLES) -> Calibration:
+    """Time, for the batch `ids`, the forwards its runs will make: the target over every row with n
+    new tokens (n = 1 and k + 1 for each k > 0 in `ks`), and drafting k tokens for every row, each at
+    the context halfway through a decode of `max_new_tokens` (the prompts, left-padded as the ragged
+    cache pads them, then max_new_tokens / 2 more tokens per row). Each shape runs once untimed, then
+    `samples` times; the median of those, read by the clock the sweep's events are read by."""
+    clock = Clock(pair.device)
+    # Each row's context continues its own prompt, cycled: the tokens do not change a forward's cost.
+    context = [[row[i % len(row)] for i in range(len(row) + max_new_tokens // 2)] for row in ids]
+    drafted = [k for k in ks if k > 0]
+    calibration = Calibration()
+    with torch.inference_mode():
+        cache = RaggedCache(pair.target, len(ids))
+        cache.forward(context, keep=1)
+        for n in sorted({1} | {k + 1 for k in drafted}):
+            calibration.target[len(ids), n] = _forward_seconds(cache, n, context, clock, samples)
+        if isinstance(pair.draft, DraftModelDrafter):
+            # The batched draft model drafts k tokens as k one-token forwards over every row.
+            draft_cache = RaggedCache(pair.draft.model, len(ids))
+            draft_cache.forward(context, keep=1)
+            step = _forward_seconds(draft_cache, 1, context, clock, samples)
+            calibration.draft.update({(len(ids), k): k * step for k in drafted})
+        else:   # prompt lookup, on the host
+            for k in drafted:
+                calibration.draft[len(ids), k] = _lookup_seconds(pair.draft, context, k, clock, samples)
+    return calibration
+
+
+def _forward_seconds(cache: RaggedCache, tokens_per_row: int, context: list[list[int]], clock: Clock,
+                     samples: int) -> float:
+    """A forward of `tokens_per_row` new tokens for every row over `cache`, each sample cropped off
+    again (untimed) so that every one runs at the same context."""
+    held = cache.lengths()
+    blocks = [row[-tokens_per_row:] for row in context]
+    return _median_seconds(lambda: cache.forward(blocks, keep=tokens_per_row), clock, samples,
+                           undo=lambda: cache.keep(held))
+
+
+def _lookup_seconds(drafter: PromptLookupDrafter, context: list[list[int]], k: int, clock: Clock,
+                    samples: int) -> float:
+    """Prompt lookup drafting k tokens for every row, row by row as the batched loop drafts."""
+    sampler, rows = Sampler(device=torch.device("cpu")), [torch.tensor([row]) for row in context]
+    return _median_seconds(lambda: [drafter.propose(row, k, sampler) for row in rows], clock, samples)
+
+
+def _median_seconds(work: Callable[[], object], clock: Clock, samples: int,
+                    undo: Callable[[], object] | None = None) -> float:
+    """Median seconds of `work` over `samples` timed runs after one untimed, `undo` (untimed) after
+    each, with the garbage collector paused as it is for the sweep's events."""
+    seconds = []
+    for _ in range(samples + 1):
+        with collector_paused():
+            start = clock()
+            work()
+            seconds.append(clock() - start)
+        if undo is not None:
+            undo()
+    return statistics.median(seconds[1:])
+
+
 # ----------------------------------------------------------------------------- statistics
-
-def cost_curve(timings: Sequence[tuple[int, float]]) -> list[dict]:
-    """Median cost of a forward for each number of real tokens in it, relative to a single-row
-    one-token step (or, when no 1-token forward was timed, to the smallest forward per token)."""
-    by_tokens: dict[int, list[float]] = {}
-    for tokens, seconds in timings:
-        by_tokens.setdefault(tokens, []).append(seconds)
-    if not by_tokens:
-        return []
-    medians = {tokens: statistics.median(seconds) for tokens, seconds in sorted(by_tokens.items())}
-    smallest = min(medians)
-    unit = medians[smallest] / smallest
-    return [{"tokens": tokens, "cost": seconds / unit} for tokens, seconds in medians.items()]
-
 
 def cost_at(curve: Sequence[dict], tokens: float) -> float:
     """The cost curve at `tokens`, linear between measured points and beyond the ends."""
@@ -321,7 +415,7 @@ def _plain_forwards(runs: Sequence[Sequence[BatchStep]]) -> list[tuple[float, fl
 
 
 def spec_point(batch: int, k: int, spec_runs: Sequence[Sequence[BatchCycle]], plain_runs: Sequence[Sequence[BatchStep]],
-               prompts: Sequence[BenchPrompt], curve: Sequence[dict], *, greedy: bool) -> LoadPoint:
+               prompts: Sequence[BenchPrompt], calibration: Calibration, *, greedy: bool) -> LoadPoint:
     spec = [(e.tokens, e.seconds, e.emitted) for cycles in spec_runs for e in cycles[1:]]
     plain = _plain_forwards(plain_runs)
     spec_rate = ratio(sum(f[2] for f in spec), sum(f[1] for f in spec))
@@ -329,15 +423,8 @@ def spec_point(batch: int, k: int, spec_runs: Sequence[Sequence[BatchCycle]], pl
     low, high = _bootstrap(spec, plain) if spec and plain else (0.0, 0.0)
     row_cycles = [c for cycles in spec_runs for e in cycles for c in e.cycles]
     alpha = pooled_alpha([row_cycles])
-    # The theory: each pass priced at the cost curve for the tokens it computed (plus its drafting,
-    # in the same unit), each row expected to gain (1 - a^(n+1)) / (1 - a) tokens for its n drafted.
-    unit = _unit_seconds(curve, plain)
     decode = [e for cycles in spec_runs for e in cycles[1:]]
-    expected = sum(expected_tokens_per_pass(alpha, len(c.drafted)) for e in decode for c in e.cycles)
-    spec_cost = sum(cost_at(curve, e.tokens) + ratio(e.draft_seconds, unit) for e in decode)
-    plain_events = [e for steps in plain_runs for e in steps[1:]]
-    plain_cost = sum(cost_at(curve, len(e.rows)) for e in plain_events)
-    theory = ratio(ratio(expected, spec_cost), ratio(sum(len(e.tokens) for e in plain_events), plain_cost))
+    theory = predicted_speedup(batch, k, decode, alpha, calibration)
     spec_out, plain_out = row_outputs(spec_runs[-1]), row_outputs(plain_runs[-1])
     slots = sum(e.slots for cycles in spec_runs for e in cycles)
     return LoadPoint(
@@ -352,11 +439,19 @@ def spec_point(batch: int, k: int, spec_runs: Sequence[Sequence[BatchCycle]], pl
         regathers=sum(e.regathered for cycles in spec_runs for e in cycles), rows=_rows(prompts, spec_out, plain_out))
 
 
-def _unit_seconds(curve: Sequence[dict], plain: Sequence[tuple[float, float, int]]) -> float:
-    """Seconds of cost 1 on the curve, from the plain steps (their median seconds / their median cost)."""
-    if not plain or not curve:
+def predicted_speedup(batch: int, k: int, passes: Sequence[BatchCycle], alpha: float,
+                      calibration: Calibration) -> float:
+    """The theory at one point, from the calibrated costs and what the drafter did (how many tokens each
+    row drafted, the acceptance `alpha`), never from a time of the sweep's: each row expects
+    (1 - a^(n+1)) / (1 - a) tokens per pass for its n drafted, a pass computes its widest row's drafts
+    plus one token per row, and costs the calibrated forward at its mean width plus drafting k."""
+    row_cycles = [c for e in passes for c in e.cycles]
+    if not row_cycles:
         return 0.0
-    return ratio(statistics.median(f[1] for f in plain), statistics.median(cost_at(curve, f[0]) for f in plain))
+    expected = statistics.mean(expected_tokens_per_pass(alpha, len(c.drafted)) for c in row_cycles)
+    width = statistics.mean(1 + max(len(c.drafted) for c in e.cycles) for e in passes)
+    pass_seconds = calibration.target_seconds(batch, width) + calibration.draft[batch, k]
+    return ratio(expected * calibration.target_seconds(batch, 1), pass_seconds)
 
 
 def plain_point(batch: int, plain_runs: Sequence[Sequence[BatchStep]], prompts: Sequence[BenchPrompt]) -> LoadPoint:
