@@ -17,9 +17,11 @@ is left out, as in `metrics.measure_speed`):
   own in it. Before each batch size's runs, `calibrate` times the forwards they will run (each shape
   a few times, its median, by the same clock): the target over the batch with n new tokens per row
   (n = 1, a plain step; n = k + 1, a pass verifying k drafted tokens) at the context halfway through
-  the decode, and drafting k tokens for every row. A row then expects E = (1 - a^(n+1)) / (1 - a)
-  tokens per pass for its n drafted, and the theory is E x (a step's seconds) / (a pass's seconds, at
-  the pass's mean width, + drafting's). Measured and predicted speedups are two independent figures;
+  the decode, and drafting k tokens for every row. Each pass and step of the runs is priced at those
+  costs for the rows live in it and its width (one token plus its widest row's drafts; between the
+  shapes calibrated, linearly), and a row expects (1 - a^(n+1)) / (1 - a) tokens from a pass for its n
+  drafted. Measured and predicted speedups are two independent figures: what the theory leaves out
+  (verification's host work, the ragged cache's holes) is the gap between them;
 - whether every row's greedy output is identical between the two methods.
 Across points: the crossover batch (the smallest B at which no k > 0 is faster than plain decoding;
 with the range given by the best k's 95% range) and the best k per batch size (0 = off) as a
@@ -274,10 +276,13 @@ class Calibration:
         self.target.update(other.target)
         self.draft.update(other.draft)
 
-    def target_seconds(self, batch: int, tokens_per_row: float) -> float:
-        """A forward at `batch`, linear in the new tokens per row between the widths calibrated."""
-        return cost_at([{"tokens": n, "cost": seconds} for (b, n), seconds in sorted(self.target.items())
-                        if b == batch], tokens_per_row)
+    def target_seconds(self, rows: int, tokens_per_row: float) -> float:
+        """A target forward over `rows` rows (live rows: fewer than a batch size once some finished),
+        linear between the widths and then the batch sizes calibrated."""
+        return _between(self.target, rows, tokens_per_row)
+
+    def draft_seconds(self, rows: int, k: int) -> float:
+        return _between(self.draft, rows, k)
 
     @property
     def unit(self) -> float:
@@ -293,6 +298,14 @@ class Calibration:
     def draft_curve(self) -> list[dict]:
         return [{"batch": b, "k": k, "cost": ratio(seconds, self.unit)}
                 for (b, k), seconds in sorted(self.draft.items())]
+
+
+def _between(seconds: dict[tuple[int, int], float], rows: int, x: float) -> float:
+    """`seconds` ((batch, x) -> seconds) at (rows, x): linear in x at each batch size, then in rows."""
+    batches = sorted({b for b, _ in seconds})
+    at_rows = [{"tokens": b, "cost": cost_at([{"tokens": n, "cost": t} for (c, n), t in sorted(seconds.items())
+                                               if c == b], x)} for b in batches]
+    return cost_at(at_rows, rows)
 
 
 def calibrate(pair: ModelPair, ids: Sequence[Sequence[int]], ks: Sequence[int], max_new_tokens: int, *,
@@ -424,7 +437,8 @@ def spec_point(batch: int, k: int, spec_runs: Sequence[Sequence[BatchCycle]], pl
     row_cycles = [c for cycles in spec_runs for e in cycles for c in e.cycles]
     alpha = pooled_alpha([row_cycles])
     decode = [e for cycles in spec_runs for e in cycles[1:]]
-    theory = predicted_speedup(batch, k, decode, alpha, calibration)
+    plain_steps = [e for steps in plain_runs for e in steps[1:]]
+    theory = predicted_speedup(k, decode, plain_steps, alpha, calibration)
     spec_out, plain_out = row_outputs(spec_runs[-1]), row_outputs(plain_runs[-1])
     slots = sum(e.slots for cycles in spec_runs for e in cycles)
     return LoadPoint(
@@ -439,19 +453,17 @@ def spec_point(batch: int, k: int, spec_runs: Sequence[Sequence[BatchCycle]], pl
         regathers=sum(e.regathered for cycles in spec_runs for e in cycles), rows=_rows(prompts, spec_out, plain_out))
 
 
-def predicted_speedup(batch: int, k: int, passes: Sequence[BatchCycle], alpha: float,
+def predicted_speedup(k: int, passes: Sequence[BatchCycle], steps: Sequence[BatchStep], alpha: float,
                       calibration: Calibration) -> float:
-    """The theory at one point, from the calibrated costs and what the drafter did (how many tokens each
-    row drafted, the acceptance `alpha`), never from a time of the sweep's: each row expects
-    (1 - a^(n+1)) / (1 - a) tokens per pass for its n drafted, a pass computes its widest row's drafts
-    plus one token per row, and costs the calibrated forward at its mean width plus drafting k."""
-    row_cycles = [c for e in passes for c in e.cycles]
-    if not row_cycles:
-        return 0.0
-    expected = statistics.mean(expected_tokens_per_pass(alpha, len(c.drafted)) for c in row_cycles)
-    width = statistics.mean(1 + max(len(c.drafted) for c in e.cycles) for e in passes)
-    pass_seconds = calibration.target_seconds(batch, width) + calibration.draft[batch, k]
-    return ratio(expected * calibration.target_seconds(batch, 1), pass_seconds)
+    """The theory at one point: the calibrated costs priced at what the runs computed (rows live in
+    each pass and step, tokens drafted), with the measured acceptance `alpha`; never a time of the
+    sweep's own. A row expects (1 - a^(n+1)) / (1 - a) tokens from a pass for its n drafted; a pass
+    computes one token plus its widest row's drafts for every live row, after drafting k for each."""
+    expected = sum(expected_tokens_per_pass(alpha, len(c.drafted)) for e in passes for c in e.cycles)
+    spec_seconds = sum(calibration.target_seconds(len(e.rows), 1 + max(len(c.drafted) for c in e.cycles))
+                       + calibration.draft_seconds(len(e.rows), k) for e in passes)
+    plain_seconds = sum(calibration.target_seconds(len(e.rows), 1) for e in steps)
+    return ratio(ratio(expected, spec_seconds), ratio(sum(len(e.tokens) for e in steps), plain_seconds))
 
 
 def plain_point(batch: int, plain_runs: Sequence[Sequence[BatchStep]], prompts: Sequence[BenchPrompt]) -> LoadPoint:
