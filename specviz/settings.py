@@ -8,7 +8,8 @@ and refuses what is out of range with a `SpecvizError` that names the setting.
 
 `Limits` says what is allowed: `LOCAL` for someone on their own machine, `hosted(...)` for a
 public demo (capped lengths, and models only from an allow-list: nothing typed by a visitor ever
-reaches the filesystem or the hub). `parse_draft` is the one parser of draft specs.
+reaches the filesystem or the hub). `parse_draft` is the one parser of draft specs: `validate` parses
+the draft once, and the settings it returns carry the parsed `DraftSpec` to every consumer.
 """
 
 from __future__ import annotations
@@ -25,20 +26,40 @@ MAX_SEED = 2**63 - 1
 
 # ----------------------------------------------------------------------------- the draft spec
 
-@dataclass(frozen=True)
-class DraftSpec:
+class DraftSpec(str):
+    """A parsed draft spec. It is the spec's text (stripped; lower case but for a model id or path),
+    so settings, labels, recordings and JSON hold and show it as the string it always was, and it
+    knows what it names: `kind` and, for 'self:L', `layers`. Made by `parse_draft`, which passes one
+    through unchanged: whoever holds a DraftSpec never parses it again."""
+
     kind: str               # "ngram" (prompt lookup), "ngram-tree" (as a tree), "suffix", "self" or "model"
-    text: str               # the spec as given (stripped): a model id or path for kind "model"
-    layers: int | None = None   # L of self:L
+    layers: int | None      # L of self:L
+
+    def __new__(cls, text: str, kind: str, layers: int | None = None) -> DraftSpec:
+        spec = super().__new__(cls, text)
+        spec.kind, spec.layers = kind, layers
+        return spec
+
+    def __getnewargs__(self) -> tuple:
+        # copy, deepcopy and pickle rebuild a str subclass from these (str's own: the text alone).
+        return str(self), self.kind, self.layers
 
     @property
-    def name(self) -> str:
-        return self.text if self.kind == "model" else self.text.lower()
+    def text(self) -> DraftSpec:
+        """The spec as given (stripped): the DraftSpec itself."""
+        return self
+
+    @property
+    def name(self) -> DraftSpec:
+        """The name shown for the drafter: the DraftSpec itself."""
+        return self
 
 
 def parse_draft(spec: str | None) -> DraftSpec:
     """'ngram', 'ngram-tree', 'suffix' (suffix decoding), 'self:L' (the target's first L layers) or
-    anything else as a draft model."""
+    anything else as a draft model. A DraftSpec is returned as it is."""
+    if isinstance(spec, DraftSpec):
+        return spec
     text = (spec or DEFAULT_DRAFT).strip() or DEFAULT_DRAFT
     lowered = text.lower()
     if lowered in ("ngram", "ngram-tree", "suffix"):
@@ -48,8 +69,8 @@ def parse_draft(spec: str | None) -> DraftSpec:
         if not match:
             raise SpecvizError(f"Draft {text!r}: an early-exit self-draft is written 'self:L' with L the number "
                                "of the target's layers it runs, e.g. 'self:20'.")
-        return DraftSpec("self", lowered, int(match.group(1)))
-    return DraftSpec("model", text)
+        return DraftSpec(lowered, "self", int(match.group(1)))
+    return DraftSpec(text, "model")
 
 
 # ----------------------------------------------------------------------------- settings and limits
@@ -60,7 +81,7 @@ MAX_BRANCH = 8                      # children per expanded node of a draft mode
 @dataclass(frozen=True)
 class RunSettings:
     target: str | None = None       # hub id, folder or .gguf; None: the built-in default
-    draft: str = DEFAULT_DRAFT      # 'ngram', 'self:L' or a draft model (see parse_draft)
+    draft: str = DEFAULT_DRAFT      # 'ngram', 'self:L' or a draft model; validated: a DraftSpec
     k: int = 4                      # tokens drafted per cycle
     dynamic_k: bool = False         # +2 after a fully accepted cycle, -1 after a rejection
     max_k: int | None = None        # upper bound for dynamic k (default 2k)
@@ -174,14 +195,15 @@ def validate(settings: RunSettings, limits: Limits = LOCAL) -> RunSettings:
     seed = None if settings.seed in (None, "") else whole_number("seed", settings.seed, 0, MAX_SEED)
     max_new_tokens = whole_number("max new tokens", settings.max_new_tokens, 1, limits.max_new_tokens)
     target = _model("target", settings.target)
-    draft = parse_draft(_model("draft", settings.draft))
+    # The one parse of the draft spec (settings validated again keep theirs).
+    draft = settings.draft if isinstance(settings.draft, DraftSpec) else parse_draft(_model("draft", settings.draft))
     if target is not None and parse_draft(target).kind != "model":
         raise SpecvizError(f"{target!r} is a kind of draft, not a model: the target must be a model.")
     in_demo = " in this hosted demo" if limits.hosted else ""
     if limits.targets is not None and target not in limits.targets:
         raise SpecvizError(f"This hosted demo only runs the preset models; {target!r} is not one of them.")
-    if (draft.kind == "model" and limits.draft_models is not None and draft.text not in limits.draft_models):
-        raise SpecvizError(f"This hosted demo only runs the preset draft models; {draft.text!r} is not one of them.")
+    if (draft.kind == "model" and limits.draft_models is not None and draft not in limits.draft_models):
+        raise SpecvizError(f"This hosted demo only runs the preset draft models; {draft!r} is not one of them.")
     for name in ("dtype", "device"):
         value = getattr(settings, name)
         if not isinstance(value, str) or not re.fullmatch(r"[a-z0-9:]{1,16}", value.strip().lower()):
@@ -191,9 +213,9 @@ def validate(settings: RunSettings, limits: Limits = LOCAL) -> RunSettings:
     branch = whole_number("tree branch", settings.branch, 1, MAX_BRANCH)
     tree_budget = whole_number("tree budget (nodes)", settings.tree_budget, 1, limits.max_k * MAX_BRANCH)
     if branch > 1 and draft.kind not in ("model", "self"):
-        raise SpecvizError(f"A tree branch applies to a draft model or early exit; {draft.name!r} drafts its own "
+        raise SpecvizError(f"A tree branch applies to a draft model or early exit; {draft!r} drafts its own "
                            "way (ngram-tree and suffix draft trees already).")
-    return replace(settings, target=target, draft=draft.name, k=k, dynamic_k=dynamic_k, branch=branch,
+    return replace(settings, target=target, draft=draft, k=k, dynamic_k=dynamic_k, branch=branch,
                    tree_budget=tree_budget,
                    max_k=max_k, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                    max_new_tokens=max_new_tokens, chat=flag(settings.chat),

@@ -18,7 +18,7 @@ from specviz.models import Detokenizer, encode_prompt
 from specviz.models.tiny import ByteTokenizer, encode_bytes, tiny_pair
 from specviz.runs import bench
 from specviz.runs import prompt_sets
-from specviz.runs.run import race
+from specviz.runs.run import load, race
 from specviz.views import bench_table
 from specviz.settings import RunSettings, validate
 
@@ -31,7 +31,7 @@ REQUIRED = {"specviz_tokens_per_s", "transformers_tokens_per_s", "baseline_token
 def tiny_setup(draft: str, max_new_tokens: int = 12, k: int | None = None) -> bench.Setup:
     settings = validate(RunSettings(target="tiny", draft=draft, k=k or bench.default_k(draft),
                                     max_new_tokens=max_new_tokens, device="cpu"))
-    return bench.Setup(settings, bench.load_bench_pair(settings))
+    return bench.Setup(settings, load(settings))
 
 
 def test_prompt_set_has_six_categories_of_five():

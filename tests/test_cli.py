@@ -33,7 +33,7 @@ def no_loading(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
-    for name in ("specviz.cli.run.load", "specviz.cli.compare.load", "specviz.cli.bench.load_bench_pair",
+    for name in ("specviz.cli.run.load", "specviz.cli.compare.load", "specviz.cli.bench.load",
                  "specviz.runs.run.load_pair"):
         monkeypatch.setattr(name, refuse)
 
@@ -81,6 +81,14 @@ def test_run_sampling_and_dynamic_k(folder, capsys):
                   "--top-p", "0.9", "--seed", "1", "--dynamic-k", "--max-new-tokens", "16", "--raw", PROMPT])
     assert code == 0
     assert "tokens per target pass" in capsys.readouterr().out
+
+
+def test_run_loads_the_tiny_pair_as_bench_and_load_do(capsys):
+    # One loader for every command: the target 'tiny' is the in-process pair for `run` too.
+    code = entry(["run", "--target", "tiny", "--draft", "self:1", "--k", "2", "--max-new-tokens", "8", "--no-color",
+                  "hello"])
+    assert code == 0
+    assert "tiny-llama drafted by self:1" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -1,6 +1,9 @@
 """The load sweep (runs.load) and its command line (`python -m specviz load`), on the tiny pair."""
 
+import importlib
 import json
+import sys
+import time
 
 import pytest
 import torch
@@ -11,8 +14,9 @@ from specviz.cli import entry
 from specviz.errors import SpecvizError
 from specviz.models import ModelPair
 from specviz.runs.bench import plain_against_generate
-from specviz.runs.load import LoadPoint, LoadResult, cost_at, cost_curve, run_sweep, sweep
-from specviz.settings import LOCAL, RunSettings, validate
+from specviz.runs.calibration import CALIBRATION_SAMPLES, calibrate, cost_at
+from specviz.runs.load import LoadPoint, LoadResult, run_sweep, sweep
+from specviz.settings import LOCAL, DraftSpec, RunSettings, parse_draft, validate
 
 PROMPTS = [BenchPrompt("a", "test", "the cat sat on the mat and the cat sat on the"),
            BenchPrompt("b", "test", "the dog ran"),
@@ -84,12 +88,85 @@ def test_crossover_and_best_k_per_batch():
     assert wins.crossover_batch is None and wins.to_dict()["crossover_batch"] is None
 
 
-def test_cost_curve_is_relative_to_one_token_and_interpolates():
-    curve = cost_curve([(1, 0.10), (1, 0.12), (1, 0.11), (4, 0.22), (8, 0.44)])
-    assert curve == [{"tokens": 1, "cost": 1.0}, {"tokens": 4, "cost": pytest.approx(2.0)},
-                     {"tokens": 8, "cost": pytest.approx(4.0)}]
+def test_cost_at_interpolates_and_extends_its_ends():
+    curve = [{"tokens": 1, "cost": 1.0}, {"tokens": 4, "cost": 2.0}, {"tokens": 8, "cost": 4.0}]
     assert cost_at(curve, 6) == pytest.approx(3.0)
     assert cost_at(curve, 16) == pytest.approx(8.0)      # beyond the last point: its segment extended
+
+
+def forward_shapes(model, into: list):
+    """Record (rows, new tokens, key slots) of each forward of `model`; returns the hook's handle."""
+    def record(module, args, kwargs):
+        ids = args[0] if args else kwargs["input_ids"]
+        into.append((ids.shape[0], ids.shape[1], kwargs["attention_mask"].shape[-1]))
+    return model.register_forward_pre_hook(record, with_kwargs=True)
+
+
+@pytest.mark.parametrize("draft", ["small", "ngram"])
+def test_calibration_times_the_shapes_the_sweep_runs(tiny, draft):
+    pair = tiny.pair(draft=draft)
+    ids = [[2, 4, 6, 7], [3, 5, 6]]                          # two rows, left-padded to 4 slots
+    target_shapes, draft_shapes = [], []
+    handles = [forward_shapes(pair.target, target_shapes)]
+    if draft == "small":
+        handles.append(forward_shapes(pair.draft.model, draft_shapes))
+    try:
+        calibration = calibrate(pair, ids, ks=(0, 2, 4), max_new_tokens=10)
+    finally:
+        for handle in handles:
+            handle.remove()
+    context = 4 + 10 // 2                                    # the prompts, then half the new tokens
+    runs = CALIBRATION_SAMPLES + 1                           # one untimed, then the samples
+    # The prefill of the context, then every width the sweep's forwards have (1: a plain step; k + 1:
+    # a pass over k drafted tokens), each at that context.
+    assert target_shapes == [(2, context, context)] + [(2, n, context + n) for n in (1, 3, 5) for _ in range(runs)]
+    assert sorted(calibration.target) == [(2, 1), (2, 3), (2, 5)]
+    assert sorted(calibration.draft) == [(2, 2), (2, 4)] and all(s > 0 for s in calibration.draft.values())
+    if draft == "small":                                     # k draft steps of one token per row
+        assert draft_shapes == [(2, context, context)] + [(2, 1, context + 1)] * runs
+        assert calibration.draft[2, 4] == pytest.approx(2 * calibration.draft[2, 2])
+    curve = calibration.curve()
+    assert [(c["batch"], c["tokens_per_row"], c["tokens"]) for c in curve] == [(2, 1, 2), (2, 3, 6), (2, 5, 10)]
+    assert curve[0]["cost"] == pytest.approx(2.0)            # no batch 1: the unit is the step per row
+    assert calibration.target_seconds(2, 4) == pytest.approx((calibration.target[2, 3] + calibration.target[2, 5]) / 2)
+
+
+def test_the_theory_reads_no_time_of_the_sweep(tiny, monkeypatch):
+    # Slow down every wide forward of the sweep itself (its verification passes), not the calibration's:
+    # the measured speedup falls, the theory (calibrated apart) stays where it was.
+    pair = tiny.pair(draft="small")
+    calibrating = [False]
+    load_sweep = importlib.import_module("specviz.runs.load")   # (specviz.runs.load is also a function's name)
+    real_calibrate = getattr(load_sweep, "calibrate", None)
+
+    def flagged(*args, **kwargs):
+        calibrating[0] = True
+        try:
+            return real_calibrate(*args, **kwargs)
+        finally:
+            calibrating[0] = False
+
+    monkeypatch.setattr(load_sweep, "calibrate", flagged, raising=False)
+    slow = [False]
+
+    def busy(module, args, kwargs):
+        ids = args[0] if args else kwargs["input_ids"]
+        if slow[0] and not calibrating[0] and ids.shape[1] > 1:
+            end = time.perf_counter() + 0.02                 # CPU work, seen by either clock
+            while time.perf_counter() < end:
+                pass
+
+    handle = pair.target.register_forward_pre_hook(busy, with_kwargs=True)
+    try:
+        points = {}
+        for slowed in (False, True):
+            slow[0] = slowed
+            result = run_sweep(settings(draft="small"), PROMPTS, pair, batches=(2,), ks=(3,))
+            points[slowed] = next(p for p in result.points if p.k == 3)
+    finally:
+        handle.remove()
+    assert points[True].speedup < 0.5 * points[False].speedup
+    assert 0.6 < points[True].theory / points[False].theory < 1.6
 
 
 # ----------------------------------------------------------------------------- command line
@@ -105,6 +182,26 @@ def test_load_command_writes_the_json_shape(tmp_path, capsys):
     assert "crossover batch" in printed and "best k per batch size" in printed
 
 
+def test_load_command_parses_its_draft_once(monkeypatch, capsys):
+    # Every module's parse_draft, wrapped: a call with text is a parse; a DraftSpec (parsed already)
+    # comes back unparsed. `validate` parses where the draft enters; nothing downstream parses again.
+    parsed = []
+
+    def counting(spec):
+        if not isinstance(spec, DraftSpec):
+            parsed.append(spec)
+        return parse_draft(spec)
+
+    for module in [m for name, m in sys.modules.items() if name.startswith("specviz")]:
+        if getattr(module, "parse_draft", None) is parse_draft:
+            monkeypatch.setattr(module, "parse_draft", counting)
+    code = entry(["load", "--target", "tiny", "--draft", "tiny-draft", "--batch", "1", "--k", "2",
+                  "--max-new-tokens", "4", "--prompts", "examples", "--quiet", "--threads", "1"])
+    assert code == 0, capsys.readouterr()
+    # The draft once, and the target once (validate refuses a draft kind as the target).
+    assert parsed == ["tiny-draft", "tiny"]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--batch", "0,2"], "--batch: 0 is outside 1..64"),
     (["--k", "two"], "--k takes whole numbers"),
@@ -118,7 +215,7 @@ def test_bad_load_input_fails_before_loading(monkeypatch, capsys, argv, message)
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr("specviz.cli.load.load_bench_pair", refuse)
+    monkeypatch.setattr("specviz.cli.load.load", refuse)
     code = entry(["load", "--target", "tiny", *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err

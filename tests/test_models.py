@@ -3,9 +3,11 @@ bad input's message, the LRU cache, device/dtype choice, early-exit bounds, voca
 prompts and presets. Tiny models and tokenizers are built in-process; nothing is downloaded.
 The `slow` tests load the built-in SmolLM2-135M-Instruct (converted once into ~/.cache/specviz)."""
 
+import copy
 import gc
 import json
 import os
+import pickle
 import shutil
 import weakref
 
@@ -29,7 +31,7 @@ from specviz.models import (DEFAULT_TARGET, auto_dtype, convert_once, cpu_has_na
 from specviz.models import loading, pairs, sources
 from specviz.models.cache import ModelCache
 from specviz.models.pairs import CROSS_TOKENIZER_NOTE
-from specviz.settings import DEFAULT_DRAFT, parse_draft
+from specviz.settings import DEFAULT_DRAFT, RunSettings, parse_draft, validate
 
 SPECIAL = ["<unk>", "<eos>", "<|user|>", "<|assistant|>", "<|end|>"]
 WORDS = ("the a cat dog sat on mat and ran to park with ball big small red blue it was then "
@@ -304,6 +306,15 @@ def test_remote_code_is_never_trusted_silently(disk):
 def test_model_without_tokenizer(disk):
     with pytest.raises(SpecvizError, match="no usable tokenizer"):
         fp32(disk["no_tokenizer"])
+
+
+def test_validated_settings_carry_the_parsed_draft_as_its_text():
+    settings = validate(RunSettings(draft=" Self:3 "))
+    assert (settings.draft, settings.draft.kind, settings.draft.layers) == ("self:3", "self", 3)
+    assert json.loads(json.dumps(settings.to_dict()))["draft"] == "self:3"     # files keep the string form
+    for copied in (copy.deepcopy(settings.draft), pickle.loads(pickle.dumps(settings.draft))):
+        assert (copied, copied.kind, copied.layers) == ("self:3", "self", 3)
+    assert validate(settings).draft is settings.draft and parse_draft(settings.draft) is settings.draft
 
 
 def test_a_draft_kind_is_not_a_target():

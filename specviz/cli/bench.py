@@ -13,8 +13,9 @@ from pathlib import Path
 from ..catalog import BENCH_PROMPTS_FILE, load_bench_prompts
 from ..errors import SpecvizError
 from ..files import check_paths
-from ..runs.bench import (DEFAULT_K, TINY_TARGET, Setup, default_draft, default_k, describe, load_bench_pair,
-                          run_bench, summarize_rows)
+from ..runs.bench import (DEFAULT_K, TINY_TARGET, Setup, default_draft, default_k, describe, run_bench,
+                          summarize_rows)
+from ..runs.run import load
 from ..views.bench_table import markdown_table
 from .common import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, printable, progress_printer,
                      settings_from, write_output)
@@ -64,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
                                                                            flush=True))
     results = []
     for settings in configs:
-        setup = Setup(settings, load_bench_pair(settings, None if args.quiet else progress_printer()))
+        setup = Setup(settings, load(settings, None if args.quiet else progress_printer()))
         meta = describe(setup)
         say(f"{meta['target']} + {meta['draft']} (k={meta['k']}) on {meta['hardware']}, {meta['dtype']}, "
             f"{len(prompts)} prompts, {settings.max_new_tokens} new tokens, timed by {meta['clock']}; "

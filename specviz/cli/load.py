@@ -12,8 +12,9 @@ from pathlib import Path
 from ..catalog import prompt_set, read_prompt_file
 from ..errors import SpecvizError
 from ..files import check_paths, write_atomic
-from ..runs.bench import TINY_TARGET, load_bench_pair
+from ..runs.bench import TINY_TARGET
 from ..runs.load import DEFAULT_BATCHES, DEFAULT_KS, LoadResult, check_draft_spec, check_drafter, sweep
+from ..runs.run import load
 from ..settings import whole_numbers
 from .common import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, progress_printer, rich_table,
                      settings_from)
@@ -64,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
     check_output_file(args.json, "--json")
     check_paths([args.prompts] if Path(args.prompts).is_file() else [], [("--json", args.json)])
 
-    pair = load_bench_pair(settings, None if args.quiet else progress_printer())
+    pair = load(settings, None if args.quiet else progress_printer())
     check_drafter(pair)
     say = (lambda message: None) if args.quiet else (lambda message: print(message, file=sys.stderr, flush=True))
     say(f"{pair.target_name} + {pair.draft_name}: batch sizes {batches}, k {ks}, {len(prompts)} prompts, "
@@ -99,8 +100,9 @@ def print_result(result: LoadResult) -> None:
         "speculation under load (decode only)",
         ["batch", "k", "speedup", "95% range", "theory", "tokens/pass", "spec tok/s", "plain tok/s",
          "spec ms/token", "plain ms/token", "identical"], rows))
-    curve = ", ".join(f"{c['tokens']}: {c['cost']:.2f}" for c in result.cost_curve)
-    print(f"forward cost by tokens in the pass (1 = one single-row step): {curve}")
+    curve = ", ".join(f"{c['batch']}x{c['tokens_per_row']}: {c['cost']:.2f}" for c in result.cost_curve)
+    print(f"theory's forward costs, timed before the runs (batch x new tokens per row; 1 = one single-row step): "
+          f"{curve}")
     low, high = result.crossover_range
     crossover = result.crossover_batch
     if not any(p.k for p in result.points):

@@ -15,7 +15,7 @@ from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.drafters import (Drafter, DraftModelDrafter, NgramTreeDrafter, PromptLookupDrafter, SuffixDrafter,
                              early_exit_model)
 from ..errors import SpecvizError
-from ..settings import parse_draft
+from ..settings import DraftSpec, parse_draft
 from .cache import lock as _lock
 from .devices import resolve_device, resolve_dtype
 from .loading import load_cached
@@ -23,7 +23,6 @@ from .sources import (
     DEFAULT_TARGET,
     Progress,
     Source,
-    display_name,
     report,
     resolve_source,
     span,
@@ -119,7 +118,7 @@ def eos_token_ids(model: PreTrainedModel, tokenizer) -> list[int]:
     return ids
 
 
-def make_drafter(spec: str | None, target: PreTrainedModel, *, target_name: str = "the target",
+def make_drafter(spec: DraftSpec | str | None, target: PreTrainedModel, *, target_name: str = "the target",
                  draft_model: PreTrainedModel | None = None, target_tokenizer=None,
                  draft_tokenizer=None) -> Drafter:
     """The drafter a draft spec names, for a loaded target: prompt lookup for 'ngram', the target's
@@ -139,11 +138,11 @@ def make_drafter(spec: str | None, target: PreTrainedModel, *, target_name: str 
         try:
             view = early_exit_model(target, draft.layers)
         except ValueError as error:
-            raise SpecvizError(f"Draft {draft.name!r} for {target_name}: {error}.") from None
-        return DraftModelDrafter(view, vocab_size=vocab_size, name=draft.name)
+            raise SpecvizError(f"Draft {draft!r} for {target_name}: {error}.") from None
+        return DraftModelDrafter(view, vocab_size=vocab_size, name=draft)
     if draft_model is None:
-        raise SpecvizError(f"Draft {draft.text!r} is a model: load it first (load_pair does).")
-    name = display_name(draft.text)
+        raise SpecvizError(f"Draft {draft!r} is a model: load it first (load_pair does).")
+    name = resolve_source(draft).name
     if target_tokenizer is not None and draft_tokenizer is not None and \
             vocabulary_mismatch(target_tokenizer, draft_tokenizer):
         check_overlap(target_tokenizer, draft_tokenizer, draft_name=name, target_name=target_name)
@@ -152,7 +151,7 @@ def make_drafter(spec: str | None, target: PreTrainedModel, *, target_name: str 
     return DraftModelDrafter(draft_model, vocab_size=vocab_size, name=name)
 
 
-def load_pair(target: str | None = None, draft: str | None = None, *, device: str | torch.device = "auto",
+def load_pair(target: str | None = None, draft: DraftSpec | str | None = None, *, device: str | torch.device = "auto",
               dtype: str | torch.dtype = "auto", allow_pickle: bool = False, trust_remote_code: bool = False,
               progress: Progress | None = None) -> ModelPair:
     """A target and a draft for `speculative_decode`. target: built-in name, hub id, folder or .gguf
@@ -178,15 +177,15 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
                 if vocabulary_mismatch(tokenizer, draft_tokenizer):
                     check_overlap(tokenizer, draft_tokenizer, draft_name=source.name, target_name=target_name)
 
-            (draft_model, draft_tokenizer), _ = load_cached(spec.text, resolved_device, resolved_dtype,
+            (draft_model, draft_tokenizer), _ = load_cached(spec, resolved_device, resolved_dtype,
                                                             progress=span(progress, 0.6, 1.0), vet=vet,
                                                             keep={target_key}, **options)
             draft_rows = draft_model.config.get_text_config().vocab_size
             if draft_rows < len(draft_tokenizer):
-                raise SpecvizError(f"The draft {display_name(spec.text)} has {draft_rows} embedding rows, fewer "
+                raise SpecvizError(f"The draft {resolve_source(spec).name} has {draft_rows} embedding rows, fewer "
                                    f"than the {len(draft_tokenizer)} tokens of its tokenizer: the checkpoint is "
                                    "inconsistent.")
-        drafter = make_drafter(spec.text, target_model, target_name=target_name, draft_model=draft_model,
+        drafter = make_drafter(spec, target_model, target_name=target_name, draft_model=draft_model,
                                target_tokenizer=tokenizer, draft_tokenizer=draft_tokenizer)
         note = CROSS_TOKENIZER_NOTE if isinstance(drafter, CrossTokenizerDrafter) else ""
         if note:

@@ -92,7 +92,7 @@ def resolve_source(spec: str) -> Source:
 def display_name(spec: str) -> str:
     """The short name shown for a model or draft string: 'SmolLM2-1.7B-Instruct', 'ngram', 'self:24'."""
     draft = parse_draft(spec)
-    return draft.name if draft.kind != "model" else resolve_source(spec).name
+    return draft if draft.kind != "model" else resolve_source(draft).name
 
 
 # ----------------------------------------------------------------------------- built-in models

@@ -2,7 +2,7 @@
 that need no model files at all. Its forwards are so cheap that it measures mostly per-token overhead.
 
 `tiny_pair` is the pair as a `ModelPair` (what `runs.race` takes), with `ByteTokenizer` standing in
-for a tokenizer; `--target tiny` of the benchmark runs it."""
+for a tokenizer; the target name `TINY_TARGET` ('tiny', as in `--target tiny`) builds it."""
 
 from __future__ import annotations
 
@@ -12,15 +12,17 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from ..errors import SpecvizError
-from ..settings import parse_draft
+from ..settings import DraftSpec, parse_draft
 from .devices import DTYPES, resolve_device
 from .pairs import ModelPair, make_drafter
 
+TINY_TARGET = "tiny"   # the target name that builds this pair (`runs.run.load`)
 TINY_VOCAB = 384       # bytes 0-255 plus unused ids
 TINY_DRAFT_LAYERS = 2
 TINY_TARGET_NAME = "tiny-llama"
 TINY_DRAFT_NAME = "tiny-draft"
 TINY_DRAFTS = ("tiny", TINY_DRAFT_NAME)   # draft specs naming the pair's own 2-layer draft model
+TINY_DRAFT = parse_draft(TINY_DRAFT_NAME)   # the spec its draft model is made with, whichever of TINY_DRAFTS named it
 CHAT_FRAME = "<user>\n{prompt}\n<assistant>\n"   # the tiny pair's minimal chat template
 
 
@@ -79,7 +81,7 @@ class ByteTokenizer:
         return TINY_VOCAB
 
 
-def tiny_pair(draft: str | None = "tiny", *, device: str = "auto", dtype: str = "auto") -> ModelPair:
+def tiny_pair(draft: DraftSpec | str | None = "tiny", *, device: str = "auto", dtype: str = "auto") -> ModelPair:
     """The tiny pair with a drafter: 'tiny' (its 2-layer draft model), 'ngram' or 'self:L'. Built anew
     on every call (a fraction of a second). dtype 'auto' is float32: the pair is for CPUs."""
     resolved = resolve_device(device)
@@ -88,11 +90,11 @@ def tiny_pair(draft: str | None = "tiny", *, device: str = "auto", dtype: str = 
         raise SpecvizError(f"Unknown dtype {dtype!r}: use 'auto', 'float32', 'bfloat16' or 'float16'.")
     torch_dtype = torch.float32 if name == "auto" else DTYPES[name]
     spec = parse_draft(draft or "tiny")
-    if spec.kind == "model" and spec.name.lower() not in TINY_DRAFTS:
-        raise SpecvizError(f"Draft {spec.text!r} for the tiny target: use 'tiny' (its 2-layer draft model), "
+    if spec.kind == "model" and spec.lower() not in TINY_DRAFTS:
+        raise SpecvizError(f"Draft {spec!r} for the tiny target: use 'tiny' (its 2-layer draft model), "
                            "'ngram' or 'self:L'.")
     target, small = tiny_models(dtype=torch_dtype, device=resolved)
-    drafter = make_drafter(TINY_DRAFT_NAME if spec.kind == "model" else spec.name, target,
+    drafter = make_drafter(TINY_DRAFT if spec.kind == "model" else spec, target,
                            target_name=TINY_TARGET_NAME, draft_model=small)
     return ModelPair(target=target, tokenizer=ByteTokenizer(), draft=drafter, target_name=TINY_TARGET_NAME,
                      draft_name=TINY_DRAFT_NAME if spec.kind == "model" else drafter.name,

@@ -42,15 +42,13 @@ from ..core.drafters import PromptLookupDrafter
 from ..metrics import median, ratio
 from ..models import ModelPair
 from ..models.host import host_description
-from ..models.sources import Progress
-from ..models.tiny import tiny_pair
+from ..models.tiny import TINY_TARGET
 from ..settings import DraftSpec, RunSettings, parse_draft
 from .prompt_sets import iter_prompt_set
 from .result import Run
-from .run import encode, execute, load
+from .run import encode, execute
 
 DEFAULT_K = {"ngram": 8, "ngram-tree": 8, "suffix": 8, "self": 4, "model": 4}   # draft length per kind of drafter
-TINY_TARGET = "tiny"                               # the target name that builds models.tiny's pair
 WARM_UP_TOKENS = 16
 
 
@@ -63,13 +61,6 @@ def default_k(draft: str | None) -> int:
     return DEFAULT_K[parse_draft(draft).kind]
 
 
-def load_bench_pair(settings: RunSettings, progress: Progress | None = None) -> ModelPair:
-    """`runs.load`, except that the target 'tiny' builds the in-process tiny pair."""
-    if settings.target == TINY_TARGET:
-        return tiny_pair(settings.draft, device=settings.device, dtype=settings.dtype)
-    return load(settings, progress)
-
-
 # ----------------------------------------------------------------------------- what is benchmarked
 
 @dataclass(frozen=True)
@@ -80,7 +71,7 @@ class Setup:
 
     @property
     def draft(self) -> DraftSpec:
-        return parse_draft(self.settings.draft)
+        return self.settings.draft
 
     @property
     def assistant(self) -> PreTrainedModel | None:

@@ -13,9 +13,15 @@ is left out, as in `metrics.measure_speed`):
   predicts for the tokens in them, plus a resampled residual, as `metrics.measure_speed` does);
 - per-token latency: for each row, the time of the forwards it was live in / its tokens (mean of rows);
 - tokens per pass: tokens a row gains per speculative pass (accepted + the target's own);
-- the theory: the forward-cost curve (median cost of a forward against the real tokens in it, over the
-  whole sweep, relative to one single-row one-token step) priced at the tokens each pass and each step
-  computed, with the measured per-token acceptance giving the expected tokens per row and pass;
+- the theory: what the forward costs and the measured acceptance predict, with no time of the sweep's
+  own in it. Before each batch size's runs, `calibrate` times the forwards they will run (each shape
+  a few times, its median, by the same clock): the target over the batch with n new tokens per row
+  (n = 1, a plain step; n = k + 1, a pass verifying k drafted tokens) at the context halfway through
+  the decode, and drafting k tokens for every row. Each pass and step of the runs is priced at those
+  costs for the rows live in it and its width (one token plus its widest row's drafts; between the
+  shapes calibrated, linearly), and a row expects (1 - a^(n+1)) / (1 - a) tokens from a pass for its n
+  drafted. Measured and predicted speedups are two independent figures: what the theory leaves out
+  (verification's host work, the ragged cache's holes) is the gap between them;
 - whether every row's greedy output is identical between the two methods.
 Across points: the crossover batch (the smallest B at which no k > 0 is faster than plain decoding;
 with the range given by the best k's 95% range) and the best k per batch size (0 = off) as a
@@ -29,7 +35,6 @@ from __future__ import annotations
 
 import random
 import statistics
-from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -43,10 +48,11 @@ from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.drafters import DraftModelDrafter, PromptLookupDrafter
 from ..core.timing import Clock
 from ..errors import SpecvizError
-from ..metrics import BOOTSTRAP_SAMPLES, expected_tokens_per_pass, linear_fit, pooled_alpha, ratio
+from ..metrics import BOOTSTRAP_SAMPLES, linear_fit, pooled_alpha, ratio
 from ..models import ModelPair
 from ..models.host import HostLoad, environment, read_cpu_times
-from ..settings import RunSettings, parse_draft
+from ..settings import RunSettings
+from .calibration import Calibration, calibrate, predicted_speedup
 from .run import encode, interleave, last
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16)
@@ -88,7 +94,9 @@ class LoadResult:
     settings: dict
     environment: dict
     points: list[LoadPoint] = field(default_factory=list)
-    cost_curve: list[dict] = field(default_factory=list)   # [{"tokens", "cost"}], cost 1 = one 1-row step
+    # Calibrated before the runs (cost 1 = one single-row one-token step, see `Calibration.unit`):
+    cost_curve: list[dict] = field(default_factory=list)    # [{"batch", "tokens_per_row", "tokens", "cost"}]
+    draft_costs: list[dict] = field(default_factory=list)   # [{"batch", "k", "cost"}]: drafting k for every row
 
     def best(self, batch: int) -> LoadPoint | None:
         """The fastest k > 0 at `batch` (None when none was measured)."""
@@ -130,6 +138,7 @@ class LoadResult:
     def to_dict(self) -> dict:
         low, high = self.crossover_range
         return {"settings": self.settings, "environment": self.environment, "cost_curve": self.cost_curve,
+                "draft_costs": self.draft_costs,
                 "points": [p.to_dict() for p in self.points], "crossover_batch": self.crossover_batch,
                 "crossover_range": [low, high],
                 "recommended_k": {str(batch): k for batch, k in self.recommended_k.items()}}
@@ -158,8 +167,9 @@ def _refuse(name: str, why: str = "trees and suffix decoding run one request at 
 
 
 def check_draft_spec(settings: RunSettings) -> None:
-    """Refuse, before anything is loaded, a drafter batched decoding cannot draft with."""
-    if parse_draft(settings.draft).kind not in BATCHED_DRAFTS or settings.branch > 1:
+    """Refuse, before anything is loaded, a drafter batched decoding cannot draft with (`settings`
+    validated: its draft is parsed)."""
+    if settings.draft.kind not in BATCHED_DRAFTS or settings.branch > 1:
         raise _refuse(settings.draft if settings.branch <= 1 else "a tree")
 
 
@@ -195,7 +205,7 @@ def sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair
                   "seed": settings.seed, "dtype": str(pair.dtype).removeprefix("torch."),
                   "device": str(pair.device), "clock": Clock(pair.device).name},
         environment=environment(pair.device))
-    timings: list[tuple[int, float]] = []      # (real tokens, seconds) of every decode forward: the cost curve
+    calibration = Calibration()
     started = read_cpu_times()
     try:
         for batch in batches:
@@ -203,6 +213,8 @@ def sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair
             ids = [encoded[p.prompt] for p in chosen]
             if warm_up:
                 _warm_up(pair, ids, max(ks), options)
+            calibration.add(calibrate(pair, ids, ks, settings.max_new_tokens))
+            result.cost_curve, result.draft_costs = calibration.curve(), calibration.draft_curve()
             plain_runs: list[list[BatchStep]] = []
             for k in [k for k in ks if k > 0] or [0]:
                 spec_runs: list[list[BatchCycle]] = []
@@ -216,11 +228,8 @@ def sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair
                         yield LoadProgress(batch=batch, k=k, repeat=repeat, event=event, point=None, result=result)
                     spec_runs.append(cycles)
                     plain_runs.append(steps)
-                    timings += [(e.tokens, e.verify_seconds) for e in cycles[1:]]
-                    timings += [(len(e.requests), e.seconds) for e in steps[1:]]
-                result.cost_curve = cost_curve(timings)
                 if k:
-                    point = spec_point(batch, k, spec_runs, plain_runs[-repeats:], chosen, result.cost_curve,
+                    point = spec_point(batch, k, spec_runs, plain_runs[-repeats:], chosen, calibration,
                                        greedy=settings.temperature == 0.0)
                     result.points.append(point)
                     yield LoadProgress(batch=batch, k=k, repeat=repeats - 1, event=None, point=point, result=result)
@@ -250,30 +259,6 @@ def _warm_up(pair: ModelPair, ids: list[list[int]], k: int, options: dict) -> No
 
 
 # ----------------------------------------------------------------------------- statistics
-
-def cost_curve(timings: Sequence[tuple[int, float]]) -> list[dict]:
-    """Median cost of a forward for each number of real tokens in it, relative to a single-row
-    one-token step (or, when no 1-token forward was timed, to the smallest forward per token)."""
-    by_tokens: dict[int, list[float]] = {}
-    for tokens, seconds in timings:
-        by_tokens.setdefault(tokens, []).append(seconds)
-    if not by_tokens:
-        return []
-    medians = {tokens: statistics.median(seconds) for tokens, seconds in sorted(by_tokens.items())}
-    smallest = min(medians)
-    unit = medians[smallest] / smallest
-    return [{"tokens": tokens, "cost": seconds / unit} for tokens, seconds in medians.items()]
-
-
-def cost_at(curve: Sequence[dict], tokens: float) -> float:
-    """The cost curve at `tokens`, linear between measured points and beyond the ends."""
-    xs, ys = [p["tokens"] for p in curve], [p["cost"] for p in curve]
-    if len(xs) == 1:
-        return ys[0] * tokens / xs[0]
-    i = min(max(bisect_left(xs, tokens), 1), len(xs) - 1)
-    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
-    return y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)
-
 
 def _bootstrap(spec: list[tuple[float, float, int]], plain: list[tuple[float, float, int]], *,
                seed: int = 0) -> tuple[float, float]:
@@ -322,7 +307,7 @@ def _plain_forwards(runs: Sequence[Sequence[BatchStep]]) -> list[tuple[float, fl
 
 
 def spec_point(batch: int, k: int, spec_runs: Sequence[Sequence[BatchCycle]], plain_runs: Sequence[Sequence[BatchStep]],
-               prompts: Sequence[BenchPrompt], curve: Sequence[dict], *, greedy: bool) -> LoadPoint:
+               prompts: Sequence[BenchPrompt], calibration: Calibration, *, greedy: bool) -> LoadPoint:
     spec = [(e.tokens, e.seconds, e.emitted) for cycles in spec_runs for e in cycles[1:]]
     plain = _plain_forwards(plain_runs)
     spec_rate = ratio(sum(f[2] for f in spec), sum(f[1] for f in spec))
@@ -330,15 +315,9 @@ def spec_point(batch: int, k: int, spec_runs: Sequence[Sequence[BatchCycle]], pl
     low, high = _bootstrap(spec, plain) if spec and plain else (0.0, 0.0)
     row_cycles = [c for cycles in spec_runs for e in cycles for c in e.cycles]
     alpha = pooled_alpha([row_cycles])
-    # The theory: each pass priced at the cost curve for the tokens it computed (plus its drafting,
-    # in the same unit), each row expected to gain (1 - a^(n+1)) / (1 - a) tokens for its n drafted.
-    unit = _unit_seconds(curve, plain)
     decode = [e for cycles in spec_runs for e in cycles[1:]]
-    expected = sum(expected_tokens_per_pass(alpha, len(c.drafted)) for e in decode for c in e.cycles)
-    spec_cost = sum(cost_at(curve, e.tokens) + ratio(e.draft_seconds, unit) for e in decode)
-    plain_events = [e for steps in plain_runs for e in steps[1:]]
-    plain_cost = sum(cost_at(curve, len(e.requests)) for e in plain_events)
-    theory = ratio(ratio(expected, spec_cost), ratio(sum(len(e.tokens) for e in plain_events), plain_cost))
+    plain_steps = [e for steps in plain_runs for e in steps[1:]]
+    theory = predicted_speedup(k, decode, plain_steps, alpha, calibration)
     spec_out, plain_out = row_outputs(spec_runs[-1]), row_outputs(plain_runs[-1])
     slots = sum(e.slots for cycles in spec_runs for e in cycles)
     return LoadPoint(
@@ -351,13 +330,6 @@ def spec_point(batch: int, k: int, spec_runs: Sequence[Sequence[BatchCycle]], pl
         alpha=alpha, passes=len(spec), steps=len(plain),
         padding_share=ratio(sum(e.padded_slots for cycles in spec_runs for e in cycles), slots),
         regathers=sum(e.regathered for cycles in spec_runs for e in cycles), rows=_rows(prompts, spec_out, plain_out))
-
-
-def _unit_seconds(curve: Sequence[dict], plain: Sequence[tuple[float, float, int]]) -> float:
-    """Seconds of cost 1 on the curve, from the plain steps (their median seconds / their median cost)."""
-    if not plain or not curve:
-        return 0.0
-    return ratio(statistics.median(f[1] for f in plain), statistics.median(cost_at(curve, f[0]) for f in plain))
 
 
 def plain_point(batch: int, plain_runs: Sequence[Sequence[BatchStep]], prompts: Sequence[BenchPrompt]) -> LoadPoint:

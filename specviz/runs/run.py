@@ -36,6 +36,7 @@ from ..errors import SpecvizError
 from ..models import Detokenizer, ModelPair, check_context, encode_prompt, load_pair
 from ..models.host import HostLoad, read_cpu_times
 from ..models.sources import Progress
+from ..models.tiny import TINY_TARGET, tiny_pair
 from ..settings import RunSettings
 from .result import CycleText, Run
 
@@ -44,7 +45,10 @@ T = TypeVar("T")
 
 
 def load(settings: RunSettings, progress: Progress | None = None) -> ModelPair:
-    """The pair `settings` names (from the in-memory cache when it is loaded already)."""
+    """The pair `settings` names (from the in-memory cache when it is loaded already); the target
+    'tiny' builds the tiny in-process pair (`models.tiny`). Every command and the page load here."""
+    if settings.target == TINY_TARGET:
+        return tiny_pair(settings.draft, device=settings.device, dtype=settings.dtype)
     return load_pair(settings.target, settings.draft, device=settings.device, dtype=settings.dtype,
                      progress=progress)
 
