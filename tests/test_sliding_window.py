@@ -129,7 +129,7 @@ def test_the_offline_gemma_decodes_past_its_window(all_threads):
     target, tokenizer = pair.target, pair.tokenizer
     words = " ".join(f"The {i}th fox ran past the river and over the hill." for i in range(60))
     ids = tokenizer(words, return_tensors="pt").input_ids
-    assert ids.shape[1] > 600
+    assert ids.shape[1] > 512 + 300                  # 891 tokens: far past the window
     expected = reference(target, ids, n=32)
     out = [t for c in speculative_decode(target, pair.draft, ids, max_new_tokens=32, k=4) for t in c.emitted]
     assert out == expected
