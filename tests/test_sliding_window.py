@@ -135,3 +135,16 @@ def test_the_offline_gemma_decodes_past_its_window(all_threads):
     assert out == expected
     rows = row_outputs(batched_speculative_decode(target, pair.draft, [ids, ids[:, :100]], max_new_tokens=16, k=4))
     assert rows[0] == expected[:16] and rows[1] == reference(target, ids[:, :100], n=16)
+
+
+def test_the_run_path_refuses_a_draft_tree_over_a_sliding_model_with_a_message(tiny):
+    # Through the one run path: a clear message before any work, no traceback.
+    from dataclasses import replace
+
+    from specviz.errors import SpecvizError
+    from specviz.runs.run import drafter_for
+    from specviz.settings import RunSettings
+
+    pair = replace(tiny.pair(), draft=DraftModelDrafter(make_gemma3(2)), draft_name="a tiny Gemma-3")
+    with pytest.raises(SpecvizError, match="sliding-window attention layers"):
+        drafter_for(RunSettings(draft="self:1", branch=2), pair)

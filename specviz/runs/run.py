@@ -125,7 +125,10 @@ def drafter_for(settings: RunSettings, pair: ModelPair) -> Drafter:
         return pair.draft
     if not isinstance(pair.draft, DraftModelDrafter):
         raise SpecvizError(f"A tree branch applies to a draft model or early exit, not to {pair.draft_name}.")
-    return DraftTreeDrafter(pair.draft, settings.branch, settings.tree_budget)
+    try:
+        return DraftTreeDrafter(pair.draft, settings.branch, settings.tree_budget)
+    except ValueError as error:     # a sliding-window draft model: said before any work
+        raise SpecvizError(str(error)) from None
 
 
 def _warm_up(settings: RunSettings, pair: ModelPair, drafter: Drafter, input_ids: torch.Tensor,
