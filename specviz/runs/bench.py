@@ -71,7 +71,8 @@ class Setup:
 
     @property
     def draft(self) -> DraftSpec:
-        return self.settings.draft
+        # Validated settings carry the parsed spec (returned as it is); settings built by hand, text.
+        return parse_draft(self.settings.draft)
 
     @property
     def assistant(self) -> PreTrainedModel | None:
