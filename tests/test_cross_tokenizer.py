@@ -6,6 +6,9 @@ text as promised."""
 
 from __future__ import annotations
 
+import importlib.util
+import random
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +18,10 @@ from transformers import PreTrainedTokenizerFast
 from conftest import make_llama, reference, reordered_copy
 from specviz.core.cross_tokenizer import (
     CrossTokenizerDrafter,
+    OutputText,
+    TextEncoding,
     draft_prompt,
+    ends_inside_a_character,
     in_target_vocabulary,
     intersect,
     shared_tokens,
@@ -29,6 +35,7 @@ from specviz.errors import SpecvizError
 from specviz.metrics import summarize
 from specviz.models import make_drafter
 from specviz.models.pairs import CROSS_TOKENIZER_NOTE, shared_vocabulary
+from specviz.models.sources import BUILTINS, builtin_source
 from test_sampling import LENGTH, exact_joint, pooled_chisquare
 
 WORDS = ("<unk> <eos> the a cat dog sat ran on in mat park and then big small red blue sun sea "
@@ -509,3 +516,86 @@ def test_each_model_formats_the_conversation_with_its_own_chat_template(tiny, mo
     result = execute(settings, TINY_PROMPT, pair, warm_up=False)
     assert drafter.draft_prompt == tiny.other_tokenizer.encode(f"<user> {TINY_PROMPT} ")
     assert result.tokens == plain
+
+
+# ----------------------------------------------------------------------------- incremental re-tokenization
+
+# Prose, code, digits, runs of spaces and newlines, accents, CJK and emoji (several tokens each in a
+# byte-level BPE, byte-fallback tokens or one token in SentencePiece).
+CORPUS = (
+    "Speculative decoding drafts a few tokens with a small model, then the target verifies all of them "
+    "in one pass: 1987 tokens at 12.5 tok/s, or 3,141,592 in total.\n\n"
+    "def squares(xs):\n    return [x ** 2 for x in xs]   # two spaces, then    four\n\t\ttabs\n"
+    "Caf\u00e9, na\u00efve, Z\u00fcrich \u2014 \u00abquotes\u00bb and \u2018curly\u2019 marks; "
+    "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8 \U0001f916\U0001f680\U0001f9ea emoji, "
+    "\u0928\u092e\u0938\u094d\u0924\u0947 and \u0645\u0631\u062d\u0628\u0627.\n"
+    "The quick brown fox jumps over the lazy dog; unbelievably, photosynthesis isn't antidisestablishment.\n"
+)
+
+REAL_TOKENIZERS = {   # name: builtin model whose tokenizer it is
+    "SmolLM2 (byte-level BPE)": "SmolLM2-135M-Instruct",
+    "Gemma-3 (SentencePiece, byte fallback)": "gemma-3-270m",
+}
+
+
+@pytest.fixture(scope="module", params=[*REAL_TOKENIZERS, "tiny byte-level BPE"])
+def any_tokenizer(request):
+    if request.param not in REAL_TOKENIZERS:
+        return byte_tokenizer()
+    builtin = BUILTINS[REAL_TOKENIZERS[request.param]]
+    if importlib.util.find_spec(builtin.module) is None:
+        pytest.skip(f"{builtin.name} is not installed ({builtin.install})")
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(builtin_source(builtin, None).location)
+
+
+def random_outputs(tokenizer, rng: random.Random, trials: int):
+    """(ids, prompt length) pairs: the corpus from a random place, a fifth of its tokens replaced
+    by random ids (byte pieces, byte-fallback bytes and special tokens among them) in half of them."""
+    corpus = tokenizer.encode(CORPUS * 3, add_special_tokens=False)
+    for trial in range(trials):
+        start = rng.randrange(len(corpus) // 2)
+        ids = corpus[start:]
+        if trial % 2:
+            ids = [rng.randrange(len(tokenizer)) if rng.random() < 0.2 else i for i in ids]
+        yield ids, rng.randint(1, 12)
+
+
+def test_the_output_text_read_incrementally_is_the_whole_decode(any_tokenizer):
+    # The drafter reads the target's output each cycle, a few tokens longer each time: the text it
+    # keeps and grows must be exactly what decoding the whole output gives, and so must the test
+    # of whether it ends inside a character, read from the last tokens only.
+    tokenizer, rng = any_tokenizer, random.Random(0)
+    reused = calls = 0
+    for ids, prompt_length in random_outputs(tokenizer, rng, trials=16):
+        output_text = OutputText(tokenizer)
+        length = prompt_length + rng.randint(0, 4)
+        while length <= len(ids):
+            sequence = ids[:length]
+            whole = text_after(tokenizer, sequence, prompt_length)
+            reused += output_text._reused(sequence, prompt_length) is not None
+            calls += 1
+            assert output_text(sequence, prompt_length) == whole
+            assert ends_inside_a_character(tokenizer, sequence, prompt_length) == whole.endswith("\ufffd")
+            length += rng.randint(1, 6)
+    assert reused > 0.8 * calls          # the incremental path is the one really taken
+
+
+def test_the_output_encoded_incrementally_is_the_whole_encoding(any_tokenizer):
+    # The output's text grows a few characters each cycle, and sometimes its last characters change
+    # (an unfinished character completed, a cut moved): its tokens, kept and extended, must be
+    # exactly the whole text's encoding.
+    tokenizer, rng = any_tokenizer, random.Random(1)
+    reused = calls = 0
+    for _ in range(12):
+        text = (CORPUS * 3)[rng.randrange(len(CORPUS)):]
+        encoding, end = TextEncoding(tokenizer), rng.randint(0, 8)
+        while end <= len(text):
+            piece = text[:end]
+            if rng.random() < 0.2:       # the end rewritten
+                piece = piece[:max(end - rng.randint(1, 6), 0)] + rng.choice([" ", "x", "\u00e9", "\n", "9", "ing "])
+            reused += encoding._reused(piece) is not None
+            calls += 1
+            assert encoding(piece) == tokenizer.encode(piece, add_special_tokens=False), repr(piece[-40:])
+            end += rng.randint(1, 24)
+    assert reused > 0.7 * calls
