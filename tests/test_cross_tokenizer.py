@@ -550,15 +550,16 @@ def any_tokenizer(request):
 
 
 def random_outputs(tokenizer, rng: random.Random, trials: int):
-    """(ids, prompt length) pairs: the corpus from a random place, a fifth of its tokens replaced
-    by random ids (byte pieces, byte-fallback bytes and special tokens among them) in half of them."""
+    """(ids, prompt length, whether corrupted): the corpus from a random place, a fifth of its
+    tokens replaced by random ids (byte pieces, byte-fallback bytes and special tokens among them)
+    in half of them."""
     corpus = tokenizer.encode(CORPUS * 3, add_special_tokens=False)
     for trial in range(trials):
         start = rng.randrange(len(corpus) // 2)
         ids = corpus[start:]
         if trial % 2:
             ids = [rng.randrange(len(tokenizer)) if rng.random() < 0.2 else i for i in ids]
-        yield ids, rng.randint(1, 12)
+        yield ids, rng.randint(1, 12), bool(trial % 2)
 
 
 def test_the_output_text_read_incrementally_is_the_whole_decode(any_tokenizer):
@@ -566,19 +567,56 @@ def test_the_output_text_read_incrementally_is_the_whole_decode(any_tokenizer):
     # keeps and grows must be exactly what decoding the whole output gives, and so must the test
     # of whether it ends inside a character, read from the last tokens only.
     tokenizer, rng = any_tokenizer, random.Random(0)
-    reused = calls = 0
-    for ids, prompt_length in random_outputs(tokenizer, rng, trials=16):
-        output_text = OutputText(tokenizer)
+    reused = calls = 0        # on outputs not corrupted, cut as the drafter cuts (after whole characters)
+    for ids, prompt_length, corrupted in random_outputs(tokenizer, rng, trials=16):
+        output_text, last_whole = OutputText(tokenizer), ""
         length = prompt_length + rng.randint(0, 4)
         while length <= len(ids):
             sequence = ids[:length]
             whole = text_after(tokenizer, sequence, prompt_length)
-            reused += output_text._reused(sequence, prompt_length) is not None
-            calls += 1
+            if not corrupted and not whole.endswith("\ufffd") and not last_whole.endswith("\ufffd"):
+                reused += output_text._reused(sequence, prompt_length) is not None
+                calls += 1
             assert output_text(sequence, prompt_length) == whole
             assert ends_inside_a_character(tokenizer, sequence, prompt_length) == whole.endswith("\ufffd")
-            length += rng.randint(1, 6)
-    assert reused > 0.8 * calls          # the incremental path is the one really taken
+            length, last_whole = length + rng.randint(1, 6), whole
+    assert reused > 0.9 * calls          # the incremental path is the one really taken
+
+
+def byte_symbol(byte: int) -> str:
+    """GPT-2's byte-level alphabet: printable Latin-1 bytes stand for themselves, the others are
+    shifted past 255, in order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    return chr(byte) if byte in printable else chr(256 + sorted(set(range(256)) - set(printable)).index(byte))
+
+
+def byte_tokens(tokenizer, data: bytes) -> list[int]:
+    """`data` one byte a token: byte-fallback tokens (<0x9F>) where the tokenizer has them, else
+    byte-level symbols."""
+    vocab = tokenizer.get_vocab()
+    return [vocab.get(f"<0x{byte:02X}>", vocab.get(byte_symbol(byte))) for byte in data]
+
+
+def test_the_output_read_incrementally_handles_characters_written_byte_by_byte(any_tokenizer):
+    # A target may write characters byte by byte: byte-level pieces, or SentencePiece byte-fallback
+    # tokens, whose run decodes whole (or as one U+FFFD per byte if any of it is not UTF-8). Runs
+    # longer than the few tokens read, after a stray byte, or not finished: at every length the text
+    # and whether it ends inside a character must be what decoding the whole output says.
+    tokenizer = any_tokenizer
+    words = tokenizer.encode(" and then", add_special_tokens=False)
+    sequence = tokenizer.encode("A prompt:", add_special_tokens=False)
+    prompt_length = len(sequence)
+    runs = ("\u20ac\u20ac\u20ac\u00e9", b"\x9f" + "\u20ac\u20ac\u00e9\u20ac".encode(),
+            "\u65e5\u672c\u8a9e\u30c6\u30ad".encode() + b"\xe2\x82", "\U0001f916\U0001f680\U0001f916\u00e9")
+    for run in runs:
+        run = run if isinstance(run, bytes) else run.encode()
+        sequence += byte_tokens(tokenizer, run) + words
+    for step in (1, 2, 5):
+        output_text = OutputText(tokenizer)
+        for length in range(prompt_length, len(sequence) + 1, step):
+            whole = text_after(tokenizer, sequence[:length], prompt_length)
+            assert ends_inside_a_character(tokenizer, sequence[:length], prompt_length) == whole.endswith("\ufffd")
+            assert output_text(sequence[:length], prompt_length) == whole, length
 
 
 def test_the_output_encoded_incrementally_is_the_whole_encoding(any_tokenizer):

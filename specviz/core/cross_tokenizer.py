@@ -169,10 +169,13 @@ class OutputText:
             return None
         # The last text, split at the boundary: what the tokens after it added. Decoding is local
         # (a token's text depends only on its neighbours), so where the old tokens' text ends with
-        # that, the text before the boundary is the same for the new tokens.
+        # that, the text before the boundary is the same for the new tokens. Except across bytes of
+        # unfinished or broken characters: a run of SentencePiece byte-fallback tokens decodes as a
+        # whole, and as one U+FFFD per byte wherever any of it is not UTF-8.
         old_tail = _growth(self.tokenizer, self.ids, boundary, True)
         new_tail = _growth(self.tokenizer, ids, boundary, True)
-        if old_tail is None or new_tail is None or not self.text.endswith(old_tail):
+        if (old_tail is None or new_tail is None or "\ufffd" in old_tail or "\ufffd" in new_tail
+                or not self.text.endswith(old_tail)):
             return None
         return self.text[:len(self.text) - len(old_tail)] + new_tail
 
