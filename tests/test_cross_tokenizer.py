@@ -382,6 +382,29 @@ def test_sampling_with_token_level_intersection_follows_the_target():
     assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(2.0))) < 1e-4
 
 
+def test_the_shared_token_table_is_built_once_per_pair_of_tokenizers():
+    # Mapping the vocabularies decodes both of them (seconds for Gemma-3's 262k tokens): a second
+    # drafter for the same pair, as each run of the app builds, must reuse the first one's table.
+    target_tokenizer, draft_tokenizer = char_tokenizer(bos=True), byte_tokenizer()
+    target = make_llama(0, layers=1, vocab=len(target_tokenizer), hidden=32)
+    draft = make_llama(3, layers=1, vocab=len(draft_tokenizer), hidden=32)
+    prompt = target_tokenizer(PROMPT, return_tensors="pt").input_ids
+    first, second = (CrossTokenizerDrafter(draft, draft_tokenizer, target_tokenizer) for _ in range(2))
+    for drafter in (first, second):
+        _, cycles = emitted(target, drafter, prompt, max_new_tokens=8, k=3, temperature=1.0, seed=0)
+        assert any(c.shared_mass for c in cycles)       # drafted by token-level intersection
+    assert second.shared.draft_ids is first.shared.draft_ids and second.shared.target_ids is first.shared.target_ids
+    # Another tokenizer, or the same one given a new token, has a table of its own.
+    table = first.shared.draft_ids
+    assert shared_tokens(byte_tokenizer(), target_tokenizer, draft_vocab_size=len(draft_tokenizer),
+                         target_vocab_size=len(target_tokenizer)).draft_ids is not table
+    draft_tokenizer.add_tokens(["on"])         # a target token's text
+    grown = CrossTokenizerDrafter(make_llama(3, layers=1, vocab=len(draft_tokenizer), hidden=32), draft_tokenizer,
+                                  target_tokenizer)
+    assert grown._shared_tokens().draft_ids is not table
+    assert grown._shared_tokens().draft_ids.tolist()[-1] == draft_tokenizer.convert_tokens_to_ids("on")
+
+
 def test_the_same_model_under_another_vocabulary_samples_with_all_its_mass_shared():
     # Every draft token reads as a target word and the draft is the target itself: each shared mass
     # is 1 and each candidate is drawn from the target's own distribution, so nearly all are accepted

@@ -28,6 +28,7 @@ after exactly the draft tokens the draft conditioned on (#47932)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from weakref import WeakKeyDictionary
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -267,11 +268,29 @@ class SharedTokens:
         return SharedTokens(self.draft_ids.to(device), self.target_ids.to(device), self.target_vocab_size)
 
 
+# draft tokenizer -> target tokenizer -> (their lengths, the two vocabulary sizes) -> table. Built
+# once per pair of tokenizers, not per drafter or run: it decodes both vocabularies (seconds for
+# Gemma-3's 262k tokens). Held weakly, so a table goes with its tokenizers; keyed by their lengths
+# too, so a tokenizer given new tokens gets a new table.
+_SHARED_TABLES: WeakKeyDictionary = WeakKeyDictionary()
+
+
 def shared_tokens(draft_tokenizer, target_tokenizer, *, draft_vocab_size: int, target_vocab_size: int) -> SharedTokens:
     """Map draft tokens to target tokens by text (`token_texts`; a special token only to a special
     token of the same string). Ids past a model's vocabulary size (its logits' width) are left out.
     Where several target tokens read the same, the one the target's tokenizer writes for that text
-    is taken (else the lowest id), so the draft proposes the target's own spelling."""
+    is taken (else the lowest id), so the draft proposes the target's own spelling. Built once per
+    pair of tokenizers and sizes (`_SHARED_TABLES`), on the CPU."""
+    tables = _SHARED_TABLES.setdefault(draft_tokenizer, WeakKeyDictionary()).setdefault(target_tokenizer, {})
+    key = (len(draft_tokenizer), len(target_tokenizer), draft_vocab_size, target_vocab_size)
+    if key not in tables:
+        tables[key] = _map_shared_tokens(draft_tokenizer, target_tokenizer, draft_vocab_size=draft_vocab_size,
+                                         target_vocab_size=target_vocab_size)
+    return tables[key]
+
+
+def _map_shared_tokens(draft_tokenizer, target_tokenizer, *, draft_vocab_size: int,
+                       target_vocab_size: int) -> SharedTokens:
     readings: dict[tuple[bool, str], list[int]] = {}
     for i, key in sorted(token_texts(target_tokenizer).items()):
         if i < target_vocab_size:
@@ -334,7 +353,7 @@ class CrossTokenizerDrafter(Drafter):
             raise ValueError(f"sampling must be one of {', '.join(self.SAMPLING)}, got {sampling!r}")
         self.sampling = sampling
         self.target_vocab_size = target_vocab_size or len(target_tokenizer)
-        self.shared: SharedTokens | None = None     # built on the first TLI draft (a decode of both vocabularies)
+        self.shared: SharedTokens | None = None     # on the model's device, from the first TLI draft
         self.model = model
         self.draft_tokenizer, self.target_tokenizer = draft_tokenizer, target_tokenizer
         self.name = name or getattr(model.config, "name_or_path", "") or type(model).__name__
