@@ -6,6 +6,7 @@ text as promised."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import random
 
@@ -561,15 +562,20 @@ REAL_TOKENIZERS = {   # name: builtin model whose tokenizer it is
 }
 
 
-@pytest.fixture(scope="module", params=[*REAL_TOKENIZERS, "tiny byte-level BPE"])
-def any_tokenizer(request):
-    if request.param not in REAL_TOKENIZERS:
-        return byte_tokenizer()
-    builtin = BUILTINS[REAL_TOKENIZERS[request.param]]
+@functools.cache
+def real_tokenizer(builtin_name: str):
+    """A built-in model's own tokenizer (skips the test where its package is not installed)."""
+    builtin = BUILTINS[builtin_name]
     if importlib.util.find_spec(builtin.module) is None:
         pytest.skip(f"{builtin.name} is not installed ({builtin.install})")
     from transformers import AutoTokenizer
     return AutoTokenizer.from_pretrained(builtin_source(builtin, None).location)
+
+
+@pytest.fixture(scope="module", params=[*(pytest.param(name, marks=pytest.mark.slow) for name in REAL_TOKENIZERS),
+                                        "tiny byte-level BPE"])
+def any_tokenizer(request):
+    return real_tokenizer(REAL_TOKENIZERS[request.param]) if request.param in REAL_TOKENIZERS else byte_tokenizer()
 
 
 def random_outputs(tokenizer, rng: random.Random, trials: int):
@@ -660,3 +666,74 @@ def test_the_output_encoded_incrementally_is_the_whole_encoding(any_tokenizer):
             assert encoding(piece) == tokenizer.encode(piece, add_special_tokens=False), repr(piece[-40:])
             end += rng.randint(1, 24)
     assert reused > 0.7 * calls
+
+
+# ----------------------------------------------------------------------------- a draft that writes the target's text
+
+def replay_model(sequence: list[int], vocab: int, eos: int, hidden: int = 64):
+    """A one-layer Llama whose greedy continuation of any start of `sequence` is the rest of it, then
+    `eos`: attention and MLP write nothing, each token of `sequence` embeds as a direction of its own,
+    and the LM head scores the token that follows it along that direction (a bigram: every token of
+    `sequence` must be distinct)."""
+    assert len(set(sequence)) == len(sequence) and eos not in sequence
+    model = make_llama(0, layers=1, vocab=vocab, hidden=hidden, eos=eos)
+    directions = torch.nn.functional.normalize(torch.randn(len(sequence), hidden), dim=1)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.model.embed_tokens.weight.zero_()
+        model.lm_head.weight.zero_()
+        for i, token in enumerate(sequence):
+            model.model.embed_tokens.weight[token] = directions[i]
+            model.lm_head.weight[(sequence + [eos])[i + 1]] = 10 * directions[i]
+    assert model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()
+    return model
+
+
+REPLAYS = {   # target's tokenizer <- draft's: (target, draft, prompt, the target's greedy text)
+    # The draft's tokens are finer than the target's ('Ġw', 'izards' for '▁wizards'), and it writes
+    # the emoji the target writes as one token in three byte pieces.
+    "SentencePiece (Gemma-3) <- byte-level (SmolLM2)": (
+        "gemma-3-270m", "SmolLM2-135M-Instruct", "Write one sentence:",
+        " The quick brown fox jumps over a lazy dog, while seven wizards quietly photosynthesize near Mount "
+        "Everest in 1987!\nCaf\u00e9 owners applaud\U0001f916."),
+    # The target writes the emoji in three byte pieces: the draft reads only whole characters.
+    "byte-level (SmolLM2) <- SentencePiece (Gemma-3)": (
+        "SmolLM2-135M-Instruct", "gemma-3-270m", "Write one sentence:",
+        " The quick brown fox jumps over a lazy dog, while seven old men sing near the river in 1987!\n"
+        "They smile\U0001f916 and"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cut_last", [True, False])
+@pytest.mark.parametrize("pair", list(REPLAYS))
+def test_a_draft_that_writes_the_targets_own_text_is_accepted_across_real_tokenizers(pair, cut_last):
+    # The draft writes, in its own tokens, exactly the text the target writes greedily, so every
+    # candidate the alignment makes of it is the target's own next token, unless the alignment is
+    # wrong. Equal outputs cannot tell (a wrong candidate is rejected and costs only time); the
+    # acceptance can.
+    target_name, draft_name, prompt_text, text = REPLAYS[pair]
+    target_tokenizer, draft_tokenizer = real_tokenizer(target_name), real_tokenizer(draft_name)
+    prompt = target_tokenizer(prompt_text).input_ids
+    output = target_tokenizer.encode(text, add_special_tokens=False)
+    draft_output = draft_tokenizer.encode(text, add_special_tokens=False)
+    # So that the draft can replay its tokens as a bigram, the text it reads at every token the target
+    # ends a cycle on must encode to the start of them (as it does at word ends).
+    for end in range(1, len(output) + 1):
+        written = text_after(target_tokenizer, prompt + output[:end], len(prompt)).rstrip("\ufffd")
+        encoded = draft_tokenizer.encode(written, add_special_tokens=False)
+        assert encoded == draft_output[:len(encoded)]
+    target_eos, draft_eos = target_tokenizer.eos_token_id, draft_tokenizer.eos_token_id
+    target = replay_model(prompt + output, len(target_tokenizer), target_eos)
+    draft = replay_model(draft_prompt(target_tokenizer, draft_tokenizer, prompt) + draft_output,
+                         len(draft_tokenizer), draft_eos)
+    ids = torch.tensor([prompt])
+    assert reference(target, ids, eos=target_eos, n=len(output) + 1) == output + [target_eos]
+
+    drafter = CrossTokenizerDrafter(draft, draft_tokenizer, target_tokenizer, cut_last=cut_last)
+    out, cycles = emitted(target, drafter, ids, max_new_tokens=len(output) + 1, k=4, eos_token_id=target_eos)
+    assert out == output + [target_eos]
+    drafted, accepted = sum(len(c.drafted) for c in cycles), sum(c.num_accepted for c in cycles)
+    assert accepted >= 0.95 * drafted and accepted >= 0.7 * len(out)
