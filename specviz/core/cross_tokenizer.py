@@ -323,13 +323,14 @@ def in_target_vocabulary(restricted: torch.Tensor, shared: SharedTokens) -> torc
 class CrossTokenizerDrafter(Drafter):
     """A causal LM with its own tokenizer drafting for a target with another one.
 
-    The draft's context is re-encoded each cycle from the target's text (the prompt as
-    `draft_prompt` encodes it, then the target's output so far in draft tokens);
-    its KV cache is kept for the longest prefix of draft tokens that did not change and cropped
-    to it. Greedy, and sampling with `sampling="one-hot"`, it drafts until the re-tokenized text
-    gives k target candidates (or `draft_tokens_per_candidate` * (k + 1) draft tokens, or its
-    EOS). Sampling with `sampling="intersection"` (token-level intersection), it drafts k shared
-    tokens, each one target token, with their distributions.
+    The draft's context is re-read each cycle from the target's text (the prompt as
+    `draft_prompt` encodes it, then the target's output so far in draft tokens), decoding and
+    encoding again only what follows the last few tokens before the output changed
+    (`OutputText`, `TextEncoding`); its KV cache is kept for the longest prefix of draft tokens
+    that did not change and cropped to it. Greedy, and sampling with `sampling="one-hot"`, it
+    drafts until the re-tokenized text gives k target candidates (or `draft_tokens_per_candidate`
+    * (k + 1) draft tokens, or its EOS). Sampling with `sampling="intersection"` (token-level
+    intersection), it drafts k shared tokens, each one target token, with their distributions.
 
     `cut_last`: SLEM's cut. The last candidate's text ends where the draft stopped, so it may be
     the start of a longer target token (`jump` of `jumped`); with the cut it is dropped unless the
