@@ -145,7 +145,10 @@ def _continuation(tokenizer, sequence: list[int], text: str) -> list[int]:
 # only its end changes. Both classes below give exactly what the whole-text call gives (checked on
 # random texts and cuts with a byte-level BPE and a SentencePiece tokenizer, tests/test_cross_tokenizer.py),
 # keeping the last result up to a boundary a few tokens before the first change and re-doing only
-# what follows. Where the boundary cannot be trusted, they do the whole call.
+# what follows. Where the boundary cannot be trusted, they do the whole call. On Gemma-3-270M
+# drafted by SmolLM2-135M (fp32, greedy, k = 4, one thread, scripts/cross_tokenizer_tokenizer_time.py)
+# the tokenizers' time per cycle grew from 2.0 ms (output 0-63 tokens) to 2.8 ms (320-383) before,
+# and stays at 1.8-2.1 ms with them: small beside a cycle (~420 ms), but no longer growing with the output.
 
 class OutputText:
     """`text_after(tokenizer, ids, start)` for ids that grow from one call to the next: the text of
