@@ -6,6 +6,10 @@ text as promised."""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import random
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +19,10 @@ from transformers import PreTrainedTokenizerFast
 from conftest import make_llama, reference, reordered_copy
 from specviz.core.cross_tokenizer import (
     CrossTokenizerDrafter,
+    OutputText,
+    TextEncoding,
     draft_prompt,
+    ends_inside_a_character,
     in_target_vocabulary,
     intersect,
     shared_tokens,
@@ -29,6 +36,7 @@ from specviz.errors import SpecvizError
 from specviz.metrics import summarize
 from specviz.models import make_drafter
 from specviz.models.pairs import CROSS_TOKENIZER_NOTE, shared_vocabulary
+from specviz.models.sources import BUILTINS, builtin_source
 from test_sampling import LENGTH, exact_joint, pooled_chisquare
 
 WORDS = ("<unk> <eos> the a cat dog sat ran on in mat park and then big small red blue sun sea "
@@ -375,6 +383,29 @@ def test_sampling_with_token_level_intersection_follows_the_target():
     assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(2.0))) < 1e-4
 
 
+def test_the_shared_token_table_is_built_once_per_pair_of_tokenizers():
+    # Mapping the vocabularies decodes both of them (seconds for Gemma-3's 262k tokens): a second
+    # drafter for the same pair, as each run of the app builds, must reuse the first one's table.
+    target_tokenizer, draft_tokenizer = char_tokenizer(bos=True), byte_tokenizer()
+    target = make_llama(0, layers=1, vocab=len(target_tokenizer), hidden=32)
+    draft = make_llama(3, layers=1, vocab=len(draft_tokenizer), hidden=32)
+    prompt = target_tokenizer(PROMPT, return_tensors="pt").input_ids
+    first, second = (CrossTokenizerDrafter(draft, draft_tokenizer, target_tokenizer) for _ in range(2))
+    for drafter in (first, second):
+        _, cycles = emitted(target, drafter, prompt, max_new_tokens=8, k=3, temperature=1.0, seed=0)
+        assert any(c.shared_mass for c in cycles)       # drafted by token-level intersection
+    assert second.shared.draft_ids is first.shared.draft_ids and second.shared.target_ids is first.shared.target_ids
+    # Another tokenizer, or the same one given a new token, has a table of its own.
+    table = first.shared.draft_ids
+    assert shared_tokens(byte_tokenizer(), target_tokenizer, draft_vocab_size=len(draft_tokenizer),
+                         target_vocab_size=len(target_tokenizer)).draft_ids is not table
+    draft_tokenizer.add_tokens(["on"])         # a target token's text
+    grown = CrossTokenizerDrafter(make_llama(3, layers=1, vocab=len(draft_tokenizer), hidden=32), draft_tokenizer,
+                                  target_tokenizer)
+    assert grown._shared_tokens().draft_ids is not table
+    assert grown._shared_tokens().draft_ids.tolist()[-1] == draft_tokenizer.convert_tokens_to_ids("on")
+
+
 def test_the_same_model_under_another_vocabulary_samples_with_all_its_mass_shared():
     # Every draft token reads as a target word and the draft is the target itself: each shared mass
     # is 1 and each candidate is drawn from the target's own distribution, so nearly all are accepted
@@ -509,3 +540,200 @@ def test_each_model_formats_the_conversation_with_its_own_chat_template(tiny, mo
     result = execute(settings, TINY_PROMPT, pair, warm_up=False)
     assert drafter.draft_prompt == tiny.other_tokenizer.encode(f"<user> {TINY_PROMPT} ")
     assert result.tokens == plain
+
+
+# ----------------------------------------------------------------------------- incremental re-tokenization
+
+# Prose, code, digits, runs of spaces and newlines, accents, CJK and emoji (several tokens each in a
+# byte-level BPE, byte-fallback tokens or one token in SentencePiece).
+CORPUS = (
+    "Speculative decoding drafts a few tokens with a small model, then the target verifies all of them "
+    "in one pass: 1987 tokens at 12.5 tok/s, or 3,141,592 in total.\n\n"
+    "def squares(xs):\n    return [x ** 2 for x in xs]   # two spaces, then    four\n\t\ttabs\n"
+    "Caf\u00e9, na\u00efve, Z\u00fcrich \u2014 \u00abquotes\u00bb and \u2018curly\u2019 marks; "
+    "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8 \U0001f916\U0001f680\U0001f9ea emoji, "
+    "\u0928\u092e\u0938\u094d\u0924\u0947 and \u0645\u0631\u062d\u0628\u0627.\n"
+    "The quick brown fox jumps over the lazy dog; unbelievably, photosynthesis isn't antidisestablishment.\n"
+)
+
+REAL_TOKENIZERS = {   # name: builtin model whose tokenizer it is
+    "SmolLM2 (byte-level BPE)": "SmolLM2-135M-Instruct",
+    "Gemma-3 (SentencePiece, byte fallback)": "gemma-3-270m",
+}
+
+
+@functools.cache
+def real_tokenizer(builtin_name: str):
+    """A built-in model's own tokenizer (skips the test where its package is not installed)."""
+    builtin = BUILTINS[builtin_name]
+    if importlib.util.find_spec(builtin.module) is None:
+        pytest.skip(f"{builtin.name} is not installed ({builtin.install})")
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(builtin_source(builtin, None).location)
+
+
+@pytest.fixture(scope="module", params=[*(pytest.param(name, marks=pytest.mark.slow) for name in REAL_TOKENIZERS),
+                                        "tiny byte-level BPE"])
+def any_tokenizer(request):
+    return real_tokenizer(REAL_TOKENIZERS[request.param]) if request.param in REAL_TOKENIZERS else byte_tokenizer()
+
+
+def random_outputs(tokenizer, rng: random.Random, trials: int):
+    """(ids, prompt length, whether corrupted): the corpus from a random place, a fifth of its
+    tokens replaced by random ids (byte pieces, byte-fallback bytes and special tokens among them)
+    in half of them."""
+    corpus = tokenizer.encode(CORPUS * 3, add_special_tokens=False)
+    for trial in range(trials):
+        start = rng.randrange(len(corpus) // 2)
+        ids = corpus[start:]
+        if trial % 2:
+            ids = [rng.randrange(len(tokenizer)) if rng.random() < 0.2 else i for i in ids]
+        yield ids, rng.randint(1, 12), bool(trial % 2)
+
+
+def test_the_output_text_read_incrementally_is_the_whole_decode(any_tokenizer):
+    # The drafter reads the target's output each cycle, a few tokens longer each time: the text it
+    # keeps and grows must be exactly what decoding the whole output gives, and so must the test
+    # of whether it ends inside a character, read from the last tokens only.
+    tokenizer, rng = any_tokenizer, random.Random(0)
+    reused = calls = 0        # on outputs not corrupted, cut as the drafter cuts (after whole characters)
+    for ids, prompt_length, corrupted in random_outputs(tokenizer, rng, trials=16):
+        output_text, last_whole = OutputText(tokenizer), ""
+        length = prompt_length + rng.randint(0, 4)
+        while length <= len(ids):
+            sequence = ids[:length]
+            whole = text_after(tokenizer, sequence, prompt_length)
+            if not corrupted and not whole.endswith("\ufffd") and not last_whole.endswith("\ufffd"):
+                reused += output_text._reused(sequence, prompt_length) is not None
+                calls += 1
+            assert output_text(sequence, prompt_length) == whole
+            assert ends_inside_a_character(tokenizer, sequence, prompt_length) == whole.endswith("\ufffd")
+            length, last_whole = length + rng.randint(1, 6), whole
+    assert reused > 0.9 * calls          # the incremental path is the one really taken
+
+
+def byte_symbol(byte: int) -> str:
+    """GPT-2's byte-level alphabet: printable Latin-1 bytes stand for themselves, the others are
+    shifted past 255, in order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    return chr(byte) if byte in printable else chr(256 + sorted(set(range(256)) - set(printable)).index(byte))
+
+
+def byte_tokens(tokenizer, data: bytes) -> list[int]:
+    """`data` one byte a token: byte-fallback tokens (<0x9F>) where the tokenizer has them, else
+    byte-level symbols."""
+    vocab = tokenizer.get_vocab()
+    return [vocab.get(f"<0x{byte:02X}>", vocab.get(byte_symbol(byte))) for byte in data]
+
+
+def test_the_output_read_incrementally_handles_characters_written_byte_by_byte(any_tokenizer):
+    # A target may write characters byte by byte: byte-level pieces, or SentencePiece byte-fallback
+    # tokens, whose run decodes whole (or as one U+FFFD per byte if any of it is not UTF-8). Runs
+    # longer than the few tokens read, after a stray byte, or not finished: at every length the text
+    # and whether it ends inside a character must be what decoding the whole output says.
+    tokenizer = any_tokenizer
+    words = tokenizer.encode(" and then", add_special_tokens=False)
+    sequence = tokenizer.encode("A prompt:", add_special_tokens=False)
+    prompt_length = len(sequence)
+    runs = ("\u20ac\u20ac\u20ac\u00e9", b"\x9f" + "\u20ac\u20ac\u00e9\u20ac".encode(),
+            "\u65e5\u672c\u8a9e\u30c6\u30ad".encode() + b"\xe2\x82", "\U0001f916\U0001f680\U0001f916\u00e9")
+    for run in runs:
+        run = run if isinstance(run, bytes) else run.encode()
+        sequence += byte_tokens(tokenizer, run) + words
+    for step in (1, 2, 5):
+        output_text = OutputText(tokenizer)
+        for length in range(prompt_length, len(sequence) + 1, step):
+            whole = text_after(tokenizer, sequence[:length], prompt_length)
+            assert ends_inside_a_character(tokenizer, sequence[:length], prompt_length) == whole.endswith("\ufffd")
+            assert output_text(sequence[:length], prompt_length) == whole, length
+
+
+def test_the_output_encoded_incrementally_is_the_whole_encoding(any_tokenizer):
+    # The output's text grows a few characters each cycle, and sometimes its last characters change
+    # (an unfinished character completed, a cut moved): its tokens, kept and extended, must be
+    # exactly the whole text's encoding.
+    tokenizer, rng = any_tokenizer, random.Random(1)
+    reused = calls = 0
+    for _ in range(12):
+        text = (CORPUS * 3)[rng.randrange(len(CORPUS)):]
+        encoding, end = TextEncoding(tokenizer), rng.randint(0, 8)
+        while end <= len(text):
+            piece = text[:end]
+            if rng.random() < 0.2:       # the end rewritten
+                piece = piece[:max(end - rng.randint(1, 6), 0)] + rng.choice([" ", "x", "\u00e9", "\n", "9", "ing "])
+            reused += encoding._reused(piece) is not None
+            calls += 1
+            assert encoding(piece) == tokenizer.encode(piece, add_special_tokens=False), repr(piece[-40:])
+            end += rng.randint(1, 24)
+    assert reused > 0.7 * calls
+
+
+# ----------------------------------------------------------------------------- a draft that writes the target's text
+
+def replay_model(sequence: list[int], vocab: int, eos: int, hidden: int = 64):
+    """A one-layer Llama whose greedy continuation of any start of `sequence` is the rest of it, then
+    `eos`: attention and MLP write nothing, each token of `sequence` embeds as a direction of its own,
+    and the LM head scores the token that follows it along that direction (a bigram: every token of
+    `sequence` must be distinct)."""
+    assert len(set(sequence)) == len(sequence) and eos not in sequence
+    model = make_llama(0, layers=1, vocab=vocab, hidden=hidden, eos=eos)
+    directions = torch.nn.functional.normalize(torch.randn(len(sequence), hidden), dim=1)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.model.embed_tokens.weight.zero_()
+        model.lm_head.weight.zero_()
+        for i, token in enumerate(sequence):
+            model.model.embed_tokens.weight[token] = directions[i]
+            model.lm_head.weight[(sequence + [eos])[i + 1]] = 10 * directions[i]
+    assert model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()
+    return model
+
+
+REPLAYS = {   # target's tokenizer <- draft's: (target, draft, prompt, the target's greedy text)
+    # The draft's tokens are finer than the target's ('Ġw', 'izards' for '▁wizards'), and it writes
+    # the emoji the target writes as one token in three byte pieces.
+    "SentencePiece (Gemma-3) <- byte-level (SmolLM2)": (
+        "gemma-3-270m", "SmolLM2-135M-Instruct", "Write one sentence:",
+        " The quick brown fox jumps over a lazy dog, while seven wizards quietly photosynthesize near Mount "
+        "Everest in 1987!\nCaf\u00e9 owners applaud\U0001f916."),
+    # The target writes the emoji in three byte pieces: the draft reads only whole characters.
+    "byte-level (SmolLM2) <- SentencePiece (Gemma-3)": (
+        "SmolLM2-135M-Instruct", "gemma-3-270m", "Write one sentence:",
+        " The quick brown fox jumps over a lazy dog, while seven old men sing near the river in 1987!\n"
+        "They smile\U0001f916 and"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cut_last", [True, False])
+@pytest.mark.parametrize("pair", list(REPLAYS))
+def test_a_draft_that_writes_the_targets_own_text_is_accepted_across_real_tokenizers(pair, cut_last):
+    # The draft writes, in its own tokens, exactly the text the target writes greedily, so every
+    # candidate the alignment makes of it is the target's own next token, unless the alignment is
+    # wrong. Equal outputs cannot tell (a wrong candidate is rejected and costs only time); the
+    # acceptance can.
+    target_name, draft_name, prompt_text, text = REPLAYS[pair]
+    target_tokenizer, draft_tokenizer = real_tokenizer(target_name), real_tokenizer(draft_name)
+    prompt = target_tokenizer(prompt_text).input_ids
+    output = target_tokenizer.encode(text, add_special_tokens=False)
+    draft_output = draft_tokenizer.encode(text, add_special_tokens=False)
+    # So that the draft can replay its tokens as a bigram, the text it reads at every token the target
+    # ends a cycle on must encode to the start of them (as it does at word ends).
+    for end in range(1, len(output) + 1):
+        written = text_after(target_tokenizer, prompt + output[:end], len(prompt)).rstrip("\ufffd")
+        encoded = draft_tokenizer.encode(written, add_special_tokens=False)
+        assert encoded == draft_output[:len(encoded)]
+    target_eos, draft_eos = target_tokenizer.eos_token_id, draft_tokenizer.eos_token_id
+    target = replay_model(prompt + output, len(target_tokenizer), target_eos)
+    draft = replay_model(draft_prompt(target_tokenizer, draft_tokenizer, prompt) + draft_output,
+                         len(draft_tokenizer), draft_eos)
+    ids = torch.tensor([prompt])
+    assert reference(target, ids, eos=target_eos, n=len(output) + 1) == output + [target_eos]
+
+    drafter = CrossTokenizerDrafter(draft, draft_tokenizer, target_tokenizer, cut_last=cut_last)
+    out, cycles = emitted(target, drafter, ids, max_new_tokens=len(output) + 1, k=4, eos_token_id=target_eos)
+    assert out == output + [target_eos]
+    drafted, accepted = sum(len(c.drafted) for c in cycles), sum(c.num_accepted for c in cycles)
+    assert accepted >= 0.95 * drafted and accepted >= 0.7 * len(out)
