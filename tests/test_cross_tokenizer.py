@@ -17,8 +17,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
 from conftest import make_llama, reference, reordered_copy
-from specviz.core.cross_tokenizer import (
-    CrossTokenizerDrafter,
+from specviz.core.cross_tokenizer import CrossTokenizerDrafter
+from specviz.core.retokenize import (
     OutputText,
     TextEncoding,
     draft_prompt,
