@@ -103,6 +103,11 @@ def test_load_command_writes_the_json_shape(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert [(p["batch"], p["k"]) for p in data["points"]] == [(1, 0), (1, 2), (2, 0), (2, 2)]
     assert "crossover batch" in printed and "best k per batch size" in printed
+    # The identical column says what it compared (the same batch decoded plainly), and k = 0 compares nothing.
+    assert ("Greedy outputs, each request's batched speculative output against its batched plain output of the "
+            "same batch (not against the prompt decoded alone): ") in printed
+    rows = [line.split() for line in printed.splitlines() if line.split()[:1] in (["1"], ["2"])]
+    assert [(row[1], row[-1]) for row in rows] == [("0", "-"), ("2", "yes"), ("0", "-"), ("2", "yes")]
 
 
 @pytest.mark.parametrize("argv, message", [
