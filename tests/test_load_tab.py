@@ -2,11 +2,13 @@
 in-process pair (streamed rows, growing charts, Stop, refusals) and its hosted caps."""
 
 import math
+import time
 from dataclasses import replace
 
 import gradio as gr
 import plotly.graph_objects as go
 import pytest
+from conftest import counting_forwards
 
 from specviz.runs.load import LoadPoint, LoadResult
 from specviz.settings import LOCAL, hosted
@@ -133,11 +135,16 @@ def test_the_sweep_streams_rows_then_grows_charts_and_decides(tiny):
 def test_stop_ends_the_sweep_within_one_forward_and_keeps_the_points(tiny):
     stop = StopSignal()
     work = load_tab.load_work_fn(LOCAL, tiny.loader)(PROMPT_LOOKUP, "", 8, "1,2,4", "2", "repeated", 16, stop)
-    for view in work:
-        if view is not TICK and isinstance(view.speedup, go.Figure):   # the first point is measured
-            stop.request()
-            break
-    after = [v for v in work if v is not TICK]
+    with counting_forwards(tiny.target) as forwards:
+        for view in work:
+            if view is not TICK and isinstance(view.speedup, go.Figure):   # the first point is measured
+                stop.request()
+                break
+        at_stop = len(forwards)
+        after = [v for v in work if v is not TICK]
+        at_end = len(forwards)
+        time.sleep(0.2)
+    assert at_end - at_stop <= 1 and len(forwards) == at_end, (at_stop, at_end, len(forwards))
     assert len(after) == 1 and "Stopped after 1 point." in after[0].status
     assert "up to batch" in after[0].decision or "does not pay" in after[0].decision
 
