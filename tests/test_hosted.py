@@ -219,11 +219,45 @@ def test_the_page_frees_a_sessions_memory_when_it_unloads(tiny):
 
     demo = build_demo(loader=tiny.loader, hosted=True)
     unloads = [fn for fn in demo.fns.values() if any(target[1] == "unload" for target in fn.targets)]
-    assert [fn.fn.__qualname__ for fn in unloads] == ["SessionMemories.end"]
+    # One handler: Gradio runs each as an event of the closing session, giving it page state again.
+    assert [fn.fn.__name__ for fn in unloads] == ["end_session"]
     # Gradio hands the Run work its request (by the annotation), just before the stop signal.
     run = next(fn for fn in demo.fns.values() if fn.api_name == "run")
     args, *_ = special_args(run.fn, list(range(len(run.inputs))), request="the request")
     assert args[-2:] == ["the request", len(run.inputs) - 1]
+
+
+@pytest.mark.slow
+def test_a_closed_session_leaves_no_state_on_the_server(tiny):
+    # Issue 25: Gradio kept each closed session's page state (every output's last value: token views,
+    # figures) and its gr.State values, ~4 MB a session, until 10,000 later sessions pushed it out.
+    # A real server and API client: while a session is open it has state; once closed, none is left.
+    from gradio_client import Client
+
+    from specviz.ui.app import SESSION_CAPACITY, launch_options
+    from specviz.ui.common import SUFFIX
+
+    demo = build_demo(loader=lambda settings, progress=None: tiny.pair(None, settings.draft, progress), hosted=True)
+    demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **launch_options(hosted=True))
+    try:
+        holder = demo.state_holder
+        assert holder.capacity == SESSION_CAPACITY
+        for session in range(3):
+            client = Client(demo.local_url, verbose=False)
+            for run in range(2):
+                inputs = [f"{PROMPT} {session} {run}", "", SUFFIX, "", 1, 8, False, 0.0, 1.0, 0, 16, 0, RAW, 1]
+                assert "Finished" in client.predict(*inputs, api_name="/run")[6]
+            state = holder.session_data[client.session_hash]
+            assert state.state_data and state.blocks_config.blocks    # its signals, its updated outputs
+            client.close()                                            # the heartbeat ends: Gradio's unload
+            deadline = time.monotonic() + 20
+            while client.session_hash in holder.session_data and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(0.5)                      # nothing brings it back afterwards
+            assert client.session_hash not in holder.session_data and not holder.time_last_used
+        assert len(holder.session_data) == 0
+    finally:
+        demo.close()
 
 
 # ----------------------------------------------------------------------------- #8: temporary files
