@@ -2,7 +2,6 @@
 before any decoding, suffix-decoding memory bounded and freed with its session, temporary files that
 go, and API values of the wrong type explained. The tiny in-process pair throughout."""
 
-import contextlib
 import dataclasses
 import html
 import os
@@ -12,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import counting_forwards
 from tiny_pair import PROMPT
 
 from specviz.catalog import BenchPrompt
@@ -36,17 +36,6 @@ def text(markup) -> str:
     return html.unescape(re.sub(r"<[^>]+>", " ", markup))
 
 
-@contextlib.contextmanager
-def target_forwards(model):
-    """How many forward passes `model` ran inside the block."""
-    calls = []
-    handle = model.register_forward_hook(lambda *_: calls.append(1))
-    try:
-        yield calls
-    finally:
-        handle.remove()
-
-
 def run_inputs(prompt, **changes):
     values = dict(prompt=prompt, target="", drafter=PROMPT_LOOKUP, draft_model="", exit_layer=1, k=4, dynamic_k=False,
                   temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=16, seed=0, prompt_format=CHAT, branch=1)
@@ -61,7 +50,7 @@ def test_every_tab_refuses_a_prompt_over_the_token_cap_before_decoding(tiny):
     expected = re.compile(r"The prompt is 1,10\d tokens as the model reads it \(chat template included\); this "
                           r"hosted demo allows 1,024\. Shorten it")
     rows = [[True, "", "ngram", 4, False, 0.0]]
-    with target_forwards(tiny.target) as forwards:
+    with counting_forwards(tiny.target) as forwards:
         run = views(run_tab.run_work(HOSTED, tiny.loader), *run_inputs(LONG))[-1].stats
         teach = views(teach_tab.teach_work(HOSTED, tiny.loader), LONG, PROMPT_LOOKUP, "", 1, 4, 0.0, 0, 16, CHAT)
         compare = views(compare_tab.compare_work(HOSTED, tiny.loader), LONG, rows, 16, 0, CHAT)[-1].status
@@ -76,7 +65,7 @@ def test_the_cap_counts_the_chat_template_and_binds_where_the_model_could_run(ti
     # two turn markers tip them over, as raw text they fit.
     limits = dataclasses.replace(HOSTED, max_prompt_tokens=61)
     prompt = " ".join(["cat"] * 60)
-    with target_forwards(tiny.target) as forwards:
+    with counting_forwards(tiny.target) as forwards:
         chat = views(run_tab.run_work(limits, tiny.loader), *run_inputs(prompt))[-1].stats
     assert "The prompt is 62 tokens" in text(chat) and forwards == []
     raw = views(run_tab.run_work(limits, tiny.loader), *run_inputs(prompt, prompt_format=RAW))[-1].stats
@@ -88,7 +77,7 @@ def test_a_prompt_set_counts_every_decode_its_baselines_included(tiny):
     # although it decodes twice that (each prompt's plain baseline too), prompts not counted at all.
     rows = [[True, "", "ngram", 4, False, 0.0]]
     examples = next(s for s in compare_tab.sources(HOSTED) if "examples" in s)
-    with target_forwards(tiny.target) as forwards:
+    with counting_forwards(tiny.target) as forwards:
         refused = text(views(compare_tab.compare_work(HOSTED, tiny.loader), "", rows, 256, 0, CHAT, examples, None,
                              5)[-1].status)
     assert forwards == []
