@@ -60,10 +60,13 @@ def run_inputs(text: str, max_new_tokens: int) -> list:
     return [text, "", SUFFIX, "", 1, 8, False, 0.0, 1.0, 0, max_new_tokens, 0, RAW, 1]
 
 
-def start_app(log) -> tuple[subprocess.Popen, str]:
+def start_app(log, heartbeat: float) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = dict(os.environ, SPECVIZ_HOSTED="1", GRADIO_SERVER_PORT=str(port), GRADIO_SERVER_NAME="127.0.0.1",
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False",
+               # A closed client's heartbeat thread ends only at the server's next heartbeat (15 s by
+               # default): the server notices the close, and runs the page's unload, up to that late.
+               GRADIO_HEARTBEAT_INTERVAL=str(heartbeat))
     env.pop("SPACE_ID", None)
     process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
@@ -98,12 +101,15 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=30, help="sessions measured after the warm-up")
     parser.add_argument("--warm-up", type=int, default=5, help="sessions before the first measurement")
     parser.add_argument("--max-new-tokens", type=int, default=16)
-    parser.add_argument("--settle", type=float, default=3.0, help="seconds after a close before reading RSS")
+    parser.add_argument("--heartbeat", type=float, default=2.0,
+                        help="Gradio's heartbeat interval for the app, seconds (its default: 15)")
+    parser.add_argument("--settle", type=float, default=5.0,
+                        help="seconds after a close before reading RSS (more than --heartbeat)")
     parser.add_argument("--later", type=float, default=60.0, help="seconds to wait for the last reading")
     args = parser.parse_args()
     rng = random.Random(0)
     with tempfile.NamedTemporaryFile("w", prefix="session-soak-", suffix=".log", delete=False) as log:
-        process, url = start_app(log)
+        process, url = start_app(log, args.heartbeat)
         try:
             for _ in range(args.warm_up):
                 session(url, rng, args.max_new_tokens)

@@ -217,7 +217,7 @@ def test_the_page_frees_a_sessions_memory_when_it_unloads(tiny):
 
 
 @pytest.mark.slow
-def test_a_closed_session_leaves_no_state_on_the_server(tiny):
+def test_a_closed_session_leaves_no_state_on_the_server(tiny, monkeypatch):
     # Issue 25: Gradio kept each closed session's page state (every output's last value: token views,
     # figures) and its gr.State values, ~4 MB a session, until 10,000 later sessions pushed it out.
     # A real server and API client: while a session is open it has state; once closed, none is left.
@@ -226,6 +226,8 @@ def test_a_closed_session_leaves_no_state_on_the_server(tiny):
     from specviz.ui.app import SESSION_CAPACITY, launch_options
     from specviz.ui.common import SUFFIX
 
+    # The server notices a closed client at its next heartbeat (every 15 s by default).
+    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "1")
     demo = build_demo(loader=lambda settings, progress=None: tiny.pair(None, settings.draft, progress), hosted=True)
     demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **launch_options(hosted=True))
     try:

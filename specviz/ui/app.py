@@ -3,6 +3,7 @@ a warm start of the default models."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import logging
 import os
@@ -73,6 +74,7 @@ def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> g
         def end_session(request: gr.Request) -> None:
             memories.end(request)
             forget_session(demo, request.session_hash)
+            release_freed_memory()
 
         demo.unload(end_session)
     demo.queue(max_size=QUEUE_MAX_SIZE)
@@ -92,6 +94,38 @@ def forget_session(demo: gr.Blocks, session_hash: str | None) -> None:
     with holder.lock:
         holder.session_data.pop(session_hash, None)
         holder.time_last_used.pop(session_hash, None)
+
+
+def _glibc():
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
+    except OSError:                  # not glibc (macOS, musl): its allocator is left as it is
+        return None
+
+
+GLIBC = _glibc()
+M_MMAP_THRESHOLD = -3                # mallopt's parameter number (malloc.h)
+MMAP_THRESHOLD_BYTES = 1 << 20
+
+
+def configure_allocator() -> str:
+    """Allocations of 1 MiB or more (a long prompt's activations and KV cache) get pages of their own
+    from the OS, returned when freed. glibc's default moves this threshold up to 32 MiB after the first
+    large free, after which such tensors come from per-thread heaps; each run's are freed on whichever
+    worker thread ran it, and resident memory kept every heap's high-water mark. Returns a log line."""
+    if GLIBC is None:
+        return "allocator: not glibc, left as it is"
+    GLIBC.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    return f"allocator: allocations of {MMAP_THRESHOLD_BYTES >> 20} MiB or more are mapped apart"
+
+
+def release_freed_memory() -> None:
+    """Free what a closed session left unreachable (its page state holds reference cycles), then hand
+    the allocator's free pages back to the OS (glibc's malloc_trim)."""
+    gc.collect()
+    if GLIBC is not None:
+        GLIBC.malloc_trim(0)
 
 
 def launch_options(hosted: bool | None = None) -> dict:
