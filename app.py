@@ -7,12 +7,13 @@ SPECVIZ_THREADS sets torch's CPU threads (default on a CPU: 1, for a clock other
 
 import logging
 
-from specviz.ui import build_demo, configure_torch, launch_options, warm_up
+from specviz.ui import build_demo, configure_allocator, configure_torch, launch_options, warm_up
 
 demo = build_demo()
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("specviz.ui").info(configure_torch())
+    logging.getLogger("specviz.ui").info(configure_allocator())
     warm_up()
     demo.launch(**launch_options())

@@ -1,6 +1,8 @@
 """Shared fixtures: tiny causal LMs built in-process from a config. Nothing is downloaded."""
 
+import contextlib
 import os
+import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -96,6 +98,19 @@ def make_cycle(index=0, drafted=(1, 2, 3), num_accepted=1, correction=9, **field
                   residual_top=[], greedy=True, draft_seconds=0.01, verify_seconds=0.04)
     record.update(fields)
     return Cycle(**record)
+
+
+@contextlib.contextmanager
+def counting_forwards(model):
+    """A list that grows by one at each forward of `model` while the block runs. The hook sits on the
+    model's last decoder layer: an early-exit draft shares the first layers (and, being a shallow copy,
+    the model's own hook dicts) but never runs the last, so only the target's passes are counted."""
+    forwards: list[float] = []
+    handle = model.model.layers[-1].register_forward_hook(lambda *_: forwards.append(time.monotonic()))
+    try:
+        yield forwards
+    finally:
+        handle.remove()
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,8 @@ def main() -> None:
         return tiny.pair(None, settings.draft, progress)
 
     demo = build_demo(loader=loader, hosted=True)
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=False, **launch_options())
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=False,
+                **launch_options(hosted=True))
 
 
 if __name__ == "__main__":

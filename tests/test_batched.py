@@ -1,4 +1,4 @@
-"""Batched decoding (core.batched) is lossless per row: every row's greedy output equals that prompt
+"""Batched decoding (core.decoding, core.plain) is lossless per row: every row's greedy output equals that prompt
 decoded alone by `speculative_decode` and by `target.generate` (fp32), for batch sizes 1-8 with
 prompts of different lengths; sampled rows follow the target's exact distribution (chi-square with a
 power check); a seeded row reproduces independently of the other rows."""

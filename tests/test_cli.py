@@ -244,6 +244,22 @@ def test_run_on_the_built_in_model(capsys):
     assert "SmolLM2-135M-Instruct drafted by ngram" in out and "measured speedup" in out
 
 
+@pytest.mark.slow
+def test_replay_plain_prints_the_text_run_plain_printed(tmp_path, capsys):
+    # A real recording of a run that ended at the built-in model's end-of-sequence token
+    # (<|im_end|>): replayed with --plain it prints the text `run --plain` printed, without the token.
+    path = tmp_path / "run.json"
+    assert entry(["run", "--plain", "--max-new-tokens", "24", "--record", str(path),
+                  "Reply with just one word: the capital of France."]) == 0
+    printed = capsys.readouterr().out
+    record = json.loads(path.read_text())["runs"][0]
+    assert record["cycles"][-1]["emitted"][-1] in record["eos_token_ids"]     # it stopped at EOS
+    assert entry(["replay", "--plain", "--fast", str(path)]) == 0
+    replayed = capsys.readouterr().out
+    assert "Paris" in printed and "<|im_end|>" not in printed
+    assert replayed == printed
+
+
 def test_run_across_tokenizers_prints_draft_tokens_per_target_token(folder, tmp_path, capsys):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

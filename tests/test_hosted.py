@@ -2,7 +2,6 @@
 before any decoding, suffix-decoding memory bounded and freed with its session, temporary files that
 go, and API values of the wrong type explained. The tiny in-process pair throughout."""
 
-import contextlib
 import dataclasses
 import html
 import os
@@ -12,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import counting_forwards
 from tiny_pair import PROMPT
 
 from specviz.catalog import BenchPrompt
@@ -36,17 +36,6 @@ def text(markup) -> str:
     return html.unescape(re.sub(r"<[^>]+>", " ", markup))
 
 
-@contextlib.contextmanager
-def target_forwards(model):
-    """How many forward passes `model` ran inside the block."""
-    calls = []
-    handle = model.register_forward_hook(lambda *_: calls.append(1))
-    try:
-        yield calls
-    finally:
-        handle.remove()
-
-
 def run_inputs(prompt, **changes):
     values = dict(prompt=prompt, target="", drafter=PROMPT_LOOKUP, draft_model="", exit_layer=1, k=4, dynamic_k=False,
                   temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=16, seed=0, prompt_format=CHAT, branch=1)
@@ -61,7 +50,7 @@ def test_every_tab_refuses_a_prompt_over_the_token_cap_before_decoding(tiny):
     expected = re.compile(r"The prompt is 1,10\d tokens as the model reads it \(chat template included\); this "
                           r"hosted demo allows 1,024\. Shorten it")
     rows = [[True, "", "ngram", 4, False, 0.0]]
-    with target_forwards(tiny.target) as forwards:
+    with counting_forwards(tiny.target) as forwards:
         run = views(run_tab.run_work(HOSTED, tiny.loader), *run_inputs(LONG))[-1].stats
         teach = views(teach_tab.teach_work(HOSTED, tiny.loader), LONG, PROMPT_LOOKUP, "", 1, 4, 0.0, 0, 16, CHAT)
         compare = views(compare_tab.compare_work(HOSTED, tiny.loader), LONG, rows, 16, 0, CHAT)[-1].status
@@ -76,7 +65,7 @@ def test_the_cap_counts_the_chat_template_and_binds_where_the_model_could_run(ti
     # two turn markers tip them over, as raw text they fit.
     limits = dataclasses.replace(HOSTED, max_prompt_tokens=61)
     prompt = " ".join(["cat"] * 60)
-    with target_forwards(tiny.target) as forwards:
+    with counting_forwards(tiny.target) as forwards:
         chat = views(run_tab.run_work(limits, tiny.loader), *run_inputs(prompt))[-1].stats
     assert "The prompt is 62 tokens" in text(chat) and forwards == []
     raw = views(run_tab.run_work(limits, tiny.loader), *run_inputs(prompt, prompt_format=RAW))[-1].stats
@@ -88,7 +77,7 @@ def test_a_prompt_set_counts_every_decode_its_baselines_included(tiny):
     # although it decodes twice that (each prompt's plain baseline too), prompts not counted at all.
     rows = [[True, "", "ngram", 4, False, 0.0]]
     examples = next(s for s in compare_tab.sources(HOSTED) if "examples" in s)
-    with target_forwards(tiny.target) as forwards:
+    with counting_forwards(tiny.target) as forwards:
         refused = text(views(compare_tab.compare_work(HOSTED, tiny.loader), "", rows, 256, 0, CHAT, examples, None,
                              5)[-1].status)
     assert forwards == []
@@ -219,11 +208,47 @@ def test_the_page_frees_a_sessions_memory_when_it_unloads(tiny):
 
     demo = build_demo(loader=tiny.loader, hosted=True)
     unloads = [fn for fn in demo.fns.values() if any(target[1] == "unload" for target in fn.targets)]
-    assert [fn.fn.__qualname__ for fn in unloads] == ["SessionMemories.end"]
+    # One handler: Gradio runs each as an event of the closing session, giving it page state again.
+    assert [fn.fn.__name__ for fn in unloads] == ["end_session"]
     # Gradio hands the Run work its request (by the annotation), just before the stop signal.
     run = next(fn for fn in demo.fns.values() if fn.api_name == "run")
     args, *_ = special_args(run.fn, list(range(len(run.inputs))), request="the request")
     assert args[-2:] == ["the request", len(run.inputs) - 1]
+
+
+@pytest.mark.slow
+def test_a_closed_session_leaves_no_state_on_the_server(tiny, monkeypatch):
+    # Issue 25: Gradio kept each closed session's page state (every output's last value: token views,
+    # figures) and its gr.State values, ~4 MB a session, until 10,000 later sessions pushed it out.
+    # A real server and API client: while a session is open it has state; once closed, none is left.
+    from gradio_client import Client
+
+    from specviz.ui.app import SESSION_CAPACITY, launch_options
+    from specviz.ui.common import SUFFIX
+
+    # The server notices a closed client at its next heartbeat (every 15 s by default).
+    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "1")
+    demo = build_demo(loader=lambda settings, progress=None: tiny.pair(None, settings.draft, progress), hosted=True)
+    demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **launch_options(hosted=True))
+    try:
+        holder = demo.state_holder
+        assert holder.capacity == SESSION_CAPACITY
+        for session in range(3):
+            client = Client(demo.local_url, verbose=False)
+            for run in range(2):
+                inputs = [f"{PROMPT} {session} {run}", "", SUFFIX, "", 1, 8, False, 0.0, 1.0, 0, 16, 0, RAW, 1]
+                assert "Finished" in client.predict(*inputs, api_name="/run")[6]
+            state = holder.session_data[client.session_hash]
+            assert state.state_data and state.blocks_config.blocks    # its signals, its updated outputs
+            client.close()                                            # the heartbeat ends: Gradio's unload
+            deadline = time.monotonic() + 20
+            while client.session_hash in holder.session_data and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(0.5)                      # nothing brings it back afterwards
+            assert client.session_hash not in holder.session_data and not holder.time_last_used
+        assert len(holder.session_data) == 0
+    finally:
+        demo.close()
 
 
 # ----------------------------------------------------------------------------- #8: temporary files

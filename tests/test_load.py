@@ -7,7 +7,7 @@ import time
 
 import pytest
 import torch
-from conftest import make_llama
+from conftest import counting_forwards, make_llama
 
 from specviz.catalog import BenchPrompt
 from specviz.cli import entry
@@ -52,10 +52,16 @@ def test_sweep_points_cover_every_batch_and_k(tiny):
 def test_sweep_streams_events_and_stops_when_the_consumer_does(tiny):
     pair = tiny.pair(draft="ngram")
     progress = sweep(settings(draft="ngram"), PROMPTS, pair, batches=(2, 4), ks=(2,))
-    first = next(progress)
+    with counting_forwards(pair.target) as forwards:
+        first = next(p for p in progress if p.event is not None)      # after the warm-up's forwards
+        at_close = len(forwards)
+        progress.close()                                  # a Stop: no further work, no error
+        time.sleep(0.2)
+        assert len(forwards) == at_close > 0               # no forward after close, here or in the background
     assert first.event is not None and first.point is None and first.batch == 2
-    progress.close()                                      # a Stop: no further work, no error
     assert first.result.points == []
+    with pytest.raises(StopIteration):
+        next(progress)
 
 
 def test_a_drafter_that_cannot_batch_is_refused_before_any_work(tiny):
@@ -180,6 +186,11 @@ def test_load_command_writes_the_json_shape(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert [(p["batch"], p["k"]) for p in data["points"]] == [(1, 0), (1, 2), (2, 0), (2, 2)]
     assert "crossover batch" in printed and "best k per batch size" in printed
+    # The identical column says what it compared (the same batch decoded plainly), and k = 0 compares nothing.
+    assert ("Greedy outputs, each request's batched speculative output against its batched plain output of the "
+            "same batch (not against the prompt decoded alone): ") in printed
+    rows = [line.split() for line in printed.splitlines() if line.split()[:1] in (["1"], ["2"])]
+    assert [(row[1], row[-1]) for row in rows] == [("0", "-"), ("2", "yes"), ("0", "-"), ("2", "yes")]
 
 
 def test_load_command_parses_its_draft_once(monkeypatch, capsys):
@@ -234,3 +245,38 @@ def test_batched_plain_decoding_is_not_a_weak_baseline():
     ids = [torch.randint(1, 4096, (n,), generator=g).tolist() for n in (20, 35, 50, 64)]
     check = plain_against_generate(pair, ids, 48, repeats=5)
     assert check["ratio"] >= 0.9, check
+
+
+def test_a_points_speedup_theory_and_latency_equal_hand_computed_values():
+    from conftest import make_cycle
+    from specviz.core.events import BatchCycle, BatchStep
+    from specviz.runs.calibration import Calibration
+    from specviz.runs.load import spec_point
+
+    # Batch 2, k = 2, calibrated apart from the runs: a pass over 2 rows x (1 pending + 2 drafted)
+    # costs 0.1 s, a plain step over 2 rows 0.06 s, drafting 2 tokens for both rows 0.01 s. The first
+    # event of each method is the prefill.
+    calibration = Calibration(target={(2, 1): 0.06, (2, 3): 0.1}, draft={(2, 2): 0.01})
+
+    def passed(index, accepted, draft_seconds, verify_seconds, tokens=6):
+        return BatchCycle(index=index, requests=[0, 1], cycles=[make_cycle(drafted=[1, 2], num_accepted=n)
+                                                            for n in accepted],
+                          draft_seconds=draft_seconds, verify_seconds=verify_seconds, tokens=tokens, slots=0,
+                          padded_slots=0, regathered=False)
+
+    spec = [passed(0, (2, 2), 0.0, 1.0, tokens=20), passed(1, (2, 1), 0.01, 0.1), passed(2, (0, 2), 0.01, 0.1)]
+    plain = [BatchStep(index=i, requests=[0, 1], tokens=[1, 1], probs=[0.5, 0.5], seconds=0.9 if i == 0 else 0.06,
+                       slots=0, padded_slots=0) for i in range(7)]
+    point = spec_point(2, 2, [spec], [plain], PROMPTS[:2], calibration, greedy=False)
+    # Acceptance over every row's cycles: 9 accepted, 2 rejections.
+    assert point.alpha == pytest.approx(9 / 11)
+    # Measured, decode only: (3 + 2) + (1 + 3) = 9 tokens in 0.22 s, against 12 plain tokens in 0.36 s.
+    assert point.speedup == pytest.approx((9 / 0.22) / (12 / 0.36))               # 27/22
+    assert point.tokens_per_pass == pytest.approx(9 / 4)
+    # Theory: 4 decode cycles expecting 1 + a + a^2 = 301/121 tokens each, in 2 passes of 0.1 + 0.01 s;
+    # plain: 12 tokens in 6 steps of 0.06 s (the sweep's own seconds are not read).
+    assert point.theory == pytest.approx((4 * 301 / 121 / 0.22) / (12 / 0.36))    # 1806/1331
+    # Latency: row 0 waited 0.22 s for 4 tokens, row 1 0.22 s for 5; plain 0.06 s a token.
+    assert point.spec_latency == pytest.approx((0.22 / 4 + 0.22 / 5) / 2)
+    assert point.plain_latency == pytest.approx(0.06)
+    assert point.identical is None and point.steps == 6 and point.passes == 2

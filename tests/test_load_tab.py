@@ -2,11 +2,13 @@
 in-process pair (streamed rows, growing charts, Stop, refusals) and its hosted caps."""
 
 import math
+import time
 from dataclasses import replace
 
 import gradio as gr
 import plotly.graph_objects as go
 import pytest
+from conftest import counting_forwards
 
 from specviz.runs.load import LoadPoint, LoadResult
 from specviz.settings import LOCAL, hosted
@@ -95,6 +97,23 @@ def views(work, *args):
     return [view for view in work(*args) if view is not TICK]
 
 
+def test_the_outputs_note_says_what_identical_compared():
+    # `identical` compares the batched speculative output with the same batch decoded plainly: the
+    # note says so, and that in bf16 this is not "each prompt decoded alone".
+    bf16 = replace(CROSSING, settings={"dtype": "bfloat16"})
+    note = load_view.outputs_note(bf16)
+    assert note == ("Greedy outputs, each request's batched speculative output against its batched plain output of "
+                    "the same batch (not against the prompt decoded alone): the same for every request at every "
+                    "point. In bfloat16 a batch's arithmetic can flip a near-tie, so this does not show that each "
+                    "request matches its prompt decoded alone; that needs float32.")
+    fp32 = replace(CROSSING, settings={"dtype": "float32"},
+                   points=[replace(p, identical=p.k != 4 or p.batch != 2) for p in CROSSING.points])
+    assert load_view.outputs_note(fp32).endswith("(not against the prompt decoded alone): different at 1 of 6 "
+                                                 "points (batch 2, k = 4).")
+    sampled = replace(CROSSING, points=[replace(p, identical=None) for p in CROSSING.points])
+    assert load_view.outputs_note(sampled) == load_view.outputs_note(result([point(1, 0, 1.0)])) == ""
+
+
 def test_the_sweep_streams_rows_then_grows_charts_and_decides(tiny):
     work = load_tab.load_work_fn(LOCAL, tiny.loader)
     shown = views(work, PROMPT_LOOKUP, "", 8, "1,2", "0,2", "repeated", 16)
@@ -108,16 +127,24 @@ def test_the_sweep_streams_rows_then_grows_charts_and_decides(tiny):
     # A finished point (k = 0 too) leaves the batch's speculative rows on the page, not empty panels.
     assert all('data-verdict="' in v.rows for v in grown if isinstance(v.rows, str))
     assert "speculate" in shown[-1].decision.lower() or "does not pay" in shown[-1].decision
+    assert shown[-1].decision.endswith("\n\nGreedy outputs, each request's batched speculative output against its "
+                                       "batched plain output of the same batch (not against the prompt decoded "
+                                       "alone): the same for every request at every point.")
 
 
 def test_stop_ends_the_sweep_within_one_forward_and_keeps_the_points(tiny):
     stop = StopSignal()
     work = load_tab.load_work_fn(LOCAL, tiny.loader)(PROMPT_LOOKUP, "", 8, "1,2,4", "2", "repeated", 16, stop)
-    for view in work:
-        if view is not TICK and isinstance(view.speedup, go.Figure):   # the first point is measured
-            stop.request()
-            break
-    after = [v for v in work if v is not TICK]
+    with counting_forwards(tiny.target) as forwards:
+        for view in work:
+            if view is not TICK and isinstance(view.speedup, go.Figure):   # the first point is measured
+                stop.request()
+                break
+        at_stop = len(forwards)
+        after = [v for v in work if v is not TICK]
+        at_end = len(forwards)
+        time.sleep(0.2)
+    assert at_end - at_stop <= 1 and len(forwards) == at_end, (at_stop, at_end, len(forwards))
     assert len(after) == 1 and "Stopped after 1 point." in after[0].status
     assert "up to batch" in after[0].decision or "does not pay" in after[0].decision
 

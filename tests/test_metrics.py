@@ -144,3 +144,23 @@ def test_draft_cost_counts_the_tokens_drafted_not_the_k_asked_for():
     stats = summarize(cycles)
     assert stats.cost_ratio == pytest.approx(0.1) and stats.mean_k == 8
     assert draft_cost(stats) == pytest.approx(0.2)
+
+
+def test_measured_speedup_and_every_theory_equal_hand_computed_values():
+    from specviz.metrics import ideal_speedup, measure_speed, summarize, theory_at_pass_cost
+
+    # Five cycles drafting 2 tokens each, accepting 2, 2, 1, 2, 0: alpha = 7 accepted / (7 + 2 rejections).
+    # Drafting 0.01 s a token and passes of 0.06 s after the first (the prefill, 0.5 s); plain steps of 0.04 s.
+    cycles = [make_cycle(index=i, drafted=[1, 2], num_accepted=n, draft_seconds=0.02,
+                         verify_seconds=0.5 if i == 0 else 0.06) for i, n in enumerate([2, 2, 1, 2, 0])]
+    stats, speed = summarize(cycles), measure_speed(cycles, plain_steps(10))
+    assert stats.alpha == pytest.approx(7 / 9)
+    assert stats.cost_ratio == pytest.approx(0.01 / 0.06)                      # c = 1/6
+    assert stats.expected_tokens_per_pass == pytest.approx(193 / 81)           # 1 + a + a^2 = 193/81
+    assert stats.expected_speedup == pytest.approx(193 / 81 / (2 / 6 + 1))      # E / (n c + 1) = 193/108
+    # Measured, decode only: 3 + 2 + 3 + 1 = 9 tokens in 4 x 0.08 s, against 0.04 s a plain token.
+    assert speed.speedup == pytest.approx(0.04 / (0.32 / 9))                   # 9/8
+    assert speed.pass_cost == pytest.approx(1.5)                               # 0.06 / 0.04
+    assert theory_at_pass_cost(stats, speed) == pytest.approx(193 / 162)       # 193/108 / 1.5
+    # Ideal: a pass costs one step, drafting its measured share: E / (n c P + 1) = (193/81) / 1.5.
+    assert ideal_speedup(stats, speed) == pytest.approx(386 / 243)

@@ -3,14 +3,16 @@ the tiny in-process pair."""
 
 import html
 import re
+import time
 from pathlib import Path
 
 import gradio as gr
 import pytest
+from conftest import counting_forwards
 from tiny_pair import PROMPT
 
 from specviz.errors import SpecvizError
-from specviz.runs import Comparison, Sweep
+from specviz.runs import Comparison, Sweep, race
 from specviz.settings import LOCAL
 from specviz.ui import common, compare_tab, explain_tab, teach_tab
 from specviz.ui.common import CHAT, DRAFT_MODEL, EARLY_EXIT, RAW, TICK
@@ -73,12 +75,22 @@ def test_model_events_share_the_gpu_queue_and_can_be_stopped(demo):
 def test_a_stopped_comparison_keeps_what_finished_and_says_so(tiny):
     signal = common.StopSignal()
     shown = []
-    for view in compare_tab.compare_work(LOCAL, tiny.loader)(PROMPT, ROWS, 16, 0, CHAT, stop=signal):
-        if view is TICK:
-            continue
-        shown.append(view)
-        if isinstance(view.result, tuple) and len(view.result[0].results) == 1:
-            signal.request()                      # Stop, once the first configuration has finished
+    with counting_forwards(tiny.target) as forwards:
+        for view in compare_tab.compare_work(LOCAL, tiny.loader)(PROMPT, ROWS, 16, 0, CHAT, stop=signal):
+            if view is TICK:
+                continue
+            shown.append(view)
+            if isinstance(view.result, tuple) and len(view.result[0].results) == 1 and not signal.requested:
+                signal.request()                      # Stop, once the first configuration has finished
+                at_stop = len(forwards)
+        at_end = len(forwards)
+        time.sleep(0.2)
+    # Stop is read between two of the next configuration's events: what it ran is at most its warm-up and
+    # first event (its draft is the target itself, so drafting counts too), and nothing runs afterwards.
+    second = compare_tab.parse_configs(ROWS[:2], max_new_tokens=16, seed=0, chat=True, limits=LOCAL)[1]
+    with counting_forwards(tiny.target) as up_to_first_event:
+        next(race(second, PROMPT, tiny.loader(second), baseline=False))
+    assert at_end - at_stop <= len(up_to_first_event) and len(forwards) == at_end, (at_stop, at_end, len(forwards))
     last = html.unescape(re.sub(r"<[^>]+>", " ", shown[-1].status))
     assert "Stopped after 1 of 3 configurations" in last
     assert len(shown[-1].result[0].results) == 1
@@ -214,13 +226,19 @@ def test_a_stopped_teach_run_keeps_its_cycles_to_step_through(tiny):
     signal = common.StopSignal()
     ticks = 0
     shown = []
-    for view in teach_tab.teach_work(LOCAL, tiny.loader)(PROMPT, EARLY_EXIT, "", 2, 2, 0.0, 0, 128, RAW, signal):
-        if view is TICK or decoding(view):
-            ticks += 1
-            if ticks == 5:
-                signal.request()          # as the Stop button does, mid-run
-            continue
-        shown.append(view)
+    with counting_forwards(tiny.target) as forwards:     # the target's own passes, not the early exit's
+        for view in teach_tab.teach_work(LOCAL, tiny.loader)(PROMPT, EARLY_EXIT, "", 2, 2, 0.0, 0, 128, RAW,
+                                                             signal):
+            if view is TICK or decoding(view):
+                ticks += 1
+                if ticks == 5:
+                    signal.request()          # as the Stop button does, mid-run
+                    at_stop = len(forwards)
+                continue
+            shown.append(view)
+        at_end = len(forwards)
+        time.sleep(0.2)
+    assert at_end - at_stop <= 1 and len(forwards) == at_end, (at_stop, at_end, len(forwards))
     (view,) = shown
     cycles = len(view.run.cycles)
     assert 0 < cycles < 128 and sum(len(c.emitted) for c in view.run.cycles) < 128

@@ -5,9 +5,11 @@ import asyncio
 import dataclasses
 import html
 import re
+import time
 
 import pytest
 import torch
+from conftest import counting_forwards
 from tiny_pair import PROMPT
 
 from specviz.errors import SpecvizError
@@ -181,12 +183,18 @@ def test_unexpected_errors_are_logged_not_shown(caplog):
 def test_stop_ends_the_run_with_its_own_stopped_summary(tiny):
     signal = common.StopSignal()
     views = []
-    for view in run_tab.run_work(LOCAL, tiny.loader)(*inputs(max_new_tokens=256), stop=signal):
-        if view is TICK:
-            continue
-        views.append(view)
-        if "Running" in view.stats:
-            signal.request()             # as the Stop button does, mid-run
+    with counting_forwards(tiny.target) as forwards:
+        for view in run_tab.run_work(LOCAL, tiny.loader)(*inputs(max_new_tokens=256), stop=signal):
+            if view is TICK:
+                continue
+            views.append(view)
+            if "Running" in view.stats and not signal.requested:
+                signal.request()             # as the Stop button does, mid-run
+                at_stop = len(forwards)
+        at_end = len(forwards)
+        time.sleep(0.2)                      # nothing left running in the background either
+    # The event in flight when Stop landed (one speculative pass or one plain step), then no forward.
+    assert at_end - at_stop <= 1 and len(forwards) == at_end, (at_stop, at_end, len(forwards))
     final = text(views[-1].stats)
     assert "Running" in text(views[-2].stats)
     assert "Stopped." in final and "cover the run up to the stop" in final and "Running" not in final

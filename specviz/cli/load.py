@@ -16,6 +16,7 @@ from ..runs.bench import TINY_TARGET
 from ..runs.load import DEFAULT_BATCHES, DEFAULT_KS, LoadResult, check_draft_spec, check_drafter, sweep
 from ..runs.run import load
 from ..settings import whole_numbers
+from ..views.load_view import outputs_note
 from .common import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, progress_printer, rich_table,
                      settings_from)
 
@@ -95,11 +96,14 @@ def print_result(result: LoadResult) -> None:
              f"{p.theory:.2f}x", f"{p.tokens_per_pass:.2f}", f"{p.spec_tokens_per_s:.1f}",
              f"{p.plain_tokens_per_s:.1f}",
              f"{p.spec_latency * 1000:.0f}", f"{p.plain_latency * 1000:.0f}",
-             "-" if p.identical is None else "yes" if p.identical else "NO"] for p in result.points]
+             # k = 0 is plain decoding itself: nothing to compare
+             "-" if p.identical is None or not p.k else "yes" if p.identical else "NO"] for p in result.points]
     Console(width=140).print(rich_table(
         "speculation under load (decode only)",
         ["batch", "k", "speedup", "95% range", "theory", "tokens/pass", "spec tok/s", "plain tok/s",
          "spec ms/token", "plain ms/token", "identical"], rows))
+    if outputs_note(result):
+        print(outputs_note(result))              # what the identical column compared
     curve = ", ".join(f"{c['batch']}x{c['tokens_per_row']}: {c['cost']:.2f}" for c in result.cost_curve)
     print(f"theory's forward costs, timed before the runs (batch x new tokens per row; 1 = one single-row step): "
           f"{curve}")

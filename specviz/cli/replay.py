@@ -15,9 +15,10 @@ from pathlib import Path
 from ..errors import SpecvizError
 from ..files import check_paths
 from ..runs import recording
+from ..runs.result import cycle_output_text
 from ..views.report import report_html
 from .common import check_output_file, make_console, printable, read_recording, say, write_output
-from .run import PLAIN_HELP, cycle_rich_text, emitted_text, print_legend_and_summary, print_summary, uses_marks
+from .run import PLAIN_HELP, cycle_rich_text, print_legend_and_summary, print_summary, uses_marks
 
 # The terminal keeps the recorded pacing (the app compresses it to recording.MAX_PLAYBACK_SECONDS
 # instead): past an hour of waiting, a replay is not what anyone asked for, so it needs --fast or --speed.
@@ -66,7 +67,7 @@ def replay_main(args: argparse.Namespace) -> int:
                 time.sleep(max(0.0, start + seconds / args.speed - time.monotonic()))
             for cycle, text in zip(played.cycles[shown:], played.texts[shown:]):
                 if args.plain:
-                    sys.stdout.write(printable(emitted_text(cycle, text)))
+                    sys.stdout.write(printable(cycle_output_text(cycle, text, run.eos_token_ids)))
                     sys.stdout.flush()
                 else:
                     console.print(cycle_rich_text(cycle, text, first=shown == 0, marks=marks), end="", soft_wrap=True)

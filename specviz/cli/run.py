@@ -66,11 +66,6 @@ def cycle_rich_text(cycle, cycle_text, *, first: bool = False, marks: bool = Tru
     return text
 
 
-def emitted_text(cycle, cycle_text) -> str:
-    """What one cycle added to the output: its accepted drafts and the target's token."""
-    return "".join(piece.text for piece in cycle_pieces(cycle, cycle_text) if piece.verdict != REJECTED)
-
-
 def print_legend_and_summary(console, run: Run, *, marks: bool) -> None:
     """After a run's tokens: the verdict legend, then its summary lines (`run` and `replay`)."""
     if marks:
@@ -113,7 +108,7 @@ def main(args: argparse.Namespace) -> int:
         write_output(args.record, recording.dumps(recording.recording([run])))
 
     if args.plain:
-        sys.stdout.write(printable(run.text))
+        sys.stdout.write(printable(run.output_text))      # what `replay --plain` prints of its recording
         sys.stdout.flush()
         console = make_console(args.no_color, stderr=True)
         print_summary(console, run)

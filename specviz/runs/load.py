@@ -146,7 +146,8 @@ class LoadResult:
 
 @dataclass(frozen=True)
 class LoadProgress:
-    """What `sweep` yields: after each forward (`event` set) and after each point (`point` set)."""
+    """What `sweep` yields: after each timed forward (`event` set), after each point (`point` set), and
+    after each untimed warm-up forward and at the end (neither set)."""
 
     batch: int
     k: int
@@ -212,7 +213,9 @@ def sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair
             chosen = batch_prompts(prompts, batch)
             ids = [encoded[p.prompt] for p in chosen]
             if warm_up:
-                _warm_up(pair, ids, max(ks), options)
+                for _ in _warm_up(pair, ids, max(ks), options):
+                    # Untimed, neither an event nor a point: a consumer's Stop lands between two forwards.
+                    yield LoadProgress(batch=batch, k=max(ks), repeat=0, event=None, point=None, result=result)
             calibration.add(calibrate(pair, ids, ks, settings.max_new_tokens))
             result.cost_curve, result.draft_costs = calibration.curve(), calibration.draft_curve()
             plain_runs: list[list[BatchStep]] = []
@@ -248,14 +251,15 @@ def run_sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: Model
     return last(sweep(settings, prompts, pair, **options)).result
 
 
-def _warm_up(pair: ModelPair, ids: list[list[int]], k: int, options: dict) -> None:
-    """The shapes the timed runs use at this batch size, once (allocator growth, kernel selection)."""
+def _warm_up(pair: ModelPair, ids: list[list[int]], k: int, options: dict) -> Iterator[None]:
+    """The shapes the timed runs use at this batch size, once (allocator growth, kernel selection).
+    Yields after each forward: at batch 16 the warm-up is several seconds a Stop should not wait for."""
     warm = dict(options, temperature=0.0, top_k=0, top_p=1.0)
     if k:
         for _ in batched_speculative_decode(pair.target, pair.draft, ids, WARM_UP_TOKENS, k=k, **warm):
-            pass
+            yield
     for _ in batched_autoregressive_decode(pair.target, ids, WARM_UP_TOKENS, **warm):
-        pass
+        yield
 
 
 # ----------------------------------------------------------------------------- statistics

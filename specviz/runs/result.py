@@ -21,6 +21,19 @@ class CycleText:
     correction: str | None
 
 
+def cycle_output_text(cycle: Cycle, text: CycleText, eos_token_ids: list[int]) -> str:
+    """What one cycle adds to the generated text: its accepted drafts and the target's token, as they
+    read, less an end-of-sequence token (it ends the text, it is no part of it: the tokenizer's
+    skip_special_tokens leaves it out of `Run.text` too; the token views still show it). `run --plain`
+    and `replay --plain` both print this, so a run and its recording print the same text."""
+    tokens = [cycle.drafted[i] for i in cycle.accepted_nodes]
+    texts = [text.drafted[i] for i in cycle.accepted_nodes]
+    if cycle.correction is not None:
+        tokens.append(cycle.correction)
+        texts.append(text.correction)
+    return "".join(piece for token, piece in zip(tokens, texts) if token not in eos_token_ids)
+
+
 @dataclass
 class Run:
     """Everything a run has produced so far, and the numbers computed from it."""
@@ -59,7 +72,12 @@ class Run:
 
     @property
     def text(self) -> str:
-        return self._decode(self.tokens) if self._decode else "".join(self.emitted_texts())
+        return self._decode(self.tokens) if self._decode else self.output_text
+
+    @property
+    def output_text(self) -> str:
+        """The generated text cycle by cycle, as `--plain` prints it (`cycle_output_text`)."""
+        return "".join(cycle_output_text(c, t, self.eos_token_ids) for c, t in zip(self.cycles, self.texts))
 
     def emitted_texts(self) -> list[str]:
         out = []

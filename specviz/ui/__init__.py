@@ -1,6 +1,6 @@
 """The Gradio app: `app.build_demo()` declares the page, one module per tab, then `app.py` launches it.
 
-    app           build_demo (the page), launch_options, configure_torch, warm_up
+    app           build_demo (the page), launch_options, configure_torch, configure_allocator, warm_up
     common        the one queue, hosted-mode limits, drafter controls, `streaming` (handlers that stop)
     budget        what a hosted request costs in tokens, counted before any decoding
     style         stylesheet, theme, Large text / Light-dark scripts
@@ -16,6 +16,6 @@ user may call through "Use via API" are named `run`, `compare`, `sweep`, `teach`
 the others are private. This package only re-exports; no module of it imports it.
 """
 
-from .app import build_demo, configure_torch, launch_options, warm_up
+from .app import build_demo, configure_allocator, configure_torch, launch_options, warm_up
 
-__all__ = ["build_demo", "configure_torch", "launch_options", "warm_up"]
+__all__ = ["build_demo", "configure_allocator", "configure_torch", "launch_options", "warm_up"]

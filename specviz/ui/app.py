@@ -3,6 +3,7 @@ a warm start of the default models."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import logging
 import os
@@ -26,6 +27,11 @@ from .teach_tab import build_teach_tab
 log = logging.getLogger("specviz.ui")
 
 MAX_UPLOAD = "16mb"                # uploads (recordings, prompt sets) beyond this are refused by Gradio
+# Sessions whose page state Gradio keeps at once (its default: 10,000), the least recently used dropped
+# first. A session holds the last value of every output an event updated (token views, figures) and its
+# gr.State values, ~4 MB after two runs (measured, see README "Hosted mode"): 128 of them ~0.5 GB. A
+# closed session's goes at once (`forget_session`); this bounds those whose close never arrives.
+SESSION_CAPACITY = 128
 # Gradio removes its temporary files (every upload, its copy of every download) older than
 # TEMP_FILE_SECONDS, looking every TEMP_SWEEP_SECONDS.
 TEMP_FILES = (TEMP_SWEEP_SECONDS, TEMP_FILE_SECONDS)
@@ -62,15 +68,73 @@ def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> g
                 build_explain_tab(last_run=last_run)
             with gr.Tab("Replay", id="replay-tab"):
                 build_replay_tab()
-        # A session that ends (tab closed, API client gone) frees its suffix memory at once.
-        demo.unload(memories.end)
+        # A session that ends (tab closed, API client gone) frees its suffix memory and its page state
+        # at once. One handler: Gradio runs each unload handler as an event of that session, which
+        # would give the session a fresh page state again after `forget_session` had dropped it.
+        def end_session(request: gr.Request) -> None:
+            memories.end(request)
+            forget_session(demo, request.session_hash)
+            release_freed_memory()
+
+        demo.unload(end_session)
     demo.queue(max_size=QUEUE_MAX_SIZE)
     return demo
 
 
-def launch_options() -> dict:
-    """Keyword arguments for `demo.launch` (Gradio 6 takes the theme, CSS and head scripts there)."""
-    return dict(theme=theme(), css=CSS, head=HEAD, max_file_size=MAX_UPLOAD)
+def forget_session(demo: gr.Blocks, session_hash: str | None) -> None:
+    """Drop what Gradio keeps of a closed session: its gr.State values (their delete callbacks run)
+    and its page state, the last value of every output an event updated. Gradio itself marks a closed
+    session and deletes its gr.State values an hour later, and its page state never: only when
+    `state_session_capacity` later sessions push it out (issue 25: ~4 MB per closed session). A page
+    that reconnects after this starts from the page's defaults, as a reloaded page does."""
+    holder = getattr(demo, "state_holder", None)        # set when the server starts
+    if holder is None or session_hash is None:
+        return
+    holder.delete_state(session_hash)
+    with holder.lock:
+        holder.session_data.pop(session_hash, None)
+        holder.time_last_used.pop(session_hash, None)
+
+
+def _glibc():
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
+    except OSError:                  # not glibc (macOS, musl): its allocator is left as it is
+        return None
+
+
+GLIBC = _glibc()
+M_MMAP_THRESHOLD = -3                # mallopt's parameter number (malloc.h)
+MMAP_THRESHOLD_BYTES = 1 << 20
+
+
+def configure_allocator() -> str:
+    """Allocations of 1 MiB or more (a long prompt's activations and KV cache) get pages of their own
+    from the OS, returned when freed. glibc's default moves this threshold up to 32 MiB after the first
+    large free, after which such tensors come from per-thread heaps; each run's are freed on whichever
+    worker thread ran it, and resident memory kept every heap's high-water mark. Returns a log line."""
+    if GLIBC is None:
+        return "allocator: not glibc, left as it is"
+    GLIBC.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    return f"allocator: allocations of {MMAP_THRESHOLD_BYTES >> 20} MiB or more are mapped apart"
+
+
+def release_freed_memory() -> None:
+    """Free what a closed session left unreachable (its page state holds reference cycles), then hand
+    the allocator's free pages back to the OS (glibc's malloc_trim)."""
+    gc.collect()
+    if GLIBC is not None:
+        GLIBC.malloc_trim(0)
+
+
+def launch_options(hosted: bool | None = None) -> dict:
+    """Keyword arguments for `demo.launch` (Gradio 6 takes the theme, CSS and head scripts there);
+    hosted, at most SESSION_CAPACITY sessions' page state is kept at once."""
+    options = dict(theme=theme(), css=CSS, head=HEAD, max_file_size=MAX_UPLOAD)
+    if is_hosted() if hosted is None else hosted:
+        options["state_session_capacity"] = SESSION_CAPACITY
+    return options
 
 
 def configure_torch() -> str:

@@ -24,7 +24,7 @@ from ..runs.load import LoadProgress, batch_prompts, check_draft_spec, check_dra
 from ..runs.run import cycle_text, encode
 from ..settings import Limits, RunSettings, validate, whole_numbers
 from ..views import render
-from ..views.load_view import decision, load_figures, rows_html
+from ..views.load_view import decision, load_figures, outputs_note, rows_html
 from ..views.render import cycle_html
 from .budget import check_load_caps, check_load_work, check_prompt_tokens, load_work, prompt_tokens
 from .common import (CONCURRENCY_ID, DRAFT_MODEL, EARLY_EXIT, PROMPT_LOOKUP, TICK, StopSignal, Throttle,
@@ -59,7 +59,9 @@ def result_view(progress: LoadProgress, state: str, headline: str, rows: object)
     """The charts and the decision of the sweep so far."""
     speedup, throughput, latency = load_figures(progress.result)
     return LoadView(status=render.status_html(state, headline), rows=rows, speedup=speedup, throughput=throughput,
-                    latency=latency, decision=decision(progress.result) or NO_DECISION)
+                    latency=latency,
+                    decision="\n\n".join(filter(None, [decision(progress.result) or NO_DECISION,
+                                                         outputs_note(progress.result)])))
 
 
 def _points(progress: LoadProgress) -> str:

@@ -7,6 +7,8 @@ token views of the batch in progress. Pure functions of the result (and of the c
 - `throughput_figure`: tokens per second of both methods against batch size.
 - `latency_figure`: seconds a request waits per token, both methods, against batch size.
 - `decision`: one sentence: up to which batch size to speculate, and the best k per batch size.
+- `outputs_note`: what the greedy outputs were compared with (the same batch decoded plainly), and how
+  they came out.
 """
 
 from __future__ import annotations
@@ -149,6 +151,27 @@ def decision(result: LoadResult | None) -> str:
     everywhere = " (it paid at every batch size measured)" if crossover is None else ""
     return (f"On this machine, with this pair, speculate up to batch {up_to}{beyond}{everywhere}; "
             f"best k per batch size: {best_k_text(result)}.")
+
+
+def outputs_note(result: LoadResult | None) -> str:
+    """What a point's `identical` compared, and how the sweep's greedy outputs came out (empty before a
+    speculative point, or when sampled). It compares each request's output from batched speculative
+    decoding with its output from batched plain decoding of the same batch, not with the prompt decoded
+    alone, which only the tests check (in float32): in bfloat16 both batched outputs can differ from a
+    prompt decoded alone at a near-tie of the top two logits (a batch rounds differently)."""
+    compared = [p for p in (result.points if result else []) if p.k > 0 and p.identical is not None]
+    if not compared:
+        return ""
+    differ = [f"batch {p.batch}, k = {p.k}" for p in compared if not p.identical]
+    outcome = ("the same for every request at every point" if not differ else
+               f"different at {len(differ)} of {len(compared)} points ({'; '.join(differ)})")
+    note = ("Greedy outputs, each request's batched speculative output against its batched plain output of the "
+            f"same batch (not against the prompt decoded alone): {outcome}.")
+    dtype = result.settings.get("dtype")
+    if dtype and dtype != "float32":
+        note += (f" In {dtype} a batch's arithmetic can flip a near-tie, so this does not show that each request "
+                 "matches its prompt decoded alone; that needs float32.")
+    return note
 
 
 # ----------------------------------------------------------------------------- the batch in progress
