@@ -123,3 +123,67 @@ def load_main(args: argparse.Namespace, settings: RunSettings, prompts, batches,
         raise SpecvizError(f"{failure} The {len(result.points)} points that finished are kept above"
                            + (f" and in {args.json}." if args.json else "."))
     return 0
+
+
+def compare_main(args: argparse.Namespace, drafts: list[str], settings: RunSettings, prompts) -> int:
+    """`compare --engine vllm --prompts SET`: each --draft (or --speculative-config) at --k on vLLM
+    against the plain server, concurrency 1, with the own comparison's tables and JSON plus vLLM's
+    figures and every output that differs from the plain server's (with its first differing word)."""
+    from ..engines import EngineConfig
+    from ..runs.engine_compare import engine_compare
+    from ..views import prompt_sets as views
+    from .common import make_console, printable, rich_table
+    from .common import say as say_line
+
+    def say(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    given = parse_speculative_config(args.speculative_config)
+    spec_configs = []
+    for draft in ([] if given is not None else drafts):
+        spec_configs += engine_draft_configs(args, draft, [settings.k])[1:]
+    if given is not None:
+        spec_configs = engine_configs(None, [settings.k], given)[1:]
+    configs = [EngineConfig(0, None)] + spec_configs
+    engine = make_engine(args, settings, say)
+    if set(engine.urls) - {0}:
+        raise SpecvizError("compare --engine vllm takes --engine-url 0=URL (a running plain server) only: each "
+                           "speculative configuration gets a server of its own.")
+    engine.check(configs)
+    out, shown = None, 0
+    try:
+        for out in engine_compare(settings, prompts, engine, configs, repeats=args.repeats):
+            if len(out.comparison.results) > shown:
+                shown = len(out.comparison.results)
+                last = out.comparison.results[-1]
+                say(printable(f"[{len(out.comparison.results)} of {out.comparison.total}] "
+                              f"{out.comparison.labels[last.config]} on {prompts[last.prompt].id}: "
+                              f"{last.speedup or 0:.2f}x" + ("" if last.identical in (True, None) else ", DIFFERS")))
+    except KeyboardInterrupt:
+        if out is None or not out.comparison.results:
+            raise
+        say(f"cancelled after {len(out.comparison.results)} of {out.comparison.total} runs; the finished runs follow")
+    comparison = out.comparison
+    if args.json:
+        write_atomic(args.json, json.dumps(dict(views.summary(comparison), rows=views.rows(comparison),
+                                                **out.engine_fields()), indent=2, ensure_ascii=False))
+    console = make_console(args.no_color)
+    console.print(rich_table("On vLLM, over the prompts (concurrency 1)", views.table_headers(comparison),
+                             views.table_rows(comparison)))
+    say_line(console, views.winner_line(comparison))
+    say_line(console, views.timing_line(comparison))
+    for label, figures in out.acceptance.items():
+        if figures:
+            say_line(console, f"vLLM reported for {label}: mean acceptance length "
+                              f"{figures['mean_acceptance_length']:.2f}, draft acceptance rate "
+                              f"{figures['draft_acceptance_rate']:.1%}, histogram {figures['acceptance_histogram']}")
+    if out.mismatches:
+        for m in out.mismatches:
+            d = m["first_difference"]
+            say_line(console, printable(f"{m['config']} on {m['prompt_id']}: the output differs from the plain "
+                                        f"server's at word {d['word']} ({d['text']!r} vs {d['plain_text']!r})"))
+    elif settings.temperature == 0.0:
+        say_line(console, "Every greedy output is identical to the plain server's.")
+    if args.json:
+        say_line(console, f"wrote {args.json}")
+    return 0

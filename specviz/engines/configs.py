@@ -33,7 +33,9 @@ class EngineConfig:
     def label(self) -> str:
         if self.speculative_config is None:
             return "plain"
-        return f"{self.speculative_config.get('method', 'speculative')} k={self.k}"
+        method = self.speculative_config.get("method", "speculative")
+        model = self.speculative_config.get("model")
+        return f"{method} {str(model).rstrip('/').rsplit('/', 1)[-1]} k={self.k}" if model else f"{method} k={self.k}"
 
     def to_dict(self) -> dict:
         return {"k": self.k, "label": self.label, "speculative_config": self.speculative_config}

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .configs import EngineConfig
-from .vllm_client import served_model
+from .vllm_client import served_model, server_version
 from .vllm_server import SERVED_NAME, START_TIMEOUT, ServerHandle, VllmInstall, find_vllm, start_server
 
 _running: set[ServerHandle] = set()
@@ -63,7 +63,9 @@ class VllmEngine:
             self.install = find_vllm(self.vllm_python)
 
     def describe(self, configs: Sequence[EngineConfig]) -> dict:
-        return {"name": "vllm", "version": self.install.version if self.install else None,
+        version = self.install.version if self.install else next(
+            (v for v in (server_version(url) for url in self.urls.values()) if v), None)
+        return {"name": "vllm", "version": version,
                 "device": self.install.device if self.install else None,
                 "python": self.install.python if self.install else None, "model": self.model,
                 "dtype": self.dtype, "engine_args": list(self.engine_args),

@@ -159,6 +159,19 @@ def served_model(url: str) -> str:
         connection.close()
 
 
+def server_version(url: str) -> str | None:
+    """vLLM's version as a running server reports it (GET /version), None if it does not say."""
+    connection, base = connect(url)
+    try:
+        connection.request("GET", base + "/version")
+        answer = connection.getresponse()
+        return json.loads(answer.read()).get("version") if answer.status == 200 else None
+    except (OSError, http.client.HTTPException, ValueError, AttributeError):
+        return None
+    finally:
+        connection.close()
+
+
 def closed_loop(url: str, model: str, requests: Sequence[Request], concurrency: int,
                 stop: threading.Event | None = None) -> Iterator[Response]:
     """Send `requests` through `concurrency` streams, each sending its next request when its last one
