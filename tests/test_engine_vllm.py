@@ -291,7 +291,8 @@ def _server_pgid(port: int) -> int | None:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"vllm.entrypoints.openai.api_server" in cmdline and str(port).encode() in cmdline:
+        # the API server itself (its watchdog's command line holds the same words, in specviz's group)
+        if cmdline[1:3] == [b"-m", b"vllm.entrypoints.openai.api_server"] and str(port).encode() in cmdline:
             return _pgid(int(pid))
     return None
 

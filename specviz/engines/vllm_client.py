@@ -36,6 +36,7 @@ class Request:
     top_p: float = 1.0
     top_k: int = 0       # 0: off
     seed: int | None = None
+    ignore_eos: bool = False     # vLLM's extension: always write max_tokens (benchmarks: equal work)
 
     def body(self, model: str) -> dict:
         body = {"model": model, "max_tokens": self.max_tokens, "temperature": self.temperature,
@@ -43,6 +44,8 @@ class Request:
                 "stream": True, "stream_options": {"include_usage": True}}
         if self.seed is not None:
             body["seed"] = self.seed
+        if self.ignore_eos:
+            body["ignore_eos"] = True
         if self.chat:
             body["messages"] = [{"role": "user", "content": self.prompt}]
         else:

@@ -25,7 +25,8 @@ import sys
 import threading
 import time
 
-GRACE = 10.0        # seconds between SIGTERM and SIGKILL of the server's group
+GRACE = 5.0         # seconds between SIGTERM and SIGKILL of the server's group (multiprocessing's
+                    # resource tracker ignores SIGTERM: it always takes the SIGKILL)
 PR_SET_PDEATHSIG = 1
 
 
