@@ -2,7 +2,7 @@
 
 The fast tests check the mapping of drafters to vLLM's configs, the messages for a missing vLLM, and
 the watchdog on a stand-in process tree. The slow ones start vLLM's CPU server on the built-in model
-(real servers, no mocks): two servers (plain and ngram k = 4, fp32) shared by the session, plus the
+(real servers, no mocks): two servers (plain and ngram k = 4, fp32) shared by the module, plus the
 servers the commands under test start themselves. They need vLLM's environment
 (`bash scripts/make_vllm_env.sh`, SPECVIZ_VLLM_PYTHON): without it they skip, except in CI (CI set),
 where .ci/run builds it and a missing vLLM fails.
@@ -161,28 +161,28 @@ def _vllm_python() -> str:
         pytest.skip(f"vLLM's environment is not set up: {error}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_python():
     return _vllm_python()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def builtin_folder():
     from specviz.engines import model_location
 
     return model_location(None)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def prompt_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("prompts") / "prompts.txt"
     path.write_text("\n".join(PROMPTS) + "\n")
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def servers(vllm_python, builtin_folder, tmp_path_factory):
-    """A plain and an ngram k = 4 server (fp32), started together, shared by the session."""
+    """A plain and an ngram k = 4 server (fp32), started together, shared by this module's tests."""
     from specviz.engines.vllm_server import find_vllm, start_server
 
     install = find_vllm(vllm_python)
@@ -203,7 +203,7 @@ def servers(vllm_python, builtin_folder, tmp_path_factory):
             assert _wait_gone(handle.pid, 30), f"{handle.label} outlived its stop"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def sweep(servers, prompt_file, tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep") / "load.json"
     run = specviz("load", "--engine", "vllm", "--engine-url", f"0={servers[0]}", "--engine-url", f"4={servers[4]}",
