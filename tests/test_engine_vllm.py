@@ -84,6 +84,41 @@ def test_histogram_to_position_and_first_word():
     assert first_differing_word("the cat", "the cat sat")["text"] == "(end)"
 
 
+def _engine_result():
+    from specviz.runs.engine_load import EngineLoadResult, EnginePoint
+
+    configs = engine_configs("ngram", [0, 4])
+    figures = {"mean_acceptance_length": 2.0, "draft_acceptance_rate": 0.25, "acceptance_histogram": [4, 2, 1, 1, 0],
+               "num_spec_steps": 8, "num_draft_tokens": 32, "num_accepted_draft_tokens": 8}
+
+    def point(batch, k, speedup):
+        return EnginePoint(batch=batch, k=k, speedup=speedup, speedup_low=speedup * 0.9, speedup_high=speedup * 1.1,
+                           tokens_per_pass=2.0 if k else 1.0, spec_tokens_per_s=10 * speedup, plain_tokens_per_s=10,
+                           spec_latency=0.05, plain_latency=0.06, theory=None, identical=True, alpha=0.25, passes=8,
+                           steps=40, padding_share=0.0, regathers=0, acceptance=figures if k else None)
+
+    return EngineLoadResult(settings={}, environment={}, configs=configs,
+                            engine={"name": "vllm", "version": "0.32.0", "device": "cpu", "dtype": "float32"},
+                            points=[point(1, 0, 1.0), point(1, 4, 1.5), point(4, 0, 1.0), point(4, 4, 0.9)])
+
+
+def test_the_load_views_draw_an_engine_sweep_without_a_theory_line():
+    from specviz.views.engine_view import NO_VERDICTS, acceptance_figure, engine_html
+    from specviz.views.load_view import decision, speedup_figure
+
+    result = _engine_result()
+    assert result.recommended_k == {1: 4, 4: 0} and result.crossover_batch == 4
+    assert result.recommended_speculative_config["num_speculative_tokens_per_batch_size"] == [[1, 3, 4], [4, 4, 0]]
+    names = [trace.name for trace in speedup_figure(result).data]
+    assert names == ["k = 4"]                     # no theory trace: vLLM's forward cost is not measured
+    assert "speculate up to batch 1" in decision(result)
+    bars = acceptance_figure(result).data
+    assert [list(b.y) for b in bars] == [[0.5, 0.25, 0.125, 0.0]] * 2
+    page = engine_html(result, "finished")
+    assert NO_VERDICTS.split(",")[0] in page and "num_speculative_tokens_per_batch_size" in page
+    assert result.to_dict()["recommended_speculative_config"]["method"] == "ngram"
+
+
 @pytest.mark.parametrize("python, said", [("/nonexistent/python", "No Python interpreter at /nonexistent/python"),
                                           (sys.executable, "No working vLLM at")])
 def test_no_vllm_is_one_message_with_the_install_command(python, said, tmp_path):
@@ -371,3 +406,22 @@ def test_compare_on_vllm_draft_model_against_the_plain_server(servers, builtin_f
     for m in data["mismatches"]:
         assert m["first_difference"]["text"] != m["first_difference"]["plain_text"]
     assert "identical to the plain server's" in run.stdout or "differs from the plain server's" in run.stdout
+
+
+def test_the_load_tab_offers_vllm_hosted_only_when_the_operator_enables_it(monkeypatch):
+    from specviz.settings import LOCAL, hosted
+    from specviz.ui import load_tab
+    from specviz.ui.common import EARLY_EXIT, PROMPT_LOOKUP, presets
+    from specviz.ui.load_engine import VLLM, vllm_offered
+
+    limits = hosted(presets())
+    monkeypatch.delenv("SPECVIZ_HOSTED_VLLM", raising=False)
+    assert vllm_offered(LOCAL) and not vllm_offered(limits)
+    (view,) = list(load_tab.load_work_fn(limits)(PROMPT_LOOKUP, "", 8, "1", "0,4", "rewrite", 16, VLLM))
+    assert "does not run vLLM" in view.status and "SPECVIZ_HOSTED_VLLM=1" in view.status
+    monkeypatch.setenv("SPECVIZ_HOSTED_VLLM", "1")
+    assert vllm_offered(limits)
+    (view,) = [v for v in load_tab.load_work_fn(limits)(PROMPT_LOOKUP, "", 8, "1,8", "0,4", "rewrite", 16, VLLM)]
+    assert "up to 4" in view.status                        # the hosted caps apply to vLLM too
+    (view,) = [v for v in load_tab.load_work_fn(LOCAL)(EARLY_EXIT, "", 8, "1", "0,4", "rewrite", 16, VLLM)]
+    assert "vLLM has no drafter like" in view.status and "self:8" in view.status

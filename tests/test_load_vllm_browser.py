@@ -8,11 +8,10 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import CHROMIUM
+from conftest import CHROMIUM, wait_for_app
 from test_engine_vllm import _vllm_python
 
 HERE = Path(__file__).resolve().parent
@@ -48,18 +47,8 @@ def vllm_app_url():
     process = subprocess.Popen([sys.executable, str(HERE.parent / "app.py")], env=env, cwd=HERE.parent,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 180
     try:
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"the app exited: {process.stderr.read().decode()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url, timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("the app did not answer within 180 s")
-                time.sleep(0.5)
+        wait_for_app(process, url, 180)
         yield url
     finally:
         process.terminate()
