@@ -3,13 +3,14 @@ pay, and with which k), measured on the engine people serve with.
 
 Batch size B is B concurrent streams in a closed loop (each sends its next prompt when its last one
 ends, as `vllm bench serve --max-concurrency B` does) over `requests_per_point` requests: the prompt
-set cycled, at least 2B requests so that the streams overlap. One server per configuration (the
-plain server, then one per k > 0) measures every batch size in turn, after a short warm-up at the
-largest batch. The points reuse `runs.load.LoadPoint` and `LoadResult` (so the crossover, the best k
+set cycled, at least 2B requests so that the streams overlap. One server per configuration: the
+plain server stays up while each speculative server (one per k > 0) runs in turn, and each point's
+requests go in blocks that alternate between the two, after a short warm-up of each at the largest
+batch. The points reuse `runs.load.LoadPoint` and `LoadResult` (so the crossover, the best k
 per batch size, the JSON and the Load tab's charts are the own sweep's), with vLLM's figures added:
 
-- throughput: all requests' completion tokens / the wall time from the first request sent to the
-  last one finished (prefill included: a server's tokens per second);
+- throughput: all requests' completion tokens / the wall time of their blocks (each from its first
+  request sent to its last one finished; prefill included: a server's tokens per second);
 - latency per token: vLLM's TPOT, (last token - first token) / (tokens - 1), mean over requests;
 - the speedup's 95% range from the requests: per request, its tokens per second against the same
   request on the plain server; the range of their median (`metrics.paired_ratio`, requests
@@ -19,9 +20,9 @@ per batch size, the JSON and the Load tab's charts are the own sweep's), with vL
   number of drafts accepted. There are no per-token verdicts: vLLM returns no rejected drafts;
 - per request its text and token count on both servers, and whether the texts are identical.
 
-There is no theory line: vLLM's forward cost is not measured here. Points finish in configuration
-order (all batch sizes plain, then each k); a server that dies mid-sweep raises after the points
-that finished, which the consumer keeps (`EngineProgress.result`).
+There is no theory line: vLLM's forward cost is not measured here. Points finish k by k (each k's
+batch sizes in turn, the k = 0 points with the first k's); a server that dies mid-sweep raises after
+the points that finished, which the consumer keeps (`EngineProgress.result`).
 """
 
 from __future__ import annotations
@@ -121,10 +122,12 @@ def acceptance_by_position(histogram: Sequence[int]) -> list[float]:
     return [ratio(sum(histogram[i + 1:]), steps) for i in range(max(len(histogram) - 1, 0))]
 
 
-def throughput(responses: Sequence[Response]) -> float:
-    if not responses:
-        return 0.0
-    return ratio(sum(r.tokens for r in responses), max(r.finished for r in responses) - min(r.sent for r in responses))
+def throughput(blocks: Sequence[Sequence[Response]]) -> float:
+    """Completion tokens / wall time, the wall time of each block from its first request sent to its
+    last one finished (the other server's blocks in between are not counted)."""
+    blocks = [b for b in blocks if b]
+    return ratio(sum(r.tokens for b in blocks for r in b),
+                 sum(max(r.finished for r in b) - min(r.sent for r in b) for b in blocks))
 
 
 def latency(responses: Sequence[Response]) -> float:
@@ -159,10 +162,13 @@ def rows(prompts: Sequence[BenchPrompt], spec: Sequence[Response], plain: Sequen
     return out
 
 
-def engine_point(batch: int, k: int, spec: Sequence[Response], plain: Sequence[Response],
-                 prompts: Sequence[BenchPrompt], *, greedy: bool) -> EnginePoint:
-    """One (batch, k) point from the two servers' responses to the same requests."""
-    spec_rate, plain_rate = throughput(spec), throughput(plain)
+def engine_point(batch: int, k: int, spec_blocks: Sequence[Sequence[Response]],
+                 plain_blocks: Sequence[Sequence[Response]], prompts: Sequence[BenchPrompt], *,
+                 greedy: bool) -> EnginePoint:
+    """One (batch, k) point from the two servers' responses to the same requests, in blocks."""
+    spec = [r for b in spec_blocks for r in b]
+    plain = [r for b in plain_blocks for r in b]
+    spec_rate, plain_rate = throughput(spec_blocks), throughput(plain_blocks)
     speedup = ratio(spec_rate, plain_rate) if k else 1.0
     if k and len(spec) > 1:
         by_index = {r.index: r for r in plain}
@@ -184,11 +190,24 @@ def engine_point(batch: int, k: int, spec: Sequence[Response], plain: Sequence[R
         regathers=0, rows=table, acceptance=figures, requests=len(spec))
 
 
+BLOCKS = 2      # each point's requests run in this many blocks, alternating between the two servers
+
+
+def blocks_of(requests: Sequence[Request], batch: int) -> list[list[Request]]:
+    """The point's requests in BLOCKS contiguous blocks (fewer when a block would hold under B requests)."""
+    count = max(1, min(BLOCKS, len(requests) // batch))
+    size = -(-len(requests) // count)
+    return [list(requests[i:i + size]) for i in range(0, len(requests), size)]
+
+
 def engine_sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], engine: VllmEngine,
                  configs: Sequence[EngineConfig], *, batches: Sequence[int], ks: Sequence[int], repeats: int = 1,
                  warm_up: bool = True) -> Iterator[EngineProgress]:
     """The sweep (see the module docstring). `configs` are `engines.engine_configs(...)`: the plain one
-    first. Closing the generator stops the requests and the server in use."""
+    first. The plain server stays up while each speculative one runs, and each point's requests go
+    in blocks that alternate between the two (plain, speculative, plain, ...), so that a host whose
+    load changes slows both alike, as the own sweep's interleaving does. Closing the generator stops
+    the requests and the servers."""
     engine.check(configs)
     result = EngineLoadResult(
         settings={"target": settings.target or "SmolLM2-135M-Instruct", "draft": settings.draft,
@@ -197,39 +216,60 @@ def engine_sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], engine: 
                   "top_k": settings.top_k, "top_p": settings.top_p, "seed": settings.seed, "dtype": settings.dtype,
                   "device": engine.install.device if engine.install else "server", "clock": ENGINE_CLOCK,
                   "engine": "vllm", "concurrency": "closed loop, one stream per request of the batch",
-                  "requests_per_point": {str(b): requests_per_point(b, len(prompts), repeats) for b in batches}},
+                  "requests_per_point": {str(b): requests_per_point(b, len(prompts), repeats) for b in batches},
+                  "alternation": f"{BLOCKS} blocks per point, plain and speculative servers in turn"},
         environment=environment("cpu"), engine=engine.describe(configs), configs=list(configs))
     greedy = settings.temperature == 0.0
-    plain: dict[int, list[Response]] = {}
+    plain_config, spec_configs = configs[0], list(configs[1:])
     stop = threading.Event()
     started = read_cpu_times()
+
+    def warm(served) -> None:
+        if warm_up:
+            for _ in closed_loop(served.url, served.model, make_requests(settings, prompts, max(batches),
+                                                                         WARM_UP_TOKENS), max(batches), stop):
+                pass
+
+    def block(served, label, batch, requests, done):
+        began = time.monotonic()
+        for response in closed_loop(served.url, served.model, requests, batch, stop):
+            done.append(response)
+            yield EngineProgress(served.config, batch, response, None, result,
+                                 f"vLLM {label}: batch {batch}, {len(done)} requests, {time.monotonic() - began:.0f} s")
+
     try:
-        for config in configs:
-            yield EngineProgress(config, 0, None, None, result, f"vLLM {config.label}: starting the server")
-            with engine.serve(config) as served:
-                if warm_up:
-                    warm = make_requests(settings, prompts, max(batches), WARM_UP_TOKENS)
-                    for _ in closed_loop(served.url, served.model, warm, max(batches), stop):
-                        pass
+        yield EngineProgress(plain_config, 0, None, None, result, "vLLM plain: starting the server")
+        with engine.serve(plain_config) as plain_served:
+            warm(plain_served)
+            if not spec_configs:
                 for batch in batches:
                     requests = make_requests(settings, prompts, requests_per_point(batch, len(prompts), repeats))
-                    yield EngineProgress(config, batch, None, None, result,
-                                         f"vLLM {config.label}: batch {batch}, {len(requests)} requests")
-                    responses = []
-                    began = time.monotonic()
-                    for response in closed_loop(served.url, served.model, requests, batch, stop):
-                        responses.append(response)
-                        yield EngineProgress(config, batch, response, None, result,
-                                             f"vLLM {config.label}: batch {batch}, {len(responses)} of "
-                                             f"{len(requests)} requests, {time.monotonic() - began:.0f} s")
-                    if config.k == 0:
-                        plain[batch] = responses
-                        if 0 not in ks:
-                            continue
-                    point = engine_point(batch, config.k, responses, plain[batch], prompts, greedy=greedy)
+                    done: list[Response] = []
+                    yield from block(plain_served, "plain", batch, requests, done)
+                    point = engine_point(batch, 0, [done], [done], prompts, greedy=greedy)
                     result.points.append(point)
-                    yield EngineProgress(config, batch, None, point, result,
-                                         f"batch {batch} k {config.k}: {point.speedup:.2f}x")
+                    yield EngineProgress(plain_config, batch, None, point, result, f"batch {batch} k 0: plain")
+            for number, config in enumerate(spec_configs):
+                yield EngineProgress(config, 0, None, None, result, f"vLLM {config.label}: starting the server")
+                with engine.serve(config) as spec_served:
+                    warm(spec_served)
+                    for batch in batches:
+                        requests = make_requests(settings, prompts, requests_per_point(batch, len(prompts), repeats))
+                        plain_blocks: list[list[Response]] = []
+                        spec_blocks: list[list[Response]] = []
+                        for part in blocks_of(requests, batch):
+                            plain_blocks.append([])
+                            yield from block(plain_served, "plain", batch, part, plain_blocks[-1])
+                            spec_blocks.append([])
+                            yield from block(spec_served, config.label, batch, part, spec_blocks[-1])
+                        points = [engine_point(batch, config.k, spec_blocks, plain_blocks, prompts, greedy=greedy)]
+                        if number == 0 and 0 in ks:
+                            points.insert(0, engine_point(batch, 0, plain_blocks, plain_blocks, prompts,
+                                                          greedy=greedy))
+                        for point in points:
+                            result.points.append(point)
+                            yield EngineProgress(config, batch, None, point, result,
+                                                 f"batch {batch} k {point.k}: {point.speedup:.2f}x")
     finally:
         stop.set()
         result.environment["host_load"] = HostLoad.since(started).to_dict()
