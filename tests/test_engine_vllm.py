@@ -453,3 +453,22 @@ def test_a_server_that_dies_mid_sweep_keeps_the_finished_points(servers, prompt_
     assert {(p["batch"], p["k"]) for p in data["points"]} == {(1, 0), (1, 4)}
     assert data["error"]
     assert _wait_gone(killed, 30)
+
+
+def test_the_compare_tab_runs_a_prompt_set_on_vllm_only_where_it_is_offered(monkeypatch, tmp_path):
+    from specviz.settings import LOCAL, hosted
+    from specviz.ui import compare_sets, compare_tab
+    from specviz.ui.common import CHAT, presets
+    from specviz.ui.load_engine import VLLM
+
+    monkeypatch.delenv("SPECVIZ_HOSTED_VLLM", raising=False)
+    rows = [[True, "", "ngram", 4, False, 0, ""]]
+    examples = compare_sets.sources(LOCAL)[1]
+    views = [v for v in compare_tab.compare_work(hosted(presets()))("", rows, 16, 0, CHAT, examples, None, 1, VLLM)
+             if v is not compare_tab.TICK]
+    assert "does not run vLLM" in views[-1].status
+    two = rows + [[True, str(tmp_path), "ngram", 2, False, 0, ""]]
+    (tmp_path / "config.json").write_text("{}")
+    views = [v for v in compare_tab.compare_work(LOCAL)("", two, 16, 0, CHAT, examples, None, 1, VLLM)
+             if v is not compare_tab.TICK]
+    assert "the same target" in views[-1].status

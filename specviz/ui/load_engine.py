@@ -102,3 +102,55 @@ def engine_work(view_type, limits: Limits, drafter, draft_model, batches_text, k
     finally:
         if stream is not None:
             stream.close()
+
+
+# ----------------------------------------------------------------------------- the Compare tab over a prompt set
+
+def engine_set_stream(configs: list[RunSettings], prompts, repeats: int, limits: Limits, view, full_view,
+                      stop: StopSignal) -> Iterator:
+    """The Compare tab's prompt-set comparison on vLLM (`runs.engine_compare`): each configuration's
+    server against the plain one at concurrency 1; `full_view` is compare_sets' own view of a
+    `PromptSetComparison`, with vLLM's acceptance and every mismatch added to its status."""
+    from ..engines.configs import EngineConfig, speculative_config
+    from ..runs.engine_compare import engine_compare
+
+    if not vllm_offered(limits):
+        raise SpecvizError("This hosted demo does not run vLLM (its operator can enable it with "
+                           "SPECVIZ_HOSTED_VLLM=1).")
+    first = configs[0]
+    if any((c.target, c.temperature, c.chat) != (first.target, first.temperature, first.chat) for c in configs):
+        raise SpecvizError("On vLLM every configuration runs against one plain server: give every row the same "
+                           "target and temperature.")
+    engine_list = [EngineConfig(0, None)] + [EngineConfig(c.k, speculative_config(c.draft, c.k)) for c in configs]
+    engine = VllmEngine(model=model_location(first.target), dtype=first.dtype,
+                        engine_args=shlex.split(os.environ.get("SPECVIZ_VLLM_ARGS", DEFAULT_ARGS)),
+                        stopped=lambda: stop.requested)
+    state = (f"vLLM: {len(configs)} configuration{'s' if len(configs) > 1 else ''} over {len(prompts)} prompts, "
+             f"{repeats} round{'s' if repeats > 1 else ''}, each against the plain server at concurrency 1")
+    yield view(render.status_html(state, "Starting vLLM's servers\u2026"), None, None, None)
+    finished, out = 0, None
+    stream = engine_compare(first, prompts, engine, engine_list, repeats=repeats)
+    try:
+        for out in stream:
+            if stop.requested:
+                yield (full_view(out.comparison, state, view, headline="Stopped; the vLLM servers are stopped.")
+                       if out.comparison.results else view(render.status_html(state, "Stopped."), None, None, None))
+                return
+            if len(out.comparison.results) > finished:
+                finished = len(out.comparison.results)
+                yield full_view(out.comparison, state, view)
+    finally:
+        stream.close()
+    if out is not None:
+        yield full_view(out.comparison, state + "; " + engine_note(out), view)
+
+
+def engine_note(out) -> str:
+    """vLLM's acceptance per configuration and the outputs that differ from the plain server's."""
+    parts = [f"{label}: vLLM's mean acceptance length {f['mean_acceptance_length']:.2f}, "
+             f"{f['draft_acceptance_rate']:.0%} of drafts accepted" for label, f in out.acceptance.items() if f]
+    for m in out.mismatches:
+        d = m["first_difference"]
+        parts.append(f"{m['config']} on {m['prompt_id']} differs from plain at word {d['word']} "
+                     f"({d['text']!r} vs {d['plain_text']!r})")
+    return "; ".join(parts) or "vLLM reported no acceptance figures"
