@@ -61,7 +61,7 @@ def test_a_sweep_on_vllm_in_the_load_tab_and_stop_ends_its_servers(vllm_app_url,
     page.goto(vllm_app_url)
     page.get_by_role("tab", name="Load").click()
     page.locator("#load-settings").get_by_text("Settings").first.click()
-    page.locator("#load-engine").get_by_text("vLLM").click()
+    page.locator("#load-engine").get_by_text("vLLM (the serving engine)", exact=True).click()
     page.locator("#load-batches textarea, #load-batches input").first.fill("1,2,4")
     page.locator("#load-ks textarea, #load-ks input").first.fill("0,4")
     page.locator("#load-settings").get_by_text("Settings").first.click()     # close the panel

@@ -20,9 +20,9 @@ from ..runs.compare import compare, sweep
 from ..runs.run import load
 from ..settings import check_prompt
 from ..views import prose
-from .engine import add_engine_arguments, check_engine_flags, compare_main
 from .common import (add_decoding_arguments, add_model_arguments, check_output_file, check_output_folder, fail,
                      make_console, printable, progress_printer, rich_table, say, settings_from, write_output)
+from .engine import add_engine_arguments, check_engine_flags, compare_main
 
 # What --export writes into its folder (`views.export`, `views.prompt_sets.write_files`), so that no
 # other output or input of the command is one of them.

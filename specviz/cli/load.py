@@ -15,9 +15,9 @@ from ..files import check_paths, write_atomic
 from ..runs.bench import TINY_TARGET, load_bench_pair
 from ..runs.load import DEFAULT_BATCHES, DEFAULT_KS, LoadResult, check_draft_spec, check_drafter, sweep
 from ..settings import whole_numbers
-from .engine import add_engine_arguments, check_engine_flags, load_main
 from .common import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, progress_printer, rich_table,
                      settings_from)
+from .engine import add_engine_arguments, check_engine_flags, load_main
 
 MAX_BATCH = 64
 
@@ -102,7 +102,8 @@ def print_result(result: LoadResult) -> None:
              f"{p.spec_latency * 1000:.0f}", f"{p.plain_latency * 1000:.0f}",
              "-" if p.identical is None else "yes" if p.identical else "NO"] for p in result.points]
     Console(width=140).print(rich_table(
-        "speculation under load (decode only)",
+        "speculation under load on vLLM (throughput with prefill)" if settings.get("engine") == "vllm"
+        else "speculation under load (decode only)",
         ["batch", "k", "speedup", "95% range", "theory", "tokens/pass", "spec tok/s", "plain tok/s",
          "spec ms/token", "plain ms/token", "identical"], rows))
     if result.cost_curve:
