@@ -53,8 +53,10 @@ def _batch_axis(result: LoadResult) -> dict:
 
 def speedup_figure(result: LoadResult | None) -> go.Figure:
     """Measured speedup (with its 95% range) and the theory, per k, against batch size."""
-    figure = go.Figure(layout=layout("Speedup against batch size (decode only)", "batch size", "speedup \u00d7",
-                                     hovermode="closest"))
+    on_engine = result is not None and any(p.theory is None for p in result.points)   # vLLM: a server's throughput
+    figure = go.Figure(layout=layout("Speedup against batch size (" + ("throughput, prefill included" if on_engine
+                                                                       else "decode only") + ")",
+                                     "batch size", "speedup \u00d7", hovermode="closest"))
     if result is None or not _by_k(result):
         return waiting(figure, f"Run to see {EMPTY_TEXT[0]}" if result is None or not result.points
                        else "Only k = 0 measured: add a draft length above 0 to see a speedup")
