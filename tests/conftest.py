@@ -142,6 +142,24 @@ def tiny():
 CHROMIUM = "/usr/bin/chromium"       # Debian's package (playwright cannot download its own browser here)
 
 
+def wait_for_app(process, url: str, seconds: float) -> None:
+    """Until the app started as `process` (stderr piped) answers at `url`; fails if it exits or times out."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + seconds
+    while True:
+        if process.poll() is not None:
+            pytest.fail(f"the server exited: {process.stderr.read().decode()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                pytest.fail(f"the server did not answer within {seconds:.0f} s")
+            time.sleep(0.5)
+
+
 @pytest.fixture(scope="module")
 def browser():
     """Headless Chromium, one per test module, driven by playwright."""

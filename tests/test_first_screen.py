@@ -7,13 +7,11 @@ import os
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from conftest import CHROMIUM
+from conftest import CHROMIUM, wait_for_app
 HERE = Path(__file__).resolve().parent
 STREAMING_SECONDS = 5       # a verdict and the live speedup are on screen this soon after Run
 
@@ -42,18 +40,8 @@ def app_url():
     process = subprocess.Popen([sys.executable, str(HERE / "serve_tiny.py"), str(port), "slow"], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 120
     try:
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"the server exited: {process.stderr.read().decode()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url, timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("the server did not answer within 120 s")
-                time.sleep(0.5)
+        wait_for_app(process, url, 120)
         yield url
     finally:
         process.terminate()

@@ -134,7 +134,7 @@ def test_the_sweep_streams_rows_then_grows_charts_and_decides(tiny):
 
 def test_stop_ends_the_sweep_within_one_forward_and_keeps_the_points(tiny):
     stop = StopSignal()
-    work = load_tab.load_work_fn(LOCAL, tiny.loader)(PROMPT_LOOKUP, "", 8, "1,2,4", "2", "repeated", 16, stop)
+    work = load_tab.load_work_fn(LOCAL, tiny.loader)(PROMPT_LOOKUP, "", 8, "1,2,4", "2", "repeated", 16, stop=stop)
     with counting_forwards(tiny.target) as forwards:
         for view in work:
             if view is not TICK and isinstance(view.speedup, go.Figure):   # the first point is measured

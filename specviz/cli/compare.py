@@ -22,6 +22,7 @@ from ..settings import check_prompt
 from ..views import prose
 from .common import (add_decoding_arguments, add_model_arguments, check_output_file, check_output_folder, fail,
                      make_console, printable, progress_printer, rich_table, say, settings_from, write_output)
+from .engine import add_engine_arguments, check_engine_flags, compare_main
 
 # What --export writes into its folder (`views.export`, `views.prompt_sets.write_files`), so that no
 # other output or input of the command is one of them.
@@ -49,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "FILE`, `python -m specviz report FILE -o report.html` (one prompt only)")
     parser.add_argument("--no-color", action="store_true", help="plain text output")
     parser.add_argument("prompt", nargs="?", default=None, help="the prompt (not with --prompts)")
+    add_engine_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -56,6 +58,13 @@ def main(args: argparse.Namespace) -> int:
     drafts = args.draft or ["ngram"]
     if args.sweep and len(drafts) > 1:
         raise SpecvizError("--sweep runs one configuration over k = 1..8: give one --draft.")
+    check_engine_flags(args)
+    if args.engine == "vllm":
+        if args.prompts is None or args.sweep or args.export or args.record:
+            raise SpecvizError("compare --engine vllm runs over a prompt set: give --prompts (and --json); --sweep, "
+                               "--export and --record are the own loop's.")
+        check_output_file(args.json, "--json")
+        return compare_main(args, drafts, settings_from(args, draft=drafts[0]), prompt_set_from(args.prompts))
     configs = [settings_from(args, draft=draft) for draft in drafts]
     exported = PROMPT_SET_EXPORT_FILES if args.prompts is not None else EXPORT_FILES
     check_paths([prompt_file(args.prompts)],

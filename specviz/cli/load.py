@@ -19,6 +19,7 @@ from ..settings import whole_numbers
 from ..views.load_view import outputs_note
 from .common import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, progress_printer, rich_table,
                      settings_from)
+from .engine import add_engine_arguments, check_engine_flags, load_main
 
 MAX_BATCH = 64
 
@@ -43,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="row r of a batch draws from its own generator, seeded from (seed, r)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the sweep as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_engine_arguments(parser)
 
 
 def read_prompts(value: str):
@@ -61,10 +63,14 @@ def main(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise SpecvizError(f"--repeats must be at least 1, got {args.repeats}.")
     settings = settings_from(args, k=max(max(ks), 1))
-    check_draft_spec(settings)
+    check_engine_flags(args)
+    if args.engine != "vllm":
+        check_draft_spec(settings)
     prompts = read_prompts(args.prompts)
     check_output_file(args.json, "--json")
     check_paths([args.prompts] if Path(args.prompts).is_file() else [], [("--json", args.json)])
+    if args.engine == "vllm":
+        return load_main(args, settings, prompts, batches, ks, print_result)
 
     pair = load(settings, None if args.quiet else progress_printer())
     check_drafter(pair)
@@ -93,20 +99,22 @@ def print_result(result: LoadResult) -> None:
     print(f"{settings['target']} + {settings['draft']}; {env['device_name']}, {settings['dtype']}; "
           f"{settings['max_new_tokens']} new tokens; clock: {settings['clock']}")
     rows = [[str(p.batch), str(p.k), f"{p.speedup:.2f}x", f"{p.speedup_low:.2f}-{p.speedup_high:.2f}",
-             f"{p.theory:.2f}x", f"{p.tokens_per_pass:.2f}", f"{p.spec_tokens_per_s:.1f}",
+             "-" if p.theory is None else f"{p.theory:.2f}x", f"{p.tokens_per_pass:.2f}", f"{p.spec_tokens_per_s:.1f}",
              f"{p.plain_tokens_per_s:.1f}",
              f"{p.spec_latency * 1000:.0f}", f"{p.plain_latency * 1000:.0f}",
              # k = 0 is plain decoding itself: nothing to compare
              "-" if p.identical is None or not p.k else "yes" if p.identical else "NO"] for p in result.points]
     Console(width=140).print(rich_table(
-        "speculation under load (decode only)",
+        "speculation under load on vLLM (throughput with prefill)" if settings.get("engine") == "vllm"
+        else "speculation under load (decode only)",
         ["batch", "k", "speedup", "95% range", "theory", "tokens/pass", "spec tok/s", "plain tok/s",
          "spec ms/token", "plain ms/token", "identical"], rows))
     if outputs_note(result):
         print(outputs_note(result))              # what the identical column compared
-    curve = ", ".join(f"{c['batch']}x{c['tokens_per_row']}: {c['cost']:.2f}" for c in result.cost_curve)
-    print(f"theory's forward costs, timed before the runs (batch x new tokens per row; 1 = one single-row step): "
-          f"{curve}")
+    if result.cost_curve:                        # (a sweep on vLLM times no forwards of its own)
+        curve = ", ".join(f"{c['batch']}x{c['tokens_per_row']}: {c['cost']:.2f}" for c in result.cost_curve)
+        print(f"theory's forward costs, timed before the runs (batch x new tokens per row; 1 = one single-row "
+              f"step): {curve}")
     low, high = result.crossover_range
     crossover = result.crossover_batch
     if not any(p.k for p in result.points):

@@ -13,7 +13,7 @@ import gradio as gr
 
 from ..errors import SpecvizError
 from ..runs import (Comparison, Loader, PromptSetComparison, Sweep, config_label, iter_comparison, iter_sweep, load)
-from ..settings import Limits, RunSettings, check_prompt, flag, validate
+from ..settings import Limits, RunSettings, check_prompt, flag, validate, whole_number
 from ..views import explain, render
 from ..views.export import export_comparison
 from ..views.figures import comparison_figures, sweep_figure
@@ -23,7 +23,8 @@ from ..views.prose import (SWEEP_HEADERS, sweep_line, sweep_rows, table_headers,
 from .budget import check_comparison_prompt, load_tokenizers
 from .common import (CHAT, CONCURRENCY_ID, RAW, TICK, StopSignal, Throttle, click_with_stop, error_html, export_folder,
                      failure, gpu_task, slider_max_new_tokens, streaming)
-from .compare_sets import (FROM_FILE, MAX_REPEATS, ONE_PROMPT, prompts_for, set_stream, sources)
+from .compare_sets import (FROM_FILE, MAX_REPEATS, ONE_PROMPT, full_view, prompts_for, set_stream, sources)
+from .load_engine import OWN, VLLM, engine_set_stream, vllm_offered
 from .fields import NumberBox, NumberSlider
 
 MAX_CONFIGS = 4
@@ -168,13 +169,17 @@ def compare_work(limits: Limits, loader: Loader | None = None, *, sweep: bool = 
     configuration, a progress line in between, TICKs after every other event."""
 
     def work(prompt, rows, max_new_tokens, seed, prompt_format, source=ONE_PROMPT, upload=None,
-             repeats=1, stop: StopSignal | None = None) -> Iterator[CompareView | object]:
+             repeats=1, engine=OWN, stop: StopSignal | None = None) -> Iterator[CompareView | object]:
         stop = stop or StopSignal()
         try:
             configs = parse_configs(rows, max_new_tokens=max_new_tokens, seed=seed, chat=prompt_format != RAW,
                                     limits=limits)
             if source != ONE_PROMPT and not sweep:
                 prompts = prompts_for(source, upload, limits)
+                if engine == VLLM:
+                    yield from engine_set_stream(configs, prompts, whole_number("rounds", repeats, 1, MAX_REPEATS),
+                                                 limits, _set_view, full_view, stop)
+                    return
                 yield from set_stream(configs, prompts, repeats, limits, loader, _set_view, stop)
                 return
             prompt = check_prompt(prompt, limits)
@@ -288,6 +293,9 @@ def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run:
                                  file_types=[".txt", ".jsonl"], visible=False, elem_id="cmp-upload")
                 repeats = NumberSlider(1, MAX_REPEATS, value=1, step=1, label="Rounds over the set",
                                        elem_id="cmp-repeats")
+                engine = gr.Radio([OWN, VLLM], value=OWN, label="Engine over a prompt set (vLLM: one server per "
+                                  "configuration against its plain server, concurrency 1)",
+                                  visible=vllm_offered(limits), elem_id="cmp-engine")
     with gr.Row(equal_height=False, elem_classes=["sv-actions"]):
         run = gr.Button("Compare", variant="primary", size="md", scale=2, elem_id="cmp-run")
         run_sweep = gr.Button("Sweep k = 1..8", size="md", scale=1, min_width=140, elem_id="cmp-sweep")
@@ -314,7 +322,7 @@ def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run:
     result = gr.State(None)
     numbers = last_run if last_run is not None else gr.State(None)
 
-    inputs = [prompt, configs, max_new_tokens, seed, prompt_format, source, upload, repeats]
+    inputs = [prompt, configs, max_new_tokens, seed, prompt_format, source, upload, repeats, engine]
     outputs = [status, table, *columns, per_pass, positions, race, sweep_plot, result, numbers, set_plot]
 
     def flat(work):

@@ -24,12 +24,14 @@ from ..runs.load import LoadProgress, batch_prompts, check_draft_spec, check_dra
 from ..runs.run import cycle_text, encode
 from ..settings import Limits, RunSettings, validate, whole_numbers
 from ..views import render
+from ..views.engine_view import acceptance_figure
 from ..views.load_view import decision, load_figures, outputs_note, rows_html
 from ..views.render import cycle_html
 from .budget import check_load_caps, check_load_work, check_prompt_tokens, load_work, prompt_tokens
 from .common import (CONCURRENCY_ID, DRAFT_MODEL, EARLY_EXIT, PROMPT_LOOKUP, TICK, StopSignal, Throttle,
                      click_with_stop, draft_spec, error_html, failure, gpu_task, slider_max_new_tokens, streaming)
 from .fields import NumberSlider
+from .load_engine import OWN, VLLM, engine_work, vllm_offered
 
 DRAFTERS = [PROMPT_LOOKUP, DRAFT_MODEL, EARLY_EXIT]     # the drafters batched decoding drafts with
 DEFAULT_BATCHES, DEFAULT_KS = "1,2,4", "0,2,4"         # small enough for a CPU
@@ -48,11 +50,13 @@ class LoadView(NamedTuple):
     throughput: object
     latency: object
     decision: object
+    acceptance: object = None     # vLLM's acceptance by draft position (the own loop leaves it as it is)
 
 
 def _only_status(status: str) -> LoadView:
     skip = gr.skip()
-    return LoadView(status=status, rows=skip, speedup=skip, throughput=skip, latency=skip, decision=skip)
+    return LoadView(status=status, rows=skip, speedup=skip, throughput=skip, latency=skip, decision=skip,
+                    acceptance=skip)
 
 
 def result_view(progress: LoadProgress, state: str, headline: str, rows: object) -> LoadView:
@@ -61,7 +65,8 @@ def result_view(progress: LoadProgress, state: str, headline: str, rows: object)
     return LoadView(status=render.status_html(state, headline), rows=rows, speedup=speedup, throughput=throughput,
                     latency=latency,
                     decision="\n\n".join(filter(None, [decision(progress.result) or NO_DECISION,
-                                                         outputs_note(progress.result)])))
+                                                         outputs_note(progress.result)])),
+                    acceptance=gr.skip())
 
 
 def _points(progress: LoadProgress) -> str:
@@ -110,9 +115,13 @@ def load_work_fn(limits: Limits, loader: Loader | None = None):
     """The Run button's work (see `common.streaming`): a view after each finished point, the batch's
     rows at most every UPDATE_SECONDS in between, TICKs after every other forward."""
 
-    def work(drafter, draft_model, exit_layer, batches_text, ks_text, set_name, max_new_tokens,
+    def work(drafter, draft_model, exit_layer, batches_text, ks_text, set_name, max_new_tokens, engine=OWN,
              stop: StopSignal | None = None) -> Iterator[LoadView | object]:
         stop = stop or StopSignal()
+        if engine == VLLM:
+            yield from engine_work(LoadView, limits, drafter, draft_model, batches_text, ks_text, set_name,
+                                   max_new_tokens, stop)
+            return
         stream = None
         try:
             batches = whole_numbers("Batch sizes", batches_text, 1, MAX_BATCH)
@@ -207,6 +216,9 @@ def build_load_tab(*, limits: Limits, loader: Loader | None = None) -> LoadTab:
                 top = min(slider_max_new_tokens(limits), 64 if limits.hosted else 256)
                 max_new_tokens = NumberSlider(8, top, value=DEFAULT_NEW_TOKENS, step=8, label="Max new tokens",
                                               elem_id="load-max-new-tokens")
+                engine = gr.Radio([OWN, VLLM], value=OWN, label="Engine (vLLM: one server per configuration, "
+                                  "SPECVIZ_VLLM_PYTHON names its environment)", visible=vllm_offered(limits),
+                                  elem_id="load-engine")
             with gr.Row():
                 run = gr.Button("Run", variant="primary", elem_id="load-run")
                 stop = gr.Button("Stop", variant="stop", elem_id="load-stop")
@@ -218,11 +230,14 @@ def build_load_tab(*, limits: Limits, loader: Loader | None = None) -> LoadTab:
     with gr.Row():
         throughput = gr.Plot(throughput_figure, show_label=False, elem_id="load-chart-throughput")
         latency = gr.Plot(latency_figure, show_label=False, elem_id="load-chart-latency")
+    acceptance = gr.Plot(acceptance_figure(None), show_label=False, visible=False, elem_id="load-chart-acceptance")
 
     drafter.change(lambda d: (gr.update(visible=d == DRAFT_MODEL), gr.update(visible=d == EARLY_EXIT)), drafter,
                    [draft_model, exit_layer], queue=False, api_visibility="private")
-    inputs = [drafter, draft_model, exit_layer, batches, ks, prompt_set, max_new_tokens]
-    outputs = [status, rows, speedup, throughput, latency, verdict]
+    # vLLM drafts with prompt lookup or a draft model; its acceptance chart replaces nothing, it is added.
+    engine.change(lambda e: gr.update(visible=e == VLLM), engine, acceptance, queue=False, api_visibility="private")
+    inputs = [drafter, draft_model, exit_layer, batches, ks, prompt_set, max_new_tokens, engine]
+    outputs = [status, rows, speedup, throughput, latency, verdict, acceptance]
 
     def flat_work(*args):
         views = load_work_fn(limits, loader)(*args)
@@ -235,4 +250,4 @@ def build_load_tab(*, limits: Limits, loader: Loader | None = None) -> LoadTab:
     handler = streaming(gpu_task(flat_work, duration=LOAD_GPU_SECONDS))
     event = click_with_stop(run, stop, handler, inputs, outputs, concurrency_limit=1, concurrency_id=CONCURRENCY_ID,
                             show_progress="minimal", api_name="load")
-    return LoadTab(run, stop, status, rows, [speedup, throughput, latency], verdict, event)
+    return LoadTab(run, stop, status, rows, [speedup, throughput, latency, acceptance], verdict, event)

@@ -55,8 +55,10 @@ def _batch_axis(result: LoadResult) -> dict:
 
 def speedup_figure(result: LoadResult | None) -> go.Figure:
     """Measured speedup (with its 95% range) and the theory, per k, against batch size."""
-    figure = go.Figure(layout=layout("Speedup against batch size (decode only)", "batch size", "speedup \u00d7",
-                                     hovermode="closest"))
+    on_engine = result is not None and any(p.theory is None for p in result.points)   # vLLM: a server's throughput
+    figure = go.Figure(layout=layout("Speedup against batch size (" + ("throughput, prefill included" if on_engine
+                                                                       else "decode only") + ")",
+                                     "batch size", "speedup \u00d7", hovermode="closest"))
     if result is None or not _by_k(result):
         return waiting(figure, f"Run to see {EMPTY_TEXT[0]}" if result is None or not result.points
                        else "Only k = 0 measured: add a draft length above 0 to see a speedup")
@@ -71,6 +73,8 @@ def speedup_figure(result: LoadResult | None) -> go.Figure:
             customdata=[[p.speedup_low, p.speedup_high, p.tokens_per_pass] for p in points],
             hovertemplate=(f"k = {k}, batch %{{x}}: %{{y:.2f}}\u00d7 (95% range %{{customdata[0]:.2f}}-"
                            "%{customdata[1]:.2f}), %{customdata[2]:.2f} tokens per pass<extra></extra>")))
+        if any(p.theory is None for p in points):   # an engine's sweep (vLLM) has no cost curve to price
+            continue
         figure.add_trace(go.Scatter(
             x=x, y=[p.theory for p in points], name=f"theory, k = {k}", mode="lines",
             line=dict(color=colour, width=2, dash="dash"),
@@ -84,7 +88,8 @@ def speedup_figure(result: LoadResult | None) -> go.Figure:
         figure.add_annotation(x=math.log10(crossover), y=1, yref="paper", text=f"crossover: batch {crossover}",
                               showarrow=False, xanchor="left", yanchor="top", xshift=4,
                               font=dict(color=THEORY_COLOUR))
-    top = max([p.speedup_high for p in result.points] + [p.theory for p in result.points] + [1.0]) * 1.15
+    top = max([p.speedup_high for p in result.points] + [p.theory for p in result.points if p.theory is not None]
+              + [1.0]) * 1.15
     figure.update_layout(xaxis=_batch_axis(result), yaxis_range=[0, top])
     return figure
 

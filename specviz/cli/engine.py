@@ -1,0 +1,189 @@
+"""`--engine vllm` for `load` and `compare`: the flags that say where vLLM lives and what it runs, and
+the load sweep on it (`runs.engine_load.engine_sweep`), printed with the own sweep's table and
+written as the own sweep's JSON plus vLLM's figures."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..engines import VllmEngine, engine_configs, model_location, parse_speculative_config
+from ..engines.vllm_server import START_TIMEOUT, VLLM_ENV
+from ..errors import SpecvizError
+from ..files import write_atomic
+from ..settings import RunSettings, parse_draft
+
+ENGINES = ("specviz", "vllm")
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("engine (--engine vllm)")
+    group.add_argument("--engine", choices=ENGINES, default="specviz",
+                       help="specviz: specviz's own loop (every token's verdict); vllm: vLLM's OpenAI server, one "
+                            "per configuration")
+    group.add_argument("--vllm-python", default=None, metavar="PATH",
+                       help=f"the interpreter of vLLM's own environment (default: ${VLLM_ENV})")
+    group.add_argument("--speculative-config", default=None, metavar="JSON",
+                       help="vLLM's speculative config for any method (suffix, eagle3, mtp, ...); its "
+                            "num_speculative_tokens is set to each k measured")
+    group.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
+                       help="passed to every vLLM server started, e.g. --engine-arg=--tensor-parallel-size=2 "
+                            "(repeat; write it with '=')")
+    group.add_argument("--engine-url", action="append", default=[], metavar="K=URL",
+                       help="an already-running server for draft length K (0 = the plain one), running the config "
+                            "--draft/--speculative-config describe at K; nothing is started for that K")
+    group.add_argument("--engine-log-dir", type=Path, default=None, metavar="DIR",
+                       help="where the servers' logs go (default: a new temporary folder)")
+    group.add_argument("--start-timeout", type=float, default=START_TIMEOUT, metavar="S",
+                       help="seconds a server may take to start (default %(default)s)")
+
+
+def engine_urls(values: list[str]) -> dict[int, str]:
+    urls = {}
+    for value in values:
+        k, sep, url = value.partition("=")
+        if not sep or not k.strip().isdigit() or not url.startswith(("http://", "https://")):
+            raise SpecvizError(f"--engine-url {value!r}: write K=URL, e.g. 0=http://127.0.0.1:8000 for the plain "
+                               "server and 4=http://127.0.0.1:8001 for the speculative one at k = 4.")
+        urls[int(k)] = url
+    return urls
+
+
+def check_engine_flags(args: argparse.Namespace) -> None:
+    """The engine flags make sense only with --engine vllm."""
+    if args.engine != "vllm":
+        given = [flag for flag, value in (("--speculative-config", args.speculative_config),
+                                          ("--engine-arg", args.engine_arg), ("--engine-url", args.engine_url),
+                                          ("--vllm-python", args.vllm_python)) if value]
+        if given:
+            raise SpecvizError(f"{', '.join(given)} go with --engine vllm.")
+
+
+def make_engine(args: argparse.Namespace, settings: RunSettings, say) -> VllmEngine:
+    if args.start_timeout <= 0:
+        raise SpecvizError(f"--start-timeout must be above 0, got {args.start_timeout}.")
+    if getattr(args, "threads", None) is not None:
+        say("note: --threads sets specviz's torch threads; vLLM's CPU build picks its own (VLLM_CPU_OMP_THREADS_BIND)")
+    return VllmEngine(model=model_location(settings.target), vllm_python=args.vllm_python, dtype=settings.dtype,
+                      engine_args=list(args.engine_arg), urls=engine_urls(args.engine_url),
+                      log_dir=args.engine_log_dir, start_timeout=args.start_timeout, say=say)
+
+
+def engine_draft_configs(args: argparse.Namespace, draft: str | None, ks):
+    given = parse_speculative_config(args.speculative_config)
+    if given is None and parse_draft(draft).kind in ("self", "ngram-tree"):
+        raise SpecvizError(f"vLLM has no drafter like {draft!r} (early exit and trees are specviz's own): use "
+                           "ngram, suffix, a draft model, or --speculative-config.")
+    return engine_configs(draft, ks, given)
+
+
+def load_main(args: argparse.Namespace, settings: RunSettings, prompts, batches, ks, print_result) -> int:
+    """`load --engine vllm`: the sweep on vLLM. Ctrl-C or a failure keeps the finished points: they are
+    printed and written to --json with the error."""
+    from ..runs.engine_load import engine_sweep
+
+    say = (lambda message: None) if args.quiet else (lambda message: print(message, file=sys.stderr, flush=True))
+    configs = engine_draft_configs(args, settings.draft, ks)
+    engine = make_engine(args, settings, say)
+    engine.check(configs)
+    say(f"vLLM {engine.install.version if engine.install else '(given servers)'}: {engine.model}, "
+        f"{len(configs)} configurations ({', '.join(c.label for c in configs)}); batch sizes {batches}, "
+        f"{len(prompts)} prompts, {settings.max_new_tokens} new tokens")
+    result, failure = None, None
+    try:
+        for progress in engine_sweep(settings, prompts, engine, configs, batches=batches, ks=ks,
+                                     repeats=args.repeats):
+            result = progress.result
+            if progress.point is not None:
+                p = progress.point
+                figures = p.acceptance or {}
+                say(f"batch {p.batch:>3} k {p.k}: {p.speedup:.2f}x [{p.speedup_low:.2f}-{p.speedup_high:.2f}], "
+                    f"{p.spec_tokens_per_s:.1f} vs {p.plain_tokens_per_s:.1f} tokens/s"
+                    + (f", mean acceptance length {figures['mean_acceptance_length']:.2f}" if figures else ""))
+            elif progress.response is None and progress.message:
+                say(progress.message)
+    except (SpecvizError, KeyboardInterrupt) as error:
+        failure = error
+        if result is None:
+            raise
+        result.error = "cancelled (Ctrl-C)" if isinstance(error, KeyboardInterrupt) else str(error)
+    if args.json:
+        write_atomic(args.json, json.dumps(result.to_dict(), indent=2))
+    if result.points:
+        print_result(result)
+        print("vLLM's speculative config for this traffic: "
+              + json.dumps(result.recommended_speculative_config))
+    if args.json:
+        print(f"\nwrote {args.json}" + (" (the points that finished)" if failure else ""))
+    if failure is not None:
+        if isinstance(failure, KeyboardInterrupt):
+            raise failure
+        raise SpecvizError(f"{failure} The {len(result.points)} points that finished are kept above"
+                           + (f" and in {args.json}." if args.json else "."))
+    return 0
+
+
+def compare_main(args: argparse.Namespace, drafts: list[str], settings: RunSettings, prompts) -> int:
+    """`compare --engine vllm --prompts SET`: each --draft (or --speculative-config) at --k on vLLM
+    against the plain server, concurrency 1, with the own comparison's tables and JSON plus vLLM's
+    figures and every output that differs from the plain server's (with its first differing word)."""
+    from ..engines import EngineConfig
+    from ..runs.engine_compare import engine_compare
+    from ..views import prompt_sets as views
+    from .common import make_console, printable, rich_table
+    from .common import say as say_line
+
+    def say(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    given = parse_speculative_config(args.speculative_config)
+    spec_configs = []
+    for draft in ([] if given is not None else drafts):
+        spec_configs += engine_draft_configs(args, draft, [settings.k])[1:]
+    if given is not None:
+        spec_configs = engine_configs(None, [settings.k], given)[1:]
+    configs = [EngineConfig(0, None)] + spec_configs
+    engine = make_engine(args, settings, say)
+    if set(engine.urls) - {0}:
+        raise SpecvizError("compare --engine vllm takes --engine-url 0=URL (a running plain server) only: each "
+                           "speculative configuration gets a server of its own.")
+    engine.check(configs)
+    out, shown = None, 0
+    try:
+        for out in engine_compare(settings, prompts, engine, configs, repeats=args.repeats):
+            if len(out.comparison.results) > shown:
+                shown = len(out.comparison.results)
+                last = out.comparison.results[-1]
+                say(printable(f"[{len(out.comparison.results)} of {out.comparison.total}] "
+                              f"{out.comparison.labels[last.config]} on {prompts[last.prompt].id}: "
+                              f"{last.speedup or 0:.2f}x" + ("" if last.identical in (True, None) else ", DIFFERS")))
+    except KeyboardInterrupt:
+        if out is None or not out.comparison.results:
+            raise
+        say(f"cancelled after {len(out.comparison.results)} of {out.comparison.total} runs; the finished runs follow")
+    comparison = out.comparison
+    if args.json:
+        write_atomic(args.json, json.dumps(dict(views.summary(comparison), rows=views.rows(comparison),
+                                                **out.engine_fields()), indent=2, ensure_ascii=False))
+    console = make_console(args.no_color)
+    console.print(rich_table("On vLLM, over the prompts (concurrency 1)", views.table_headers(comparison),
+                             views.table_rows(comparison)))
+    say_line(console, views.winner_line(comparison))
+    say_line(console, views.timing_line(comparison))
+    for label, figures in out.acceptance.items():
+        if figures:
+            say_line(console, f"vLLM reported for {label}: mean acceptance length "
+                              f"{figures['mean_acceptance_length']:.2f}, draft acceptance rate "
+                              f"{figures['draft_acceptance_rate']:.1%}, histogram {figures['acceptance_histogram']}")
+    if out.mismatches:
+        for m in out.mismatches:
+            d = m["first_difference"]
+            say_line(console, printable(f"{m['config']} on {m['prompt_id']}: the output differs from the plain "
+                                        f"server's at word {d['word']} ({d['text']!r} vs {d['plain_text']!r})"))
+    elif settings.temperature == 0.0:
+        say_line(console, "Every greedy output is identical to the plain server's.")
+    if args.json:
+        say_line(console, f"wrote {args.json}")
+    return 0

@@ -1,0 +1,119 @@
+"""What vLLM is asked to run: specviz's model strings as something vLLM loads, and specviz's drafters
+as vLLM's `--speculative-config`.
+
+- The built-in model is the folder specviz converts it into once (its cache); a folder, a .gguf file or
+  a hub id passes through as given (vLLM downloads a hub id itself, unless HF_HUB_OFFLINE is set).
+- `ngram` (prompt lookup) maps to vLLM's ngram proposer with specviz's match lengths (1 to 3 tokens),
+  a draft model to `draft_model`; `suffix` to vLLM's suffix decoding (which needs `arctic-inference` in
+  vLLM's environment: vLLM says so if it is missing). Early exit and trees have no vLLM counterpart
+  and are refused. Any other method (eagle, eagle3, mtp, ...) passes through as JSON
+  (`--speculative-config`), its draft length set per k measured.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ..errors import SpecvizError
+from ..models.sources import BUILTINS, DEFAULT_TARGET, Progress, builtin_source, resolve_source
+from ..settings import parse_draft
+
+NGRAM_MIN, NGRAM_MAX = 1, 3      # specviz's PromptLookupDrafter matches the last 3..1 tokens
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One server's configuration: k = 0 is the plain server."""
+
+    k: int
+    speculative_config: dict | None
+
+    @property
+    def label(self) -> str:
+        if self.speculative_config is None:
+            return "plain"
+        method = self.speculative_config.get("method", "speculative")
+        model = self.speculative_config.get("model")
+        return f"{method} {str(model).rstrip('/').rsplit('/', 1)[-1]} k={self.k}" if model else f"{method} k={self.k}"
+
+    def to_dict(self) -> dict:
+        return {"k": self.k, "label": self.label, "speculative_config": self.speculative_config}
+
+
+def model_location(spec: str | None, progress: Progress | None = None) -> str:
+    """What vLLM's --model gets for a specviz model string."""
+    source = resolve_source(spec or DEFAULT_TARGET)
+    if source.kind == "builtin":
+        return builtin_source(BUILTINS[source.location], progress).location
+    if source.kind == "gguf":
+        return f"{source.location}/{source.gguf_file}"
+    return source.location
+
+
+def parse_speculative_config(text: str | None) -> dict | None:
+    """--speculative-config's JSON object (None when not given)."""
+    if text is None or not text.strip():
+        return None
+    try:
+        config = json.loads(text)
+    except ValueError as error:
+        raise SpecvizError(f"--speculative-config is not JSON ({error}): give an object such as "
+                           '\'{"method": "eagle3", "model": "ORG/NAME", "num_speculative_tokens": 4}\'.') from None
+    if not isinstance(config, dict) or not config.get("method") and not config.get("model"):
+        raise SpecvizError("--speculative-config must be a JSON object with a \"method\" (ngram, suffix, draft_model, "
+                           "eagle, eagle3, mtp, ...).")
+    return config
+
+
+def speculative_config(draft: str | None, k: int, given: dict | None = None,
+                       progress: Progress | None = None) -> dict | None:
+    """vLLM's speculative config for a specviz drafter (or the given JSON) at draft length k; None for k = 0."""
+    if k <= 0:
+        return None
+    if given is not None:
+        return dict(given, num_speculative_tokens=k)
+    spec = parse_draft(draft)
+    if spec.kind == "ngram":
+        return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": NGRAM_MIN,
+                "prompt_lookup_max": NGRAM_MAX}
+    if spec.kind == "suffix":
+        return {"method": "suffix", "num_speculative_tokens": k}
+    if spec.kind == "model":
+        return {"method": "draft_model", "model": model_location(spec.text, progress), "num_speculative_tokens": k}
+    raise SpecvizError(f"vLLM has no drafter like {spec.name!r} (early exit and trees are specviz's own): use "
+                       "ngram, suffix, a draft model, or --speculative-config JSON for eagle3, mtp and the others.")
+
+
+def engine_configs(draft: str | None, ks, given: dict | None = None,
+                   progress: Progress | None = None) -> list[EngineConfig]:
+    """The plain server first, then one speculative server per k > 0."""
+    return [EngineConfig(0, None)] + [EngineConfig(k, speculative_config(draft, k, given, progress))
+                                      for k in ks if k > 0]
+
+
+def per_batch_schedule(recommended_k: dict[int, int]) -> list[list[int]]:
+    """vLLM's `num_speculative_tokens_per_batch_size` for a {batch size: best k} map: inclusive ranges
+    [start, end, k], the first from 1, each measured size's k up to the next size measured (vLLM
+    carries the last range's k on to larger batches)."""
+    batches = sorted(recommended_k)
+    schedule = []
+    for i, batch in enumerate(batches):
+        start = 1 if i == 0 else batch
+        end = batches[i + 1] - 1 if i + 1 < len(batches) else batch
+        schedule.append([start, end, recommended_k[batch]])
+    return schedule
+
+
+def recommended_config(configs: list[EngineConfig], recommended_k: dict[int, int]) -> dict | None:
+    """The object to pass to vLLM's --speculative-config for this traffic: the measured config at the
+    largest k that paid, with a per-batch-size draft length when the best k differs between sizes
+    (0 = off at that size); None when speculation paid at no batch size."""
+    paying = {k for k in recommended_k.values() if k > 0}
+    if not paying:
+        return None
+    by_k = {c.k: c.speculative_config for c in configs if c.speculative_config is not None}
+    config = dict(by_k[max(paying)])
+    if len(set(recommended_k.values())) > 1:
+        config["num_speculative_tokens_per_batch_size"] = per_batch_schedule(recommended_k)
+    return config

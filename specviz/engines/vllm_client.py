@@ -1,0 +1,222 @@
+"""A closed-loop client for an OpenAI-compatible server (vLLM's), standard library only.
+
+`closed_loop` keeps `concurrency` streams busy: each stream sends its next request as soon as its
+last one ends (vLLM's own `vllm bench serve --max-concurrency B` does the same), so the server
+always has B requests in flight until the list runs out. Each request is streamed, to time its
+first token; the final chunk carries the usage and, when the server was started with
+`--per-request-spec-decode-metrics`, vLLM's acceptance figures for that request.
+
+The client's own cost per chunk is one JSON parse; on this CPU it stays within a few percent of
+`vllm.benchmarks.serve` at the same concurrency (scripts/vllm_client_bench.py measures it).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import queue
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import SpecvizError
+
+READ_TIMEOUT = 300.0    # seconds without a byte from the server before a request fails
+
+
+@dataclass(frozen=True)
+class Request:
+    index: int           # its place in the list (a row of the sweep)
+    prompt: str
+    chat: bool           # through the model's chat template (/v1/chat/completions) or raw (/v1/completions)
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0       # 0: off
+    seed: int | None = None
+    ignore_eos: bool = False     # vLLM's extension: always write max_tokens (benchmarks: equal work)
+
+    def body(self, model: str) -> dict:
+        body = {"model": model, "max_tokens": self.max_tokens, "temperature": self.temperature,
+                "top_p": self.top_p, "top_k": self.top_k if self.top_k > 0 else -1, "repetition_penalty": 1.0,
+                "stream": True, "stream_options": {"include_usage": True}}
+        if self.seed is not None:
+            body["seed"] = self.seed
+        if self.ignore_eos:
+            body["ignore_eos"] = True
+        if self.chat:
+            body["messages"] = [{"role": "user", "content": self.prompt}]
+        else:
+            body["prompt"] = self.prompt
+        return body
+
+
+@dataclass
+class Response:
+    index: int
+    text: str = ""
+    tokens: int = 0                  # completion tokens, as the server counted them
+    sent: float = 0.0                # time.perf_counter() when the request was sent
+    first: float | None = None       # ... when its first token arrived
+    finished: float = 0.0
+    finish_reason: str | None = None
+    spec: dict | None = None         # vLLM's metrics.speculative_decoding for this request
+    chunks: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return self.finished - self.sent
+
+    @property
+    def decode_seconds_per_token(self) -> float | None:
+        """Time per output token after the first (vLLM's TPOT); None for a one-token answer."""
+        if self.first is None or self.tokens < 2:
+            return None
+        return (self.finished - self.first) / (self.tokens - 1)
+
+
+class EngineRequestError(SpecvizError):
+    """The server refused a request or the connection broke (its message, as the server said it)."""
+
+
+def _path(chat: bool) -> str:
+    return "/v1/chat/completions" if chat else "/v1/completions"
+
+
+def send(connection: http.client.HTTPConnection, base_path: str, model: str, request: Request) -> Response:
+    """One streamed request on a kept-alive connection."""
+    response = Response(request.index, sent=time.perf_counter())
+    pieces: list[str] = []
+    try:
+        connection.request("POST", base_path + _path(request.chat), body=json.dumps(request.body(model)),
+                           headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+        answer = connection.getresponse()
+        if answer.status != 200:
+            raise EngineRequestError(f"The server refused a request (HTTP {answer.status}): "
+                                     f"{_error_text(answer.read())}")
+        while True:
+            line = answer.readline()
+            if not line:
+                break
+            if not line.startswith(b"data: "):
+                continue
+            data = line[6:].strip()
+            if data == b"[DONE]":
+                break
+            chunk = json.loads(data)
+            response.chunks += 1
+            for choice in chunk.get("choices") or []:
+                piece = (choice.get("delta") or {}).get("content") if request.chat else choice.get("text")
+                if piece:
+                    if response.first is None:
+                        response.first = time.perf_counter()
+                    pieces.append(piece)
+                if choice.get("finish_reason"):
+                    response.finish_reason = choice["finish_reason"]
+            if chunk.get("usage"):
+                response.tokens = chunk["usage"].get("completion_tokens", 0)
+                response.spec = (chunk.get("metrics") or {}).get("speculative_decoding")
+            if chunk.get("error"):
+                raise EngineRequestError(f"The server failed a request: {chunk['error'].get('message', chunk)}")
+        answer.read()
+    except (OSError, http.client.HTTPException) as error:
+        raise EngineRequestError(f"The connection to the vLLM server broke ({type(error).__name__}: {error}).") \
+            from None
+    response.finished = time.perf_counter()
+    response.text = "".join(pieces)
+    return response
+
+
+def _error_text(body: bytes) -> str:
+    try:
+        payload = json.loads(body)
+        error = payload.get("error", payload)
+        return str(error.get("message", error) if isinstance(error, dict) else error)[:2000]
+    except (ValueError, AttributeError):
+        return body.decode(errors="replace")[:2000]
+
+
+def connect(url: str) -> tuple[http.client.HTTPConnection, str]:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SpecvizError(f"Not a server address: {url!r} (give http://HOST:PORT).")
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    return kind(parts.hostname, parts.port, timeout=READ_TIMEOUT), parts.path.rstrip("/")
+
+
+def served_model(url: str) -> str:
+    """The model name a running server serves (its first, from /v1/models)."""
+    connection, base = connect(url)
+    try:
+        connection.request("GET", base + "/v1/models")
+        answer = connection.getresponse()
+        payload = json.loads(answer.read())
+        return payload["data"][0]["id"]
+    except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError) as error:
+        raise SpecvizError(f"No OpenAI-compatible server answers at {url} ({type(error).__name__}: {error}).") \
+            from None
+    finally:
+        connection.close()
+
+
+def server_version(url: str) -> str | None:
+    """vLLM's version as a running server reports it (GET /version), None if it does not say."""
+    connection, base = connect(url)
+    try:
+        connection.request("GET", base + "/version")
+        answer = connection.getresponse()
+        return json.loads(answer.read()).get("version") if answer.status == 200 else None
+    except (OSError, http.client.HTTPException, ValueError, AttributeError):
+        return None
+    finally:
+        connection.close()
+
+
+def closed_loop(url: str, model: str, requests: Sequence[Request], concurrency: int,
+                stop: threading.Event | None = None) -> Iterator[Response]:
+    """Send `requests` through `concurrency` streams, each sending its next request when its last one
+    ends; yields each response as it finishes (in finishing order). Closing the generator, or setting
+    `stop`, sends nothing more; requests in flight finish (or end when the server is stopped). A
+    failed request stops the loop and is raised here."""
+    stop = stop or threading.Event()       # the caller's: stop everything
+    ended = threading.Event()               # this loop's: its consumer has gone or a request failed
+    todo: queue.SimpleQueue[Request] = queue.SimpleQueue()
+    for request in requests:
+        todo.put(request)
+    done: queue.SimpleQueue[Response | BaseException | None] = queue.SimpleQueue()
+
+    def stream() -> None:
+        connection, base = connect(url)
+        try:
+            while not stop.is_set() and not ended.is_set():
+                try:
+                    request = todo.get_nowait()
+                except queue.Empty:
+                    break
+                done.put(send(connection, base, model, request))
+        except BaseException as error:  # noqa: BLE001 - handed to the consumer, who raises it
+            ended.set()
+            done.put(error)
+        finally:
+            connection.close()
+            done.put(None)
+
+    threads = [threading.Thread(target=stream, daemon=True, name=f"specviz-client-{i}")
+               for i in range(max(1, min(concurrency, len(requests))))]
+    for thread in threads:
+        thread.start()
+    running = len(threads)
+    try:
+        while running:
+            item = done.get()
+            if item is None:
+                running -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        ended.set()

@@ -1,0 +1,156 @@
+"""The Load tab on vLLM: the same sweep run by `runs.engine_load.engine_sweep`, one vLLM server per
+configuration, with the own tab's charts and decision plus vLLM's acceptance by draft position and
+the speculative config to copy. Stop ends the requests and the server in use (the finished points
+stay); a server that fails to start shows its log's last lines.
+
+Where vLLM lives is the operator's choice, not a visitor's: SPECVIZ_VLLM_PYTHON names its
+interpreter and SPECVIZ_VLLM_ARGS the arguments every server gets (default `--enforce-eager
+--max-model-len 1024`, quick to start on a CPU). In hosted mode the engine choice is off unless the
+operator sets SPECVIZ_HOSTED_VLLM=1; the hosted caps on batch sizes, k and tokens apply to it too.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Iterator
+
+import gradio as gr
+
+from ..catalog import preset_prompt_sets
+from ..engines import VllmEngine, engine_configs, model_location
+from ..errors import SpecvizError
+from ..runs.engine_load import EngineProgress, engine_sweep
+from ..settings import Limits, RunSettings, validate, whole_numbers
+from ..views import render
+from ..views.engine_view import acceptance_figure, config_to_copy, engine_html
+from ..views.load_view import decision, load_figures
+from .budget import check_load_caps
+from .common import StopSignal, draft_spec, error_html, failure
+
+OWN, VLLM = "specviz's own loop (every token's verdict)", "vLLM (the serving engine)"
+DEFAULT_ARGS = "--enforce-eager --max-model-len 1024"
+
+
+def vllm_offered(limits: Limits) -> bool:
+    """Whether the tab offers vLLM: always on one's own machine; hosted only if the operator enables it."""
+    return not limits.hosted or os.environ.get("SPECVIZ_HOSTED_VLLM", "").strip() == "1"
+
+
+def _decision(result) -> str:
+    text = decision(result)
+    copy = config_to_copy(result)
+    return text + (f"\n\nvLLM's `--speculative-config` for this traffic: `{copy}`" if text and copy else "")
+
+
+def engine_view(view_type, result, state: str, headline: str, message: str):
+    speedup, throughput, latency = load_figures(result)
+    return view_type(status=render.status_html(state, headline), rows=engine_html(result, message), speedup=speedup,
+                     throughput=throughput, latency=latency, decision=_decision(result) or gr.skip(),
+                     acceptance=acceptance_figure(result))
+
+
+def engine_work(view_type, limits: Limits, drafter, draft_model, batches_text, ks_text, set_name, max_new_tokens,
+                stop: StopSignal) -> Iterator:
+    """The Run button's work on vLLM (`view_type` is the tab's LoadView)."""
+    skip = gr.skip()
+
+    def status_only(html: str):
+        return view_type(status=html, rows=skip, speedup=skip, throughput=skip, latency=skip, decision=skip,
+                         acceptance=skip)
+
+    stream = None
+    try:
+        if not vllm_offered(limits):
+            raise SpecvizError("This hosted demo does not run vLLM (its operator can enable it with "
+                               "SPECVIZ_HOSTED_VLLM=1).")
+        batches = whole_numbers("Batch sizes", batches_text, 1, 64)
+        ks = whole_numbers("Draft lengths k", ks_text, 0, 64)
+        settings = validate(RunSettings(draft=draft_spec(drafter, draft_model, 8), k=max(max(ks), 1),
+                                        max_new_tokens=max_new_tokens, temperature=0.0), limits)
+        check_load_caps(batches, ks, settings.max_new_tokens, limits)
+        sets = preset_prompt_sets()
+        if set_name not in sets:
+            raise SpecvizError(f"No prompt set {set_name!r}: choose one of {', '.join(sets)}.")
+        prompts = sets[set_name]
+        configs = engine_configs(settings.draft, ks)
+        state = (f"vLLM: batch sizes {', '.join(map(str, batches))}; k {', '.join(map(str, ks))}; the {set_name!r} "
+                 f"set; {settings.max_new_tokens} new tokens")
+        yield status_only(render.status_html(state, "Finding vLLM\u2026"))
+        lines: list[str] = []
+        engine = VllmEngine(model=model_location(settings.target), dtype=settings.dtype,
+                            engine_args=shlex.split(os.environ.get("SPECVIZ_VLLM_ARGS", DEFAULT_ARGS)),
+                            say=lines.append, stopped=lambda: stop.requested)
+        stream = engine_sweep(settings, prompts, engine, configs, batches=batches, ks=ks)
+        progress: EngineProgress | None = None
+        for progress in stream:
+            if stop.requested:     # the finished points stay; the servers stop as the sweep closes
+                stream.close()
+                yield engine_view(view_type, progress.result, state,
+                                  f"Stopped after {len(progress.result.points)} points; the vLLM servers are "
+                                  "stopped.", "stopped")
+                return
+            message = progress.message or (lines[-1] if lines else "")
+            headline = f"{len(progress.result.points)} points measured\u2026 {message}"
+            yield engine_view(view_type, progress.result, state, headline, message)
+        yield engine_view(view_type, progress.result, state, "Finished.", "finished")
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
+        if stop.requested:
+            yield status_only(render.status_html("vLLM", "Stopped; the vLLM servers are stopped."))
+        else:
+            yield status_only(error_html(failure(exc, "load sweep on vLLM")))
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+# ----------------------------------------------------------------------------- the Compare tab over a prompt set
+
+def engine_set_stream(configs: list[RunSettings], prompts, repeats: int, limits: Limits, view, full_view,
+                      stop: StopSignal) -> Iterator:
+    """The Compare tab's prompt-set comparison on vLLM (`runs.engine_compare`): each configuration's
+    server against the plain one at concurrency 1; `full_view` is compare_sets' own view of a
+    `PromptSetComparison`, with vLLM's acceptance and every mismatch added to its status."""
+    from ..engines.configs import EngineConfig, speculative_config
+    from ..runs.engine_compare import engine_compare
+
+    if not vllm_offered(limits):
+        raise SpecvizError("This hosted demo does not run vLLM (its operator can enable it with "
+                           "SPECVIZ_HOSTED_VLLM=1).")
+    first = configs[0]
+    if any((c.target, c.temperature, c.chat) != (first.target, first.temperature, first.chat) for c in configs):
+        raise SpecvizError("On vLLM every configuration runs against one plain server: give every row the same "
+                           "target and temperature.")
+    engine_list = [EngineConfig(0, None)] + [EngineConfig(c.k, speculative_config(c.draft, c.k)) for c in configs]
+    engine = VllmEngine(model=model_location(first.target), dtype=first.dtype,
+                        engine_args=shlex.split(os.environ.get("SPECVIZ_VLLM_ARGS", DEFAULT_ARGS)),
+                        stopped=lambda: stop.requested)
+    state = (f"vLLM: {len(configs)} configuration{'s' if len(configs) > 1 else ''} over {len(prompts)} prompts, "
+             f"{repeats} round{'s' if repeats > 1 else ''}, each against the plain server at concurrency 1")
+    yield view(render.status_html(state, "Starting vLLM's servers\u2026"), None, None, None)
+    finished, out = 0, None
+    stream = engine_compare(first, prompts, engine, engine_list, repeats=repeats)
+    try:
+        for out in stream:
+            if stop.requested:
+                yield (full_view(out.comparison, state, view, headline="Stopped; the vLLM servers are stopped.")
+                       if out.comparison.results else view(render.status_html(state, "Stopped."), None, None, None))
+                return
+            if len(out.comparison.results) > finished:
+                finished = len(out.comparison.results)
+                yield full_view(out.comparison, state, view)
+    finally:
+        stream.close()
+    if out is not None:
+        yield full_view(out.comparison, state + "; " + engine_note(out), view)
+
+
+def engine_note(out) -> str:
+    """vLLM's acceptance per configuration and the outputs that differ from the plain server's."""
+    parts = [f"{label}: vLLM's mean acceptance length {f['mean_acceptance_length']:.2f}, "
+             f"{f['draft_acceptance_rate']:.0%} of drafts accepted" for label, f in out.acceptance.items() if f]
+    for m in out.mismatches:
+        d = m["first_difference"]
+        parts.append(f"{m['config']} on {m['prompt_id']} differs from plain at word {d['word']} "
+                     f"({d['text']!r} vs {d['plain_text']!r})")
+    return "; ".join(parts) or "vLLM reported no acceptance figures"

@@ -1,0 +1,61 @@
+"""A load sweep on vLLM (`runs.engine_load.EngineLoadResult`) -> what the Load tab shows in place of
+the own loop's token views: vLLM's acceptance by draft position, why there are no per-token verdicts,
+and the speculative config to copy. The speedup, throughput and latency charts and the decision
+sentence are `views.load_view`'s, unchanged.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+
+import plotly.graph_objects as go
+
+from ..runs.engine_load import EngineLoadResult, acceptance_by_position
+from .charts import layout, waiting
+from .figures import config_colour
+
+NO_VERDICTS = ("vLLM returns no rejected drafts, only how many drafts each request had accepted (per speculative "
+               "step), so there is no token-by-token view here: the histogram below is vLLM's own count. Choose "
+               "specviz's own loop to see every draft's verdict.")
+
+
+def acceptance_figure(result: EngineLoadResult | None) -> go.Figure:
+    """Per k and batch size, the share of vLLM's speculative steps whose draft was accepted at least
+    to each position (from vLLM's acceptance histogram)."""
+    figure = go.Figure(layout=layout("vLLM's acceptance by draft position", "draft position",
+                                     "share of steps accepted this far", hovermode="closest"))
+    points = [p for p in (result.points if result else []) if p.k and getattr(p, "acceptance", None)]
+    if not points:
+        return waiting(figure, "Run a sweep on vLLM to see its acceptance by draft position")
+    ks = sorted({p.k for p in points})
+    for point in points:
+        shares = acceptance_by_position(point.acceptance["acceptance_histogram"])
+        figure.add_trace(go.Bar(
+            x=list(range(1, len(shares) + 1)), y=shares, name=f"k = {point.k}, batch {point.batch}",
+            marker=dict(color=config_colour(ks.index(point.k)), opacity=0.45 + 0.55 / point.batch ** 0.5),
+            hovertemplate=(f"k = {point.k}, batch {point.batch}, position %{{x}}: %{{y:.0%}} of "
+                           f"{point.acceptance['num_spec_steps']} steps<extra></extra>")))
+    figure.update_layout(barmode="group", yaxis_range=[0, 1], xaxis=dict(dtick=1, title=dict(text="draft position")))
+    return figure
+
+
+def config_to_copy(result: EngineLoadResult | None) -> str:
+    """The recommendation as the text to paste after vLLM's --speculative-config ('' before a point)."""
+    if result is None or not any(p.k for p in result.points):
+        return ""
+    config = result.recommended_speculative_config
+    return "null (speculation paid at no batch size measured)" if config is None else json.dumps(config)
+
+
+def engine_html(result: EngineLoadResult | None, message: str) -> str:
+    """The panel under the decision: what is running, why no verdicts, and the config to copy."""
+    engine = (result.engine if result else {}) or {}
+    head = (f"vLLM {engine.get('version') or ''} on {engine.get('device') or 'its server'}, "
+            f"{engine.get('dtype', '')}".strip())
+    copy = config_to_copy(result)
+    config = (f'<div class="sv-load-config"><b>Speculative config to copy</b> (vLLM\'s '
+              f'<code>--speculative-config</code>):<pre id="load-vllm-config">{html.escape(copy)}</pre></div>'
+              if copy else "")
+    return (f'<div class="sv-load-batch" data-engine="vllm"><div class="sv-load-title">{html.escape(head)}: '
+            f'{html.escape(message)}</div><p class="sv-load-note">{html.escape(NO_VERDICTS)}</p>{config}</div>')
