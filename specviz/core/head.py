@@ -71,17 +71,22 @@ class DraftHead(nn.Module):
         self.down = nn.Linear(config.intermediate_size, h, bias=False)
         # draft id -> target id (saved with the weights: it is what the head was trained to draft)
         self.register_buffer("vocab", torch.zeros(config.draft_vocab_size, dtype=torch.long))
-        self.embed: nn.Module | None = None
+        # The target's embedding, held outside the module's registry: it is neither trained nor saved.
+        self._target_embedding: tuple[nn.Module, ...] = ()
         self.lm_rows: torch.Tensor | None = None            # (draft_vocab, hidden): the target's LM head rows
         inv = 1.0 / (config.rope_theta ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim))
         self.register_buffer("inv_freq", inv, persistent=False)
 
     def bind(self, target) -> DraftHead:
         """Share the target's embedding and take its LM head rows of the draft vocabulary."""
-        self.embed = target.get_input_embeddings()
+        self._target_embedding = (target.get_input_embeddings(),)
         weight = target.get_output_embeddings().weight
         self.lm_rows = weight.detach()[self.vocab.to(weight.device)].to(self.fc.weight.dtype)
         return self
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():                 # the target's: never trained here
+            return self._target_embedding[0](tokens)
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """(..., H) features -> (..., draft_vocab) logits."""

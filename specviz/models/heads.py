@@ -94,11 +94,12 @@ def load_head(folder: Path | str, target: PreTrainedModel, *, target_name: str =
         raise SpecvizError(f"Draft head {folder}: {WEIGHTS} is corrupt or partial ({error}).") from None
     head = DraftHead(data["head"])
     expected = head.state_dict()
-    missing = sorted(set(expected) - set(state))
+    missing, unknown = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
     wrong = sorted(key for key in set(expected) & set(state) if expected[key].shape != state[key].shape)
-    if missing or wrong:
+    if missing or wrong or unknown:
         raise SpecvizError(f"Draft head {folder}: {WEIGHTS} is partial or for another shape "
-                           f"(missing: {', '.join(missing) or 'none'}; wrong shape: {', '.join(wrong) or 'none'}).")
+                           f"(missing: {', '.join(missing) or 'none'}; wrong shape: {', '.join(wrong) or 'none'}; "
+                           f"unknown: {', '.join(unknown) or 'none'}).")
     vocab = state["vocab"]
     if vocab.numel() and (int(vocab.min()) < 0 or int(vocab.max()) >= data["head"].target_vocab_size):
         raise SpecvizError(f"Draft head {folder}: its draft vocabulary maps to ids outside the target's.")
