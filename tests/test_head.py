@@ -197,3 +197,29 @@ def test_head_specs_are_parsed_and_refused_where_they_cannot_run(tmp_path):
     target, _ = tiny_models()
     with pytest.raises(SpecvizError, match="No draft head ships for tiny-llama"):
         make_drafter(parse_draft("head"), target, target_name="tiny-llama")
+
+
+# ----------------------------------------------------------------------------- the shipped head
+
+@pytest.mark.slow
+def test_the_shipped_head_drafts_losslessly_for_the_built_in_target(all_threads):
+    # fp32: greedy outputs with `--draft head` equal the target's own greedy generate, on chat prompts
+    # none of which it was trained on (the benchmark's chat category).
+    from specviz.catalog import prompt_set
+    from specviz.models import encode_prompt, load_pair
+
+    pair = load_pair(None, "head", dtype="float32")
+    assert isinstance(pair.draft, HeadDrafter) and pair.draft.default_k >= 1
+    training = set(TRAIN_PROMPTS_FILE.read_text().splitlines())
+    drafted = accepted = 0
+    for prompt in [p.prompt for p in prompt_set("chat")][:2]:
+        assert prompt not in training
+        ids = encode_prompt(pair.tokenizer, prompt)
+        cycles = list(speculative_decode(pair.target, pair.draft, ids, max_new_tokens=24, k=3,
+                                         eos_token_id=pair.eos_token_ids))
+        expected = pair.target.generate(ids, max_new_tokens=24, do_sample=False, eos_token_id=pair.eos_token_ids,
+                                        attention_mask=torch.ones_like(ids))[0, ids.shape[1]:].tolist()
+        assert [t for c in cycles for t in c.emitted] == expected
+        drafted += sum(len(c.drafted) for c in cycles)
+        accepted += sum(c.num_accepted for c in cycles)
+    assert accepted > 0.1 * drafted                     # it drafts for this target, not at random
