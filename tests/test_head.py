@@ -223,3 +223,23 @@ def test_the_shipped_head_drafts_losslessly_for_the_built_in_target(all_threads)
         drafted += sum(len(c.drafted) for c in cycles)
         accepted += sum(c.num_accepted for c in cycles)
     assert accepted > 0.1 * drafted                     # it drafts for this target, not at random
+
+
+def test_the_train_tab_is_offered_locally_and_never_in_a_hosted_demo():
+    from specviz.ui.app import build_demo
+
+    def tabs(hosted_demo):
+        config = build_demo(hosted=hosted_demo).get_config_file()
+        return [c["props"]["label"] for c in config["components"] if c["type"] == "tabitem"]
+
+    assert tabs(False)[-1] == "Train"
+    assert "Train" not in tabs(True)
+
+
+def test_the_training_chart_draws_each_finished_epoch():
+    from specviz.views.charts import training_figure
+
+    figure = training_figure([(1, 3.0, 0.2, 0.1), (2, 2.0, 0.3, 0.25)], baseline=0.15)
+    agreement, second, loss = figure.data
+    assert list(agreement.y) == [0.2, 0.3] and list(second.y) == [0.1, 0.25] and list(loss.y) == [3.0, 2.0]
+    assert loss.yaxis == "y2"

@@ -22,6 +22,7 @@ from .replay_tab import build_replay_tab
 from .run_tab import build_run_tab
 from .style import CSS, DARK_JS, HEAD, LARGE_TEXT_JS, theme
 from .teach_tab import build_teach_tab
+from .train_tab import build_train_tab
 
 log = logging.getLogger("specviz.ui")
 
@@ -62,6 +63,9 @@ def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> g
                 build_explain_tab(last_run=last_run)
             with gr.Tab("Replay", id="replay-tab"):
                 build_replay_tab()
+            if not limits.hosted:          # training writes files and runs for minutes: one's own machine only
+                with gr.Tab("Train", id="train-tab"):
+                    build_train_tab(loader=loader)
         # A session that ends (tab closed, API client gone) frees its suffix memory at once.
         demo.unload(memories.end)
     demo.queue(max_size=QUEUE_MAX_SIZE)
