@@ -243,3 +243,34 @@ def test_the_training_chart_draws_each_finished_epoch():
     agreement, second, loss = figure.data
     assert list(agreement.y) == [0.2, 0.3] and list(second.y) == [0.1, 0.25] and list(loss.y) == [3.0, 2.0]
     assert loss.yaxis == "y2"
+
+
+def test_the_loop_hands_the_drafter_the_target_hidden_states_of_every_kept_position():
+    # What a head drafts from must be what the target computes for that prefix alone: after a ragged
+    # batched run, each request's observed features equal one plain forward over its kept tokens.
+    target = make_llama(1, layers=2, vocab=V, hidden=32)
+    drafter = small_head(target, V)
+    prompts = [[1, 2, 3, 1, 2], [4], [0, 5, 0, 5, 0, 5, 2, 1]]
+    kept, features = {}, {}
+    observe, leave = drafter.observe, drafter.leave
+    rows = list(range(len(prompts)))
+
+    def recording_observe(hidden):
+        for row, block in zip(rows, hidden):
+            features.setdefault(row, []).append(block.clone())
+        observe(hidden)
+
+    def recording_leave(staying):
+        rows[:] = [rows[i] for i in staying]
+        return leave(staying)
+
+    drafter.observe, drafter.leave = recording_observe, recording_leave
+    out = row_outputs(batched_speculative_decode(target, drafter, prompts, max_new_tokens=12, k=3))
+    for row, prompt in enumerate(prompts):
+        kept[row] = torch.cat(features[row])
+        tokens = prompt + out[row]
+        with torch.inference_mode():
+            full = target(torch.tensor([tokens]), output_hidden_states=-1).hidden_states[-1][0]
+        n = kept[row].shape[0]
+        assert n >= len(tokens) - 2                       # every position but the newest (not yet fed)
+        assert torch.allclose(kept[row], full[:n], atol=1e-4)
