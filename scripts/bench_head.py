@@ -53,7 +53,8 @@ def main() -> int:
     torch.set_num_threads(1)
     prompts = chat_prompts()[: args.limit or None]
     ks = [int(k) for k in args.k.split(",")]
-    report = {"host": host_description("cpu"), "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "dtypes": {}}
+    report = {"host": host_description("cpu"), "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
+              "dtypes": {}}
     for dtype in args.dtype.split(","):
         settings = validate(RunSettings(draft=args.head, dtype=dtype, max_new_tokens=args.max_new_tokens), LOCAL)
         pair = load(settings)
