@@ -50,7 +50,7 @@ from .result import Run
 from .run import encode, execute
 
 # Draft length per kind of drafter.
-DEFAULT_K = {"ngram": 8, "ngram-tree": 8, "suffix": 8, "self": 4, "model": 4, "head": 3}
+DEFAULT_K = {"ngram": 8, "ngram-tree": 8, "suffix": 8, "self": 4, "model": 4, "head": 2}
 WARM_UP_TOKENS = 16
 
 

@@ -52,7 +52,7 @@ class TrainOptions:
     lr: float = 1e-3
     train_batch: int = 8              # windows per optimizer step
     seed: int = 0
-    k: int = 3                        # the draft length written as the head's default
+    k: int = 2                        # the draft length written as the head's default
 
 
 @dataclass(frozen=True)
