@@ -19,6 +19,7 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets"
 PRESETS_FILE = ASSETS / "presets.json"
 EXAMPLES_FILE = ASSETS / "examples.json"
 BENCH_PROMPTS_FILE = ASSETS / "bench_prompts.json"
+TRAIN_PROMPTS_FILE = ASSETS / "train_prompts.txt"   # chat prompts for training draft heads (none from the sets above)
 PLOTLY_BASIC_JS = ASSETS / "plotly-basic.min.js"     # plotly.js's basic bundle (scatter, bar), MIT
 RECORDINGS = ASSETS / "recordings"
 

@@ -32,7 +32,7 @@ class DraftSpec(str):
     knows what it names: `kind` and, for 'self:L', `layers`. Made by `parse_draft`, which passes one
     through unchanged: whoever holds a DraftSpec never parses it again."""
 
-    kind: str               # "ngram" (prompt lookup), "ngram-tree" (as a tree), "suffix", "self" or "model"
+    kind: str               # "ngram" (prompt lookup), "ngram-tree" (as a tree), "suffix", "self", "head" or "model"
     layers: int | None      # L of self:L
 
     def __new__(cls, text: str, kind: str, layers: int | None = None) -> DraftSpec:
@@ -50,14 +50,20 @@ class DraftSpec(str):
         return self
 
     @property
+    def folder(self) -> str | None:
+        """For 'head:DIR', DIR (as typed); None for 'head' alone (the shipped head) and other kinds."""
+        return self.split(":", 1)[1] if self.kind == "head" and ":" in self else None
+
+    @property
     def name(self) -> DraftSpec:
         """The name shown for the drafter: the DraftSpec itself."""
         return self
 
 
 def parse_draft(spec: str | None) -> DraftSpec:
-    """'ngram', 'ngram-tree', 'suffix' (suffix decoding), 'self:L' (the target's first L layers) or
-    anything else as a draft model. A DraftSpec is returned as it is."""
+    """'ngram', 'ngram-tree', 'suffix' (suffix decoding), 'self:L' (the target's first L layers),
+    'head' or 'head:DIR' (a trained draft head: the one shipped for the built-in target, or one in DIR)
+    or anything else as a draft model. A DraftSpec is returned as it is."""
     if isinstance(spec, DraftSpec):
         return spec
     text = (spec or DEFAULT_DRAFT).strip() or DEFAULT_DRAFT
@@ -70,6 +76,14 @@ def parse_draft(spec: str | None) -> DraftSpec:
             raise SpecvizError(f"Draft {text!r}: an early-exit self-draft is written 'self:L' with L the number "
                                "of the target's layers it runs, e.g. 'self:20'.")
         return DraftSpec(lowered, "self", int(match.group(1)))
+    if lowered == "head":
+        return DraftSpec(lowered, "head")
+    if lowered.startswith("head:"):
+        folder = text.split(":", 1)[1].strip()
+        if not folder:
+            raise SpecvizError(f"Draft {text!r}: a trained head is written 'head' (the shipped one) or 'head:DIR' "
+                               "with DIR the folder `python -m specviz train-draft --out DIR` wrote.")
+        return DraftSpec(f"head:{folder}", "head")
     return DraftSpec(text, "model")
 
 
@@ -204,6 +218,8 @@ def validate(settings: RunSettings, limits: Limits = LOCAL) -> RunSettings:
         raise SpecvizError(f"This hosted demo only runs the preset models; {target!r} is not one of them.")
     if (draft.kind == "model" and limits.draft_models is not None and draft not in limits.draft_models):
         raise SpecvizError(f"This hosted demo only runs the preset draft models; {draft!r} is not one of them.")
+    if draft.folder is not None and limits.hosted:
+        raise SpecvizError("This hosted demo only runs the shipped draft head ('head'), not one from a folder.")
     for name in ("dtype", "device"):
         value = getattr(settings, name)
         if not isinstance(value, str) or not re.fullmatch(r"[a-z0-9:]{1,16}", value.strip().lower()):

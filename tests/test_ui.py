@@ -399,7 +399,7 @@ def test_the_demo_has_one_gpu_queue_and_stable_api_names(tiny):
     ids = {c["props"].get("elem_id") for c in config["components"]}
     assert {"prompt", "run", "stop", "tokens", "charts", "stats"} <= ids
     tabs = [c for c in config["components"] if c["type"] == "tabitem"]
-    assert [t["props"]["label"] for t in tabs] == ["Run", "Compare", "Load", "Teach", "Explain", "Replay"]
+    assert [t["props"]["label"] for t in tabs] == ["Run", "Compare", "Load", "Teach", "Explain", "Replay", "Train"]
     public = {d["api_name"]: d for d in config["dependencies"] if d.get("api_visibility") == "public"}
     assert set(public) == {"run", "compare", "sweep", "load", "teach", "export"}
     for name in public:

@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz run | compare | bench | load | replay | report`.
+"""Command line: `python -m specviz run | compare | bench | load | replay | report | train-draft`.
 
     run       one prompt decoded speculatively, every cycle's verdicts coloured in the terminal
     compare   several drafters or pairs on one prompt, or one drafter over k = 1..8 (`--sweep`)
@@ -6,6 +6,7 @@
     load      batched speculative against batched plain decoding, per batch size and k (the crossover)
     replay    a recording played back in the terminal (no model needed)
     report    recordings as one standalone HTML page (no model needed)
+    train-draft   a draft head trained for a target from its own text (`--draft head:DIR`)
 
 This package is the only place that reads argv: it builds `RunSettings` from the flags and passes
 them through `settings.validate`, checks the prompt and every output path, and only then loads a
@@ -24,7 +25,7 @@ import traceback
 import torch
 
 from ..errors import expected, user_message
-from . import bench, compare, load, replay, run
+from . import bench, compare, load, replay, run, train_draft
 from .common import fail
 
 HELPS = {"run": "decode one prompt and show every cycle",
@@ -32,7 +33,8 @@ HELPS = {"run": "decode one prompt and show every cycle",
          "bench": "benchmark against plain decoding and transformers' assisted generation",
          "load": "speculation under load: batched speculative against batched plain decoding per batch size and k",
          "replay": "play a recording back in the terminal",
-         "report": "write recordings as one standalone HTML report"}
+         "report": "write recordings as one standalone HTML report",
+         "train-draft": "train a draft head for a target from the target's own text"}
 
 
 class UsageError(Exception):
@@ -55,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       ("bench", bench.add_arguments, bench.main),
                                       ("load", load.add_arguments, load.main),
                                       ("replay", replay.add_replay_arguments, replay.replay_main),
-                                      ("report", replay.add_report_arguments, replay.report_main)):
+                                      ("report", replay.add_report_arguments, replay.report_main),
+                                      ("train-draft", train_draft.add_arguments, train_draft.main)):
         p = sub.add_parser(name, help=HELPS[name], description=HELPS[name])
         add_arguments(p)
         p.set_defaults(handler=main)

@@ -224,7 +224,8 @@ def _chain_pass(target, cache: RaggedCache, drafter: Drafter, live: list[Request
     # first time), right-aligned: row r's n_r + 1 next-token distributions are its last n_r + 1.
     held = cache.lengths()
     blocks = [r.tokens[have:] for r, have in zip(live, held)]
-    logits, slots, padded = cache.forward(blocks, keep=width + 1, tail=tokens, tail_lengths=lengths)
+    hidden = drafter.wants_hidden_states
+    logits, slots, padded = cache.forward(blocks, keep=width + 1, tail=tokens, tail_lengths=lengths, hidden=hidden)
     if len(set(lengths)) > 1:
         shift = torch.tensor([width - n for n in lengths], device=device)
         rows = (shift[:, None] + torch.arange(width + 1, device=device)[None]).clamp_(max=width)
@@ -255,6 +256,8 @@ def _chain_pass(target, cache: RaggedCache, drafter: Drafter, live: list[Request
     # Roll back both caches to the accepted prefixes (the target's keeps every token but the newest;
     # the drafter's whatever of it is still a prefix).
     regathered = cache.keep(keep) | drafter.rollback_batch(keep)
+    if hidden:   # a drafter that drafts from the target's features gets those of every position now kept
+        drafter.observe(cache.fed_hidden([kept - have for kept, have in zip(keep, held)]))
     seconds = clock() - start
     _residual_tops(cycles)                      # display only: read after the pass's clock stopped
     return _Passed(cycles=cycles, verify_seconds=seconds, tokens=sum(len(b) for b in blocks) + sum(lengths),

@@ -51,6 +51,7 @@ class Drafter(ABC):
     name = "drafter"
     parameters = 0                    # extra parameters the drafter runs (for display)
     batchable = False                 # drafts for several requests at once (chains only)
+    wants_hidden_states = False       # the loop hands it the target's hidden states (`observe`)
 
     def begin(self, prompt_ids: torch.Tensor) -> None:  # noqa: B027 - an optional hook, empty on purpose
         """Reset state for a new run over `prompt_ids` (1, T). The default does nothing: a stateless
@@ -74,6 +75,11 @@ class Drafter(ABC):
     def rollback(self, valid_length: int) -> None:  # noqa: B027 - an optional hook, empty on purpose
         """Only the first `valid_length` tokens of the last sequence it saw are still valid. The
         default does nothing: a drafter that keeps no cache of the sequence has nothing to roll back."""
+
+    def observe(self, hidden: Sequence[torch.Tensor]) -> None:  # noqa: B027 - an optional hook, empty on purpose
+        """After a chain pass, for a drafter that `wants_hidden_states`: per request, the target's last
+        hidden states (n, H) of the positions the pass fed and kept (those its cache now holds past
+        what it held before). The default does nothing."""
 
     def forget(self) -> None:  # noqa: B027 - an optional hook, empty on purpose
         """Drop whatever was learned from earlier requests. The default does nothing: only drafters

@@ -98,6 +98,7 @@ class RaggedCache:
         # One row: no mask needed (None). Several: which slots hold each row's tokens.
         self.valid = None if batch == 1 else torch.zeros(batch, 0, dtype=torch.bool, device=device)
         self._lengths = [0] * batch
+        self._hidden = None         # (last hidden states, tokens fed per row) of the last forward asked for them
 
     def lengths(self) -> list[int]:
         """Tokens each row holds."""
@@ -106,16 +107,18 @@ class RaggedCache:
         return list(self._lengths)
 
     def forward(self, blocks: Sequence[Sequence[int]], keep: int, tail: torch.Tensor | None = None,
-                tail_lengths: Sequence[int] | None = None) -> tuple[torch.Tensor, int, int]:
+                tail_lengths: Sequence[int] | None = None, hidden: bool = False) -> tuple[torch.Tensor, int, int]:
         """Feed row r the tokens `blocks[r]` (host ids) followed by `tail[r, :tail_lengths[r]]` (ids
         already on the device, such as drafted tokens), right-aligned in one (B, W) input (a row with
         nothing to feed: one padding slot). Returns the logits of the last `keep` positions (B, keep,
         V; row r's own are its last len(blocks[r]) + tail_lengths[r]), the pass's key slots (B x
         (C + W)) and how many of them are padding or holes (computed and attended over, then
-        masked: the ragged layout's waste)."""
+        masked: the ragged layout's waste). With `hidden`, the target's last hidden states of the
+        fed tokens are kept for `fed_hidden` (for a drafter that drafts from them: core.head)."""
         tail_lengths = list(tail_lengths) if tail is not None else [0] * len(blocks)
+        wanted = {"output_hidden_states": -1} if hidden else {}   # only the last layer's (after the final norm)
         if self.valid is None:
-            return self._forward_one(blocks[0], keep, tail, tail_lengths[0])
+            return self._forward_one(blocks[0], keep, tail, tail_lengths[0], wanted)
         device, batch = self.valid.device, len(blocks)
         sizes = [len(block) + extra for block, extra in zip(blocks, tail_lengths)]
         width = max(1, max(sizes))
@@ -146,23 +149,33 @@ class RaggedCache:
         seen[:, arange, cached + arange] = True
         key_positions[:, cached:] = positions
         masks = attention_masks(self.model, seen, positions, key_positions)
-        logits = self.model(ids, cache=self.cache, attention_mask=masks, position_ids=positions,
-                            logits_to_keep=keep).logits
+        out = self.model(ids, cache=self.cache, attention_mask=masks, position_ids=positions,
+                         logits_to_keep=keep, **wanted)
+        logits = out.logits
+        self._hidden = (out.hidden_states[-1], sizes) if hidden else None
         self.valid = columns
         self._lengths = [have + size for have, size in zip(self._lengths, sizes)]
         slots = columns.shape[0] * columns.shape[1]
         return logits, slots, slots - sum(self._lengths)
 
     def _forward_one(self, block: Sequence[int], keep: int, tail: torch.Tensor | None,
-                     tail_length: int) -> tuple[torch.Tensor, int, int]:
+                     tail_length: int, wanted: dict) -> tuple[torch.Tensor, int, int]:
         device = self.model.device
         parts = [torch.tensor([list(block)], dtype=torch.long, device=device)] if block else []
         if tail is not None and tail_length:
             parts.append(tail[:1, :tail_length])
         ids = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
-        logits = self.model(ids, cache=self.cache, logits_to_keep=keep).logits
+        out = self.model(ids, cache=self.cache, logits_to_keep=keep, **wanted)
+        self._hidden = (out.hidden_states[-1], [ids.shape[1]]) if wanted else None
         slots = self.cache.get_seq_length()
-        return logits, slots, 0
+        return out.logits, slots, 0
+
+    def fed_hidden(self, counts: Sequence[int]) -> list[torch.Tensor]:
+        """After a `forward(..., hidden=True)`: per row, the last hidden states (counts[r], H) of
+        the first counts[r] tokens it was fed (rows are right-aligned in the pass's input)."""
+        states, sizes = self._hidden
+        width = states.shape[1]
+        return [states[row, width - size:width - size + count] for row, (size, count) in enumerate(zip(sizes, counts))]
 
     def keep(self, lengths: Sequence[int]) -> bool:
         """Row r keeps only its first lengths[r] tokens (the rest become holes); slots no row uses at

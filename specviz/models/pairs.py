@@ -18,6 +18,7 @@ from ..errors import SpecvizError
 from ..settings import DraftSpec, parse_draft
 from .cache import lock as _lock
 from .devices import resolve_device, resolve_dtype
+from .heads import load_head, shipped_head
 from .loading import load_cached
 from .sources import (
     DEFAULT_TARGET,
@@ -125,7 +126,8 @@ def make_drafter(spec: DraftSpec | str | None, target: PreTrainedModel, *, targe
     first L layers for 'self:L', and for a model spec the already loaded `draft_model`. A draft
     whose embedding matrix is padded to another size than the target's is fine: the drafter cuts or
     pads its distribution to the target's vocabulary. Given both tokenizers, a draft whose
-    vocabulary differs from the target's drafts across tokenizers."""
+    vocabulary differs from the target's drafts across tokenizers. 'head' is the draft head shipped for
+    the target (refused for a target with none), 'head:DIR' a trained head (models.heads)."""
     draft = parse_draft(spec)
     vocab_size = target.config.get_text_config().vocab_size
     if draft.kind == "ngram":
@@ -140,6 +142,8 @@ def make_drafter(spec: DraftSpec | str | None, target: PreTrainedModel, *, targe
         except ValueError as error:
             raise SpecvizError(f"Draft {draft!r} for {target_name}: {error}.") from None
         return DraftModelDrafter(view, vocab_size=vocab_size, name=draft)
+    if draft.kind == "head":
+        return load_head(draft.folder or shipped_head(target_name), target, target_name=target_name, name=draft)
     if draft_model is None:
         raise SpecvizError(f"Draft {draft!r} is a model: load it first (load_pair does).")
     name = resolve_source(draft).name

@@ -39,6 +39,7 @@ from ..core.plain import batched_autoregressive_decode
 from ..core.timing import Clock, collector_paused
 from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.drafters import PromptLookupDrafter
+from ..errors import SpecvizError
 from ..metrics import median, ratio
 from ..models import ModelPair
 from ..models.host import host_description
@@ -48,7 +49,8 @@ from .prompt_sets import iter_prompt_set
 from .result import Run
 from .run import encode, execute
 
-DEFAULT_K = {"ngram": 8, "ngram-tree": 8, "suffix": 8, "self": 4, "model": 4}   # draft length per kind of drafter
+# Draft length per kind of drafter.
+DEFAULT_K = {"ngram": 8, "ngram-tree": 8, "suffix": 8, "self": 4, "model": 4, "head": 2}
 WARM_UP_TOKENS = 16
 
 
@@ -100,6 +102,9 @@ def transformers_settings(setup: Setup) -> tuple[dict, dict, str]:
     """(generate kwargs, settings to put on the assistant's generation_config, description) that
     give transformers the same drafter with a fixed draft length k."""
     k, draft = setup.settings.k, setup.draft
+    if draft.kind == "head":
+        raise SpecvizError("transformers' assisted generation has no trained draft head to compare with: benchmark "
+                           "a head with scripts/bench_head.py, or `python -m specviz compare`.")
     if draft.kind in ("ngram", "ngram-tree", "suffix"):
         # transformers verifies chains only: a tree drafter is measured against its chain prompt lookup.
         # transformers' prompt lookup matches up to this many tokens (the n-gram drafters' own size;

@@ -46,6 +46,7 @@ from ..core.events import row_outputs
 from ..core.events import BatchCycle, BatchStep
 from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.drafters import DraftModelDrafter, PromptLookupDrafter
+from ..core.head import HeadDrafter
 from ..core.timing import Clock
 from ..errors import SpecvizError
 from ..metrics import BOOTSTRAP_SAMPLES, linear_fit, pooled_alpha, ratio
@@ -159,11 +160,11 @@ class LoadProgress:
 
 # ----------------------------------------------------------------------------- the sweep
 
-BATCHED_DRAFTS = ("model", "self", "ngram")     # the kinds of drafter batched decoding drafts with
+BATCHED_DRAFTS = ("model", "self", "ngram", "head")     # the kinds of drafter batched decoding drafts with
 
 
 def _refuse(name: str, why: str = "trees and suffix decoding run one request at a time") -> SpecvizError:
-    return SpecvizError(f"The load sweep drafts with a draft model, self:L or ngram, not {name}: "
+    return SpecvizError(f"The load sweep drafts with a draft model, self:L, ngram or a head, not {name}: "
                         f"{why} (use `run` or `bench`).")
 
 
@@ -178,7 +179,7 @@ def check_drafter(pair: ModelPair) -> None:
     if isinstance(pair.draft, CrossTokenizerDrafter):
         raise _refuse(f"{pair.draft_name} (its tokenizer differs from the target's)",
                       "drafting across tokenizers runs one request at a time")
-    if not isinstance(pair.draft, (DraftModelDrafter, PromptLookupDrafter)):
+    if not isinstance(pair.draft, (DraftModelDrafter, PromptLookupDrafter, HeadDrafter)):
         raise _refuse(pair.draft_name)
 
 

@@ -164,3 +164,18 @@ def run_figures(run=None, *, action: str = "Run") -> tuple[go.Figure, go.Figure,
     stats = run.stats if run.cycles else None
     return (acceptance_figure(run.cycles), tokens_per_pass_figure(run.cycles, stats),
             race_figure(run.cycles, run.steps, run.speed), position_figure(run.cycles, stats))
+
+
+def training_figure(history: Sequence[tuple], baseline: float | None = None) -> go.Figure:
+    """A draft head's training (runs.train_draft): per finished epoch its loss and its held-out
+    agreement with the target (first and second drafted token), the baseline as a dashed line."""
+    figure = go.Figure(layout=layout("Training the draft head", "epoch", "held-out agreement"))
+    epochs = [h[0] for h in history]
+    figure.add_scatter(x=epochs, y=[h[2] for h in history], mode="lines+markers", name="agreement, 1st token")
+    figure.add_scatter(x=epochs, y=[h[3] for h in history], mode="lines+markers", name="agreement, 2nd token")
+    figure.add_scatter(x=epochs, y=[h[1] for h in history], mode="lines+markers", name="loss", yaxis="y2")
+    if baseline is not None:
+        figure.add_hline(y=baseline, line_dash="dash", annotation_text="most frequent follower")
+    figure.update_layout(yaxis=dict(tickformat=".0%", rangemode="tozero"),
+                         yaxis2=dict(title="loss", overlaying="y", side="right", rangemode="tozero"))
+    return figure

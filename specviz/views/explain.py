@@ -147,6 +147,21 @@ is a smaller model, with the target's tokenizer or with another one (then, greed
 re-tokenized into the target's tokens each cycle and the candidates are verified one-hot, like prompt
 lookup's; sampling, it drafts only tokens both vocabularies share, with their renormalised probabilities).
 
+A **trained draft head** (`head`, `head:DIR`; EAGLE, Li et al. 2024) is a small network trained on the
+target's own text (`python -m specviz train-draft`). It never reads the tokens from scratch: it reads the
+target's **last hidden state** at the newest accepted position (the vector the target's output layer
+turns into its next token, which already holds most of what decides it) together with the embedding of
+the token just chosen, and carries it one step forward through a single decoder layer; its guess goes
+back in for the next draft token. It is cheap because it is one layer where the target has many, and its
+output layer scores only the few thousand most frequent tokens (rows of the target's own output layer)
+where the target scores its whole vocabulary; the hidden states cost nothing extra, the verification
+pass computes them anyway.
+
+```
+target: tokens -> all its layers -> hidden state h_i -> full output layer (every token) -> token i+1
+head:   [h_i, embedding(token i+1)] -> 1 layer -> guess of h_(i+1) -> output rows of frequent tokens -> draft
+```
+
 ### Greedy verification (temperature 0)
 
 A drafted token $x_i$ is accepted when it is the target's most likely token at its position:

@@ -1,0 +1,57 @@
+"""The Train tab's screenshots: `python scripts/train_screenshots.py` serves the app and drives it in
+headless Chromium: the Train tab while it trains a head for the tiny in-process target (assets/train.png:
+seconds, not the 20 minutes of the built-in's), then the Run tab racing the shipped head of the built-in
+SmolLM2-135M-Instruct against plain decoding (assets/head_race.png)."""
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from screenshots import CHROMIUM_ARGS, text_matches  # noqa: E402
+
+from specviz.ui import build_demo, configure_torch, launch_options  # noqa: E402
+
+
+def main() -> int:
+    from playwright.sync_api import sync_playwright
+
+    configure_torch()
+    port = int(os.environ.get("GRADIO_SERVER_PORT", "7893"))
+    demo = build_demo(hosted=False)
+    demo.launch(server_port=port, prevent_thread_lock=True, **launch_options())
+    url = f"http://127.0.0.1:{port}"
+    folder = Path(tempfile.mkdtemp()) / "tiny-head"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1366, "height": 900})
+        page.goto(url)
+        page.get_by_role("tab", name="Train").click()
+        page.locator("#train-target textarea, #train-target input").first.fill("tiny")
+        page.locator("#train-out textarea, #train-out input").first.fill(str(folder))
+        page.click("#train")
+        text_matches(page, "#train-status", r"epoch [3-9]\d*/", 600)   # a few epochs drawn, still training
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(ROOT / "assets" / "train.png"), full_page=True)
+        text_matches(page, "#train-status", "Done", 900)
+        page.get_by_role("tab", name="Run").click()
+        page.locator("#settings").first.click()
+        page.get_by_label("Draft model", exact=True).first.check()
+        page.locator("#draft-model textarea, #draft-model input").first.fill("head")
+        page.locator("#k input[type=number]").first.fill("2")
+        page.locator("#max-new-tokens input[type=number]").first.fill("48")
+        page.click("#run")
+        text_matches(page, "#stats", "Finished|could not go ahead", 900)
+        page.wait_for_timeout(2000)
+        page.screenshot(path=str(ROOT / "assets" / "head_race.png"), full_page=False)
+        browser.close()
+    demo.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

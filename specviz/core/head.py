@@ -1,0 +1,239 @@
+"""A trained draft head (EAGLE-style, Li et al. 2024, arXiv 2401.15077): one small decoder layer that
+drafts from the target's own features. At position i it reads [the target's last hidden state f_i
+(after the final norm: what the target's LM head reads), the embedding of token i+1 (the target's
+own embedding matrix, shared)] and predicts f_{i+1}; the target's LM head rows of a reduced draft
+vocabulary (the most frequent tokens of the training text, EAGLE-3's trick, mapped back to target
+ids) turn that into a draft token. Drafting the next token feeds the predicted feature back in.
+
+Why it is cheap: the head is one layer where the target has many, and its output layer has a few
+thousand rows where the target's has its whole vocabulary. Why it agrees with the target: the target's
+last hidden state already holds most of what decides the next token; the head only has to carry it
+one step forward.
+
+The drafter needs the target's hidden states of the accepted positions: the decoding loop hands them
+over after each verification (`Drafter.observe`, asked for by `wants_hidden_states`). The very first
+cycle has none yet (the prompt has not been through the target), so it drafts nothing.
+
+Exactness: a sampled draft token is drawn from the head's warped distribution over the draft
+vocabulary, scattered into the target's vocabulary (zero elsewhere); that is the distribution it was
+drawn from, so the verification's rejection sampling stays exact."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .drafters import Draft, Drafter, no_draft
+from .request import Request
+from .sampling import Sampler, sample_from
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    hidden_size: int            # the target's hidden size (the head's width)
+    num_heads: int              # attention heads of the head's one layer
+    intermediate_size: int      # its MLP's width
+    target_vocab_size: int      # the target's vocabulary (draft ids map into it)
+    target_layers: int          # the target's layer count (a head for another target is refused)
+    draft_vocab_size: int       # rows of the reduced output layer
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+class DraftHead(nn.Module):
+    """The network: fc([norm(f), norm(e)]) -> one pre-norm Llama block (attention with rotary
+    positions, SwiGLU MLP) -> the predicted next feature. Its weights are the only ones it owns; the
+    target's embedding and the LM head rows are handed in (`bind`), not saved with it."""
+
+    def __init__(self, config: HeadConfig):
+        super().__init__()
+        self.config = config
+        h, eps = config.hidden_size, config.rms_norm_eps
+        self.head_dim = h // config.num_heads
+        self.feature_norm, self.embed_norm = nn.RMSNorm(h, eps=eps), nn.RMSNorm(h, eps=eps)
+        self.fc = nn.Linear(2 * h, h, bias=False)
+        self.attn_norm, self.mlp_norm = nn.RMSNorm(h, eps=eps), nn.RMSNorm(h, eps=eps)
+        self.qkv = nn.Linear(h, 3 * h, bias=False)
+        self.o = nn.Linear(h, h, bias=False)
+        self.gate_up = nn.Linear(h, 2 * config.intermediate_size, bias=False)
+        self.down = nn.Linear(config.intermediate_size, h, bias=False)
+        # draft id -> target id (saved with the weights: it is what the head was trained to draft)
+        self.register_buffer("vocab", torch.zeros(config.draft_vocab_size, dtype=torch.long))
+        # The target's embedding, held outside the module's registry: it is neither trained nor saved.
+        self._target_embedding: tuple[nn.Module, ...] = ()
+        self.lm_rows: torch.Tensor | None = None            # (draft_vocab, hidden): the target's LM head rows
+        inv = 1.0 / (config.rope_theta ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim))
+        self.register_buffer("inv_freq", inv, persistent=False)
+
+    def bind(self, target) -> DraftHead:
+        """Share the target's embedding and take its LM head rows of the draft vocabulary."""
+        self._target_embedding = (target.get_input_embeddings(),)
+        weight = target.get_output_embeddings().weight
+        self.lm_rows = weight.detach()[self.vocab.to(weight.device)].to(self.fc.weight.dtype)
+        return self
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():                 # the target's: never trained here
+            return self._target_embedding[0](tokens)
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        """(..., H) features -> (..., draft_vocab) logits."""
+        return features @ self.lm_rows.T
+
+    def forward(self, features: torch.Tensor, tokens: torch.Tensor, start: int = 0,
+                cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+                context: tuple[torch.Tensor, torch.Tensor] | None = None):
+        """features (B, T, H): f_i; tokens (B, T): token i+1; positions start..start+T-1. Returns
+        (predicted features (B, T, H), (keys, values) of these positions).
+
+        cache: earlier positions' keys and values (drafting: the new positions see them and each
+        other causally). context (training the second drafting step): keys and values of the same
+        positions computed from the true features; position i then sees context positions < i and
+        itself only, exactly what a second drafting step sees."""
+        x = self.fc(torch.cat([self.feature_norm(features), self.embed_norm(self.embed(tokens))], dim=-1))
+        batch, length, _ = x.shape
+        q, k, v = self.qkv(self.attn_norm(x)).view(batch, length, 3, self.config.num_heads,
+                                                   self.head_dim).permute(2, 0, 3, 1, 4)
+        positions = torch.arange(start, start + length, device=x.device, dtype=torch.float32)
+        angles = positions[:, None] * self.inv_freq[None]
+        cos, sin = torch.cat([angles, angles], -1).cos().to(x.dtype), torch.cat([angles, angles], -1).sin().to(x.dtype)
+        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        if context is not None:
+            keys, values = context
+            scores = q @ keys.transpose(-1, -2) / self.head_dim ** 0.5               # (B, nh, T, T)
+            earlier = torch.ones(length, length, dtype=torch.bool, device=x.device).tril(-1)
+            scores = scores.masked_fill(~earlier, float("-inf"))
+            own = (q * k).sum(-1, keepdim=True) / self.head_dim ** 0.5             # (B, nh, T, 1)
+            weights = torch.softmax(torch.cat([scores, own], dim=-1).float(), dim=-1).to(x.dtype)
+            attended = weights[..., :length] @ values + weights[..., length:] * v
+        else:
+            if cache is not None:
+                k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+            # New positions see every cached one and each other causally.
+            past = k.shape[2] - length
+            mask = torch.ones(length, k.shape[2], dtype=torch.bool, device=x.device).tril(past)
+            attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        x = x + self.o(attended.transpose(1, 2).reshape(batch, length, -1))
+        gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
+        x = x + self.down(F.silu(gate) * up)
+        return x, (k, v)
+
+
+# ----------------------------------------------------------------------------- the drafter
+
+class _HeadState:
+    """One request's: the target's features of its positions so far, and the head's keys and values."""
+
+    def __init__(self):
+        self.features: list[torch.Tensor] = []    # (n, H) blocks, in position order
+        self.count = 0                            # positions with a target feature
+        self.keys: torch.Tensor | None = None     # (1, nh, P, d) the head's keys and values, of which
+        self.values: torch.Tensor | None = None   # the first `true` positions were computed from true features
+        self.true = 0
+
+    def crop_features(self, length: int) -> None:
+        if self.count > length:
+            stacked = torch.cat(self.features)[:length]
+            self.features, self.count = [stacked], length
+
+    def feature(self, start: int, end: int) -> torch.Tensor:
+        stacked = torch.cat(self.features) if len(self.features) > 1 else self.features[0]
+        self.features = [stacked]
+        return stacked[start:end]
+
+
+class HeadDrafter(Drafter):
+    """Drafts a chain with a trained `DraftHead` from the target's features (module docstring). Keeps
+    per request its features and head cache; a batch drafts each request in turn (the head's
+    forward is small: batching its rows would save little on a CPU)."""
+
+    batchable = True
+    wants_hidden_states = True
+
+    def __init__(self, head: DraftHead, name: str = "head"):
+        self.head = head.eval()
+        self.name = name
+        self.parameters = sum(p.numel() for p in head.parameters()) + head.lm_rows.numel()
+        self.states: list[_HeadState] = []
+        self._target_vocab = head.config.target_vocab_size
+
+    def begin_batch(self, prompts: Sequence[list[int]]) -> None:
+        self.states = [_HeadState() for _ in prompts]
+
+    def begin(self, prompt_ids: torch.Tensor) -> None:
+        self.begin_batch([prompt_ids[0].tolist()])
+
+    def observe(self, hidden: Sequence[torch.Tensor]) -> None:
+        for state, block in zip(self.states, hidden):
+            if block.shape[0]:
+                state.features.append(block.to(self.head.fc.weight.dtype))
+                state.count += block.shape[0]
+
+    def rollback_batch(self, lengths: Sequence[int]) -> bool:
+        for state, length in zip(self.states, lengths):
+            state.crop_features(length)
+        return False
+
+    def rollback(self, valid_length: int) -> None:
+        self.rollback_batch([valid_length])
+
+    def leave(self, staying: Sequence[int]) -> bool:
+        self.states = [self.states[row] for row in staying]
+        return False
+
+    def propose_batch(self, requests: Sequence[Request]) -> list[Draft]:
+        return [self._draft(state, r.tokens, r.budget, r.sampler) for state, r in zip(self.states, requests)]
+
+    def propose(self, sequence: torch.Tensor, k: int, sampler: Sampler) -> Draft:
+        return self._draft(self.states[0], sequence[0].tolist(), k, sampler)
+
+    @torch.inference_mode()
+    def _draft(self, state: _HeadState, tokens: list[int], k: int, sampler: Sampler) -> Draft:
+        length = len(tokens)
+        # The target's features cover positions 0..count-1; the newest token (length-1) has none yet.
+        if k <= 0 or state.count < length - 1 or state.count == 0:
+            return no_draft()
+        head = self.head
+        device = head.fc.weight.device
+        # Head position i reads (f_i, token i+1): the cache holds positions computed from true features;
+        # the ones it lacks (those accepted since) are fed now, up to the newest token.
+        have = min(state.true, length - 1)
+        cache = None if not have else (state.keys[:, :, :have], state.values[:, :, :have])
+        features = state.feature(have, length - 1)[None]
+        ids = torch.tensor([tokens[have + 1:length]], device=device)
+        out, (keys, values) = head(features, ids, start=have, cache=cache)
+        state.keys, state.values, state.true = keys, values, length - 1
+        feature, position = out[:, -1:], length - 1
+        drafted, rows = [], []
+        for step in range(k):
+            logits = head.logits(feature[0, 0]).float()                  # (draft_vocab,)
+            if sampler.greedy:
+                choice = logits.argmax()
+                rows.append(logits)
+            else:
+                probs = sampler.probs(logits[None])[0]
+                choice = sample_from(probs[None], sampler.generator)[0]
+                rows.append(probs)
+            token = head.vocab[choice]
+            drafted.append(token)
+            if step + 1 < k:
+                # The next step reads the head's own predicted feature (no target feature exists yet).
+                feature, (keys, values) = head(feature, token.view(1, 1), start=position, cache=(keys, values))
+                position += 1
+        stacked = torch.stack(rows)
+        probs = torch.softmax(stacked, dim=-1) if sampler.greedy else stacked
+        full = torch.zeros(k, self._target_vocab, device=device)
+        full[:, head.vocab] = probs
+        return Draft(torch.stack(drafted), full)

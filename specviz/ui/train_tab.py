@@ -1,0 +1,70 @@
+"""The Train tab (local runs only; a hosted demo does not show it): train a draft head for a target
+from the target's own text (runs.train_draft), with the loss and the held-out agreement drawn after
+every epoch. The head it writes is a drafter like any other: 'head:DIR' in the Run tab's draft
+model box races it against plain decoding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+
+from ..catalog import TRAIN_PROMPTS_FILE, preset_prompt_sets, read_prompt_file
+from ..errors import SpecvizError
+from ..runs import Loader
+from ..runs.train_draft import TrainOptions, train_head
+from ..settings import LOCAL, RunSettings, validate
+from ..views.charts import training_figure, waiting
+from .common import CONCURRENCY_ID, error_html
+
+TRAINING_PROMPTS = "training prompts (327 chat prompts, none from the benchmark)"
+
+
+def prompts_for(choice: str) -> list[str]:
+    if choice == TRAINING_PROMPTS:
+        return [p.prompt for p in read_prompt_file(TRAIN_PROMPTS_FILE)]
+    sets = preset_prompt_sets()
+    if choice not in sets:
+        raise SpecvizError(f"No prompt set {choice!r}.")
+    return [p.prompt for p in sets[choice]]
+
+
+def build_train_tab(*, loader: Loader) -> None:
+    gr.Markdown("Train a **draft head** for a target from the target's own text: the target writes its "
+                "continuations of the prompts, its last hidden states are collected, and a one-layer head "
+                "learns to carry them one token forward. The head is saved after every epoch; race it in "
+                "the Run tab by typing `head:FOLDER` as the draft model.")
+    with gr.Row():
+        target = gr.Textbox("", label="Target (empty: the built-in SmolLM2-135M-Instruct)", elem_id="train-target")
+        prompt_set = gr.Dropdown([TRAINING_PROMPTS, *preset_prompt_sets()], value=TRAINING_PROMPTS,
+                                 label="Prompts", elem_id="train-prompts")
+        folder = gr.Textbox("heads/mine", label="Save to folder", elem_id="train-out")
+    with gr.Row():
+        tokens = gr.Slider(2_000, 200_000, value=20_000, step=1_000, label="Tokens for the target to write")
+        minutes = gr.Slider(1, 120, value=15, step=1, label="Minutes (writing takes at most half)")
+        epochs = gr.Slider(1, 40, value=12, step=1, label="Epochs")
+    train = gr.Button("Train", variant="primary", elem_id="train")
+    status = gr.HTML(elem_id="train-status")
+    chart = gr.Plot(waiting(training_figure([]), "the loss and the agreement appear after each epoch"),
+                    elem_id="train-chart")
+
+    def run(target_text, choice, out, n_tokens, n_minutes, n_epochs):
+        try:
+            settings = validate(RunSettings(target=target_text.strip() or None, draft="ngram"), LOCAL)
+            prompts = prompts_for(choice)
+            if not str(out).strip():
+                raise SpecvizError("Name a folder to save the head to.")
+            yield "Loading the target ...", gr.skip()
+            pair = loader(settings, None)
+            options = TrainOptions(tokens=int(n_tokens), minutes=float(n_minutes), epochs=int(n_epochs))
+            for progress in train_head(pair.target, pair.tokenizer, prompts, Path(str(out).strip()),
+                                       target_name=pair.target_name, eos=pair.eos_token_ids, options=options):
+                figure = training_figure(progress.history, progress.baseline) if progress.history else gr.skip()
+                yield f"<b>{progress.stage}</b> ({progress.fraction:.0%}): {progress.message}", figure
+            yield (f"Done: {progress.message}. Race it: Run tab, drafter <i>Draft model</i>, "
+                   f"<code>head:{str(out).strip()}</code>."), gr.skip()
+        except SpecvizError as error:
+            yield error_html(str(error)), gr.skip()
+
+    train.click(run, [target, prompt_set, folder, tokens, minutes, epochs], [status, chart],
+                concurrency_id=CONCURRENCY_ID, api_visibility="private")

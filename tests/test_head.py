@@ -1,0 +1,278 @@
+"""The trained draft head (core.head, runs.train_draft, models.heads): a tiny target trains a tiny head
+in seconds that agrees with it more often than the last token's most frequent follower; drafting with
+it is lossless (greedy equals `generate` in fp32, alone and in a batch; sampled runs follow the target's
+exact distribution, with a power check); a head made for another target, a corrupt or partial file
+and too little training data are refused with what is wrong."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from conftest import make_llama
+from test_sampling import LENGTH, V, exact_joint, pooled_chisquare
+
+from specviz import speculative_decode
+from specviz.catalog import TRAIN_PROMPTS_FILE
+from specviz.core.decoding import batched_speculative_decode
+from specviz.core.events import row_outputs
+from specviz.core.head import DraftHead, HeadConfig, HeadDrafter
+from specviz.core.request import row_seed
+from specviz.core.sampling import Sampler
+from specviz.errors import SpecvizError
+from specviz.models.heads import load_head, save_head
+from specviz.models.pairs import make_drafter
+from specviz.models.tiny import ByteTokenizer, tiny_models
+from specviz.runs.train_draft import TrainOptions, train_head
+from specviz.settings import hosted, parse_draft, validate, RunSettings
+
+TINY_OPTIONS = TrainOptions(tokens=2500, minutes=3, max_new_tokens=64, batch=20, epochs=6, intermediate=128,
+                            draft_vocab=256, train_batch=2, lr=3e-3)
+
+
+def train_prompts(n=40):
+    return TRAIN_PROMPTS_FILE.read_text().splitlines()[:n]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """The tiny target and the folder of a head trained for it (a few seconds)."""
+    target, _ = tiny_models()
+    before = {name: value.clone() for name, value in target.state_dict().items()}
+    folder = tmp_path_factory.mktemp("head")
+    reports = list(train_head(target, ByteTokenizer(), train_prompts(), folder, target_name="tiny-llama",
+                              options=TINY_OPTIONS))
+    # Training reads the target's embedding and LM head; it never changes them.
+    assert all(torch.equal(before[name], value) for name, value in target.state_dict().items())
+    return target, folder, reports
+
+
+def test_a_tiny_head_trains_in_seconds_and_beats_the_most_frequent_next_token(trained):
+    _, folder, reports = trained
+    done = reports[-1]
+    assert done.stage == "done" and len(done.history) == TINY_OPTIONS.epochs
+    # Held out: the head's first drafted token agrees with the target more often than the most
+    # frequent follower of the current token (a drafter that knows only the last token).
+    assert done.agreement > done.baseline + 0.05, (done.agreement, done.baseline)
+    assert done.agreement2 > done.baseline
+    losses = [loss for _, loss, _, _ in done.history]
+    assert losses[-1] < losses[0] / 2
+    config = json.loads((folder / "head.json").read_text())
+    assert config["target"] == {"name": "tiny-llama", "hidden_size": 128, "vocab_size": 384, "layers": 8}
+    assert config["trained"]["epochs"] == TINY_OPTIONS.epochs and config["trained"]["tokens"] >= 2000
+
+
+def test_training_resumes_after_the_last_finished_epoch(trained, tmp_path):
+    target, folder, _ = trained
+    shutil.copytree(folder, tmp_path / "again")
+    more = TrainOptions(**{**TINY_OPTIONS.__dict__, "epochs": TINY_OPTIONS.epochs + 1})
+    reports = list(train_head(target, ByteTokenizer(), [], tmp_path / "again", target_name="tiny-llama",
+                              options=more))
+    assert any(r.message == f"resuming after epoch {TINY_OPTIONS.epochs}" for r in reports)
+    assert [r.epoch for r in reports if r.stage == "epoch"] == [TINY_OPTIONS.epochs + 1]   # one more, not all again
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_greedy_with_the_head_equals_generate(trained, k):
+    target, folder, _ = trained
+    drafter = make_drafter(parse_draft(f"head:{folder}"), target, target_name="tiny-llama")
+    assert isinstance(drafter, HeadDrafter)
+    for text in ("Explain volcanoes in simple terms.", "Write a haiku about rivers.", "Hi"):
+        prompt = torch.tensor([list(f"<user>\n{text}\n<assistant>\n".encode())])
+        out = [t for c in speculative_decode(target, drafter, prompt, max_new_tokens=40, k=k) for t in c.emitted]
+        assert out == target.generate(prompt, max_new_tokens=40, do_sample=False)[0, prompt.shape[1]:].tolist()
+
+
+def test_batched_rows_with_the_head_equal_generate(trained):
+    target, folder, _ = trained
+    drafter = make_drafter(parse_draft(f"head:{folder}"), target, target_name="tiny-llama")
+    prompts = [list(p.encode()) for p in ("What are three facts about bees?", "Hi", "How do I boil an egg?")]
+    out = row_outputs(batched_speculative_decode(target, drafter, prompts, max_new_tokens=30, k=3))
+    for row, prompt in enumerate(prompts):
+        assert out[row] == target.generate(torch.tensor([prompt]), max_new_tokens=30,
+                                           do_sample=False)[0, len(prompt):].tolist()
+
+
+def small_head(target, draft_vocab, seed=0):
+    """An untrained head (exactness holds for any draft distribution) over the first `draft_vocab` ids."""
+    torch.manual_seed(seed)
+    config = target.config
+    head = DraftHead(HeadConfig(config.hidden_size, 4, 32, config.vocab_size, config.num_hidden_layers, draft_vocab))
+    head.vocab.copy_(torch.arange(draft_vocab))
+    return HeadDrafter(head.bind(target))
+
+
+def test_head_sampling_follows_the_target_distribution():
+    # The draft vocabulary leaves two of the V tokens out: the head's distribution is scattered into
+    # the target's vocabulary with zeros there, and the residual still restores the target's.
+    target = make_llama(0, layers=2, vocab=V, hidden=32)
+    drafter = small_head(target, V - 2)
+    prompt = torch.tensor([[1, 2, 3, 1, 2]])
+    runs, drafted = 2500, 0
+    counts = np.zeros(V ** LENGTH)
+    for seed in range(runs):
+        cycles = list(speculative_decode(target, drafter, prompt, max_new_tokens=LENGTH, k=2, temperature=1.0,
+                                         seed=seed))
+        drafted += sum(len(c.drafted) for c in cycles)
+        out = [t for c in cycles for t in c.emitted]
+        counts[int(np.ravel_multi_index(out, (V,) * LENGTH))] += 1
+    assert drafted >= runs                   # every run drafted (after the first cycle, which has no features)
+    assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(1.0))) > 1e-3
+    # Power: the same counts against the target at another temperature are rejected.
+    assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(2.0))) < 1e-4
+
+
+def test_a_sampled_row_with_the_head_is_that_prompt_alone(trained):
+    target, folder, _ = trained
+    drafter = load_head(folder, target)
+    prompts = [list(b"Write a poem."), list(b"Hi there"), list(b"Explain tides.")]
+    kw = dict(max_new_tokens=25, k=3, temperature=0.9)
+    out = row_outputs(batched_speculative_decode(target, drafter, prompts, seed=4, **kw))
+    for row, prompt in enumerate(prompts):
+        alone = speculative_decode(target, drafter, torch.tensor([prompt]), seed=row_seed(4, row), **kw)
+        assert out[row] == [t for c in alone for t in c.emitted]
+
+
+# ----------------------------------------------------------------------------- bad input
+
+def test_a_head_for_another_target_is_refused_with_what_differs(trained):
+    _, folder, _ = trained
+    other, _ = tiny_models(layers=6, hidden=64)
+    with pytest.raises(SpecvizError, match=r"trained for tiny-llama.*hidden size 128 \(the target's: 64\).*"
+                                           r"layer count 8 \(the target's: 6\)"):
+        load_head(folder, other, target_name="other")
+    wider = make_llama(0, layers=8, vocab=97, hidden=128)
+    with pytest.raises(SpecvizError, match=r"vocabulary 384 \(the target's: 97\)"):
+        load_head(folder, wider)
+
+
+def test_corrupt_or_partial_head_files_are_refused(trained, tmp_path):
+    target, folder, _ = trained
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    weights = copy / "head.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])                 # a partial download
+    with pytest.raises(SpecvizError, match="head.safetensors is corrupt or partial"):
+        load_head(copy, target)
+    (copy / "head.json").write_text("{not json")
+    with pytest.raises(SpecvizError, match="head.json is corrupt"):
+        load_head(copy, target)
+    (copy / "head.json").unlink()
+    with pytest.raises(SpecvizError, match="has no head.json"):
+        load_head(copy, target)
+    with pytest.raises(SpecvizError, match="no such folder"):
+        load_head(tmp_path / "absent", target)
+
+
+def test_a_head_missing_weights_is_refused(trained, tmp_path):
+    target, folder, _ = trained
+    head = load_head(folder, target).head
+    from safetensors.torch import load_file, save_file
+    copy = tmp_path / "partial"
+    save_head(head, copy, target=target, target_name="tiny-llama", trained={})
+    state = load_file(str(copy / "head.safetensors"))
+    del state["down.weight"]
+    save_file(state, str(copy / "head.safetensors"))
+    with pytest.raises(SpecvizError, match="partial or for another shape.*missing: down.weight"):
+        load_head(copy, target)
+
+
+def test_too_little_training_data_says_how_much_more(tmp_path):
+    target, _ = tiny_models()
+    options = TrainOptions(tokens=50, minutes=1, max_new_tokens=8, batch=4, epochs=1, intermediate=32, draft_vocab=64)
+    with pytest.raises(SpecvizError, match=r"Training data too small: \d+ tokens .* \(\d+ more tokens\)"):
+        list(train_head(target, ByteTokenizer(), ["Hi", "Yes"], tmp_path, target_name="tiny-llama", options=options))
+
+
+def test_head_specs_are_parsed_and_refused_where_they_cannot_run(tmp_path):
+    assert parse_draft("head").kind == "head" and parse_draft("head").folder is None
+    spec = parse_draft(f"Head:{tmp_path}/MyHead")
+    assert spec.kind == "head" and spec.folder == f"{tmp_path}/MyHead"    # the folder keeps its case
+    with pytest.raises(SpecvizError, match="'head:DIR'"):
+        parse_draft("head:")
+    with pytest.raises(SpecvizError, match="only runs the shipped draft head"):
+        validate(RunSettings(draft=f"head:{tmp_path}"), hosted([]))
+    target, _ = tiny_models()
+    with pytest.raises(SpecvizError, match="No draft head ships for tiny-llama"):
+        make_drafter(parse_draft("head"), target, target_name="tiny-llama")
+
+
+# ----------------------------------------------------------------------------- the shipped head
+
+@pytest.mark.slow
+def test_the_shipped_head_drafts_losslessly_for_the_built_in_target(all_threads):
+    # fp32: greedy outputs with `--draft head` equal the target's own greedy generate, on chat prompts
+    # none of which it was trained on (the benchmark's chat category).
+    from specviz.catalog import prompt_set
+    from specviz.models import encode_prompt, load_pair
+
+    pair = load_pair(None, "head", dtype="float32")
+    assert isinstance(pair.draft, HeadDrafter) and pair.draft.default_k >= 1
+    training = set(TRAIN_PROMPTS_FILE.read_text().splitlines())
+    drafted = accepted = 0
+    for prompt in [p.prompt for p in prompt_set("chat")][:2]:
+        assert prompt not in training
+        ids = encode_prompt(pair.tokenizer, prompt)
+        cycles = list(speculative_decode(pair.target, pair.draft, ids, max_new_tokens=24, k=3,
+                                         eos_token_id=pair.eos_token_ids))
+        expected = pair.target.generate(ids, max_new_tokens=24, do_sample=False, eos_token_id=pair.eos_token_ids,
+                                        attention_mask=torch.ones_like(ids))[0, ids.shape[1]:].tolist()
+        assert [t for c in cycles for t in c.emitted] == expected
+        drafted += sum(len(c.drafted) for c in cycles)
+        accepted += sum(c.num_accepted for c in cycles)
+    # It drafts for this target, not at random (a random pick of its 1,580 tokens would almost never pass);
+    # the shipped head accepts ~9% of its drafts here (README: Trained draft heads).
+    assert accepted > 0.03 * drafted
+
+
+def test_the_train_tab_is_offered_locally_and_never_in_a_hosted_demo():
+    from specviz.ui.app import build_demo
+
+    def tabs(hosted_demo):
+        config = build_demo(hosted=hosted_demo).get_config_file()
+        return [c["props"]["label"] for c in config["components"] if c["type"] == "tabitem"]
+
+    assert tabs(False)[-1] == "Train"
+    assert "Train" not in tabs(True)
+
+
+def test_the_training_chart_draws_each_finished_epoch():
+    from specviz.views.charts import training_figure
+
+    figure = training_figure([(1, 3.0, 0.2, 0.1), (2, 2.0, 0.3, 0.25)], baseline=0.15)
+    agreement, second, loss = figure.data
+    assert list(agreement.y) == [0.2, 0.3] and list(second.y) == [0.1, 0.25] and list(loss.y) == [3.0, 2.0]
+    assert loss.yaxis == "y2"
+
+
+def test_the_loop_hands_the_drafter_the_target_hidden_states_of_every_kept_position():
+    # What a head drafts from must be what the target computes for that prefix alone: after a ragged
+    # batched run, each request's observed features equal one plain forward over its kept tokens.
+    target = make_llama(1, layers=2, vocab=V, hidden=32)
+    drafter = small_head(target, V)
+    prompts = [[1, 2, 3, 1, 2], [4], [0, 5, 0, 5, 0, 5, 2, 1]]
+    kept, features = {}, {}
+    observe, leave = drafter.observe, drafter.leave
+    rows = list(range(len(prompts)))
+
+    def recording_observe(hidden):
+        for row, block in zip(rows, hidden):
+            features.setdefault(row, []).append(block.clone())
+        observe(hidden)
+
+    def recording_leave(staying):
+        rows[:] = [rows[i] for i in staying]
+        return leave(staying)
+
+    drafter.observe, drafter.leave = recording_observe, recording_leave
+    out = row_outputs(batched_speculative_decode(target, drafter, prompts, max_new_tokens=12, k=3))
+    for row, prompt in enumerate(prompts):
+        kept[row] = torch.cat(features[row])
+        tokens = prompt + out[row]
+        with torch.inference_mode():
+            full = target(torch.tensor([tokens]), output_hidden_states=-1).hidden_states[-1][0]
+        n = kept[row].shape[0]
+        assert n >= len(tokens) - 2                       # every position but the newest (not yet fed)
+        assert torch.allclose(kept[row], full[:n], atol=1e-4)
