@@ -292,3 +292,23 @@ def test_run_in_the_targets_tokens_prints_no_cross_tokenizer_line(folder, capsys
                   "--raw", "--no-color", PROMPT]) == 0
     printed = capsys.readouterr().out
     assert "acceptance: " in printed and "draft tokens per target token" not in printed
+
+
+def test_a_trained_head_drafts_at_its_own_best_k_unless_k_is_given(tmp_path):
+    # `--draft head` alone is the shipped head with the draft length it measured best (its config's k).
+    from specviz.cli.common import settings_from
+    from specviz.models.heads import SHIPPED_HEADS
+
+    parser = cli.build_parser()
+
+    def k_of(*argv):
+        return settings_from(parser.parse_args(["run", *argv, "hello"])).k
+
+    shipped = json.loads((SHIPPED_HEADS / "SmolLM2-135M-Instruct" / "head.json").read_text())
+    assert k_of("--draft", "head") == shipped["k"] == 2
+    assert k_of("--draft", "head", "--k", "5") == 5
+    assert k_of("--draft", "ngram") == 4
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "head.json").write_text(json.dumps(dict(shipped, k=3)))
+    assert k_of("--draft", f"head:{folder}") == 3

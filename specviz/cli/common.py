@@ -14,10 +14,13 @@ import re
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import SpecvizError
 from ..files import is_stream, read_limited, write_atomic
+from ..models import heads
+from ..models.sources import DEFAULT_TARGET
 from ..runs import recording
 from ..settings import LOCAL, RunSettings, validate
 
@@ -47,7 +50,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, draft_repeatable: bo
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """The decoding settings. Numbers stay text here: `settings.validate` coerces and checks them,
     so '--k inf' and '--seed 2**80' get the same messages as in the app."""
-    parser.add_argument("--k", default=4, help="draft length (tokens proposed per cycle)")
+    parser.add_argument("--k", default=None,
+                        help="draft length (tokens proposed per cycle; default 4, a trained head's own best k)")
     parser.add_argument("--dynamic-k", action="store_true",
                         help="grow k after fully accepted cycles, shrink after rejections")
     parser.add_argument("--max-k", default=None, help="upper bound for --dynamic-k (default 2k)")
@@ -74,7 +78,11 @@ def settings_from(args: argparse.Namespace, **overrides) -> RunSettings:
              "max_new_tokens", "dtype", "device", "branch", "tree_budget")
     values = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
     values.update(chat=not args.raw, **overrides)
-    return validate(RunSettings(**values), LOCAL)
+    settings = validate(RunSettings(**values), LOCAL)
+    if "k" not in values and settings.draft.kind == "head":
+        # A trained head drafts best at the k it measured (its config's k), not the general default.
+        settings = replace(settings, k=heads.default_k(settings.draft, settings.target or DEFAULT_TARGET))
+    return settings
 
 
 # ----------------------------------------------------------------------------- output paths

@@ -38,6 +38,16 @@ def shipped_head(target_name: str) -> Path:
     return folder
 
 
+def default_k(spec, target_name: str) -> int:
+    """The draft length a head found best (its config's k): the shipped head's for 'head', DIR's for
+    'head:DIR'; the shipped default when the config cannot be read (loading then says why)."""
+    try:
+        folder = spec.folder or shipped_head(target_name)
+        return int(read_config(folder).get("k", DEFAULT_K))
+    except (SpecvizError, ValueError, TypeError):
+        return DEFAULT_K
+
+
 def target_shape(target: PreTrainedModel) -> dict:
     config = target.config.get_text_config()
     return {"hidden_size": config.hidden_size, "vocab_size": config.vocab_size, "layers": config.num_hidden_layers}

@@ -176,6 +176,6 @@ def training_figure(history: Sequence[tuple], baseline: float | None = None) -> 
     figure.add_scatter(x=epochs, y=[h[1] for h in history], mode="lines+markers", name="loss", yaxis="y2")
     if baseline is not None:
         figure.add_hline(y=baseline, line_dash="dash", annotation_text="most frequent follower")
-    figure.update_layout(yaxis=dict(tickformat=".0%", rangemode="tozero"),
+    figure.update_layout(xaxis=dict(dtick=1), yaxis=dict(tickformat=".0%", rangemode="tozero"),
                          yaxis2=dict(title="loss", overlaying="y", side="right", rangemode="tozero"))
     return figure
