@@ -207,7 +207,7 @@ def test_out_of_memory_is_a_user_error(monkeypatch, capsys):
 # ----------------------------------------------------------------------------- the parser
 
 def test_every_subcommand_is_registered():
-    assert "{run,compare,bench,load,replay,report}" in cli.build_parser().format_usage()
+    assert "{run,compare,bench,load,replay,report,train-draft}" in cli.build_parser().format_usage()
 
 
 def test_a_subcommand_that_fails_to_import_is_not_dropped():
