@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz run | compare | bench | load | replay | report` (the dispatcher is
+"""Command line: `python -m specviz run | compare | bench | load | replay | report | train-draft` (the dispatcher is
 `cli.main`, what the subcommands share `cli.common`)."""
 
 from .main import build_parser, entry
