@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from ..catalog import prompt_set, read_prompt_file
 from ..errors import SpecvizError
 from ..files import is_stream, read_limited, write_atomic
 from ..models import heads
@@ -70,6 +71,16 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
 def add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-color", action="store_true", help="plain text output")
     parser.add_argument("prompt", help="the prompt")
+
+
+def read_prompts(value: str):
+    """--prompts: a prompt file (one per line, or JSON Lines), or a shipped set by name."""
+    path = Path(value)
+    if path.is_file():
+        return read_prompt_file(path)
+    if path.suffix or "/" in value:
+        raise SpecvizError(f"--prompts {value}: no such file.")
+    return prompt_set(value)
 
 
 def settings_from(args: argparse.Namespace, **overrides) -> RunSettings:

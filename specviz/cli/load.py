@@ -9,7 +9,6 @@ import json
 import sys
 from pathlib import Path
 
-from ..catalog import prompt_set, read_prompt_file
 from ..errors import SpecvizError
 from ..files import check_paths, write_atomic
 from ..runs.bench import TINY_TARGET
@@ -18,7 +17,7 @@ from ..runs.run import load
 from ..settings import whole_numbers
 from ..views.load_view import outputs_note
 from .common import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, progress_printer, rich_table,
-                     settings_from)
+                     read_prompts, settings_from)
 from .engine import add_engine_arguments, check_engine_flags, load_main
 
 MAX_BATCH = 64
@@ -45,15 +44,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the sweep as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     add_engine_arguments(parser)
-
-
-def read_prompts(value: str):
-    path = Path(value)
-    if path.is_file():
-        return read_prompt_file(path)
-    if path.suffix or "/" in value:
-        raise SpecvizError(f"--prompts {value}: no such file.")
-    return prompt_set(value)
 
 
 def main(args: argparse.Namespace) -> int:

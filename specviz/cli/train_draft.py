@@ -12,12 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-from ..catalog import TRAIN_PROMPTS_FILE, prompt_set, read_prompt_file
+from ..catalog import TRAIN_PROMPTS_FILE
 from ..errors import SpecvizError
 from ..runs.run import load
 from ..runs.train_draft import TrainOptions, train_head
 from ..settings import number, whole_number
-from .common import TARGET_HELP, progress_printer, settings_from
+from .common import TARGET_HELP, progress_printer, read_prompts, settings_from
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,15 +37,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--raw", action="store_true", help="raw completions: do not apply the chat template")
     parser.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
-
-
-def read_prompts(value: str):
-    path = Path(value)
-    if path.is_file():
-        return read_prompt_file(path)
-    if path.suffix or "/" in value:
-        raise SpecvizError(f"--prompts {value}: no such file.")
-    return prompt_set(value)
 
 
 def main(args: argparse.Namespace) -> int:
