@@ -3,12 +3,14 @@ training set (the benchmark's 'chat' category and the chat examples), greedy, ba
 (events timed by the thread's own CPU time, so other processes do not inflate them), per dtype:
 
     HF_HUB_OFFLINE=1 python scripts/bench_head.py [--head head | head:DIR] [--dtype bfloat16,float32]
-                                                  [--k 2,3,4] [--max-new-tokens 64] [--json FILE]
+                                                  [--k 2,3,4] [--trees 2x8:3] [--max-new-tokens 64] [--json FILE]
 
 Per method: the median over prompts of its speedup over plain decoding (plain's seconds per token over
-its own), its acceptance (accepted / drafted tokens), tokens per target pass, and the draft's cost per
-drafted token as a share of a plain step. In fp32 it also checks that every greedy output equals plain
-decoding's (bf16 argmax may flip at near-ties between one-token and multi-token forwards)."""
+its own), its acceptance (accepted / drafted tokens; for a tree, accepted / drafted nodes, which counts
+the siblings that lost), tokens per target pass, and the draft's cost per drafted token as a share of a
+plain step. A tree BxN:D is the head's EAGLE-2 tree: top-B children, N nodes, depth D. In fp32 it also
+checks that every greedy output equals plain decoding's (bf16 argmax may flip at near-ties between
+one-token and multi-token forwards)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from specviz.catalog import load_examples, prompt_set  # noqa: E402
 from specviz.core.decoding import speculative_decode  # noqa: E402
+from specviz.core.head import HeadTreeDrafter  # noqa: E402
 from specviz.core.plain import autoregressive_decode  # noqa: E402
 from specviz.models.host import host_description  # noqa: E402
 from specviz.models.pairs import make_drafter  # noqa: E402
@@ -45,6 +48,7 @@ def main() -> int:
     parser.add_argument("--head", default="head")
     parser.add_argument("--dtype", default="bfloat16,float32")
     parser.add_argument("--k", default="2,3,4")
+    parser.add_argument("--trees", default="2x8:3", help="head trees BRANCHxNODES:DEPTH, comma-separated ('' none)")
     parser.add_argument("--ngram-k", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--limit", type=int, default=0, help="first N prompts only")
@@ -60,7 +64,12 @@ def main() -> int:
         pair = load(settings)
         head = pair.draft
         ngram = make_drafter(parse_draft("ngram"), pair.target)
-        methods = {f"head k={k}": (head, k) for k in ks} | {f"ngram k={args.ngram_k}": (ngram, args.ngram_k)}
+        methods = {f"head k={k}": (head, k) for k in ks}
+        for tree in filter(None, args.trees.split(",")):
+            shape, depth = tree.split(":")
+            branch, nodes = (int(n) for n in shape.split("x"))
+            methods[f"head tree {branch}x{nodes} depth {depth}"] = (HeadTreeDrafter(head, branch, nodes), int(depth))
+        methods[f"ngram k={args.ngram_k}"] = (ngram, args.ngram_k)
         rows = {name: [] for name in methods}
         identical = {name: True for name in methods}
         step_costs = []

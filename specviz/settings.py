@@ -107,7 +107,7 @@ class RunSettings:
     chat: bool = True               # wrap the prompt in the chat template
     dtype: str = "auto"
     device: str = "auto"
-    branch: int = 1                 # > 1: a draft model or early exit drafts a tree (top-`branch` children)
+    branch: int = 1                 # > 1: a draft model, early exit or head drafts a tree (top-`branch` children)
     tree_budget: int = 16           # ... of at most this many nodes (EAGLE-2's dynamic tree)
 
     def decoding(self) -> dict:
@@ -228,9 +228,9 @@ def validate(settings: RunSettings, limits: Limits = LOCAL) -> RunSettings:
         raise SpecvizError(f"dtype and device are chosen by the server{in_demo}.")
     branch = whole_number("tree branch", settings.branch, 1, MAX_BRANCH)
     tree_budget = whole_number("tree budget (nodes)", settings.tree_budget, 1, limits.max_k * MAX_BRANCH)
-    if branch > 1 and draft.kind not in ("model", "self"):
-        raise SpecvizError(f"A tree branch applies to a draft model or early exit; {draft!r} drafts its own "
-                           "way (ngram-tree and suffix draft trees already).")
+    if branch > 1 and draft.kind not in ("model", "self", "head"):
+        raise SpecvizError(f"A tree branch applies to a draft model, early exit or a draft head; {draft!r} drafts "
+                           "its own way (ngram-tree and suffix draft trees already).")
     return replace(settings, target=target, draft=draft, k=k, dynamic_k=dynamic_k, branch=branch,
                    tree_budget=tree_budget,
                    max_k=max_k, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,

@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import make_llama
 from test_sampling import LENGTH, V, exact_joint, pooled_chisquare
 
@@ -17,28 +18,49 @@ from specviz import speculative_decode
 from specviz.catalog import TRAIN_PROMPTS_FILE
 from specviz.core.decoding import batched_speculative_decode
 from specviz.core.events import row_outputs
-from specviz.core.head import DraftHead, HeadConfig, HeadDrafter
+from specviz.core.head import DraftHead, HeadConfig, HeadDrafter, HeadTreeDrafter
 from specviz.core.request import row_seed
 from specviz.core.sampling import Sampler
 from specviz.errors import SpecvizError
 from specviz.models.heads import load_head, save_head
 from specviz.models.pairs import make_drafter
-from specviz.models.tiny import ByteTokenizer, tiny_models
+from specviz.models.tiny import ByteTokenizer, encode_bytes, tiny_models
 from specviz.runs.train_draft import TrainOptions, train_head
-from specviz.settings import hosted, parse_draft, validate, RunSettings
+from specviz.settings import LOCAL, hosted, parse_draft, validate, RunSettings
 
 TINY_OPTIONS = TrainOptions(tokens=2500, minutes=3, max_new_tokens=64, batch=20, epochs=6, intermediate=128,
                             draft_vocab=256, train_batch=2, lr=3e-3)
 
 
-def train_prompts(n=40):
-    return TRAIN_PROMPTS_FILE.read_text().splitlines()[:n]
+def train_prompts(n=40, start=0):
+    return TRAIN_PROMPTS_FILE.read_text().splitlines()[start:start + n]
+
+
+def tiny_language_model(steps=80):
+    """The tiny Llama trained for a few seconds on the bytes of chat prompts (other ones than the head
+    trains on): a random-weight target continues text chaotically (nothing a head could learn in
+    seconds); a trained one, like a real target, continues it with structure."""
+    target, _ = tiny_models()
+    torch.manual_seed(0)
+    texts = [encode_bytes(p)[0] for p in train_prompts(1000, start=200)]
+    optimizer = torch.optim.AdamW(target.parameters(), lr=3e-3)
+    target.train()
+    for step in range(steps):
+        batch = [texts[(step * 16 + i) % len(texts)] for i in range(16)]
+        width = max(len(t) for t in batch)
+        ids = torch.stack([F.pad(t, (0, width - len(t))) for t in batch])
+        labels = torch.stack([F.pad(t, (0, width - len(t)), value=-100) for t in batch])
+        loss = target(ids, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return target.eval().requires_grad_(False)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """The tiny target and the folder of a head trained for it (a few seconds)."""
-    target, _ = tiny_models()
+    """A tiny target and the folder of a head trained for it (seconds)."""
+    target = tiny_language_model()
     before = {name: value.clone() for name, value in target.state_dict().items()}
     folder = tmp_path_factory.mktemp("head")
     reports = list(train_head(target, ByteTokenizer(), train_prompts(), folder, target_name="tiny-llama",
@@ -52,8 +74,9 @@ def test_a_tiny_head_trains_in_seconds_and_beats_the_most_frequent_next_token(tr
     _, folder, reports = trained
     done = reports[-1]
     assert done.stage == "done" and len(done.history) == TINY_OPTIONS.epochs
-    # Held out: the head's first drafted token agrees with the target more often than the most
-    # frequent follower of the current token (a drafter that knows only the last token).
+    # Held out, on the response tokens (what a head drafts): the head's first drafted token agrees
+    # with the target more often than the most frequent follower of the current token (a drafter
+    # that knows only the last token).
     assert done.agreement > done.baseline + 0.05, (done.agreement, done.baseline)
     assert done.agreement2 > done.baseline
     losses = [loss for _, loss, _, _ in done.history]
@@ -82,6 +105,37 @@ def test_greedy_with_the_head_equals_generate(trained, k):
         prompt = torch.tensor([list(f"<user>\n{text}\n<assistant>\n".encode())])
         out = [t for c in speculative_decode(target, drafter, prompt, max_new_tokens=40, k=k) for t in c.emitted]
         assert out == target.generate(prompt, max_new_tokens=40, do_sample=False)[0, prompt.shape[1]:].tolist()
+
+
+@pytest.mark.parametrize("branch,budget,k", [(2, 8, 3), (3, 12, 4)])
+def test_greedy_with_a_head_tree_equals_generate(trained, branch, budget, k):
+    target, folder, _ = trained
+    chain = load_head(folder, target)
+    drafter = HeadTreeDrafter(chain, branch, budget)
+    per_pass = {"tree": [], "chain": []}
+    for text in ("Explain volcanoes in simple terms.", "Write a haiku about rivers.", "Give me five tips about chess."):
+        prompt = torch.tensor([list(f"<user>\n{text}\n<assistant>\n".encode())])
+        cycles = list(speculative_decode(target, drafter, prompt, max_new_tokens=40, k=k))
+        assert all(c.parents is not None for c in cycles[1:] if c.drafted)     # trees, not chains
+        per_pass["tree"] += [c.num_accepted for c in cycles[1:]]
+        out = [t for c in cycles for t in c.emitted]
+        assert out == target.generate(prompt, max_new_tokens=40, do_sample=False)[0, prompt.shape[1]:].tolist()
+        per_pass["chain"] += [c.num_accepted for c in speculative_decode(target, chain, prompt, max_new_tokens=40,
+                                                                         k=k)][1:]
+    # The siblings are what a tree adds: it accepts more per target pass than the chain of its depth.
+    mean = {name: sum(v) / len(v) for name, v in per_pass.items()}
+    assert mean["tree"] > mean["chain"] + 0.2, mean
+
+
+def test_a_head_tree_is_what_run_drafts_with_a_branch(trained):
+    target, folder, _ = trained
+    from types import SimpleNamespace
+
+    from specviz.runs.run import drafter_for
+    settings = validate(RunSettings(draft=f"head:{folder}", branch=2), LOCAL)
+    pair = SimpleNamespace(draft=load_head(folder, target), draft_name=f"head:{folder}")
+    tree = drafter_for(settings, pair)
+    assert isinstance(tree, HeadTreeDrafter) and tree.branch == 2
 
 
 def test_batched_rows_with_the_head_equal_generate(trained):
@@ -120,6 +174,25 @@ def test_head_sampling_follows_the_target_distribution():
     assert drafted >= runs                   # every run drafted (after the first cycle, which has no features)
     assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(1.0))) > 1e-3
     # Power: the same counts against the target at another temperature are rejected.
+    assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(2.0))) < 1e-4
+
+
+def test_head_tree_sampling_follows_the_target_distribution():
+    # The tree's children are the head's top-2, one-hot candidates tried against what is left of the
+    # target's distribution after each rejection: the output distribution stays the target's.
+    target = make_llama(0, layers=2, vocab=V, hidden=32)
+    drafter = HeadTreeDrafter(small_head(target, V - 2), 2, 6)
+    prompt = torch.tensor([[1, 2, 3, 1, 2]])
+    runs, trees = 2500, 0
+    counts = np.zeros(V ** LENGTH)
+    for seed in range(runs):
+        cycles = list(speculative_decode(target, drafter, prompt, max_new_tokens=LENGTH, k=2, temperature=1.0,
+                                         seed=seed))
+        trees += sum(c.parents is not None and len(c.drafted) > 1 for c in cycles)
+        out = [t for c in cycles for t in c.emitted]
+        counts[int(np.ravel_multi_index(out, (V,) * LENGTH))] += 1
+    assert trees >= runs                     # every run drafted a tree (after the first cycle)
+    assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(1.0))) > 1e-3
     assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(2.0))) < 1e-4
 
 

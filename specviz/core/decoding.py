@@ -305,8 +305,10 @@ def _tree_pass(target, cache: RaggedCache, drafter: Drafter, request: Request, d
     cached = plain.get_seq_length()
     masks, position_ids = trees.tree_attention(target, parents, cached, length - cached)
     inputs = torch.cat([torch.tensor([request.tokens[cached:]], device=device), node_ids[None]], dim=1)
-    logits = target(inputs, cache=plain, attention_mask=masks, position_ids=position_ids,
-                    logits_to_keep=len(parents) + 1).logits[0]
+    wanted = {"output_hidden_states": -1} if drafter.wants_hidden_states else {}   # after the final norm
+    out = target(inputs, cache=plain, attention_mask=masks, position_ids=position_ids,
+                 logits_to_keep=len(parents) + 1, **wanted)
+    logits = out.logits[0]
 
     # Accept a path from the root, then add the target's own token. Where the path stopped: a
     # leaf (no children on offer) gets a bonus token, else a correction.
@@ -324,6 +326,10 @@ def _tree_pass(target, cache: RaggedCache, drafter: Drafter, request: Request, d
     # The target cache keeps the prefix and exactly the accepted path; the drafter its prefix.
     trees.keep_path(plain, length, [length + i for i in path])
     drafter.keep_path(length + len(path), [kept[i] for i in path])
+    if wanted:   # the target's features of what it was fed before the tree, then of the accepted path
+        pending = inputs.shape[1] - len(parents)
+        rows = list(range(pending)) + [pending + i for i in path]
+        drafter.observe([out.hidden_states[-1][0, rows]])
     seconds = clock() - start
     fields = dict(
         drafted=drafted, num_accepted=len(path), emitted=emitted, correction=correction, correction_kind=kind,

@@ -16,10 +16,15 @@ cycle has none yet (the prompt has not been through the target), so it drafts no
 
 Exactness: a sampled draft token is drawn from the head's warped distribution over the draft
 vocabulary, scattered into the target's vocabulary (zero elsewhere); that is the distribution it was
-drawn from, so the verification's rejection sampling stays exact."""
+drawn from, so the verification's rejection sampling stays exact.
+
+Chains (`HeadDrafter`, alone and batched) and EAGLE-2 token trees (`HeadTreeDrafter`, one request:
+depth by depth the most probable nodes grow their most probable children, one head forward per
+depth under a tree mask; verified as one-hot candidates, so exact too)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -94,19 +99,24 @@ class DraftHead(nn.Module):
 
     def forward(self, features: torch.Tensor, tokens: torch.Tensor, start: int = 0,
                 cache: tuple[torch.Tensor, torch.Tensor] | None = None,
-                context: tuple[torch.Tensor, torch.Tensor] | None = None):
+                context: tuple[torch.Tensor, torch.Tensor] | None = None,
+                positions: torch.Tensor | None = None, mask: torch.Tensor | None = None):
         """features (B, T, H): f_i; tokens (B, T): token i+1; positions start..start+T-1. Returns
         (predicted features (B, T, H), (keys, values) of these positions).
 
         cache: earlier positions' keys and values (drafting: the new positions see them and each
         other causally). context (training the second drafting step): keys and values of the same
         positions computed from the true features; position i then sees context positions < i and
-        itself only, exactly what a second drafting step sees."""
+        itself only, exactly what a second drafting step sees. positions (T,) and mask (T, P + T: which
+        cached and new positions each new one sees) replace the consecutive positions and the causal
+        mask (drafting a tree: each node sees the prefix and its own ancestors)."""
         x = self.fc(torch.cat([self.feature_norm(features), self.embed_norm(self.embed(tokens))], dim=-1))
         batch, length, _ = x.shape
         q, k, v = self.qkv(self.attn_norm(x)).view(batch, length, 3, self.config.num_heads,
                                                    self.head_dim).permute(2, 0, 3, 1, 4)
-        positions = torch.arange(start, start + length, device=x.device, dtype=torch.float32)
+        if positions is None:
+            positions = torch.arange(start, start + length, device=x.device)
+        positions = positions.to(torch.float32)
         angles = positions[:, None] * self.inv_freq[None]
         cos, sin = torch.cat([angles, angles], -1).cos().to(x.dtype), torch.cat([angles, angles], -1).sin().to(x.dtype)
         q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
@@ -122,8 +132,9 @@ class DraftHead(nn.Module):
             if cache is not None:
                 k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
             # New positions see every cached one and each other causally.
-            past = k.shape[2] - length
-            mask = torch.ones(length, k.shape[2], dtype=torch.bool, device=x.device).tril(past)
+            if mask is None:
+                past = k.shape[2] - length
+                mask = torch.ones(length, k.shape[2], dtype=torch.bool, device=x.device).tril(past)
             attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         x = x + self.o(attended.transpose(1, 2).reshape(batch, length, -1))
         gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
@@ -199,23 +210,34 @@ class HeadDrafter(Drafter):
     def propose(self, sequence: torch.Tensor, k: int, sampler: Sampler) -> Draft:
         return self._draft(self.states[0], sequence[0].tolist(), k, sampler)
 
-    @torch.inference_mode()
-    def _draft(self, state: _HeadState, tokens: list[int], k: int, sampler: Sampler) -> Draft:
+    def prime(self, state: _HeadState, tokens: list[int]):
+        """Feed the head what it lacks of the request's true features, up to the newest token: returns
+        the predicted feature of the newest token's position (1, 1, H) and the head's keys and values,
+        or None while the target has given no features yet (the first cycle)."""
         length = len(tokens)
         # The target's features cover positions 0..count-1; the newest token (length-1) has none yet.
-        if k <= 0 or state.count < length - 1 or state.count == 0:
+        if length < 2 or state.count < length - 1 or state.count == 0:
+            return None
+        head = self.head
+        # Head position i reads (f_i, token i+1): the cache holds positions computed from true features;
+        # the ones it lacks (those accepted since; at least the last, whose output drafts) are fed now.
+        have = min(state.true, length - 2)
+        cache = None if not have else (state.keys[:, :, :have], state.values[:, :, :have])
+        features = state.feature(have, length - 1)[None]
+        ids = torch.tensor([tokens[have + 1:length]], device=head.fc.weight.device)
+        out, (keys, values) = head(features, ids, start=have, cache=cache)
+        state.keys, state.values, state.true = keys, values, length - 1
+        return out[:, -1:], keys, values
+
+    @torch.inference_mode()
+    def _draft(self, state: _HeadState, tokens: list[int], k: int, sampler: Sampler) -> Draft:
+        primed = self.prime(state, tokens) if k > 0 else None
+        if primed is None:
             return no_draft()
         head = self.head
         device = head.fc.weight.device
-        # Head position i reads (f_i, token i+1): the cache holds positions computed from true features;
-        # the ones it lacks (those accepted since) are fed now, up to the newest token.
-        have = min(state.true, length - 1)
-        cache = None if not have else (state.keys[:, :, :have], state.values[:, :, :have])
-        features = state.feature(have, length - 1)[None]
-        ids = torch.tensor([tokens[have + 1:length]], device=device)
-        out, (keys, values) = head(features, ids, start=have, cache=cache)
-        state.keys, state.values, state.true = keys, values, length - 1
-        feature, position = out[:, -1:], length - 1
+        feature, keys, values = primed
+        position = len(tokens) - 1
         drafted, rows = [], []
         for step in range(k):
             logits = head.logits(feature[0, 0]).float()                  # (draft_vocab,)
@@ -237,3 +259,88 @@ class HeadDrafter(Drafter):
         full = torch.zeros(k, self._target_vocab, device=device)
         full[:, head.vocab] = probs
         return Draft(torch.stack(drafted), full)
+
+
+class HeadTreeDrafter(Drafter):
+    """A trained head drafting EAGLE-2 trees (core.draft_trees explains the tree): depth by depth it
+    expands the `branch` most probable nodes into their `branch` most probable children, in one head
+    forward per depth (each node reads its parent's predicted feature and its own token, and sees the
+    prefix and its ancestors); the `budget` most probable nodes form the tree. Children are chosen
+    deterministically, so verification treats them as one-hot candidates and stays exact. One request
+    at a time (trees are a single request's extension)."""
+
+    wants_hidden_states = True
+
+    def __init__(self, base: HeadDrafter, branch: int = 2, budget: int = 16):
+        if branch < 1 or budget < 1:
+            raise ValueError(f"a draft tree needs branch >= 1 and budget >= 1, got {branch} and {budget}")
+        self.base, self.branch, self.budget = base, branch, budget
+        self.name = f"{base.name} (tree: top-{branch}, {budget} nodes)"
+        self.parameters = base.parameters
+
+    def begin(self, prompt_ids: torch.Tensor) -> None:
+        self.base.begin(prompt_ids)
+
+    def observe(self, hidden: Sequence[torch.Tensor]) -> None:
+        self.base.observe(hidden)
+
+    def rollback(self, valid_length: int) -> None:
+        self.base.rollback(valid_length)
+
+    @torch.inference_mode()
+    def propose(self, sequence: torch.Tensor, k: int, sampler: Sampler) -> Draft:
+        tokens = sequence[0].tolist()
+        primed = self.base.prime(self.base.states[0], tokens) if k > 0 else None
+        if primed is None:
+            return no_draft()
+        head = self.base.head
+        device = head.fc.weight.device
+        root_feature, keys, values = primed
+        prefix, length = keys.shape[2], len(tokens)       # the head's positions from true features: length - 1
+        ids, parents, depth, score, prob = [], [], [], [], []
+        predicted: dict[int, torch.Tensor] = {}           # node -> its predicted feature (H,)
+        slot: dict[int, int] = {}                         # node -> its place in the head's keys and values
+
+        def grow(parent: int, feature: torch.Tensor) -> None:
+            dist = sampler.probs(head.logits(feature)[None])[0]
+            top = torch.topk(dist, min(self.branch, dist.numel()))
+            for p, index in zip(top.values.tolist(), top.indices.tolist()):
+                if p <= 0.0:
+                    continue
+                ids.append(int(head.vocab[index]))
+                parents.append(parent)
+                depth.append(1 if parent < 0 else depth[parent] + 1)
+                score.append((0.0 if parent < 0 else score[parent]) + math.log(p))
+                prob.append(p)
+
+        grow(-1, root_feature[0, 0])
+        for level in range(1, k):
+            frontier = [i for i in range(len(ids)) if depth[i] == level]
+            expand = sorted(frontier, key=lambda i: -score[i])[:self.branch]
+            if not expand:
+                break
+            start = keys.shape[2]
+            seen = torch.zeros(len(expand), start + len(expand), dtype=torch.bool, device=device)
+            seen[:, :prefix] = True
+            for row, node in enumerate(expand):
+                ancestor = parents[node]
+                while ancestor >= 0:
+                    seen[row, slot[ancestor]] = True
+                    ancestor = parents[ancestor]
+                seen[row, start + row] = True
+            features = torch.stack([root_feature[0, 0] if parents[i] < 0 else predicted[parents[i]] for i in expand])
+            out, (keys, values) = head(features[None], torch.tensor([[ids[i] for i in expand]], device=device),
+                                       cache=(keys, values), mask=seen,
+                                       positions=torch.tensor([length - 2 + depth[i] for i in expand], device=device))
+            for row, node in enumerate(expand):
+                slot[node], predicted[node] = start + row, out[0, row]
+                grow(node, out[0, row])
+
+        # The `budget` most probable nodes; a parent's score is at least its child's and ties go to
+        # the shallower, so every chosen node's parent is chosen too. Parents come before children.
+        chosen = sorted(range(len(ids)), key=lambda i: (-score[i], depth[i], i))[:self.budget]
+        chosen.sort(key=lambda i: (depth[i], -score[i], i))
+        new = {old: n for n, old in enumerate(chosen)}
+        return Draft(torch.tensor([ids[i] for i in chosen], dtype=torch.long, device=sequence.device), None,
+                     [-1 if parents[i] < 0 else new[parents[i]] for i in chosen],
+                     node_probs=[prob[i] for i in chosen])

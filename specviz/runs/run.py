@@ -31,6 +31,7 @@ from ..core.decoding import speculative_decode
 from ..core.timing import Clock
 from ..core.draft_trees import DraftTreeDrafter
 from ..core.drafters import DraftModelDrafter, Drafter
+from ..core.head import HeadDrafter, HeadTreeDrafter
 from ..core.events import Cycle, Step
 from ..errors import SpecvizError
 from ..models import Detokenizer, ModelPair, check_context, encode_prompt, load_pair
@@ -120,11 +121,14 @@ def interleave(spec: Iterator[Cycle], plain: Iterator[Step] | None) -> Iterator[
 
 
 def drafter_for(settings: RunSettings, pair: ModelPair) -> Drafter:
-    """The pair's drafter, drafting EAGLE-2 trees over the draft model when `settings.branch` > 1."""
+    """The pair's drafter, drafting EAGLE-2 trees over the draft model or head when `settings.branch` > 1."""
     if settings.branch <= 1:
         return pair.draft
+    if isinstance(pair.draft, HeadDrafter):
+        return HeadTreeDrafter(pair.draft, settings.branch, settings.tree_budget)
     if not isinstance(pair.draft, DraftModelDrafter):
-        raise SpecvizError(f"A tree branch applies to a draft model or early exit, not to {pair.draft_name}.")
+        raise SpecvizError(f"A tree branch applies to a draft model, early exit or a draft head, not to "
+                           f"{pair.draft_name}.")
     try:
         return DraftTreeDrafter(pair.draft, settings.branch, settings.tree_budget)
     except ValueError as error:     # a sliding-window draft model: said before any work
