@@ -114,6 +114,7 @@ def load_bench_prompts(path: Path | str = BENCH_PROMPTS_FILE, categories=None,
 
 MAX_PROMPT_CHARS = 20_000     # characters of one prompt (not of its JSON line, which quoting lengthens)
 MAX_PROMPTS = 1000
+MAX_TRAINING_PROMPTS = 100_000  # a draft head's training prompts (read once, not decoded one by one in a table)
 
 
 def _earlier(item: dict, where: str) -> tuple[str, ...]:
@@ -123,10 +124,10 @@ def _earlier(item: dict, where: str) -> tuple[str, ...]:
     return tuple(earlier)
 
 
-def read_prompt_file(path: Path | str) -> list[BenchPrompt]:
+def read_prompt_file(path: Path | str, max_prompts: int = MAX_PROMPTS) -> list[BenchPrompt]:
     """A user's prompt set: one prompt per line, or JSON Lines with `prompt` and optional
     `category`, `chat` and `earlier` (turns decoded first, untimed). Blank lines are skipped; anything
-    else wrong is a SpecvizError."""
+    else wrong is a SpecvizError. At most `max_prompts` (training takes more: MAX_TRAINING_PROMPTS)."""
     path = Path(path)
     data = read_limited(path, MAX_PROMPT_FILE_BYTES, "a prompt file")
     try:
@@ -136,8 +137,8 @@ def read_prompt_file(path: Path | str) -> list[BenchPrompt]:
     lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
     if not lines:
         raise SpecvizError(f"The prompt file {path} holds no prompts.")
-    if len(lines) > MAX_PROMPTS:
-        raise SpecvizError(f"The prompt file {path} holds {len(lines)} prompts; at most {MAX_PROMPTS} are allowed.")
+    if len(lines) > max_prompts:
+        raise SpecvizError(f"The prompt file {path} holds {len(lines)} prompts; at most {max_prompts} are allowed.")
     jsonl = lines[0][1].lstrip().startswith("{")
     prompts = []
     for n, line in lines:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from ..catalog import prompt_set, read_prompt_file
+from ..catalog import MAX_PROMPTS, prompt_set, read_prompt_file
 from ..errors import SpecvizError
 from ..files import is_stream, read_limited, write_atomic
 from ..models import heads
@@ -73,11 +73,11 @@ def add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("prompt", help="the prompt")
 
 
-def read_prompts(value: str):
+def read_prompts(value: str, max_prompts: int = MAX_PROMPTS):
     """--prompts: a prompt file (one per line, or JSON Lines), or a shipped set by name."""
     path = Path(value)
     if path.is_file():
-        return read_prompt_file(path)
+        return read_prompt_file(path, max_prompts)
     if path.suffix or "/" in value:
         raise SpecvizError(f"--prompts {value}: no such file.")
     return prompt_set(value)

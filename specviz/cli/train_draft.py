@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..catalog import TRAIN_PROMPTS_FILE
+from ..catalog import MAX_TRAINING_PROMPTS, TRAIN_PROMPTS_FILE
 from ..errors import SpecvizError
 from ..runs.run import load
 from ..runs.train_draft import TrainOptions, train_head
@@ -46,7 +46,7 @@ def main(args: argparse.Namespace) -> int:
                            draft_vocab=whole_number("--draft-vocab", args.draft_vocab, 16, 1_000_000))
     if args.out.exists() and not args.out.is_dir():
         raise SpecvizError(f"--out {args.out}: not a folder.")
-    prompts = [p.prompt for p in read_prompts(args.prompts)]
+    prompts = [p.prompt for p in read_prompts(args.prompts, MAX_TRAINING_PROMPTS)]
     settings = settings_from(args, draft="ngram")
     pair = load(settings, None if args.quiet else progress_printer())
     started = time.monotonic()
