@@ -176,6 +176,33 @@ def test_run_then_stop(app_url, browser):
     page.close()
 
 
+def test_a_head_trained_in_the_train_tab_races_in_one_click(app_url, browser, tmp_path):
+    # The tiny in-process target trains a head in seconds; the Race button fills the Run tab with
+    # the head (drafter Draft model, 'head:DIR', the target) and runs it there.
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(app_url)
+    page.get_by_role("tab", name="Train").click()
+    page.locator("#train-target textarea, #train-target input").first.fill("tiny")
+    page.locator("#train-out textarea, #train-out input").first.fill(str(tmp_path / "head"))
+    for name, value in (("tokens", 2000), ("minutes", 2), ("epochs", 2)):
+        box = page.locator(f"#train-{name} input[type=number]")
+        box.fill(str(value))
+        box.press("Enter")
+    assert not page.locator("#train-race").is_visible()
+    page.locator("#train").click()
+    page.wait_for_function("/Done|error/i.test(document.querySelector('#train-status').textContent)",
+                           timeout=RUN_SECONDS * 1000, polling=500)
+    assert "Done" in page.locator("#train-status").text_content(), page.locator("#train-status").text_content()
+    assert (tmp_path / "head" / "head.json").is_file()
+    page.locator("#train-race").click()
+    summary = wait_for_stats(page, r"Finished|could not go ahead", RUN_SECONDS)
+    assert "could not go ahead" not in summary, summary
+    assert page.locator("#draft-model textarea, #draft-model input").first.input_value() == f"head:{tmp_path / 'head'}"
+    assert page.locator("#target textarea, #target input").first.input_value() == "tiny"
+    assert page.locator("#tokens [data-verdict]").count() > 0
+    page.close()
+
+
 def test_teach_stop_keeps_the_cycles_so_far(app_url, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(app_url)

@@ -56,9 +56,9 @@ def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> g
         large.change(None, large, large, js=LARGE_TEXT_JS, api_visibility="private")
         dark.click(None, None, None, js=DARK_JS, api_visibility="private")
         last_run = gr.State(None)  # the latest Compare or Teach run, for the Explain tab's numbers
-        with gr.Tabs(elem_id="tabs"):
+        with gr.Tabs(elem_id="tabs") as tabs:
             with gr.Tab("Run", id="run-tab"):
-                build_run_tab(limits=limits, loader=loader, memories=memories)
+                run_tab = build_run_tab(limits=limits, loader=loader, memories=memories)
             with gr.Tab("Compare", id="compare-tab"):
                 build_compare_tab(limits=limits, loader=loader, last_run=last_run)
             with gr.Tab("Load", id="load-tab"):
@@ -71,7 +71,7 @@ def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> g
                 build_replay_tab()
             if not limits.hosted:          # training writes files and runs for minutes: one's own machine only
                 with gr.Tab("Train", id="train-tab"):
-                    build_train_tab(loader=loader)
+                    build_train_tab(loader=loader, run_tab=run_tab, tabs=tabs)
         # A session that ends (tab closed, API client gone) frees its suffix memory and its page state
         # at once. One handler: Gradio runs each unload handler as an event of that session, which
         # would give the session a fresh page state again after `forget_session` had dropped it.

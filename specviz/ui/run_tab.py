@@ -147,6 +147,7 @@ class RunTab(NamedTuple):
     tokens: gr.HTML
     stats: gr.HTML
     run_event: object     # the Run click's Dependency (its work, after the click picks its stop signal)
+    pair: tuple           # (target, drafter, draft model, k): what another tab fills in to race a pair here
 
 
 class RunViews(NamedTuple):
@@ -279,4 +280,4 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: Ses
     # Stop is a signal the work reads, not a cancel: see `StopSignal`. (A closed page still cancels.)
     run_event = click_with_stop(run, stop, handler, inputs, [*views, record], concurrency_limit=1,
                                 concurrency_id=CONCURRENCY_ID, show_progress="minimal", api_name="run")
-    return RunTab(prompt, run, stop, views.tokens, views.stats, run_event)
+    return RunTab(prompt, run, stop, views.tokens, views.stats, run_event, (target, drafter, draft_model, k))

@@ -9,27 +9,32 @@ from pathlib import Path
 
 import gradio as gr
 
-from ..catalog import TRAIN_PROMPTS_FILE, preset_prompt_sets, read_prompt_file
+from ..catalog import MAX_TRAINING_PROMPTS, TRAIN_PROMPTS_FILE, preset_prompt_sets, read_prompt_file
 from ..errors import SpecvizError
 from ..runs import Loader
 from ..runs.train_draft import TrainOptions, train_head
 from ..settings import LOCAL, RunSettings, validate
 from ..views.charts import training_figure, waiting
-from .common import CONCURRENCY_ID, error_html
+from .common import CONCURRENCY_ID, DRAFT_MODEL, error_html
 
-TRAINING_PROMPTS = "training prompts (327 chat prompts, none from the benchmark)"
+TRAINING_PROMPTS = "training prompts (chat; none from the benchmark or the examples)"
 
 
 def prompts_for(choice: str) -> list[str]:
     if choice == TRAINING_PROMPTS:
-        return [p.prompt for p in read_prompt_file(TRAIN_PROMPTS_FILE)]
+        return [p.prompt for p in read_prompt_file(TRAIN_PROMPTS_FILE, MAX_TRAINING_PROMPTS)]
     sets = preset_prompt_sets()
     if choice not in sets:
         raise SpecvizError(f"No prompt set {choice!r}.")
     return [p.prompt for p in sets[choice]]
 
 
-def build_train_tab(*, loader: Loader) -> None:
+# After the fields are filled in, the Run tab's own Run button starts the race (the one run path).
+RACE_JS = "() => { setTimeout(() => document.querySelector('#run').click(), 300); }"
+
+
+def build_train_tab(*, loader: Loader, run_tab=None, tabs: gr.Tabs | None = None) -> None:
+    """The tab; with the Run tab's `RunTab` and the `tabs`, a finished head is raced in one click."""
     gr.Markdown("Train a **draft head** for a target from the target's own text: the target writes its "
                 "continuations of the prompts, its last hidden states are collected, and a one-layer head "
                 "learns to carry them one token forward. The head is saved after every epoch; race it in "
@@ -40,11 +45,16 @@ def build_train_tab(*, loader: Loader) -> None:
                                  label="Prompts", elem_id="train-prompts")
         folder = gr.Textbox("heads/mine", label="Save to folder", elem_id="train-out")
     with gr.Row():
-        tokens = gr.Slider(2_000, 200_000, value=20_000, step=1_000, label="Tokens for the target to write")
-        minutes = gr.Slider(1, 120, value=15, step=1, label="Minutes (writing takes at most half)")
-        epochs = gr.Slider(1, 40, value=12, step=1, label="Epochs")
-    train = gr.Button("Train", variant="primary", elem_id="train")
+        tokens = gr.Slider(2_000, 200_000, value=20_000, step=1_000, label="Tokens for the target to write",
+                           elem_id="train-tokens")
+        minutes = gr.Slider(1, 120, value=15, step=1, label="Minutes (writing takes at most half)",
+                            elem_id="train-minutes")
+        epochs = gr.Slider(1, 40, value=12, step=1, label="Epochs", elem_id="train-epochs")
+    with gr.Row():
+        train = gr.Button("Train", variant="primary", elem_id="train")
+        race = gr.Button("Race this head against plain decoding", visible=False, elem_id="train-race")
     status = gr.HTML(elem_id="train-status")
+    trained = gr.State(None)          # the finished head: (target text, 'head:DIR', its k)
     chart = gr.Plot(waiting(training_figure([]), "the loss and the agreement appear after each epoch"),
                     elem_id="train-chart")
 
@@ -54,17 +64,31 @@ def build_train_tab(*, loader: Loader) -> None:
             prompts = prompts_for(choice)
             if not str(out).strip():
                 raise SpecvizError("Name a folder to save the head to.")
-            yield "Loading the target ...", gr.skip()
+            yield "Loading the target ...", gr.skip(), gr.update(visible=False), None
             pair = loader(settings, None)
             options = TrainOptions(tokens=int(n_tokens), minutes=float(n_minutes), epochs=int(n_epochs))
-            for progress in train_head(pair.target, pair.tokenizer, prompts, Path(str(out).strip()),
+            folder_text = str(out).strip()
+            progress = None
+            for progress in train_head(pair.target, pair.tokenizer, prompts, Path(folder_text),
                                        target_name=pair.target_name, eos=pair.eos_token_ids, options=options):
                 figure = training_figure(progress.history, progress.baseline) if progress.history else gr.skip()
-                yield f"<b>{progress.stage}</b> ({progress.fraction:.0%}): {progress.message}", figure
-            yield (f"Done: {progress.message}. Race it: Run tab, drafter <i>Draft model</i>, "
-                   f"<code>head:{str(out).strip()}</code>."), gr.skip()
+                yield f"<b>{progress.stage}</b> ({progress.fraction:.0%}): {progress.message}", figure, gr.skip(), \
+                    gr.skip()
+            head = (target_text.strip(), f"head:{folder_text}", options.k)
+            yield (f"Done: {progress.message}. Race it with the button above, or in the Run tab: drafter "
+                   f"<i>Draft model</i>, <code>head:{folder_text}</code>."), gr.skip(), \
+                gr.update(visible=run_tab is not None), head
         except SpecvizError as error:
-            yield error_html(str(error)), gr.skip()
+            yield error_html(str(error)), gr.skip(), gr.skip(), gr.skip()
 
-    train.click(run, [target, prompt_set, folder, tokens, minutes, epochs], [status, chart],
+    train.click(run, [target, prompt_set, folder, tokens, minutes, epochs], [status, chart, race, trained],
                 concurrency_id=CONCURRENCY_ID, api_visibility="private")
+    if run_tab is not None and tabs is not None:
+        def fill(head):
+            if not head:
+                return [gr.skip()] * 5
+            target_text, spec, k = head
+            return target_text, DRAFT_MODEL, gr.update(value=spec, visible=True), k, gr.Tabs(selected="run-tab")
+
+        race.click(fill, trained, [*run_tab.pair, tabs], queue=False, api_visibility="private").then(
+            None, js=RACE_JS, api_visibility="private")
