@@ -197,6 +197,7 @@ def test_a_head_trained_in_the_train_tab_races_in_one_click(app_url, browser, tm
     page.locator("#train-race").click()
     summary = wait_for_stats(page, r"Finished|could not go ahead", RUN_SECONDS)
     assert "could not go ahead" not in summary, summary
+    open_panel(page, "#draft-model", "#settings")
     assert page.locator("#draft-model textarea, #draft-model input").first.input_value() == f"head:{tmp_path / 'head'}"
     assert page.locator("#target textarea, #target input").first.input_value() == "tiny"
     assert page.locator("#tokens [data-verdict]").count() > 0
