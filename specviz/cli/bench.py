@@ -31,8 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"draft length (default per drafter: ngram {DEFAULT_K['ngram']}, "
                              f"self:L {DEFAULT_K['self']}, draft model {DEFAULT_K['model']})")
     parser.add_argument("--max-new-tokens", default=128)
-    parser.add_argument("--branch", default=None, help="with a draft model or self:L: draft EAGLE-2 token trees "
-                                                       "(see `run --help`); transformers stays a chain")
+    parser.add_argument("--branch", default=None, help="with a draft model, self:L or a head: draft EAGLE-2 "
+                                                       "token trees (see `run --help`); transformers stays a chain")
     parser.add_argument("--tree-budget", default=None, help="with --branch: nodes per pass (default 16)")
     parser.add_argument("--category", action="append", default=None,
                         help="only this category (repeat or comma-separate): chat, code, rewrite, summarisation, "

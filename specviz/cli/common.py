@@ -62,8 +62,8 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", default=None)
     parser.add_argument("--max-new-tokens", default=128)
     parser.add_argument("--branch", default=None,
-                        help="with a draft model or self:L: draft a token tree, expanding the BRANCH most probable "
-                             "nodes per depth into their BRANCH most probable children (EAGLE-2's dynamic tree)")
+                        help="with a draft model, self:L or a head: draft a token tree, expanding the BRANCH most "
+                             "probable nodes per depth into their BRANCH most probable children (EAGLE-2's tree)")
     parser.add_argument("--tree-budget", default=None,
                         help="with --branch: nodes the target verifies per pass (default 16)")
 

@@ -42,8 +42,8 @@ DRAFT_HELP = ("**draft**: `ngram` (prompt lookup), `ngram-tree` (prompt lookup a
               "decoding), `self:L` (the target's first L layers, early exit) or a model "
               "id / folder (one with another tokenizer drafts across tokenizers). **dynamic k**: +2 after a "
               "fully accepted cycle, \u22121 "
-              "after a rejection. **temperature** 0 is greedy. **tree branch** above 1 (draft models and `self:L`): an "
-              "EAGLE-2 token tree of 16 nodes. Each configuration runs in turn on the same "
+              "after a rejection. **temperature** 0 is greedy. **tree branch** above 1 (draft models, `self:L`, "
+              "`head`): an EAGLE-2 token tree of 16 nodes. Each configuration runs in turn on the same "
               "device against one plain-decoding baseline.")
 DEFAULT_PROMPT = ("Correct the spelling mistakes in this text and return the whole corrected text:\n\n\"Our team will "
                   "meet on Monday morning to discus the new project plan. Please bring your notes, your laptop, and "
