@@ -295,9 +295,9 @@ def test_the_shipped_head_drafts_losslessly_for_the_built_in_target(all_threads)
         assert [t for c in cycles for t in c.emitted] == expected
         drafted += sum(len(c.drafted) for c in cycles)
         accepted += sum(c.num_accepted for c in cycles)
-    # It drafts for this target, not at random (a random pick of its 1,580 tokens would almost never pass);
-    # the shipped head accepts ~9% of its drafts here (README: Trained draft heads).
-    assert accepted > 0.03 * drafted
+    # It drafts for this target, not at random (a random pick of its 8,192 tokens would almost never pass);
+    # the shipped head accepts about a fifth of its drafts on chat (README: Trained draft heads).
+    assert accepted > 0.06 * drafted
 
 
 def test_the_train_tab_is_offered_locally_and_never_in_a_hosted_demo():

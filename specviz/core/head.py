@@ -90,8 +90,8 @@ class DraftHead(nn.Module):
         return self
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():                 # the target's: never trained here
-            return self._target_embedding[0](tokens)
+        with torch.no_grad():                 # the target's: never trained here (in the head's dtype)
+            return self._target_embedding[0](tokens).to(self.fc.weight.dtype)
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """(..., H) features -> (..., draft_vocab) logits."""

@@ -37,8 +37,8 @@ def build_train_tab(*, loader: Loader, run_tab=None, tabs: gr.Tabs | None = None
     """The tab; with the Run tab's `RunTab` and the `tabs`, a finished head is raced in one click."""
     gr.Markdown("Train a **draft head** for a target from the target's own text: the target writes its "
                 "continuations of the prompts, its last hidden states are collected, and a one-layer head "
-                "learns to carry them one token forward. The head is saved after every epoch; race it in "
-                "the Run tab by typing `head:FOLDER` as the draft model.")
+                "learns to carry them one token forward. The head is saved after every epoch; when training "
+                "ends, one click races it in the Run tab (or type `head:FOLDER` there as the draft model).")
     with gr.Row():
         target = gr.Textbox("", label="Target (empty: the built-in SmolLM2-135M-Instruct)", elem_id="train-target")
         prompt_set = gr.Dropdown([TRAINING_PROMPTS, *preset_prompt_sets()], value=TRAINING_PROMPTS,
