@@ -18,6 +18,9 @@ from screenshots import CHROMIUM_ARGS, text_matches  # noqa: E402
 from specviz.ui import build_demo, configure_torch, launch_options  # noqa: E402
 
 
+PROMPT = "Explain how a refrigerator keeps food cold, in a short paragraph."   # a chat prompt it never saw
+
+
 def main() -> int:
     from playwright.sync_api import sync_playwright
 
@@ -48,13 +51,16 @@ def main() -> int:
         page.get_by_label("Draft model", exact=True).first.check()
         page.locator("#draft-model textarea, #draft-model input").first.fill("head")
         page.locator("#k input[type=number]").first.fill("2")
-        page.locator("#max-new-tokens input[type=number]").first.fill("48")
-        before = page.locator("#stats").inner_text()
+        page.locator("#max-new-tokens input[type=number]").first.fill("64")
+        page.locator("#prompt textarea").fill(PROMPT)
+        page.locator("#settings > button").first.click()          # close the panel: the race in view
         page.click("#run")
-        page.wait_for_function("([old]) => { const t = document.querySelector('#stats').innerText; "
-                               "return t !== old && /Finished|could not go ahead/.test(t); }",
-                               arg=[before], timeout=900_000, polling=250)
+        page.wait_for_timeout(1000)
+        page.wait_for_function("() => { const t = document.querySelector('#stats').textContent; "
+                               "return !/Running/.test(t) && /Finished|could not go ahead/.test(t); }",
+                               timeout=900_000, polling=250)
         page.wait_for_timeout(2000)
+        page.evaluate("window.scrollTo(0, 0)")
         page.screenshot(path=str(ROOT / "assets" / "head_race.png"), full_page=False)
         browser.close()
     demo.close()
