@@ -45,6 +45,12 @@ def tiny_language_model(steps=80):
     texts = [encode_bytes(p)[0] for p in train_prompts(1000, start=200)]
     optimizer = torch.optim.AdamW(target.parameters(), lr=3e-3)
     target.train()
+    with torch.enable_grad():        # other test modules may have turned gradients off for the process
+        _pretrain(target, texts, optimizer, steps)
+    return target.eval().requires_grad_(False)
+
+
+def _pretrain(target, texts, optimizer, steps):
     for step in range(steps):
         batch = [texts[(step * 16 + i) % len(texts)] for i in range(16)]
         width = max(len(t) for t in batch)
@@ -54,7 +60,6 @@ def tiny_language_model(steps=80):
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    return target.eval().requires_grad_(False)
 
 
 @pytest.fixture(scope="module")

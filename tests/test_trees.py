@@ -238,7 +238,7 @@ def test_a_tree_branch_is_a_setting_of_draft_models_only(tiny):
     run = execute(settings, "the cat sat on the mat and the dog", tiny.loader(settings), baseline=True)
     assert run.identical and sum(c.is_tree for c in run.cycles) >= len(run.cycles) - 1
     assert "tree (top-2, 8 nodes)" in run.draft_name
-    with pytest.raises(SpecvizError, match="draft model or early exit"):
+    with pytest.raises(SpecvizError, match="draft model, early exit or a draft head"):
         validate(RunSettings(draft="ngram", branch=2))
     with pytest.raises(SpecvizError, match="tree branch"):
         validate(RunSettings(draft="self:2", branch=99))

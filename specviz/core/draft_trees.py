@@ -110,13 +110,6 @@ class DraftTreeDrafter(Drafter):
         """Mask and positions for feeding `expand` after a cache of `start` positions: each node sees
         the prefix, its fed ancestors and itself."""
         device, dtype = self.base.model.device, self.base.model.dtype
-        seen = torch.zeros(len(expand), start + len(expand), dtype=torch.bool, device=device)
-        seen[:, :self.prefix] = True
-        for row, node in enumerate(expand):
-            ancestor = parents[node]
-            while ancestor >= 0:
-                seen[row, fed[ancestor]] = True
-                ancestor = parents[ancestor]
-            seen[row, start + row] = True
+        seen = trees.expansion_mask(expand, parents, fed, self.prefix, start, device)
         positions = torch.tensor([[self.prefix - 1 + depth[node] for node in expand]], device=device)
         return trees.additive_mask(seen, dtype), positions

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import trees
 from .drafters import Draft, Drafter, no_draft
 from .request import Request
 from .sampling import Sampler, sample_from
@@ -320,14 +321,7 @@ class HeadTreeDrafter(Drafter):
             if not expand:
                 break
             start = keys.shape[2]
-            seen = torch.zeros(len(expand), start + len(expand), dtype=torch.bool, device=device)
-            seen[:, :prefix] = True
-            for row, node in enumerate(expand):
-                ancestor = parents[node]
-                while ancestor >= 0:
-                    seen[row, slot[ancestor]] = True
-                    ancestor = parents[ancestor]
-                seen[row, start + row] = True
+            seen = trees.expansion_mask(expand, parents, slot, prefix, start, device)
             features = torch.stack([root_feature[0, 0] if parents[i] < 0 else predicted[parents[i]] for i in expand])
             out, (keys, values) = head(features[None], torch.tensor([[ids[i] for i in expand]], device=device),
                                        cache=(keys, values), mask=seen,

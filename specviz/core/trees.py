@@ -108,6 +108,22 @@ def tree_attention(model, parents: list[int], cached: int, prefix: int) -> tuple
     return attention_masks(model, mask[0] == 0, positions, key_positions), positions
 
 
+def expansion_mask(expand: list[int], parents: list[int], slot: dict[int, int], prefix: int, start: int,
+                   device: torch.device) -> torch.Tensor:
+    """Which positions each node of `expand` sees when a drafter feeds them after `start` cached
+    positions (a draft tree's next depth): the first `prefix` (the sequence), its ancestors (at their
+    `slot`s in the drafter's cache) and itself. (len(expand), start + len(expand)) booleans."""
+    seen = torch.zeros(len(expand), start + len(expand), dtype=torch.bool, device=device)
+    seen[:, :prefix] = True
+    for row, node in enumerate(expand):
+        ancestor = parents[node]
+        while ancestor >= 0:
+            seen[row, slot[ancestor]] = True
+            ancestor = parents[ancestor]
+        seen[row, start + row] = True
+    return seen
+
+
 def additive_mask(seen: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """A (rows, columns) "may attend" matrix as the (1, 1, rows, columns) float mask transformers adds
     to attention scores: 0 where seen, the dtype's minimum elsewhere."""
