@@ -162,42 +162,37 @@ def small_head(target, draft_vocab, seed=0):
     return HeadDrafter(head.bind(target))
 
 
-def test_head_sampling_follows_the_target_distribution():
+def _chain_drafts(cycles):
+    return sum(len(c.drafted) for c in cycles)
+
+
+def _tree_drafts(cycles):
+    return sum(c.parents is not None and len(c.drafted) > 1 for c in cycles)
+
+
+@pytest.mark.parametrize("tree,drafts", [(False, _chain_drafts), (True, _tree_drafts)], ids=["chain", "tree"])
+def test_head_sampling_follows_the_target_distribution(tree, drafts):
     # The draft vocabulary leaves two of the V tokens out: the head's distribution is scattered into
-    # the target's vocabulary with zeros there, and the residual still restores the target's.
+    # the target's vocabulary with zeros there, and the residual still restores the target's. As a
+    # tree, the children are the head's top-2, one-hot candidates tried against what is left of the
+    # target's distribution after each rejection: the output distribution stays the target's.
     target = make_llama(0, layers=2, vocab=V, hidden=32)
     drafter = small_head(target, V - 2)
+    if tree:
+        drafter = HeadTreeDrafter(drafter, 2, 6)
     prompt = torch.tensor([[1, 2, 3, 1, 2]])
     runs, drafted = 2500, 0
     counts = np.zeros(V ** LENGTH)
     for seed in range(runs):
         cycles = list(speculative_decode(target, drafter, prompt, max_new_tokens=LENGTH, k=2, temperature=1.0,
                                          seed=seed))
-        drafted += sum(len(c.drafted) for c in cycles)
+        drafted += drafts(cycles)
         out = [t for c in cycles for t in c.emitted]
         counts[int(np.ravel_multi_index(out, (V,) * LENGTH))] += 1
-    assert drafted >= runs                   # every run drafted (after the first cycle, which has no features)
+    # Every run drafted (a chain its tokens, a tree a tree), after the first cycle, which has no features.
+    assert drafted >= runs
     assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(1.0))) > 1e-3
     # Power: the same counts against the target at another temperature are rejected.
-    assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(2.0))) < 1e-4
-
-
-def test_head_tree_sampling_follows_the_target_distribution():
-    # The tree's children are the head's top-2, one-hot candidates tried against what is left of the
-    # target's distribution after each rejection: the output distribution stays the target's.
-    target = make_llama(0, layers=2, vocab=V, hidden=32)
-    drafter = HeadTreeDrafter(small_head(target, V - 2), 2, 6)
-    prompt = torch.tensor([[1, 2, 3, 1, 2]])
-    runs, trees = 2500, 0
-    counts = np.zeros(V ** LENGTH)
-    for seed in range(runs):
-        cycles = list(speculative_decode(target, drafter, prompt, max_new_tokens=LENGTH, k=2, temperature=1.0,
-                                         seed=seed))
-        trees += sum(c.parents is not None and len(c.drafted) > 1 for c in cycles)
-        out = [t for c in cycles for t in c.emitted]
-        counts[int(np.ravel_multi_index(out, (V,) * LENGTH))] += 1
-    assert trees >= runs                     # every run drafted a tree (after the first cycle)
-    assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(1.0))) > 1e-3
     assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(2.0))) < 1e-4
 
 
