@@ -96,15 +96,10 @@ def generate_sequences(target, tokenizer, prompts: Sequence[str], options: Train
 
 
 @torch.inference_mode()
-def target_features(target, sequence: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(n, H) the target's last hidden states (after its final norm) and (n,) its argmax at each position."""
-    return batched_target_features(target, [sequence])[0]
-
-
-@torch.inference_mode()
 def batched_target_features(target, sequences: Sequence[list[int]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """`target_features` of several sequences in one forward: right-padded, so that no real position
-    sees a padding one (attention is causal) and each row's features are its own alone."""
+    """Per sequence, (n, H) the target's last hidden states (after its final norm) and (n,) its argmax at
+    each position, from one forward over all: right-padded, so that no real position sees a padding one
+    (attention is causal) and each row's features are its own alone."""
     width = max(len(s) for s in sequences)
     ids = torch.zeros(len(sequences), width, dtype=torch.long)
     for row, sequence in enumerate(sequences):
