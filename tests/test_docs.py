@@ -3,6 +3,7 @@ page left out of the nav fails it), strict mode really does fail on those, and e
 in README.md and docs/*.md, #anchor included, reaches a file and a heading that exist as GitHub
 renders them (the README is also the Hugging Face Space's card, so it stays a short front page)."""
 
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -22,6 +23,8 @@ INLINE_CODE = re.compile(r"`[^`\n]*`")
 
 
 def build_site(config: Path, site: Path) -> subprocess.CompletedProcess:
+    if importlib.util.find_spec("material") is None:
+        pytest.fail("mkdocs-material is missing: pip install -r requirements-test.txt")
     return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(config),
                            "--site-dir", str(site)], capture_output=True, text=True, timeout=120,
                           env={"PATH": "/usr/bin:/bin", "NO_MKDOCS_2_WARNING": "1"})
