@@ -100,7 +100,7 @@ def _overview(runs: Sequence[tuple[str, Run]]) -> str:
 def run_section(label: str, run: Run, environment: dict, number: int,
                 renderer: DetailLimitedRenderer | None = None) -> str:
     view = (renderer or DetailLimitedRenderer()).view(run, "Recorded run.", final=True)
-    figures = (view.acceptance, view.per_pass, view.race, view.positions)
+    figures = (view.acceptance, view.per_pass, view.race, view.positions, view.timeline)
     charts = "".join(chart_div(figure, f"run{number}-chart{i}") for i, figure in enumerate(figures))
     settings = {k: v for k, v in run.settings.to_dict().items() if v is not None}
     models = {"target": f"{run.target_name} ({run.target_parameters:,} parameters)",
