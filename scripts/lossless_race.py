@@ -45,9 +45,11 @@ def main() -> None:
                        "identical": run.identical, "spec_tokens": run.stats.tokens, "plain_tokens": len(run.steps),
                        "parts_at": run.divergence, "compared_tokens": work.tokens, "basis": work.basis,
                        "speedup": speed.speedup if speed else None, "low": speed.low if speed else None,
-                       "high": speed.high if speed else None, "tokens_per_pass": run.stats.mean_acceptance_length}
+                       "high": speed.high if speed else None, "reliable": bool(speed and speed.reliable),
+                       "tokens_per_pass": run.stats.mean_acceptance_length}
                 rows.append(row)
-                figure = f"{speed.speedup:.2f}x ({speed.low:.2f}-{speed.high:.2f})" if speed else "none"
+                figure = (f"{speed.speedup:.2f}x ({speed.low:.2f}-{speed.high:.2f})"
+                          + ("" if speed.reliable else " too short to trust") if speed else "none")
                 print(f"{run.dtype:9} {prompt.id:<24} identical={str(run.identical):5} "
                       f"tokens spec/plain {row['spec_tokens']:3}/{row['plain_tokens']:3} parts at {row['parts_at']} "
                       f"| speedup {figure} over {work.tokens} tokens ({work.basis}), "
