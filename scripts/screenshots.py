@@ -40,7 +40,7 @@ def first_screens(browser, url: str, out: Path) -> None:
     for name, width, height, large, dark in SIZES:
         page = browser.new_page(viewport={"width": width, "height": height})
         page.goto(url)
-        page.wait_for_function("document.querySelectorAll('#charts .js-plotly-plot').length === 4")
+        page.wait_for_function("document.querySelectorAll('#charts .js-plotly-plot').length === 5")
         if large:
             page.locator("#large-text input").check()
             page.wait_for_function("document.body.classList.contains('sv-large')")
@@ -83,7 +83,7 @@ def screenshots(url: str, out: Path, sizes_only: bool = False) -> None:
         page.click("#run")
         text_matches(page, "#stats", "Finished|could not go ahead", 900)
         print("run:", page.inner_text("#stats .sv-headline"))
-        page.wait_for_function("document.querySelectorAll('#charts .js-plotly-plot').length === 4")
+        page.wait_for_function("document.querySelectorAll('#charts .js-plotly-plot').length === 5")
         page.screenshot(path=str(out / "screenshot.png"), full_page=True)
 
         page.get_by_role("tab", name="Compare").click()
@@ -118,7 +118,7 @@ def screenshots(url: str, out: Path, sizes_only: bool = False) -> None:
         page.locator("#replay-speed").get_by_text("4\u00d7").click()
         page.click("#replay-play")
         text_matches(page, "#replay-stats", "Replayed|could not", 300)
-        page.wait_for_function("document.querySelectorAll('#replay-charts .js-plotly-plot').length === 4")
+        page.wait_for_function("document.querySelectorAll('#replay-charts .js-plotly-plot').length === 5")
         print("replay:", page.inner_text("#replay-stats .sv-headline"))
         page.screenshot(path=str(out / "replay.png"), full_page=True)
         browser.close()
