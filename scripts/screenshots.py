@@ -1,7 +1,8 @@
 """The screenshots of the README and docs/app.md, taken as a user would see the app:
 `python scripts/screenshots.py` serves the whole app on the built-in model and drives it in headless Chromium:
 
-- the first screen after Run with the default example at three sizes: assets/laptop.png (1366x768),
+- the first screen after Run with the default example at three sizes: assets/laptop.png (1366x768, and its
+  timeline chart alone: assets/timeline.png),
   projector.png (1280x720, Large text, dark mode) and phone.png (390x844), printing for each the page
   height and the y of the first token (issue 18's before/after figures);
 - then, at 1366x768, the whole page (screenshot.png), Compare and its export (compare.png), Teach
@@ -62,6 +63,8 @@ def first_screens(browser, url: str, out: Path) -> None:
                        speedup_bottom=round(page.evaluate(
                            "document.querySelector('#stats .sv-tile-speedup').getBoundingClientRect().bottom")),
                        horizontal_overflow=page.evaluate("document.documentElement.scrollWidth - innerWidth"))
+        if name == "laptop":     # the timeline chart (where the time goes), under the other four
+            page.locator("#chart-timeline").screenshot(path=str(out / "timeline.png"))
         page.evaluate("window.scrollTo(0, 0)")
         page.screenshot(path=str(out / f"{name}.png"))
         print(f"{name} {width}x{height}:", json.dumps(figures), "|", page.locator("#stats .sv-headline").inner_text())
