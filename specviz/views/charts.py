@@ -186,11 +186,12 @@ def timeline_figure(cycles: Sequence[Cycle], steps: Sequence[Step], compared: Eq
     title = "Where the time goes"
     spent = sum(c.seconds for c in cycles)
     if spent:
-        title += f" \u2014 drafting {sum(c.draft_seconds for c in cycles) / spent:.0%} of speculative time"
+        title += f" (drafting {sum(c.draft_seconds for c in cycles) / spent:.0%})"
     figure = go.Figure(traces, layout=layout(title, "seconds (each method's own time)", None,
-                                             barmode="overlay", height=230, hovermode="closest",
+                                             barmode="overlay", height=260, hovermode="closest",
                                              yaxis=dict(categoryorder="array", categoryarray=["plain", "speculative"],
                                                         gridcolor="rgba(0,0,0,0)")))
+    figure.update_layout(margin_b=84, legend_y=-0.34)      # the legend below the axis title, clear of it
     if compared is not None and (kept_cycles < len(cycles) or kept_steps < len(steps)):
         figure.add_annotation(text=f"faded: past the {compared.tokens} tokens both wrote (not in the speedup)",
                               xref="paper", yref="paper", x=1, y=1.02, xanchor="right", yanchor="bottom",
