@@ -362,3 +362,11 @@ def test_the_summary_of_a_cross_tokenizer_run_counts_draft_tokens_per_target_tok
     shared = dataclasses.replace(run, cycles=[dataclasses.replace(c, shared_mass=[0.5, 0.7] if c.is_cross_tokenizer
                                                                   else None) for c in run.cycles], _stats=(-1, None))
     assert re.search(r"Draft mass in the shared vocabulary</th><td[^>]*>60\.0%<", render.summary_html(shared, state=""))
+
+
+def test_the_timeline_is_drawn_when_the_run_ends():
+    from specviz.views.run_view import RunRenderer
+
+    run = parted_run()
+    assert RunRenderer().view(run, "Running").timeline is None                 # live updates leave it as it is
+    assert [t.name for t in RunRenderer().view(run, "Finished.", final=True).timeline.data][0] == "drafting"

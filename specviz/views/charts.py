@@ -202,7 +202,7 @@ def timeline_figure(cycles: Sequence[Cycle], steps: Sequence[Step], compared: Eq
 # What each chart shows once there is data, after "Run to see" (or "Play to see" in the Replay tab).
 EMPTY_TEXT = ("the share of each cycle's drafts accepted", "how many tokens each target pass wrote",
               "both methods race: tokens against time", "how far into a draft the target agrees",
-              "where each method's time goes: drafting, verifying, plain steps")
+              "where each method's time goes (drawn when the run ends)")
 
 
 def waiting(figure: go.Figure, text: str) -> go.Figure:
