@@ -17,8 +17,9 @@ from specviz.core import ragged_cache
 from specviz.core.ragged_cache import RaggedCache
 from specviz.core.plain import autoregressive_decode
 from specviz.core.decoding import speculative_decode
-from specviz.core.drafters import DraftModelDrafter, PromptLookupDrafter, SuffixDrafter, early_exit_model
-from specviz.core.sampling import Sampler
+from specviz.core.drafters import (Draft, Drafter, DraftModelDrafter, PromptLookupDrafter, SuffixDrafter,
+                                   early_exit_model, no_draft)
+from specviz.core.sampling import Sampler, sample_from
 
 EOS = 3
 NEW_TOKENS = 24
@@ -172,6 +173,53 @@ def test_each_sampled_row_follows_its_target_distribution(small_models, draft):
         # Power: the same counts against the target at another temperature are rejected.
         wrong = exact_joint(target, prompt, Sampler(2.0))
         assert pooled_chisquare(counts[row], wrong) < 1e-4, f"row {row}"
+
+
+class FirstRowWithout(Drafter):
+    """A batch drafter whose first request never drafts (as a draft head's request with no budget
+    left, or before its first features) while the others draw `budget` tokens from a stated
+    distribution: which acceptance rule each row got can be checked against it."""
+
+    batchable = True
+
+    def __init__(self, vocab: int):
+        self.distribution = torch.softmax(torch.linspace(0.0, 3.0, vocab), dim=0)    # known draft probabilities
+
+    def propose(self, sequence, k, sampler):
+        raise AssertionError("drafts through propose_batch")
+
+    def propose_batch(self, requests):
+        drafts = []
+        for r in requests:
+            if r.index == 0 or not r.budget:
+                drafts.append(no_draft())
+                continue
+            probs = self.distribution.expand(r.budget, -1)
+            drafts.append(Draft(sample_from(probs, r.sampler.generator), probs))
+        return drafts
+
+
+def test_each_row_of_a_batch_is_verified_by_its_own_draft_rule(models):
+    # The first row drafts nothing; every other row's draft comes with its distribution, so each of
+    # its tokens x must be accepted with probability min(1, target(x) / draft(x)) (uniform * draft(x)
+    # < target(x)), never with target(x) as if it were one-hot.
+    target, _ = models
+    drafter = FirstRowWithout(target.config.vocab_size)
+    events = list(batched_speculative_decode(target, drafter, ragged_prompts(3, seed=8), max_new_tokens=NEW_TOKENS,
+                                             k=3, temperature=1.0, seed=3))
+    checked = 0
+    for event in events:
+        for row, cycle in zip(event.requests, event.cycles):
+            if row == 0:
+                assert not cycle.drafted
+                continue
+            draft = [float(drafter.distribution[t]) for t in cycle.drafted]
+            assert cycle.draft_probs == pytest.approx(draft, rel=1e-5)
+            by_rule = [u * q < p for u, q, p in zip(cycle.uniforms, draft, cycle.target_probs)]
+            expected = by_rule.index(False) if False in by_rule else len(by_rule)
+            assert cycle.num_accepted == expected
+            checked += len(cycle.drafted)
+    assert checked >= 20
 
 
 @pytest.mark.parametrize("draft", ["model", "self:2", "ngram"])

@@ -196,16 +196,24 @@ def _cut_one_hot(draft: Draft, eos: frozenset[int]) -> Draft:
 
 
 def _pack(drafts: list[Draft], width: int, device) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(B, width) drafted ids and (B, width, V) draft distributions (None: one-hot), zero-padded."""
+    """(B, width) drafted ids and (B, width, V) draft distributions, zero-padded; None when every
+    draft is one-hot. When any row has a distribution, every row gets one (a one-hot draft its
+    one-hot rows, an empty draft none): each row is then verified by its own rule, min(1, target /
+    draft), whatever the first row drafted."""
     if len(drafts) == 1 and drafts[0].tokens.shape[0] == width:
         draft = drafts[0]
         return draft.tokens.to(device)[None], None if draft.probs is None else draft.probs.to(device)[None]
     tokens = torch.stack([F.pad(d.tokens.to(device), (0, width - d.tokens.shape[0])) for d in drafts])
-    if drafts[0].probs is None:
+    vocab = next((d.probs.shape[-1] for d in drafts if d.probs is not None and d.probs.numel()), None)
+    if vocab is None:
         return tokens, None
-    vocab = next(d.probs.shape[-1] for d in drafts if d.probs is not None and d.probs.numel())
-    probs = torch.stack([F.pad(d.probs.to(device), (0, 0, 0, width - d.tokens.shape[0])) if d.probs is not None
-                         and d.probs.numel() else torch.zeros(width, vocab, device=device) for d in drafts])
+    probs = torch.zeros(len(drafts), width, vocab, device=device)
+    for row, draft in enumerate(drafts):
+        n = draft.tokens.shape[0]
+        if draft.probs is not None and draft.probs.numel():
+            probs[row, :n] = draft.probs.to(device)
+        elif n:     # a one-hot draft beside distributions: probability 1 on each drafted token
+            probs[row, :n] = F.one_hot(draft.tokens.to(device), vocab).to(probs.dtype)
     return tokens, probs
 
 
