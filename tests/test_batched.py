@@ -316,3 +316,29 @@ def test_a_drafted_eos_accepted_in_a_batch_ends_the_row_with_no_bonus():
     assert last.emitted[-1] == eos and last.correction is None and last.num_accepted == len(last.drafted)
     for row in (1, 2):
         assert out[row] == reference(target, prompts[row], eos=eos, n=NEW_TOKENS)
+
+
+# ----------------------------------------------------------------------------- host crossings
+
+def test_a_batched_pass_reads_back_once_and_rolls_back_on_the_host(models):
+    # On a GPU every read back and every upload from pageable memory waits for the device. A pass
+    # with a draft model reads its verdicts back in one copy, and rolling back both caches (rows
+    # lengths and slot masks on the host) reads nothing; uploads: each cache's new ids and mask in
+    # one copy when it is fed host tokens (the draft's drafting steps send nothing), plus a leaving
+    # row's index.
+    from crossings import CountCrossings
+
+    target, drafts = models
+    events = batched_speculative_decode(target, drafts["model"], ragged_prompts(4, seed=3),
+                                        max_new_tokens=NEW_TOKENS, k=4)
+    reads, uploads = [], []
+    while True:
+        with CountCrossings() as crossings:
+            event = next(events, None)
+        if event is None:
+            break
+        reads.append(crossings.reads)
+        uploads.append(crossings.uploads)
+    assert len(reads) > 5
+    assert reads[1:] == [1] * (len(reads) - 1)
+    assert sum(uploads[1:]) / (len(uploads) - 1) <= 3

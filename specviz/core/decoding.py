@@ -215,7 +215,12 @@ def _pack(drafts: list[Draft], width: int, device) -> tuple[torch.Tensor, torch.
     if len(drafts) == 1 and drafts[0].tokens.shape[0] == width:
         draft = drafts[0]
         return draft.tokens.to(device)[None], None if draft.probs is None else draft.probs.to(device)[None]
-    tokens = torch.stack([F.pad(d.tokens.to(device), (0, width - d.tokens.shape[0])) for d in drafts])
+    # Stacked where the drafts are (a draft model's: the device; prompt lookup's: the host), then
+    # sent in one copy.
+    home = next((d.tokens.device for d in drafts if d.tokens.numel()), device)
+    nothing = torch.zeros(0, dtype=torch.long, device=home)
+    tokens = torch.stack([F.pad(d.tokens.to(home) if d.tokens.numel() else nothing, (0, width - d.tokens.shape[0]))
+                          for d in drafts]).to(device)
     vocab = next((d.probs.shape[-1] for d in drafts if d.probs is not None and d.probs.numel()), None)
     if vocab is None:
         return tokens, None
