@@ -31,6 +31,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import transformers
+from packaging.version import Version
 from transformers import DynamicCache, PreTrainedModel
 
 MAX_HOLES = 0.5             # re-gather a cache when more than this share of its slots could be won back
@@ -41,8 +43,26 @@ def _text_config(model: PreTrainedModel):
     return model.config.get_text_config(decoder=True)
 
 
+# The first transformers release whose models take the KV cache as `cache=` (5.23 and older take it in
+# **kwargs and ignore it: every pass recomputes the whole sequence, outputs right, timings meaningless).
+# Checked by installing 5.23.0 and 5.24.0 and reading their Llama forward; see requirements.txt.
+FIRST_TRANSFORMERS = (5, 24)
+
+
+def check_transformers(version: str | None = None) -> None:
+    """Refuse a transformers older than FIRST_TRANSFORMERS (the installed one unless `version` is given)."""
+    version = version or transformers.__version__
+    if Version(version).release[:2] < FIRST_TRANSFORMERS:
+        first = ".".join(map(str, FIRST_TRANSFORMERS))
+        raise ValueError(f"transformers {version} is too old for specviz: its models ignore the KV cache specviz "
+                         f"passes (`cache=`), so every pass would recompute the whole sequence. Install "
+                         f"transformers>={first},<6 (pip install -U 'transformers>={first},<6').")
+
+
 def check_rollback(model: PreTrainedModel) -> None:
-    """Refuse a model whose cache cannot be rolled back to an earlier length (with why)."""
+    """Refuse a model whose cache cannot be rolled back to an earlier length (with why), or that the
+    installed transformers would run without a cache."""
+    check_transformers()
     types = set(getattr(_text_config(model), "layer_types", None) or ())
     other = sorted(types - POSITIONAL)
     if other:
