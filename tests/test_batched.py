@@ -84,6 +84,8 @@ def test_rows_that_end_leave_the_batch(models):
     events = list(batched_speculative_decode(target, drafts["model"], prompts, max_new_tokens=NEW_TOKENS, k=3))
     out = row_outputs(events)
     for row in out:
+        # What a row wrote, not only how much: its prompt's own continuation, to its EOS or its budget.
+        assert out[row] == reference(target, prompts[row], eos=EOS, n=NEW_TOKENS), f"row {row}"
         last_pass = max(e.index for e in events if row in e.requests)
         ended_on_eos = out[row][-1] == EOS
         assert ended_on_eos or len(out[row]) == NEW_TOKENS
@@ -120,9 +122,12 @@ def test_padding_from_prompt_lengths_is_not_re_gathered(models):
 def test_padding_is_reported_and_masked(models):
     target, drafts = models
     prompts = [torch.tensor([[5, 6]]), torch.tensor([list(range(10, 40))])]
-    first = next(batched_speculative_decode(target, drafts["ngram"], prompts, max_new_tokens=4, k=2))
-    # The short prompt is left-padded to the long one: 28 padding slots at least.
-    assert first.padded_slots >= 28 and first.slots >= 2 * 30
+    events = list(batched_speculative_decode(target, drafts["ngram"], prompts, max_new_tokens=4, k=2))
+    # The short prompt is left-padded to the long one: 28 padding slots at least ...
+    assert events[0].padded_slots >= 28 and events[0].slots >= 2 * 30
+    # ... which no row sees: each writes its prompt's own continuation.
+    out = row_outputs(events)
+    assert [out[r] for r in range(2)] == [reference(target, p, eos=EOS, n=4) for p in prompts]
 
 
 @pytest.mark.parametrize("batch", [1, 3, 8])
