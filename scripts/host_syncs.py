@@ -1,10 +1,10 @@
-"""Count the host-device synchronisations of one batched speculative pass (and of one plain step).
+"""Count the host-device synchronisations of one batched speculative pass (and of one plain step):
+reads back (device to host) and uploads (host to device), as `torch.cuda.set_sync_debug_mode` sees them.
 
-A call that reads a tensor's values on the host (`tolist`, `item`, `int()`, `float()`, `bool()`, an
-index, `nonzero`, `.cpu()`, `.numpy()`) waits for the device and copies: on a GPU each is a crossing.
-This machine has no GPU, so they are counted where they are made (a torch function mode sees every
-such call), on a tiny Llama with a draft model (every tensor the loop touches is a model's output,
-so every counted call would cross). Prints syncs per pass for each batch size and k.
+This machine has no GPU, so both are counted where they are made (tests/crossings.py: a torch function
+mode that tags the tensors built on the host and takes every other one to live on the model's
+device), on a tiny Llama with a draft model. Prints both counts per pass for each batch size and k,
+and with --where the line of specviz that made each crossing.
 
     python scripts/host_syncs.py [--batch 1,4,8] [--k 4]
 """
@@ -16,23 +16,11 @@ import sys
 from pathlib import Path
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-SYNCS = {"tolist", "item", "__bool__", "__int__", "__float__", "__index__", "nonzero", "cpu", "numpy"}
-
-
-class CountSyncs(TorchFunctionMode):
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", "") in SYNCS:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
+from crossings import CountCrossings  # noqa: E402 - after the sys.path insert
 
 
 def main() -> None:
@@ -40,6 +28,7 @@ def main() -> None:
     parser.add_argument("--batch", default="1,4,8")
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=24)
+    parser.add_argument("--where", action="store_true", help="also list where each crossing is made")
     args = parser.parse_args()
     from conftest import make_llama, truncated_copy
 
@@ -56,16 +45,20 @@ def main() -> None:
                    for row in range(batch)]
         for name, events in [("speculative", batched_speculative_decode(target, draft, prompts, args.tokens, k=args.k)),
                              ("plain", batched_autoregressive_decode(target, prompts, args.tokens))]:
-            counts = []
+            reads, uploads, where = [], [], {}
             while True:
-                with CountSyncs() as mode:
+                with CountCrossings(where if args.where else None) as mode:
                     event = next(events, None)
                 if event is None:
                     break
-                counts.append(mode.count)
-            steady = counts[1:] or counts          # the first pass also prefills
-            print(f"batch {batch} k {args.k} {name}: {sum(steady) / len(steady):.1f} host syncs per pass "
-                  f"(median {sorted(steady)[len(steady) // 2]}, {len(counts)} passes)")
+                reads.append(mode.reads)
+                uploads.append(mode.uploads)
+            steady = slice(1, None) if len(reads) > 1 else slice(None)     # the first pass also prefills
+            mean_reads, mean_uploads = (sum(c[steady]) / len(c[steady]) for c in (reads, uploads))
+            print(f"batch {batch} k {args.k} {name}: {mean_reads + mean_uploads:.1f} host syncs per pass: "
+                  f"{mean_reads:.1f} reads back, {mean_uploads:.1f} uploads ({len(reads)} passes)")
+            for (kind, call, place), count in sorted(where.items(), key=lambda item: -item[1]):
+                print(f"    {count:5d} {kind:9s} {call:10s} {place}")
 
 
 if __name__ == "__main__":

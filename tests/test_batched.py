@@ -17,8 +17,9 @@ from specviz.core import ragged_cache
 from specviz.core.ragged_cache import RaggedCache
 from specviz.core.plain import autoregressive_decode
 from specviz.core.decoding import speculative_decode
-from specviz.core.drafters import DraftModelDrafter, PromptLookupDrafter, SuffixDrafter, early_exit_model
-from specviz.core.sampling import Sampler
+from specviz.core.drafters import (Draft, Drafter, DraftModelDrafter, PromptLookupDrafter, SuffixDrafter,
+                                   early_exit_model, no_draft)
+from specviz.core.sampling import Sampler, sample_from
 
 EOS = 3
 NEW_TOKENS = 24
@@ -83,6 +84,8 @@ def test_rows_that_end_leave_the_batch(models):
     events = list(batched_speculative_decode(target, drafts["model"], prompts, max_new_tokens=NEW_TOKENS, k=3))
     out = row_outputs(events)
     for row in out:
+        # What a row wrote, not only how much: its prompt's own continuation, to its EOS or its budget.
+        assert out[row] == reference(target, prompts[row], eos=EOS, n=NEW_TOKENS), f"row {row}"
         last_pass = max(e.index for e in events if row in e.requests)
         ended_on_eos = out[row][-1] == EOS
         assert ended_on_eos or len(out[row]) == NEW_TOKENS
@@ -119,9 +122,12 @@ def test_padding_from_prompt_lengths_is_not_re_gathered(models):
 def test_padding_is_reported_and_masked(models):
     target, drafts = models
     prompts = [torch.tensor([[5, 6]]), torch.tensor([list(range(10, 40))])]
-    first = next(batched_speculative_decode(target, drafts["ngram"], prompts, max_new_tokens=4, k=2))
-    # The short prompt is left-padded to the long one: 28 padding slots at least.
-    assert first.padded_slots >= 28 and first.slots >= 2 * 30
+    events = list(batched_speculative_decode(target, drafts["ngram"], prompts, max_new_tokens=4, k=2))
+    # The short prompt is left-padded to the long one: 28 padding slots at least ...
+    assert events[0].padded_slots >= 28 and events[0].slots >= 2 * 30
+    # ... which no row sees: each writes its prompt's own continuation.
+    out = row_outputs(events)
+    assert [out[r] for r in range(2)] == [reference(target, p, eos=EOS, n=4) for p in prompts]
 
 
 @pytest.mark.parametrize("batch", [1, 3, 8])
@@ -172,6 +178,53 @@ def test_each_sampled_row_follows_its_target_distribution(small_models, draft):
         # Power: the same counts against the target at another temperature are rejected.
         wrong = exact_joint(target, prompt, Sampler(2.0))
         assert pooled_chisquare(counts[row], wrong) < 1e-4, f"row {row}"
+
+
+class FirstRowWithout(Drafter):
+    """A batch drafter whose first request never drafts (as a draft head's request with no budget
+    left, or before its first features) while the others draw `budget` tokens from a stated
+    distribution: which acceptance rule each row got can be checked against it."""
+
+    batchable = True
+
+    def __init__(self, vocab: int):
+        self.distribution = torch.softmax(torch.linspace(0.0, 3.0, vocab), dim=0)    # known draft probabilities
+
+    def propose(self, sequence, k, sampler):
+        raise AssertionError("drafts through propose_batch")
+
+    def propose_batch(self, requests):
+        drafts = []
+        for r in requests:
+            if r.index == 0 or not r.budget:
+                drafts.append(no_draft())
+                continue
+            probs = self.distribution.expand(r.budget, -1)
+            drafts.append(Draft(sample_from(probs, r.sampler.generator), probs))
+        return drafts
+
+
+def test_each_row_of_a_batch_is_verified_by_its_own_draft_rule(models):
+    # The first row drafts nothing; every other row's draft comes with its distribution, so each of
+    # its tokens x must be accepted with probability min(1, target(x) / draft(x)) (uniform * draft(x)
+    # < target(x)), never with target(x) as if it were one-hot.
+    target, _ = models
+    drafter = FirstRowWithout(target.config.vocab_size)
+    events = list(batched_speculative_decode(target, drafter, ragged_prompts(3, seed=8), max_new_tokens=NEW_TOKENS,
+                                             k=3, temperature=1.0, seed=3))
+    checked = 0
+    for event in events:
+        for row, cycle in zip(event.requests, event.cycles):
+            if row == 0:
+                assert not cycle.drafted
+                continue
+            draft = [float(drafter.distribution[t]) for t in cycle.drafted]
+            assert cycle.draft_probs == pytest.approx(draft, rel=1e-5)
+            by_rule = [u * q < p for u, q, p in zip(cycle.uniforms, draft, cycle.target_probs)]
+            expected = by_rule.index(False) if False in by_rule else len(by_rule)
+            assert cycle.num_accepted == expected
+            checked += len(cycle.drafted)
+    assert checked >= 20
 
 
 @pytest.mark.parametrize("draft", ["model", "self:2", "ngram"])
@@ -268,3 +321,29 @@ def test_a_drafted_eos_accepted_in_a_batch_ends_the_row_with_no_bonus():
     assert last.emitted[-1] == eos and last.correction is None and last.num_accepted == len(last.drafted)
     for row in (1, 2):
         assert out[row] == reference(target, prompts[row], eos=eos, n=NEW_TOKENS)
+
+
+# ----------------------------------------------------------------------------- host crossings
+
+def test_a_batched_pass_reads_back_once_and_rolls_back_on_the_host(models):
+    # On a GPU every read back and every upload from pageable memory waits for the device. A pass
+    # with a draft model reads its verdicts back in one copy, and rolling back both caches (rows
+    # lengths and slot masks on the host) reads nothing; uploads: each cache's new ids and mask in
+    # one copy when it is fed host tokens (the draft's drafting steps send nothing), plus a leaving
+    # row's index.
+    from crossings import CountCrossings
+
+    target, drafts = models
+    events = batched_speculative_decode(target, drafts["model"], ragged_prompts(4, seed=3),
+                                        max_new_tokens=NEW_TOKENS, k=4)
+    reads, uploads = [], []
+    while True:
+        with CountCrossings() as crossings:
+            event = next(events, None)
+        if event is None:
+            break
+        reads.append(crossings.reads)
+        uploads.append(crossings.uploads)
+    assert len(reads) > 5
+    assert reads[1:] == [1] * (len(reads) - 1)
+    assert sum(uploads[1:]) / (len(uploads) - 1) <= 3

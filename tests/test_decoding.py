@@ -314,3 +314,23 @@ def test_a_drafter_must_say_how_it_proposes():
 
     with pytest.raises(TypeError, match="propose"):
         Silent()
+
+
+def test_a_transformers_that_ignores_the_cache_is_refused_before_any_work(pairs, prompt, monkeypatch):
+    # transformers 5.23 and older take `cache=` in **kwargs and drop it: outputs stay right, but every
+    # pass recomputes the whole sequence, so every timing would be meaningless. Refused, saying what to install.
+    import transformers
+
+    from specviz.errors import SpecvizError
+    from specviz.models import load_model
+
+    target, drafts = pairs["llama"]
+    monkeypatch.setattr(transformers, "__version__", "5.23.0")
+    for run in (lambda: speculative_decode(target, drafts["smaller"], prompt),
+                lambda: autoregressive_decode(target, prompt)):
+        with pytest.raises(ValueError, match=r"transformers 5\.23\.0 is too old.*transformers>=5\.24,<6"):
+            run()
+    with pytest.raises(SpecvizError, match=r"transformers 5\.23\.0 is too old"):
+        load_model("tiny")
+    monkeypatch.setattr(transformers, "__version__", "5.24.0.dev0")     # a build of the first that works
+    assert len(list(speculative_decode(target, drafts["smaller"], prompt, max_new_tokens=4))) >= 1

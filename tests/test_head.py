@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import make_llama
-from test_sampling import LENGTH, V, exact_joint, pooled_chisquare
+from test_sampling import V, exact_joint, pooled_chisquare
 
 from specviz import speculative_decode
 from specviz.catalog import TRAIN_PROMPTS_FILE
@@ -162,38 +162,51 @@ def small_head(target, draft_vocab, seed=0):
     return HeadDrafter(head.bind(target))
 
 
-def _chain_drafts(cycles):
-    return sum(len(c.drafted) for c in cycles)
+def _second_verdicts(cycles, tree):
+    """(second-depth drafts accepted, rejected) in these cycles: a chain's second token, or a tree's
+    node at depth 2, that verification reached."""
+    accepted = rejected = 0
+    for c in cycles:
+        if tree:
+            deep = c.parents is not None and any(p >= 0 for p in c.parents)
+            reached = deep and len(c.path) >= 1 and any(c.parents[i] == c.path[0] for i in range(len(c.parents)))
+            accepted += reached and len(c.path) >= 2
+            rejected += reached and len(c.path) == 1
+        elif len(c.drafted) >= 2 and c.num_accepted >= 1:
+            accepted += c.num_accepted >= 2
+            rejected += c.num_accepted == 1
+    return accepted, rejected
 
 
-def _tree_drafts(cycles):
-    return sum(c.parents is not None and len(c.drafted) > 1 for c in cycles)
+HEAD_VOCAB, HEAD_LENGTH = 5, 4      # four tokens: the first cycle has no features, the second drafts two deep
 
 
-@pytest.mark.parametrize("tree,drafts", [(False, _chain_drafts), (True, _tree_drafts)], ids=["chain", "tree"])
-def test_head_sampling_follows_the_target_distribution(tree, drafts):
-    # The draft vocabulary leaves two of the V tokens out: the head's distribution is scattered into
-    # the target's vocabulary with zeros there, and the residual still restores the target's. As a
-    # tree, the children are the head's top-2, one-hot candidates tried against what is left of the
-    # target's distribution after each rejection: the output distribution stays the target's.
-    target = make_llama(0, layers=2, vocab=V, hidden=32)
-    drafter = small_head(target, V - 2)
+@pytest.mark.parametrize("tree", [False, True], ids=["chain", "tree"])
+def test_head_sampling_follows_the_target_distribution(tree):
+    # The draft vocabulary leaves two of the target's tokens out: the head's distribution is scattered
+    # into the target's vocabulary with zeros there, and the residual still restores the target's. As
+    # a tree, the children are the head's top-2, one-hot candidates tried against what is left of the
+    # target's distribution after each rejection. Four tokens, k = 2: after the first cycle (no
+    # features yet) the head drafts two deep, and the second depth is both accepted and rejected
+    # often, so its verification is what the counts test.
+    target = make_llama(0, layers=2, vocab=HEAD_VOCAB, hidden=32)
+    drafter = small_head(target, HEAD_VOCAB - 2)
     if tree:
         drafter = HeadTreeDrafter(drafter, 2, 6)
     prompt = torch.tensor([[1, 2, 3, 1, 2]])
-    runs, drafted = 2500, 0
-    counts = np.zeros(V ** LENGTH)
+    runs, second = 3000, np.zeros(2)
+    counts = np.zeros(HEAD_VOCAB ** HEAD_LENGTH)
     for seed in range(runs):
-        cycles = list(speculative_decode(target, drafter, prompt, max_new_tokens=LENGTH, k=2, temperature=1.0,
+        cycles = list(speculative_decode(target, drafter, prompt, max_new_tokens=HEAD_LENGTH, k=2, temperature=1.0,
                                          seed=seed))
-        drafted += drafts(cycles)
+        second += _second_verdicts(cycles, tree)
         out = [t for c in cycles for t in c.emitted]
-        counts[int(np.ravel_multi_index(out, (V,) * LENGTH))] += 1
-    # Every run drafted (a chain its tokens, a tree a tree), after the first cycle, which has no features.
-    assert drafted >= runs
-    assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(1.0))) > 1e-3
+        counts[int(np.ravel_multi_index(out, (HEAD_VOCAB,) * HEAD_LENGTH))] += 1
+    assert second.min() > 0.1 * runs, second
+    joint = {t: exact_joint(target, prompt, Sampler(t), HEAD_LENGTH, HEAD_VOCAB) for t in (1.0, 2.0)}
+    assert pooled_chisquare(counts, joint[1.0]) > 1e-3
     # Power: the same counts against the target at another temperature are rejected.
-    assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(2.0))) < 1e-4
+    assert pooled_chisquare(counts, joint[2.0]) < 1e-4
 
 
 def test_a_sampled_row_with_the_head_is_that_prompt_alone(trained):
@@ -295,9 +308,11 @@ def test_the_shipped_head_drafts_losslessly_for_the_built_in_target(all_threads)
         assert [t for c in cycles for t in c.emitted] == expected
         drafted += sum(len(c.drafted) for c in cycles)
         accepted += sum(c.num_accepted for c in cycles)
-    # It drafts for this target, not at random (a random pick of its 8,192 tokens would almost never pass);
-    # the shipped head accepts about a fifth of its drafts on chat (docs/heads.md).
-    assert accepted > 0.06 * drafted
+    # It drafts for this target, not at random (a random pick of its 8,192 tokens would almost never
+    # pass). Measured here (fp32, deterministic on a CPU): 16 of 87 drafts accepted, 18.4%. The floor
+    # leaves 5 acceptances of margin for another CPU's fp32 kernels: a near-tie flipped in the head's
+    # or the target's argmax ends a cycle early and costs at most the k - 1 = 2 drafts after it.
+    assert accepted >= 0.13 * drafted, (accepted, drafted)
 
 
 def test_the_train_tab_is_offered_locally_and_never_in_a_hosted_demo():
@@ -349,3 +364,48 @@ def test_the_loop_hands_the_drafter_the_target_hidden_states_of_every_kept_posit
         n = kept[row].shape[0]
         assert n >= len(tokens) - 2                       # every position but the newest (not yet fed)
         assert torch.allclose(kept[row], full[:n], atol=1e-4)
+
+
+def teacher_forced_draft(target, head, tokens: list[int], n: int) -> list[int]:
+    """The head's greedy draft of n tokens after `tokens`, as training computes it: the target's
+    features of the whole sequence from one forward, the head over every position at once with no
+    cache; each further token appends the head's own predicted feature and its drafted token."""
+    with torch.inference_mode():
+        hidden = target(torch.tensor([tokens]), output_hidden_states=-1).hidden_states[-1]
+        features, ids = hidden[:, :-1].to(head.fc.weight.dtype), torch.tensor([tokens[1:]])  # f_i reads token i+1
+        drafted = []
+        for _ in range(n):
+            predicted = head(features, ids)[0][:, -1:]                   # the feature of the newest position
+            token = head.vocab[head.logits(predicted[0, 0]).float().argmax()]
+            drafted.append(int(token))
+            features, ids = torch.cat([features, predicted], dim=1), torch.cat([ids, token.view(1, 1)], dim=1)
+    return drafted
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["alone", "batch"])
+def test_the_heads_drafts_in_the_loop_are_its_teacher_forced_predictions(batched):
+    # Inside the loop the head drafts from cached keys and values, features handed over pass by pass,
+    # rolled back after rejections and dropped when rows leave: every drafted token (every depth) must
+    # still be what the head predicts from the whole sequence at once.
+    target = make_llama(2, layers=2, vocab=V, hidden=32)
+    drafter = small_head(target, V, seed=1)
+    prompts = [[1, 2, 3, 1, 2], [4], [0, 5, 0, 5, 0, 5, 2, 1]]
+    if batched:
+        events = list(batched_speculative_decode(target, drafter, prompts, max_new_tokens=16, k=3))
+        per_row = {row: [] for row in range(len(prompts))}
+        for event in events:
+            for row, cycle in zip(event.requests, event.cycles):
+                per_row[row].append(cycle)
+    else:
+        per_row = {row: list(speculative_decode(target, drafter, torch.tensor([prompt]), max_new_tokens=16, k=3))
+                   for row, prompt in enumerate(prompts)}
+    checked = deep = 0
+    for row, cycles in per_row.items():
+        tokens = list(prompts[row])
+        for cycle in cycles:
+            if cycle.drafted:
+                assert cycle.drafted == teacher_forced_draft(target, drafter.head, tokens, len(cycle.drafted))
+                checked += 1
+                deep += len(cycle.drafted) > 1
+            tokens += cycle.emitted
+    assert checked >= 10 and deep >= 10

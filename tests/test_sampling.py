@@ -111,17 +111,18 @@ def small_pair():
     return target, truncated_copy(target, 1), make_llama(5, layers=1, vocab=V, hidden=32)
 
 
-def exact_joint(target, prompt, sampler):
-    """P(first LENGTH tokens) under the target's warped distribution, by enumeration."""
+def exact_joint(target, prompt, sampler, length=LENGTH, vocab=V):
+    """P(first `length` tokens) under the target's warped distribution, by enumeration (the target's
+    vocabulary: `vocab` tokens)."""
     probs = {}
     with torch.inference_mode():
-        for prefix_len in range(LENGTH):
-            for prefix in itertools.product(range(V), repeat=prefix_len):
+        for prefix_len in range(length):
+            for prefix in itertools.product(range(vocab), repeat=prefix_len):
                 ids = torch.cat([prompt, torch.tensor([prefix], dtype=torch.long)], dim=1)
                 probs[prefix] = sampler.probs(target(ids).logits[0, -1:])[0]
-    joint = np.zeros(V ** LENGTH)
-    for i, seq in enumerate(itertools.product(range(V), repeat=LENGTH)):
-        joint[i] = np.prod([float(probs[seq[:j]][seq[j]]) for j in range(LENGTH)])
+    joint = np.zeros(vocab ** length)
+    for i, seq in enumerate(itertools.product(range(vocab), repeat=length)):
+        joint[i] = np.prod([float(probs[seq[:j]][seq[j]]) for j in range(length)])
     return joint
 
 

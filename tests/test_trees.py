@@ -359,3 +359,25 @@ def test_greedy_tree_probabilities_are_the_softmax_at_each_parent():
         assert v.correction == int(logits[row].argmax())
         assert v.correction_prob == pytest.approx(float(probs[row].max()))
         assert [int(tokens[i]) for i in v.path] == v.target_top[:len(v.path)]
+
+
+@pytest.mark.parametrize("path", [[0, 1, 2, 3], [1, 4, 6], []], ids=["chain-shaped", "branching", "empty"])
+def test_keeping_the_accepted_path_moves_only_the_path(path):
+    # After a tree pass the cache keeps the prefix and the accepted nodes, in order. The prefix never
+    # moves (copying a long cache every pass cost up to 15 ms here, a third of a step); a path already
+    # just after the prefix (a chain-shaped tree, as suffix decoding drafts on repeated text) moves nothing.
+    from transformers import DynamicCache
+
+    prefix, nodes = 40, 8
+    cache = DynamicCache()
+    for layer in range(3):
+        cache.update(torch.randn(1, 2, prefix + nodes, 4), torch.randn(1, 2, prefix + nodes, 4), layer)
+    expected = [(layer.keys[..., list(range(prefix)) + [prefix + i for i in path], :].clone(),
+                 layer.values[..., list(range(prefix)) + [prefix + i for i in path], :].clone())
+                for layer in cache.layers]
+    storage = [layer.keys.data_ptr() for layer in cache.layers]
+    trees.keep_path(cache, prefix, [prefix + i for i in path])
+    assert cache.get_seq_length() == prefix + len(path)
+    for layer, (keys, values), pointer in zip(cache.layers, expected, storage):
+        assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)
+        assert layer.keys.data_ptr() == pointer          # the same storage: the prefix was not copied

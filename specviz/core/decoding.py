@@ -15,8 +15,12 @@ What only a single request does (its batch-1 extensions, here and nowhere else):
 request (suffix, cross-tokenizer). Dynamic k is per request, in a batch too.
 
 Host crossings per pass: the drafted tokens and the draft's distributions stay on the device; the
-target's verdicts for every request cross in one copy (`sampling.verify_chains`); what only the
-views need (the residual's top tokens) is read after the pass's clock has stopped."""
+target's verdicts for every request cross in one copy (`sampling.verify_chains`), and what the views
+need of a rejected sampled draft (the residual's top tokens) in one more.
+
+Timing: an event's draft and verification seconds cover all the loop's work for it, as a plain
+step's seconds cover all of plain decoding's (core.plain): the views' reads, and the caches' rows
+dropped when requests leave the batch, included, so a speedup compares the same kinds of work."""
 
 from __future__ import annotations
 
@@ -136,26 +140,34 @@ def _cycles(target, drafter: Drafter, requests: list[Request], options: LoopOpti
             passed = _tree_pass(target, cache, drafter, live[0], drafts[0], options.eos, clock)
         else:
             passed = _chain_pass(target, cache, drafter, live, drafts, options.eos, clock)
-        cycles = [Cycle(index=index, k=request.k, greedy=request.sampler.greedy, draft_seconds=draft_seconds,
-                        verify_seconds=passed.verify_seconds, **fields)
-                  for request, fields in zip(live, passed.cycles)]
-        # 3. Requests take their tokens; those that ended leave the batch.
+        # 3. Requests take their tokens; those that ended leave the batch, and both caches drop their
+        # rows (timed, as plain decoding times its own cache's select within its step).
         staying = []
-        for row, (request, cycle) in enumerate(zip(live, cycles)):
-            request.tokens.extend(cycle.emitted)
-            request.generated += len(cycle.emitted)
-            if request.generated < request.max_new_tokens and cycle.emitted[-1] not in options.eos:
+        for row, (request, fields) in enumerate(zip(live, passed.cycles)):
+            request.tokens.extend(fields["emitted"])
+            request.generated += len(fields["emitted"])
+            if request.generated < request.max_new_tokens and fields["emitted"][-1] not in options.eos:
                 staying.append(row)
-            # Dynamic k: longer after a fully accepted draft, shorter after a rejection.
-            if options.dynamic_k and cycle.drafted:
-                full = cycle.num_accepted == trees.draft_reach(cycle)
-                request.k = min(request.k + 2, options.max_k) if full else max(request.k - 1, 1)
-        regathered = passed.regathered
+        verify_seconds, regathered = passed.verify_seconds, passed.regathered
         if staying and len(staying) < len(live):
-            regathered = cache.select(staying) | drafter.leave(staying) | regathered
+            start = clock()
+            regathered |= cache.select(staying)
+            left = clock()
+            regathered |= drafter.leave(staying)
+            verify_seconds += left - start
+            draft_seconds += clock() - left
+        cycles = [Cycle(index=index, k=request.k, greedy=request.sampler.greedy, draft_seconds=draft_seconds,
+                        verify_seconds=verify_seconds, **fields)
+                  for request, fields in zip(live, passed.cycles)]
+        # Dynamic k: longer after a fully accepted draft, shorter after a rejection.
+        if options.dynamic_k:
+            for request, cycle in zip(live, cycles):
+                if cycle.drafted:
+                    full = cycle.num_accepted == trees.draft_reach(cycle)
+                    request.k = min(request.k + 2, options.max_k) if full else max(request.k - 1, 1)
         # 4. Report.
         yield BatchCycle(index=index, requests=[r.index for r in live], cycles=cycles, draft_seconds=draft_seconds,
-                         verify_seconds=passed.verify_seconds, tokens=passed.tokens, slots=passed.slots,
+                         verify_seconds=verify_seconds, tokens=passed.tokens, slots=passed.slots,
                          padded_slots=passed.padded_slots, regathered=regathered)
         live = [live[row] for row in staying]
         index, draft_seconds = index + 1, 0.0
@@ -196,16 +208,29 @@ def _cut_one_hot(draft: Draft, eos: frozenset[int]) -> Draft:
 
 
 def _pack(drafts: list[Draft], width: int, device) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(B, width) drafted ids and (B, width, V) draft distributions (None: one-hot), zero-padded."""
+    """(B, width) drafted ids and (B, width, V) draft distributions, zero-padded; None when every
+    draft is one-hot. When any row has a distribution, every row gets one (a one-hot draft its
+    one-hot rows, an empty draft none): each row is then verified by its own rule, min(1, target /
+    draft), whatever the first row drafted."""
     if len(drafts) == 1 and drafts[0].tokens.shape[0] == width:
         draft = drafts[0]
         return draft.tokens.to(device)[None], None if draft.probs is None else draft.probs.to(device)[None]
-    tokens = torch.stack([F.pad(d.tokens.to(device), (0, width - d.tokens.shape[0])) for d in drafts])
-    if drafts[0].probs is None:
+    # Stacked where the drafts are (a draft model's: the device; prompt lookup's: the host), then
+    # sent in one copy.
+    home = next((d.tokens.device for d in drafts if d.tokens.numel()), device)
+    nothing = torch.zeros(0, dtype=torch.long, device=home)
+    tokens = torch.stack([F.pad(d.tokens.to(home) if d.tokens.numel() else nothing, (0, width - d.tokens.shape[0]))
+                          for d in drafts]).to(device)
+    vocab = next((d.probs.shape[-1] for d in drafts if d.probs is not None and d.probs.numel()), None)
+    if vocab is None:
         return tokens, None
-    vocab = next(d.probs.shape[-1] for d in drafts if d.probs is not None and d.probs.numel())
-    probs = torch.stack([F.pad(d.probs.to(device), (0, 0, 0, width - d.tokens.shape[0])) if d.probs is not None
-                         and d.probs.numel() else torch.zeros(width, vocab, device=device) for d in drafts])
+    probs = torch.zeros(len(drafts), width, vocab, device=device)
+    for row, draft in enumerate(drafts):
+        n = draft.tokens.shape[0]
+        if draft.probs is not None and draft.probs.numel():
+            probs[row, :n] = draft.probs.to(device)
+        elif n:     # a one-hot draft beside distributions: probability 1 on each drafted token
+            probs[row, :n] = F.one_hot(draft.tokens.to(device), vocab).to(probs.dtype)
     return tokens, probs
 
 
@@ -258,8 +283,8 @@ def _chain_pass(target, cache: RaggedCache, drafter: Drafter, live: list[Request
     regathered = cache.keep(keep) | drafter.rollback_batch(keep)
     if hidden:   # a drafter that drafts from the target's features gets those of every position now kept
         drafter.observe(cache.fed_hidden([kept - have for kept, have in zip(keep, held)]))
+    _residual_tops(cycles)
     seconds = clock() - start
-    _residual_tops(cycles)                      # display only: read after the pass's clock stopped
     return _Passed(cycles=cycles, verify_seconds=seconds, tokens=sum(len(b) for b in blocks) + sum(lengths),
                    slots=slots, padded_slots=padded, regathered=regathered)
 
@@ -330,7 +355,6 @@ def _tree_pass(target, cache: RaggedCache, drafter: Drafter, request: Request, d
         pending = inputs.shape[1] - len(parents)
         rows = list(range(pending)) + [pending + i for i in path]
         drafter.observe([out.hidden_states[-1][0, rows]])
-    seconds = clock() - start
     fields = dict(
         drafted=drafted, num_accepted=len(path), emitted=emitted, correction=correction, correction_kind=kind,
         correction_prob=correction_prob,
@@ -339,5 +363,6 @@ def _tree_pass(target, cache: RaggedCache, drafter: Drafter, request: Request, d
         target_top=verdict.target_top, parents=parents, path=path, node_verdicts=verdict.node_verdicts,
         from_earlier=None if draft.from_earlier is None else [draft.from_earlier[i] for i in kept])
     _residual_tops([fields])
+    seconds = clock() - start
     return _Passed(cycles=[fields], verify_seconds=seconds, tokens=inputs.shape[1], slots=cached + inputs.shape[1],
                    padded_slots=0, regathered=False)

@@ -21,14 +21,18 @@ row's valid slots moved, left-padded, to the front: one copy of the whole cache,
 `regathered`). A cache of one row never has holes or padding (its rejected slots are always the
 last ones, cropped): it runs as a plain cache, the model building its own causal mask.
 
-Row lengths live on the host (the loop knows what each row accepted), so feeding and rolling back
-read nothing back from the device."""
+Row lengths and the `valid` mask live on the host (the loop knows what each row accepted), so rolling
+back, leaving and deciding to re-gather read nothing back from the device; a forward sends its new
+ids and the mask to the device in one copy, and a draft model's drafting steps (one device token per
+row) send nothing. Host syncs per pass are counted by scripts/host_syncs.py."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import torch
+import transformers
+from packaging.version import Version
 from transformers import DynamicCache, PreTrainedModel
 
 MAX_HOLES = 0.5             # re-gather a cache when more than this share of its slots could be won back
@@ -39,8 +43,26 @@ def _text_config(model: PreTrainedModel):
     return model.config.get_text_config(decoder=True)
 
 
+# The first transformers release whose models take the KV cache as `cache=` (5.23 and older take it in
+# **kwargs and ignore it: every pass recomputes the whole sequence, outputs right, timings meaningless).
+# Checked by installing 5.23.0 and 5.24.0 and reading their Llama forward; see requirements.txt.
+FIRST_TRANSFORMERS = (5, 24)
+
+
+def check_transformers(version: str | None = None) -> None:
+    """Refuse a transformers older than FIRST_TRANSFORMERS (the installed one unless `version` is given)."""
+    version = version or transformers.__version__
+    if Version(version).release[:2] < FIRST_TRANSFORMERS:
+        first = ".".join(map(str, FIRST_TRANSFORMERS))
+        raise ValueError(f"transformers {version} is too old for specviz: its models ignore the KV cache specviz "
+                         f"passes (`cache=`), so every pass would recompute the whole sequence. Install "
+                         f"transformers>={first},<6 (pip install -U 'transformers>={first},<6').")
+
+
 def check_rollback(model: PreTrainedModel) -> None:
-    """Refuse a model whose cache cannot be rolled back to an earlier length (with why)."""
+    """Refuse a model whose cache cannot be rolled back to an earlier length (with why), or that the
+    installed transformers would run without a cache."""
+    check_transformers()
     types = set(getattr(_text_config(model), "layer_types", None) or ())
     other = sorted(types - POSITIONAL)
     if other:
@@ -94,9 +116,10 @@ class RaggedCache:
         self.model = model
         self.cache = new_cache(model)
         self.batch = batch
-        device = model.device
-        # One row: no mask needed (None). Several: which slots hold each row's tokens.
-        self.valid = None if batch == 1 else torch.zeros(batch, 0, dtype=torch.bool, device=device)
+        # One row: no mask needed (None). Several: which slots hold each row's tokens, on the host, and
+        # its copy on the device as the last forward sent it (None once the host's has changed since).
+        self.valid = None if batch == 1 else torch.zeros(batch, 0, dtype=torch.bool)
+        self._device_valid = None if batch == 1 else torch.zeros(batch, 0, dtype=torch.bool, device=model.device)
         self._lengths = [0] * batch
         self._hidden = None         # (last hidden states, tokens fed per row) of the last forward asked for them
 
@@ -119,26 +142,21 @@ class RaggedCache:
         wanted = {"output_hidden_states": -1} if hidden else {}   # only the last layer's (after the final norm)
         if self.valid is None:
             return self._forward_one(blocks[0], keep, tail, tail_lengths[0], wanted)
-        device, batch = self.valid.device, len(blocks)
+        device, batch = self.model.device, len(blocks)
         sizes = [len(block) + extra for block, extra in zip(blocks, tail_lengths)]
         width = max(1, max(sizes))
-        host_ids = torch.zeros(batch, width, dtype=torch.long)
-        host_real = torch.zeros(batch, width, dtype=torch.bool)
-        for row, (block, size) in enumerate(zip(blocks, sizes)):
-            start = width - size
-            if block:
-                host_ids[row, start:start + len(block)] = torch.tensor(list(block))
-            host_real[row, start:] = size > 0
-        ids, real = host_ids.to(device), host_real.to(device)
-        if tail is not None and max(tail_lengths):
-            # The device tokens end each row: row r's last tail_lengths[r] slots hold tail[r, :tail_lengths[r]].
-            tail = tail[:, :max(tail_lengths)]
-            span = tail.shape[1]
-            starts = span - torch.tensor(tail_lengths, device=device)
-            offset = torch.arange(span, device=device)[None] - starts[:, None]
-            ids[:, width - span:] = torch.where(offset >= 0, tail.gather(1, offset.clamp(min=0)), ids[:, width - span:])
         cached = self.valid.shape[1]
-        columns = torch.cat([self.valid, real], dim=1)                        # (B, C + W)
+        host_real = torch.zeros(batch, width, dtype=torch.bool)
+        for row, size in enumerate(sizes):
+            host_real[row, width - size:] = size > 0
+        host_columns = torch.cat([self.valid, host_real], dim=1)              # (B, C + W)
+        if self._device_valid is not None and min(sizes) == width == min(tail_lengths):
+            # Every row takes `width` device tokens and nothing else (a draft model's drafting step):
+            # nothing to send.
+            ids = tail[:, :width]
+            columns = torch.cat([self._device_valid, torch.ones(batch, width, dtype=torch.bool, device=device)], dim=1)
+        else:
+            ids, columns = self._send(blocks, sizes, width, host_columns, tail, tail_lengths)
         # Each row's tokens sit at positions counted from its own tokens, holes and padding skipped.
         key_positions = columns.cumsum(dim=1) - 1
         positions = key_positions[:, cached:].clamp(min=0)
@@ -153,10 +171,31 @@ class RaggedCache:
                          logits_to_keep=keep, **wanted)
         logits = out.logits
         self._hidden = (out.hidden_states[-1], sizes) if hidden else None
-        self.valid = columns
+        self.valid, self._device_valid = host_columns, columns
         self._lengths = [have + size for have, size in zip(self._lengths, sizes)]
-        slots = columns.shape[0] * columns.shape[1]
+        slots = host_columns.shape[0] * host_columns.shape[1]
         return logits, slots, slots - sum(self._lengths)
+
+    def _send(self, blocks, sizes, width, host_columns, tail, tail_lengths) -> tuple[torch.Tensor, torch.Tensor]:
+        """The pass's (B, W) input ids and (B, C + W) valid slots on the device, in one copy from the
+        host: the host ids of each row's block, the mask, and where each row's device tokens start
+        (those are then written in on the device)."""
+        batch, device = len(blocks), self.model.device
+        span = max(tail_lengths) if tail is not None else 0
+        host_ids = torch.zeros(batch, width, dtype=torch.long)
+        for row, (block, size) in enumerate(zip(blocks, sizes)):
+            if block:
+                host_ids[row, width - size:width - size + len(block)] = torch.tensor(list(block))
+        starts = torch.tensor([span - n for n in tail_lengths])[:, None]
+        sent = torch.cat([host_ids, host_columns.long(), starts], dim=1).to(device)
+        ids, columns = sent[:, :width], sent[:, width:-1].bool()
+        if span:
+            # The device tokens end each row: row r's last tail_lengths[r] slots hold tail[r, :tail_lengths[r]].
+            offset = torch.arange(span, device=device)[None] - sent[:, -1:]
+            ids = ids.clone()
+            ids[:, width - span:] = torch.where(offset >= 0, tail[:, :span].gather(1, offset.clamp(min=0)),
+                                                ids[:, width - span:])
+        return ids, columns
 
     def _forward_one(self, block: Sequence[int], keep: int, tail: torch.Tensor | None,
                      tail_length: int, wanted: dict) -> tuple[torch.Tensor, int, int]:
@@ -190,7 +229,8 @@ class RaggedCache:
         if lengths == self._lengths:
             return False
         rank = self.valid.cumsum(dim=1)
-        self.valid &= rank <= torch.tensor(lengths, device=self.valid.device)[:, None]
+        self.valid &= rank <= torch.tensor(lengths)[:, None]
+        self._device_valid = None                       # sent with the next forward
         self._lengths = lengths
         # The last slot any row uses: rows are right-aligned blocks, so the trailing columns hold each
         # row's newest tokens; crop those no row still uses.
@@ -205,9 +245,11 @@ class RaggedCache:
         """Keep only `rows` (finished rows leave the batch); returns whether it re-gathered."""
         if self.valid is None:
             return False
-        index = torch.tensor(list(rows), dtype=torch.long, device=self.valid.device)
-        self.cache.batch_select_indices(index)
+        index = torch.tensor(list(rows), dtype=torch.long)
+        on_device = index.to(self.model.device)
+        self.cache.batch_select_indices(on_device)
         self.valid = self.valid[index]
+        self._device_valid = None if self._device_valid is None else self._device_valid[on_device]
         self._lengths = [self._lengths[row] for row in rows]
         self.batch = len(rows)
         return self._compact_if_sparse()
@@ -223,13 +265,15 @@ class RaggedCache:
             return False
         # Row r's valid slots in order, left-padded (with slot 0, masked) to the longest row's count.
         # The slot of row r's i-th token: the first column where its running count reaches i + 1.
-        counts = torch.tensor(self._lengths, device=self.valid.device)
+        # Computed on the host from its mask, sent in one copy.
+        counts = torch.tensor(self._lengths)
         rank = self.valid.cumsum(dim=1)
-        targets = torch.arange(1, width + 1, device=self.valid.device)[None] - (width - counts)[:, None]
+        targets = torch.arange(1, width + 1)[None] - (width - counts)[:, None]
         order = torch.searchsorted(rank.contiguous(), targets.clamp(min=1).contiguous())
-        order = torch.where(targets >= 1, order, torch.zeros_like(order))
+        order = torch.where(targets >= 1, order, torch.zeros_like(order)).to(self.model.device)
         for layer in self.cache.layers:
             index = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
             layer.keys, layer.values = layer.keys.gather(2, index), layer.values.gather(2, index)
-        self.valid = torch.arange(width, device=self.valid.device)[None] >= (width - counts)[:, None]
+        self.valid = torch.arange(width)[None] >= (width - counts)[:, None]
+        self._device_valid = None
         return True

@@ -177,7 +177,9 @@ def verify_chains(target_logits: torch.Tensor, drafted: torch.Tensor, lengths: l
     max(0, target - draft), after a fully accepted chain from the target at the bonus position."""
     batch, n = drafted.shape
     device = drafted.device
-    count = torch.tensor(lengths, device=device)
+    # Chains of the full width (a single request, a draft model's batch) need no copy of their lengths.
+    count = (torch.full((batch,), n, device=device) if all(size == n for size in lengths)
+             else torch.tensor(lengths, device=device))
     valid = torch.arange(n, device=device)[None] < count[:, None]                  # (B, n)
     ids = torch.where(valid, drafted, torch.zeros_like(drafted))
     greedy = samplers[0].greedy

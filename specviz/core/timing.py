@@ -9,6 +9,7 @@ timed with automatic collection paused; it resumes between events, where renderi
 
 from __future__ import annotations
 
+import functools
 import gc
 import threading
 import time
@@ -32,7 +33,11 @@ class Clock:
     (another thread's work would be missed by a thread clock)."""
 
     def __init__(self, device: torch.device):
-        self.sync = {"cuda": torch.cuda.synchronize, "mps": getattr(torch.mps, "synchronize", None)}.get(device.type)
+        self.sync = None
+        if device.type == "cuda":       # this device's queue: `cuda:1` waits for cuda:1, not the current device
+            self.sync = functools.partial(torch.cuda.synchronize, device)
+        elif device.type == "mps":      # one device: its synchronize takes none
+            self.sync = getattr(torch.mps, "synchronize", None)
         if device.type == "cpu" and torch.get_num_threads() == 1:
             self.read, self.name = time.thread_time, "thread CPU time"
         else:

@@ -16,7 +16,8 @@ Verification walks down from the root:
   probability p(x), and a rejection just removes x from p. When no child is accepted, the
   correction is drawn from what is left of p. The output follows the target's distribution exactly.
 
-The target's KV cache then keeps exactly the accepted path (gathered, not cropped).
+The target's KV cache then keeps exactly the accepted path (its entries moved to just after the
+prefix, the rest cropped: the prefix is never copied).
 
 A tree is verified as a chain is (core.sampling): the acceptance data for every node is computed on
 the device and crosses to the host in one copy, the walk runs on the host, then the correction is
@@ -133,13 +134,19 @@ def additive_mask(seen: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def keep_path(cache, keep: int, path_positions: list[int]) -> None:
     """Keep the first `keep` positions of every layer of a DynamicCache, then the given positions
-    (the accepted path's nodes), in order; drop everything else."""
+    (the accepted path's nodes), in order; drop everything else. Only the path's entries move (to
+    just after the prefix), never the prefix: a path that already sits there (a chain-shaped tree's,
+    as suffix decoding drafts on repeated text) moves nothing, and the rest is cropped."""
+    end = keep + len(path_positions)
+    moved = [(slot, position) for slot, position in enumerate(path_positions, start=keep) if slot != position]
     for layer in cache.layers:
         if not getattr(layer, "is_initialized", True) or layer.keys is None:
             continue
-        index = torch.tensor(list(range(keep)) + path_positions, device=layer.keys.device)
-        layer.keys = layer.keys.index_select(-2, index)
-        layer.values = layer.values.index_select(-2, index)
+        if moved:
+            slots, positions = (torch.tensor(column, device=layer.keys.device) for column in zip(*moved))
+            layer.keys[..., slots, :] = layer.keys[..., positions, :]
+            layer.values[..., slots, :] = layer.values[..., positions, :]
+        layer.keys, layer.values = layer.keys[..., :end, :], layer.values[..., :end, :]
 
 
 # ----------------------------------------------------------------------------- verification

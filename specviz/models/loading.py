@@ -16,6 +16,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from ..core.ragged_cache import check_transformers
 from ..errors import SpecvizError, is_out_of_memory
 from .cache import lock as _lock
 from .cache import model_cache
@@ -119,6 +120,10 @@ def load_cached(spec: str, device: torch.device, dtype: torch.dtype, *, allow_pi
     """`spec`'s model and tokenizer from the model cache, or loaded into it, and its cache key. The
     caller holds the cache's lock (`load_model`, `pairs.load_pair`); `vet` checks the tokenizer before
     the weights load; `keep` names cache entries that must not be evicted to make room."""
+    try:                        # before minutes of loading: a transformers that would run without a cache
+        check_transformers()
+    except ValueError as error:
+        raise SpecvizError(str(error)) from None
     source = resolve_source(spec)
     key = (source.key, str(dtype).removeprefix("torch."), str(device))
     cached = model_cache.get(key)
