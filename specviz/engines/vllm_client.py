@@ -64,11 +64,22 @@ class Response:
     finish_reason: str | None = None
     spec: dict | None = None         # vLLM's metrics.speculative_decoding for this request
     chunks: int = 0
+    arrivals: list[float] = field(default_factory=list)    # when each chunk with text arrived
     extra: dict = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
         return self.finished - self.sent
+
+    @property
+    def time_to_first_token(self) -> float | None:
+        """vLLM's TTFT: from sending to the first text (prefill and queueing)."""
+        return None if self.first is None else self.first - self.sent
+
+    @property
+    def inter_token_latencies(self) -> list[float]:
+        """vLLM's ITL: the gaps between chunks with text (a chunk can hold several tokens)."""
+        return [b - a for a, b in zip(self.arrivals, self.arrivals[1:])]
 
     @property
     def decode_seconds_per_token(self) -> float | None:
@@ -111,8 +122,9 @@ def send(connection: http.client.HTTPConnection, base_path: str, model: str, req
             for choice in chunk.get("choices") or []:
                 piece = (choice.get("delta") or {}).get("content") if request.chat else choice.get("text")
                 if piece:
+                    response.arrivals.append(time.perf_counter())
                     if response.first is None:
-                        response.first = time.perf_counter()
+                        response.first = response.arrivals[-1]
                     pieces.append(piece)
                 if choice.get("finish_reason"):
                     response.finish_reason = choice["finish_reason"]
