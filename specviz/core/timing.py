@@ -13,6 +13,7 @@ import gc
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -32,7 +33,9 @@ class Clock:
     (another thread's work would be missed by a thread clock)."""
 
     def __init__(self, device: torch.device):
-        self.sync = {"cuda": torch.cuda.synchronize, "mps": getattr(torch.mps, "synchronize", None)}.get(device.type)
+        # cuda: that device's queue (a bare synchronize() waits for the current device, cuda:0 unless set)
+        self.sync = {"cuda": partial(torch.cuda.synchronize, device),
+                     "mps": getattr(torch.mps, "synchronize", None)}.get(device.type)
         if device.type == "cpu" and torch.get_num_threads() == 1:
             self.read, self.name = time.thread_time, "thread CPU time"
         else:

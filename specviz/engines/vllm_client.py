@@ -7,7 +7,7 @@ first token; the final chunk carries the usage and, when the server was started 
 `--per-request-spec-decode-metrics`, vLLM's acceptance figures for that request.
 
 The client's own cost per chunk is one JSON parse; on this CPU it stays within a few percent of
-`vllm.benchmarks.serve` at the same concurrency (scripts/vllm_client_bench.py measures it).
+`vllm.benchmarks.serve` at the same concurrency (scripts/vllm_side_by_side.py measures both).
 """
 
 from __future__ import annotations
