@@ -1,5 +1,5 @@
-"""The README's screenshots, taken as a user would see the app: `python scripts/screenshots.py` serves
-the whole app on the built-in model and drives it in headless Chromium:
+"""The screenshots of the README and docs/app.md, taken as a user would see the app:
+`python scripts/screenshots.py` serves the whole app on the built-in model and drives it in headless Chromium:
 
 - the first screen after Run with the default example at three sizes: assets/laptop.png (1366x768),
   projector.png (1280x720, Large text, dark mode) and phone.png (390x844), printing for each the page
