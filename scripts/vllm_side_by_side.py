@@ -4,9 +4,10 @@ plain) each measured, how far apart they are, and the decision each gives at eac
 
 For each configuration (plain, then each k) one server is started; specviz's sweep
 (`runs.engine_load.engine_sweep`, exactly as `specviz load --engine vllm` runs it) measures every
-batch size on it, and then `vllm bench serve` (run from vLLM's environment as
-`vllm.benchmarks.serve`) measures the same requests on the same server before it is stopped: the
-same prompts in the same order, `--max-concurrency B`, `--custom-output-len N --ignore-eos`.
+batch size on it, and `vllm bench serve` (run from vLLM's environment as `vllm.benchmarks.serve`)
+measures the same requests on the same server just before and just after (its figure: the mean of
+the two, which brackets the sweep's time on a host whose load drifts): the same prompts in the same
+order, `--max-concurrency B`, `--custom-output-len N --ignore-eos`.
 
     SPECVIZ_VLLM_PYTHON=~/.cache/specviz-vllm-venv/bin/python HF_HUB_OFFLINE=1 \\
         python scripts/vllm_side_by_side.py --batch 1,4 --k 4 --dtype float32 --json side_by_side.json
@@ -69,7 +70,8 @@ def vllm_bench_serve(python: str, url: str, folder: str, prompts: list[str], con
 
 
 class BenchOnEachServer:
-    """The sweep's engine, with `vllm bench serve` run on each server after the sweep has measured it."""
+    """The sweep's engine, with `vllm bench serve` run on each server before and after the sweep
+    measures it (their mean brackets the sweep's time on a host whose load drifts)."""
 
     def __init__(self, engine: VllmEngine, run_bench):
         self.engine, self.run_bench = engine, run_bench
@@ -80,8 +82,15 @@ class BenchOnEachServer:
     @contextmanager
     def serve(self, config: EngineConfig):
         with self.engine.serve(config) as served:
+            self.run_bench(served, "before")
             yield served
-            self.run_bench(served)
+            self.run_bench(served, "after")
+
+
+def mean_figures(runs: list[dict]) -> dict:
+    """vllm bench serve's figures, the mean of its runs (and the runs themselves)."""
+    keys = ("output_throughput", "mean_tpot_ms", "mean_itl_ms", "mean_ttft_ms")
+    return dict({key: sum(run[key] for run in runs) / len(runs) for key in keys}, runs=runs)
 
 
 def ratio(a: float, b: float) -> float:
@@ -91,16 +100,16 @@ def ratio(a: float, b: float) -> float:
 def side_by_side(args, settings, prompts, engine, folder) -> dict:
     texts = [p.prompt for p in prompts]
     batches, ks = args.batches, [0] + args.ks
-    bench: dict[int, dict[int, dict]] = {}
+    runs: dict[tuple[int, int], list[dict]] = {}       # (k, batch) -> vllm bench serve's results, before and after
     with tempfile.TemporaryDirectory() as scratch:
-        def run_bench(served) -> None:
-            bench[served.config.k] = {}
+        def run_bench(served, when: str) -> None:
             for batch in batches:
                 chosen = [p.prompt for p in batch_prompts(prompts, requests_per_point(batch, len(texts)))]
-                bench[served.config.k][batch] = vllm_bench_serve(engine.install.python, served.url, folder, chosen,
-                                                                 batch, settings.max_new_tokens, Path(scratch))
-                say(f"vllm bench serve, {served.config.label}, concurrency {batch}: "
-                    f"{bench[served.config.k][batch]['output_throughput']:.1f} output tokens/s")
+                figures = vllm_bench_serve(engine.install.python, served.url, folder, chosen, batch,
+                                           settings.max_new_tokens, Path(scratch))
+                runs.setdefault((served.config.k, batch), []).append(dict(figures, when=when))
+                say(f"vllm bench serve, {served.config.label}, concurrency {batch} ({when} specviz's sweep): "
+                    f"{figures['output_throughput']:.1f} output tokens/s, TPOT {figures['mean_tpot_ms']:.1f} ms")
 
         configs = engine_configs(args.draft, ks)
         result = None
@@ -109,9 +118,10 @@ def side_by_side(args, settings, prompts, engine, folder) -> dict:
             result = progress.result
             if progress.point is not None or (progress.response is None and progress.message):
                 say(progress.message)
+    bench = {key: mean_figures(values) for key, values in runs.items()}
     rows = []
     for point in (p for p in result.points if p.k):
-        plain, spec = bench[0][point.batch], bench[point.k][point.batch]
+        plain, spec = bench[(0, point.batch)], bench[(point.k, point.batch)]
         vllm_throughput = ratio(spec["output_throughput"], plain["output_throughput"])
         vllm_tpot = ratio(plain["mean_tpot_ms"], spec["mean_tpot_ms"])
         rows.append({
