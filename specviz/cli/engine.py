@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..engines import VllmEngine, engine_configs, model_location, parse_speculative_config
+from ..engines import VllmEngine, engine_configs, model_location, parse_speculative_config, vllm_dtype
 from ..engines.vllm_server import START_TIMEOUT, VLLM_ENV
 from ..errors import SpecvizError
 from ..files import write_atomic
@@ -70,6 +70,7 @@ def check_engine_flags(args: argparse.Namespace) -> None:
 def make_engine(args: argparse.Namespace, settings: RunSettings, say) -> VllmEngine:
     if args.start_timeout <= 0:
         raise SpecvizError(f"--start-timeout must be above 0, got {args.start_timeout}.")
+    vllm_dtype(settings.dtype)          # an unknown dtype is refused before vLLM is looked for
     if getattr(args, "threads", None) is not None:
         say("note: --threads sets specviz's torch threads; vLLM's CPU build picks its own (VLLM_CPU_OMP_THREADS_BIND)")
     return VllmEngine(model=model_location(settings.target), vllm_python=args.vllm_python, dtype=settings.dtype,
