@@ -104,7 +104,8 @@ def side_by_side(args, settings, prompts, engine, folder) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         def run_bench(served, when: str) -> None:
             for batch in batches:
-                chosen = [p.prompt for p in batch_prompts(prompts, requests_per_point(batch, len(texts)))]
+                count = requests_per_point(batch, len(texts), args.repeats)
+                chosen = [p.prompt for p in batch_prompts(prompts, count)]
                 figures = vllm_bench_serve(engine.install.python, served.url, folder, chosen, batch,
                                            settings.max_new_tokens, Path(scratch))
                 runs.setdefault((served.config.k, batch), []).append(dict(figures, when=when))
@@ -114,7 +115,7 @@ def side_by_side(args, settings, prompts, engine, folder) -> dict:
         configs = engine_configs(args.draft, ks)
         result = None
         for progress in engine_sweep(settings, prompts, BenchOnEachServer(engine, run_bench), configs,
-                                     batches=batches, ks=ks):
+                                     batches=batches, ks=ks, repeats=args.repeats):
             result = progress.result
             if progress.point is not None or (progress.response is None and progress.message):
                 say(progress.message)
@@ -216,6 +217,7 @@ def main() -> int:
     parser.add_argument("--prompts", default="rewrite", help="a prompt set (default %(default)s)")
     parser.add_argument("--count", type=int, default=4, help="its first COUNT prompts (default %(default)s)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--repeats", type=int, default=1, help="each point's requests this many times over")
     parser.add_argument("--vllm-python", default=None)
     parser.add_argument("--engine-arg", action="append", default=[])
     parser.add_argument("--tolerance", type=float, default=0.05)
@@ -233,7 +235,8 @@ def main() -> int:
     engine.check([EngineConfig(0, None), EngineConfig(1, {})])
     report = {"machine": read_cpuinfo().name or os.uname().machine, "cpus": os.cpu_count(),
               "vllm": engine.install.version, "dtype": args.dtype, "prompt_set": args.prompts, "prompts": len(prompts),
-              "max_new_tokens": args.max_new_tokens, "batches": args.batches, "ks": args.ks, "draft": args.draft,
+              "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "batches": args.batches, "ks": args.ks,
+              "draft": args.draft,
               "load_average_before": load_average() or 0.0}
     if args.co_resident:
         report["co_resident"] = co_resident(args, settings, prompts, engine)

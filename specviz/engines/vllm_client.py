@@ -39,9 +39,14 @@ class Request:
     ignore_eos: bool = False     # vLLM's extension: always write max_tokens (benchmarks: equal work)
 
     def body(self, model: str) -> dict:
+        # Sampling fields only where they differ from the server's defaults: the body is then what
+        # `vllm bench serve` sends for the same request.
         body = {"model": model, "max_tokens": self.max_tokens, "temperature": self.temperature,
-                "top_p": self.top_p, "top_k": self.top_k if self.top_k > 0 else -1, "repetition_penalty": 1.0,
                 "stream": True, "stream_options": {"include_usage": True}}
+        if self.top_p < 1.0:
+            body["top_p"] = self.top_p
+        if self.top_k > 0:
+            body["top_k"] = self.top_k
         if self.seed is not None:
             body["seed"] = self.seed
         if self.ignore_eos:
