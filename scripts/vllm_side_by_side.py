@@ -143,7 +143,7 @@ def side_by_side(args, settings, prompts, engine, folder) -> dict:
 def co_resident(args, settings, prompts, engine) -> dict:
     """Plain output throughput at batch 1: alone, beside an idle speculative server, alone again."""
     configs = engine_configs(args.draft, [0, max(args.ks)])
-    requests = make_requests(settings, prompts, requests_per_point(1, len(prompts)), ignore_eos=True)
+    requests = make_requests(settings, prompts, requests_per_point(1, len(prompts), args.repeats), ignore_eos=True)
 
     def measure(served) -> dict:
         responses = list(closed_loop(served.url, served.model, requests, 1, threading.Event()))
