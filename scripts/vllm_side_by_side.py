@@ -5,9 +5,10 @@ plain) each measured, how far apart they are, and the decision each gives at eac
 For each configuration (plain, then each k) one server is started; specviz's sweep
 (`runs.engine_load.engine_sweep`, exactly as `specviz load --engine vllm` runs it) measures every
 batch size on it, and `vllm bench serve` (run from vLLM's environment as `vllm.benchmarks.serve`)
-measures the same requests on the same server just before and just after (its figure: the mean of
-the two, which brackets the sweep's time on a host whose load drifts): the same prompts in the same
-order, `--max-concurrency B`, `--custom-output-len N --ignore-eos`.
+measures the same requests on the same server just before and just after the sweep's point for that
+batch size (its figure: the mean of the two, which brackets the sweep's on a host whose load
+drifts): the same prompts in the same order, `--max-concurrency B`, `--custom-output-len N
+--ignore-eos`.
 
     SPECVIZ_VLLM_PYTHON=~/.cache/specviz-vllm-venv/bin/python HF_HUB_OFFLINE=1 \\
         python scripts/vllm_side_by_side.py --batch 1,4 --k 4 --dtype float32 --json side_by_side.json
@@ -70,11 +71,11 @@ def vllm_bench_serve(python: str, url: str, folder: str, prompts: list[str], con
 
 
 class BenchOnEachServer:
-    """The sweep's engine, with `vllm bench serve` run on each server before and after the sweep
-    measures it (their mean brackets the sweep's time on a host whose load drifts)."""
+    """The sweep's engine, which also keeps the server the sweep is measuring (`served`), so that
+    `vllm bench serve` can run on it between the sweep's points."""
 
-    def __init__(self, engine: VllmEngine, run_bench):
-        self.engine, self.run_bench = engine, run_bench
+    def __init__(self, engine: VllmEngine, first_batch, run_bench):
+        self.engine, self.first_batch, self.run_bench, self.served = engine, first_batch, run_bench, None
 
     def __getattr__(self, name):
         return getattr(self.engine, name)
@@ -82,9 +83,9 @@ class BenchOnEachServer:
     @contextmanager
     def serve(self, config: EngineConfig):
         with self.engine.serve(config) as served:
-            self.run_bench(served, "before")
+            self.served = served
+            self.run_bench(served, self.first_batch, "before")
             yield served
-            self.run_bench(served, "after")
 
 
 def mean_figures(runs: list[dict]) -> dict:
@@ -102,23 +103,30 @@ def side_by_side(args, settings, prompts, engine, folder) -> dict:
     batches, ks = args.batches, [0] + args.ks
     runs: dict[tuple[int, int], list[dict]] = {}       # (k, batch) -> vllm bench serve's results, before and after
     with tempfile.TemporaryDirectory() as scratch:
-        def run_bench(served, when: str) -> None:
-            for batch in batches:
-                count = requests_per_point(batch, len(texts), args.repeats)
-                chosen = [p.prompt for p in batch_prompts(prompts, count)]
-                figures = vllm_bench_serve(engine.install.python, served.url, folder, chosen, batch,
-                                           settings.max_new_tokens, Path(scratch))
-                runs.setdefault((served.config.k, batch), []).append(dict(figures, when=when))
-                say(f"vllm bench serve, {served.config.label}, concurrency {batch} ({when} specviz's sweep): "
-                    f"{figures['output_throughput']:.1f} output tokens/s, TPOT {figures['mean_tpot_ms']:.1f} ms")
+        def run_bench(served, batch: int, when: str) -> None:
+            count = requests_per_point(batch, len(texts), args.repeats)
+            chosen = [p.prompt for p in batch_prompts(prompts, count)]
+            figures = vllm_bench_serve(engine.install.python, served.url, folder, chosen, batch,
+                                       settings.max_new_tokens, Path(scratch))
+            runs.setdefault((served.config.k, batch), []).append(dict(figures, when=when))
+            say(f"vllm bench serve, {served.config.label}, concurrency {batch} ({when} specviz's point): "
+                f"{figures['output_throughput']:.1f} output tokens/s, TPOT {figures['mean_tpot_ms']:.1f} ms")
 
-        configs = engine_configs(args.draft, ks)
+        # On each server: vllm bench serve at batch B just before and just after the sweep measures B
+        # (the sweep is a generator: it waits while a point's event is handled), so the two tools'
+        # figures for a point are seconds apart on a host whose load drifts.
+        engine_with_bench = BenchOnEachServer(engine, batches[0], run_bench)
         result = None
-        for progress in engine_sweep(settings, prompts, BenchOnEachServer(engine, run_bench), configs,
+        for progress in engine_sweep(settings, prompts, engine_with_bench, engine_configs(args.draft, ks),
                                      batches=batches, ks=ks, repeats=args.repeats):
             result = progress.result
             if progress.point is not None or (progress.response is None and progress.message):
                 say(progress.message)
+            if progress.point is not None:
+                served, at = engine_with_bench.served, batches.index(progress.point.batch)
+                run_bench(served, progress.point.batch, "after")
+                if at + 1 < len(batches):
+                    run_bench(served, batches[at + 1], "before")
     bench = {key: mean_figures(values) for key, values in runs.items()}
     rows = []
     for point in (p for p in result.points if p.k):
