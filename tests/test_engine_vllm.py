@@ -399,7 +399,8 @@ def test_sweep_json_has_the_load_shape_and_vllms_figures(sweep):
     points = {(p["batch"], p["k"]): p for p in data["points"]}
     assert set(points) == {(1, 0), (1, 4), (2, 0), (2, 4)}
     assert data["settings"]["decision_metric"] == "throughput" and "ignore_eos" in data["settings"]["output_length"]
-    assert data["environment"]["device"] == "cpu" and data["environment"]["vllm"] == "0.32.0"
+    # servers given by URL: the machine they run on is not probed, and the JSON says so
+    assert data["environment"]["device"].startswith("unknown") and "host_load" in data["environment"]["client"]
     for (batch, k), p in points.items():
         assert p["plain_tokens_per_s"] > 0 and p["spec_tokens_per_s"] > 0 and p["spec_latency"] > 0
         assert p["spec_ttft"] > 0 and p["spec_itl"] > 0
