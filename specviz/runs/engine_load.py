@@ -8,8 +8,9 @@ set cycled, at least WAVES x B requests, so that a point is several waves of req
 Every request writes exactly `max_new_tokens` tokens (`ignore_eos`): both servers do equal work.
 Servers run one at a time (`engines.SERVERS`): the plain server measures every batch size after a
 warm-up at the largest batch, is stopped, and then each speculative server (one per k > 0) does the
-same. Co-resident servers each claim most of a GPU's memory, and on this CPU they were measured to
-slow each other (scripts/vllm_side_by_side.py --co-resident). The points reuse
+same. Co-resident servers each claim most of a GPU's memory; on the project's shared CPU the effect
+of an idle neighbour could not be told from the host's drift (scripts/vllm_side_by_side.py
+--co-resident), and one at a time costs the sweep nothing it needs. The points reuse
 `runs.load.LoadPoint` and `LoadResult` (so the crossover, the best k per batch size, the JSON and the
 Load tab's charts are the own sweep's), with vLLM's figures added:
 
