@@ -140,9 +140,9 @@ def print_engine_result(result) -> None:
     from .common import rich_table
 
     settings, env = result.settings, result.environment
-    print(f"{settings['target']} + {settings['draft']}; vLLM {result.engine.get('version')} on "
-          f"{env.get('device_name') or env.get('device')} ({env.get('device')}), dtype {result.engine.get('dtype')}; "
-          f"{settings['output_length']}; servers {settings['servers']}")
+    where = f"{env['device_name']} ({env['device']})" if env.get("device_name") else env.get("device")
+    print(f"{settings['target']} + {settings['draft']}; vLLM {result.engine.get('version') or '(version not said)'} "
+          f"on {where}, dtype {result.engine.get('dtype')}; {settings['output_length']}; servers {settings['servers']}")
     rows = [[str(p.batch), str(p.k), f"{p.speedup:.2f}x", f"{p.speedup_low:.2f}-{p.speedup_high:.2f}",
              f"{p.spec_tokens_per_s:.1f} / {p.plain_tokens_per_s:.1f}",
              f"{p.spec_latency * 1000:.0f} / {p.plain_latency * 1000:.0f}",

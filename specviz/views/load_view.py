@@ -190,7 +190,7 @@ def outputs_note(result: LoadResult | None) -> str:
     note = ("Greedy outputs, each request's batched speculative output against its batched plain output of the "
             f"same batch (not against the prompt decoded alone): {outcome}.")
     dtype = result.settings.get("dtype")
-    if dtype and dtype != "float32":
+    if dtype and dtype not in ("float32", "fp32"):
         note += (f" In {dtype} a batch's arithmetic can flip a near-tie, so this does not show that each request "
                  "matches its prompt decoded alone; that needs float32.")
     return note
