@@ -256,3 +256,21 @@ def test_gpu_script_smoke_mode_runs_on_cpu_without_gradio(tmp_path):
     self_pair = report["pairs"][0]["throughput"]
     assert self_pair["acceptance_rate"] == 1.0   # the target drafting for itself: everything accepted
     assert "| tiny | self |" in (tmp_path / "gpu_bench.md").read_text()
+
+
+@pytest.mark.slow
+def test_gpu_paths_dry_run_on_cpu_checks_the_loop_and_the_head_without_gradio_or_vllm(tmp_path):
+    # scripts/gpu_paths.py on a CPU: the batched loop and the head (the Clock and out-of-memory checks need CUDA).
+    code = ("import sys; sys.path.insert(0, 'scripts'); import gpu_paths; rc = gpu_paths.main(sys.argv[1:]); "
+            "assert not {'gradio', 'vllm'} & set(sys.modules), 'gradio or vllm imported'; sys.exit(rc)")
+    result = subprocess.run([sys.executable, "-c", code, "--device", "cpu", "--out", str(tmp_path)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-2000:]
+    report = json.loads((tmp_path / "gpu_paths.json").read_text())
+    checks = {c["check"]: c for c in report["checks"]}
+    assert set(checks) == {"batched loop on cpu", "head in the batched loop on cpu"}
+    drafters = checks["batched loop on cpu"]["drafters"]
+    assert set(drafters) == {"draft model", "prompt lookup", "early exit"}
+    assert all(d["identical_rows"] == d["rows"] == 4 for d in drafters.values())
+    assert checks["head in the batched loop on cpu"]["identical_rows"] == 4
+    assert "need CUDA" in report["skipped"][0]

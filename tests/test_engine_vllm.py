@@ -1,11 +1,13 @@
 """vLLM as the engine (specviz.engines, runs.engine_load, runs.engine_compare, `--engine vllm`).
 
-The fast tests check the mapping of drafters to vLLM's configs, the messages for a missing vLLM, and
-the watchdog on a stand-in process tree. The slow ones start vLLM's CPU server on the built-in model
-(real servers, no mocks): two servers (plain and ngram k = 4, fp32) shared by the module, plus the
-servers the commands under test start themselves. They need vLLM's environment
-(`bash scripts/make_vllm_env.sh`, SPECVIZ_VLLM_PYTHON): without it they skip, except in CI (CI set),
-where .ci/run builds it and a missing vLLM fails.
+The fast tests check the mapping of drafters and dtypes to vLLM's configs and flags, the messages for
+a missing or old vLLM, the watchdog on a stand-in process tree, and the sweep for device="cuda"
+(which this machine lacks) against a stand-in server started as vLLM would be
+(tests/standin_vllm_server.py): the commands, one server at a time, the requests per point. The slow
+ones start vLLM's CPU server on the built-in model (real servers, no mocks): two servers (plain and
+ngram k = 4, fp32) shared by the module, plus the servers the commands under test start themselves.
+They need vLLM's environment (`bash scripts/make_vllm_env.sh`, SPECVIZ_VLLM_PYTHON): without it they
+skip, except in CI (CI set), where .ci/run builds it and a missing vLLM fails.
 """
 
 import json
@@ -26,7 +28,6 @@ from specviz.errors import SpecvizError
 from specviz.runs.engine_load import acceptance_by_position, first_differing_word
 
 ROOT = Path(__file__).resolve().parent.parent
-ENGINE_ARGS = ["--engine-arg=--enforce-eager", "--engine-arg=--max-model-len=1024"]
 PROMPTS = ["Rewrite more formally: hey, the meeting moved to friday, tell the others and bring the slides.",
            "Fix the spelling: Teh quick brown fox jumpd over teh lazy dog and ran awya from teh farmer.",
            "Rewrite in the past tense: I walk to the station, I buy a ticket and I wait for the train.",
@@ -62,6 +63,146 @@ def test_drafters_map_to_vllm_configs(monkeypatch):
     configs = engine_configs("ngram", [0, 2, 4])
     assert [c.k for c in configs] == [0, 2, 4] and configs[0].speculative_config is None
     assert [c.label for c in configs] == ["plain", "ngram k=2", "ngram k=4"]
+
+
+@pytest.mark.parametrize("given, expected", [("bf16", "bfloat16"), ("fp32", "float32"), ("fp16", "float16"),
+                                             ("half", "float16"), ("float32", "float32"), ("auto", "auto")])
+def test_specviz_dtype_names_reach_vllm_in_its_spelling(given, expected):
+    from specviz.engines.vllm_server import VllmInstall, server_command
+
+    command = server_command(VllmInstall("/venv/bin/python", "0.32.0", "cpu"), "/m", 8000, dtype=given,
+                             speculative_config=None)
+    assert command[command.index("--dtype") + 1] == expected      # vLLM's --dtype refuses "bf16" and "fp32"
+
+
+def test_an_unknown_dtype_is_a_message():
+    from specviz.engines import vllm_dtype
+
+    with pytest.raises(SpecvizError, match="Unknown dtype 'int3'"):
+        vllm_dtype("int3")
+
+
+def test_a_gpu_server_never_gets_the_cpu_defaults():
+    from specviz.engines.vllm_server import VllmInstall, server_command
+    from specviz.ui.load_engine import operator_args
+
+    def command(device, engine_args=()):
+        return server_command(VllmInstall("/venv/bin/python", "0.32.0", device), "/m", 8000, dtype="bf16",
+                              speculative_config=speculative_config("ngram", 4), engine_args=engine_args)
+
+    gpu = command("cuda", ["--tensor-parallel-size=2"])
+    assert "--enforce-eager" not in gpu and "--max-model-len" not in gpu and "--tensor-parallel-size=2" in gpu
+    cpu = command("cpu")
+    assert cpu[-3:] == ["--enforce-eager", "--max-model-len", "1024"]
+    # the user's own value wins, given either way
+    assert command("cpu", ["--max-model-len=4096"]).count("--max-model-len") == 0
+    assert "--enforce-eager" not in command("cpu", ["--no-enforce-eager"])
+    # the app adds nothing of its own for the operator: the device decides
+    assert operator_args() == []
+
+
+def test_an_old_vllm_is_refused_by_name():
+    from specviz.engines.vllm_server import check_features
+
+    check_features("0.32.0", [], "/venv/bin/python")
+    with pytest.raises(SpecvizError, match="vLLM 0.27.1 at /venv/bin/python is too old.*per-request-spec-decode"):
+        check_features("0.27.1", ["per_request_spec_decode_metrics"], "/venv/bin/python")
+
+
+def test_a_point_holds_several_waves_of_requests():
+    from specviz.runs.engine_load import requests_per_point
+
+    for batch in (1, 2, 4, 8, 16):
+        # four rewrite prompts: every stream sends at least four requests (one wave is B requests)
+        assert requests_per_point(batch, 4) >= 4 * batch
+    assert requests_per_point(1, 4) == 4 and requests_per_point(2, 4, repeats=2) == 16
+
+
+def _responses(ttft: float, seconds: float, tokens: int = 48, count: int = 4) -> list:
+    """One request at a time, each `seconds` long, its first token after `ttft`, jittered a little per request."""
+    from specviz.engines import Response
+
+    out, clock = [], 0.0
+    for i in range(count):
+        jitter = 0.01 * i
+        out.append(Response(i, text=f"answer {i}", tokens=tokens, sent=clock, first=clock + ttft + jitter,
+                            finished=clock + seconds + jitter, spec={"num_spec_steps": 20, "num_draft_tokens": 80,
+                                                                     "num_accepted_draft_tokens": 27,
+                                                                     "acceptance_histogram": [5, 5, 5, 5, 0]}))
+        clock += seconds + jitter
+    return out
+
+
+def test_the_recommended_config_follows_the_named_metric():
+    from specviz.catalog import BenchPrompt
+    from specviz.runs.engine_load import DECISION_METRICS, EngineLoadResult, engine_point
+    from specviz.views.load_view import decision, speedup_figure
+
+    prompts = [BenchPrompt(f"p{i}", "rewrite", f"prompt {i}") for i in range(4)]
+    plain = _responses(ttft=0.1, seconds=1.0)
+    # speculation writes each token faster (TPOT 0.5 s / 47 against 0.9 s / 47) but starts later: slower overall
+    spec = _responses(ttft=0.6, seconds=1.1)
+    configs = engine_configs("ngram", [0, 4])
+    recommended = {}
+    for metric in DECISION_METRICS:
+        points = [engine_point(1, k, spec if k else plain, plain, prompts, greedy=False, metric=metric)
+                  for k in (0, 4)]
+        named = {"decision_metric": metric, "decision_metric_text": DECISION_METRICS[metric]}
+        result = EngineLoadResult(settings=named, environment={}, points=points, configs=configs)
+        recommended[metric] = result.recommended_speculative_config
+        sentence = decision(result)
+        assert sentence.startswith(f"By {DECISION_METRICS[metric]}"), sentence
+        assert DECISION_METRICS[metric].split(" (")[0] in speedup_figure(result).layout.title.text
+        spec_point = points[1]
+        assert spec_point.throughput_ratio == pytest.approx(1.0 / 1.1, rel=0.02)
+        assert spec_point.tpot_ratio == pytest.approx(0.9 / 0.5, rel=0.02)
+    assert recommended["throughput"] is None                          # fewer tokens per second: off
+    assert recommended["tpot"] == configs[1].speculative_config       # less time per token: k = 4
+
+
+def test_the_sweep_for_a_gpu_runs_one_server_at_a_time_with_gpu_commands(tmp_path, monkeypatch):
+    from specviz.catalog import BenchPrompt
+    from specviz.engines import VllmEngine, VllmInstall
+    from specviz.runs.engine_load import WAVES, engine_sweep
+    from specviz.settings import RunSettings
+
+    python = tmp_path / "python"      # "PYTHON -m vllm.entrypoints.openai.api_server ARGS" runs the stand-in
+    python.write_text(f"#!/bin/sh\nshift 2\nexec {sys.executable} {ROOT / 'tests' / 'standin_vllm_server.py'} \"$@\"\n")
+    python.chmod(0o755)
+    record = tmp_path / "record.jsonl"
+    monkeypatch.setenv("STANDIN_RECORD", str(record))
+    install = VllmInstall(str(python), "0.32.0", "cuda", "Stand-in GPU", 2, "2.13.0")
+    engine = VllmEngine(model="/models/target", dtype="bf16", engine_args=["--tensor-parallel-size=2"],
+                        install=install, log_dir=tmp_path / "logs")
+    prompts = [BenchPrompt(f"p{i}", "rewrite", f"Rewrite this, number {i}.") for i in range(4)]
+    settings = RunSettings(draft="ngram", k=4, max_new_tokens=8, dtype="bf16")
+    configs = engine_configs("ngram", [0, 4])
+    *_, last = engine_sweep(settings, prompts, engine, configs, batches=[1, 4], ks=[0, 4])
+    result = last.result
+
+    events = [json.loads(line) for line in record.read_text().splitlines()]
+    starts = [e for e in events if e["event"] == "start"]
+    assert len(starts) == 2
+    for start in starts:
+        argv = start["argv"]
+        assert "--enforce-eager" not in argv and "--max-model-len" not in argv     # no CPU defaults on a GPU
+        assert argv[argv.index("--dtype") + 1] == "bfloat16" and "--tensor-parallel-size=2" in argv
+    # one server at a time: the first stopped before the second started (no memory shares needed)
+    (first_stop,) = [e["t"] for e in events if e["event"] == "stop" and e["pid"] == starts[0]["pid"]]
+    assert first_stop <= starts[1]["t"]
+    assert "--speculative-config" not in starts[0]["argv"] and "--speculative-config" in starts[1]["argv"]
+    # each point: at least WAVES requests per stream, every one of equal length
+    for pid in (s["pid"] for s in starts):
+        bodies = [e["body"] for e in events if e["event"] == "request" and e["pid"] == pid]
+        measured = [b for b in bodies if b.get("ignore_eos")]
+        assert len(measured) == 4 + 4 * 4 and all(b["max_tokens"] == 8 for b in measured)
+    for point in result.points:
+        assert point.requests >= WAVES * point.batch
+        assert all(row["tokens"] == 8 for row in point.rows)
+    assert {(p.batch, p.k) for p in result.points} == {(1, 0), (1, 4), (4, 0), (4, 4)}
+    assert result.settings["servers"] == "one at a time (plain, then each k)"
+    assert result.environment["device_name"] == "Stand-in GPU" and result.environment["device_count"] == 2
+    assert result.engine["default_args"] == [] and result.engine["dtype"] == "bfloat16"
 
 
 def test_recommended_config_is_the_per_batch_schedule():
@@ -223,10 +364,9 @@ def servers(vllm_python, builtin_folder, tmp_path_factory):
     install = find_vllm(vllm_python)
     logs = tmp_path_factory.mktemp("vllm-logs")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    handles = {k: start_server(install, builtin_folder, label=f"test k={k}", dtype="float32",
-                               speculative_config=speculative_config("ngram", k),
-                               engine_args=["--enforce-eager", "--max-model-len", "1024"], log_dir=logs)
-               for k in (0, 4)}
+    handles = {k: start_server(install, builtin_folder, label=f"test k={k}", dtype="fp32",
+                               speculative_config=speculative_config("ngram", k), log_dir=logs)
+               for k in (0, 4)}     # the CPU's defaults (--enforce-eager --max-model-len 1024) come by themselves
     try:
         for handle in handles.values():
             handle.wait_ready(600)
@@ -258,14 +398,22 @@ def test_sweep_json_has_the_load_shape_and_vllms_figures(sweep):
     assert [c["k"] for c in data["engine"]["configs"]] == [0, 4]
     points = {(p["batch"], p["k"]): p for p in data["points"]}
     assert set(points) == {(1, 0), (1, 4), (2, 0), (2, 4)}
+    assert data["settings"]["decision_metric"] == "throughput" and "ignore_eos" in data["settings"]["output_length"]
+    # servers given by URL: the machine they run on is not probed, and the JSON says so
+    assert data["environment"]["device"].startswith("unknown") and "host_load" in data["environment"]["client"]
     for (batch, k), p in points.items():
         assert p["plain_tokens_per_s"] > 0 and p["spec_tokens_per_s"] > 0 and p["spec_latency"] > 0
-        assert p["speedup_low"] <= p["speedup"] <= p["speedup_high"]
-        assert len(p["rows"]) == max(len(PROMPTS), 2 * batch)
+        assert p["spec_ttft"] > 0 and p["spec_itl"] > 0
+        # the speedup is the named metric's ratio of the two servers' figures, each computed from its requests
+        assert p["speedup"] == pytest.approx(p["spec_tokens_per_s"] / p["plain_tokens_per_s"])
+        assert p["tpot_ratio"] == pytest.approx(p["plain_latency"] / p["spec_latency"])
+        assert p["requests"] == len(p["rows"]) == max(len(PROMPTS), 4 * batch)     # several waves per stream
+        if k:
+            assert p["speedup_low"] < p["speedup_high"]     # a range from the requests, not a point
         for row in p["rows"]:
             assert {"text", "plain_text", "tokens", "plain_tokens", "identical"} <= set(row)
             assert row["identical"] == (row["text"] == row["plain_text"])
-            assert 0 < row["tokens"] <= NEW_TOKENS
+            assert row["tokens"] == row["plain_tokens"] == NEW_TOKENS      # ignore_eos: equal work
         if k == 0:
             assert p["speedup"] == 1.0 and p["acceptance"] is None
         else:
@@ -311,6 +459,7 @@ def test_plain_server_greedy_equals_transformers_generate(sweep, builtin_folder)
     data, _ = sweep
     tokenizer = AutoTokenizer.from_pretrained(builtin_folder)
     model = AutoModelForCausalLM.from_pretrained(builtin_folder, dtype=torch.float32).eval()
+    model.generation_config.eos_token_id = None       # the sweep's requests ignore EOS: so does this
     rows = next(p for p in data["points"] if p["batch"] == 1 and p["k"] == 0)["rows"]
     for row in rows:
         ids = encode_prompt(tokenizer, row["prompt"])
@@ -337,7 +486,7 @@ def _start_and_interrupt(args, sig, tmp_path):
     send `sig` to specviz; returns (specviz's exit code, the server's group id)."""
     log_dir = tmp_path / "logs"
     proc = subprocess.Popen([sys.executable, "-m", "specviz", "load", "--engine", "vllm", *args,
-                             "--engine-log-dir", str(log_dir), *ENGINE_ARGS], cwd=ROOT, env=env(),
+                             "--engine-log-dir", str(log_dir)], cwd=ROOT, env=env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     deadline, pgid = time.monotonic() + 240, None
     while time.monotonic() < deadline:
@@ -379,7 +528,7 @@ def test_a_model_vllm_cannot_load_gives_its_log_not_a_hang(vllm_python, tmp_path
     (bad / "config.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
     started = time.monotonic()
     out = specviz("load", "--engine", "vllm", "--target", str(bad), "--batch", "1", "--k", "0",
-                  "--prompts", "rewrite", *ENGINE_ARGS, timeout=300)
+                  "--prompts", "rewrite", timeout=300)
     assert out.returncode == 2, out.stderr[-2000:]
     assert "The vLLM server (plain) exited with code" in out.stderr and "last lines of its log" in out.stderr
     assert time.monotonic() - started < 240
@@ -390,7 +539,7 @@ def test_compare_on_vllm_draft_model_against_the_plain_server(servers, builtin_f
     out_file = tmp_path / "compare.json"
     run = specviz("compare", "--engine", "vllm", "--engine-url", f"0={servers[0]}", "--draft", builtin_folder,
                   "--k", "2", "--prompts", str(prompt_file), "--max-new-tokens", str(NEW_TOKENS), "--dtype",
-                  "float32", "--json", str(out_file), *ENGINE_ARGS)
+                  "float32", "--json", str(out_file))
     assert run.returncode == 0, run.stderr[-3000:]
     data = json.loads(out_file.read_text())
     (config,) = data["configurations"]
@@ -450,7 +599,8 @@ def test_a_server_that_dies_mid_sweep_keeps_the_finished_points(servers, prompt_
     assert proc.returncode == 2, stderr[-2000:]
     assert "points that finished are kept" in stderr
     data = json.loads(out_file.read_text())
-    assert {(p["batch"], p["k"]) for p in data["points"]} == {(1, 0), (1, 4)}
+    # the plain server measured both batch sizes before the speculative one started
+    assert {(p["batch"], p["k"]) for p in data["points"]} == {(1, 0), (2, 0), (1, 4)}
     assert data["error"]
     assert _wait_gone(pgid, 30)
 

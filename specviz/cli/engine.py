@@ -9,10 +9,11 @@ import json
 import sys
 from pathlib import Path
 
-from ..engines import VllmEngine, engine_configs, model_location, parse_speculative_config
+from ..engines import VllmEngine, engine_configs, model_location, parse_speculative_config, vllm_dtype
 from ..engines.vllm_server import START_TIMEOUT, VLLM_ENV
 from ..errors import SpecvizError
 from ..files import write_atomic
+from ..runs.engine_load import DECISION_METRICS
 from ..settings import RunSettings, parse_draft
 
 ENGINES = ("specviz", "vllm")
@@ -38,6 +39,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                        help="where the servers' logs go (default: a new temporary folder)")
     group.add_argument("--start-timeout", type=float, default=START_TIMEOUT, metavar="S",
                        help="seconds a server may take to start (default %(default)s)")
+    group.add_argument("--metric", choices=list(DECISION_METRICS), default="throughput",
+                       help="what the load sweep's decision and recommended config follow: " + "; ".join(
+                           f"{name}: {text}" for name, text in DECISION_METRICS.items()) + " (default %(default)s)")
 
 
 def engine_urls(values: list[str]) -> dict[int, str]:
@@ -56,7 +60,9 @@ def check_engine_flags(args: argparse.Namespace) -> None:
     if args.engine != "vllm":
         given = [flag for flag, value in (("--speculative-config", args.speculative_config),
                                           ("--engine-arg", args.engine_arg), ("--engine-url", args.engine_url),
-                                          ("--vllm-python", args.vllm_python)) if value]
+                                          ("--vllm-python", args.vllm_python),
+                                          ("--metric", getattr(args, "metric", "throughput") != "throughput"))
+                 if value]
         if given:
             raise SpecvizError(f"{', '.join(given)} go with --engine vllm.")
 
@@ -64,6 +70,7 @@ def check_engine_flags(args: argparse.Namespace) -> None:
 def make_engine(args: argparse.Namespace, settings: RunSettings, say) -> VllmEngine:
     if args.start_timeout <= 0:
         raise SpecvizError(f"--start-timeout must be above 0, got {args.start_timeout}.")
+    vllm_dtype(settings.dtype)          # an unknown dtype is refused before vLLM is looked for
     if getattr(args, "threads", None) is not None:
         say("note: --threads sets specviz's torch threads; vLLM's CPU build picks its own (VLLM_CPU_OMP_THREADS_BIND)")
     return VllmEngine(model=model_location(settings.target), vllm_python=args.vllm_python, dtype=settings.dtype,
@@ -79,7 +86,7 @@ def engine_draft_configs(args: argparse.Namespace, draft: str | None, ks):
     return engine_configs(draft, ks, given)
 
 
-def load_main(args: argparse.Namespace, settings: RunSettings, prompts, batches, ks, print_result) -> int:
+def load_main(args: argparse.Namespace, settings: RunSettings, prompts, batches, ks) -> int:
     """`load --engine vllm`: the sweep on vLLM. Ctrl-C or a failure keeps the finished points: they are
     printed and written to --json with the error."""
     from ..runs.engine_load import engine_sweep
@@ -94,13 +101,14 @@ def load_main(args: argparse.Namespace, settings: RunSettings, prompts, batches,
     result, failure = None, None
     try:
         for progress in engine_sweep(settings, prompts, engine, configs, batches=batches, ks=ks,
-                                     repeats=args.repeats):
+                                     repeats=args.repeats, metric=args.metric):
             result = progress.result
             if progress.point is not None:
                 p = progress.point
                 figures = p.acceptance or {}
-                say(f"batch {p.batch:>3} k {p.k}: {p.speedup:.2f}x [{p.speedup_low:.2f}-{p.speedup_high:.2f}], "
-                    f"{p.spec_tokens_per_s:.1f} vs {p.plain_tokens_per_s:.1f} tokens/s"
+                say(f"batch {p.batch:>3} k {p.k}: {p.speedup:.2f}x [{p.speedup_low:.2f}-{p.speedup_high:.2f}] "
+                    f"({args.metric}), {p.spec_tokens_per_s:.1f} vs {p.plain_tokens_per_s:.1f} output tokens/s, "
+                    f"TPOT {p.spec_latency * 1000:.0f} vs {p.plain_latency * 1000:.0f} ms"
                     + (f", mean acceptance length {figures['mean_acceptance_length']:.2f}" if figures else ""))
             elif progress.response is None and progress.message:
                 say(progress.message)
@@ -112,9 +120,7 @@ def load_main(args: argparse.Namespace, settings: RunSettings, prompts, batches,
     if args.json:
         write_atomic(args.json, json.dumps(result.to_dict(), indent=2))
     if result.points:
-        print_result(result)
-        print("vLLM's speculative config for this traffic: "
-              + json.dumps(result.recommended_speculative_config))
+        print_engine_result(result)
     if args.json:
         print(f"\nwrote {args.json}" + (" (the points that finished)" if failure else ""))
     if failure is not None:
@@ -123,6 +129,36 @@ def load_main(args: argparse.Namespace, settings: RunSettings, prompts, batches,
         raise SpecvizError(f"{failure} The {len(result.points)} points that finished are kept above"
                            + (f" and in {args.json}." if args.json else "."))
     return 0
+
+
+def print_engine_result(result) -> None:
+    """The sweep on vLLM: the decision metric's ratio with vLLM's other figures beside it, the
+    decision sentence, and the config to copy."""
+    from rich.console import Console
+
+    from ..views.load_view import decision, outputs_note
+    from .common import rich_table
+
+    settings, env = result.settings, result.environment
+    where = f"{env['device_name']} ({env['device']})" if env.get("device_name") else env.get("device")
+    print(f"{settings['target']} + {settings['draft']}; vLLM {result.engine.get('version') or '(version not said)'} "
+          f"on {where}, dtype {result.engine.get('dtype')}; {settings['output_length']}; servers {settings['servers']}")
+    rows = [[str(p.batch), str(p.k), f"{p.speedup:.2f}x", f"{p.speedup_low:.2f}-{p.speedup_high:.2f}",
+             f"{p.spec_tokens_per_s:.1f} / {p.plain_tokens_per_s:.1f}",
+             f"{p.spec_latency * 1000:.0f} / {p.plain_latency * 1000:.0f}",
+             f"{p.spec_itl * 1000:.0f} / {p.plain_itl * 1000:.0f}",
+             f"{p.spec_ttft * 1000:.0f} / {p.plain_ttft * 1000:.0f}",
+             f"{p.tokens_per_pass:.2f}" if p.k else "-", str(p.requests),
+             "-" if p.identical is None or not p.k else "yes" if p.identical else "NO"] for p in result.points]
+    Console(width=160).print(rich_table(
+        f"speculation under load on vLLM: speedup = {settings['decision_metric_text']}, speculative / plain",
+        ["batch", "k", "speedup", "95% range", "output tok/s spec / plain", "TPOT ms", "ITL ms", "TTFT ms",
+         "accept len", "requests", "identical"], rows))
+    if outputs_note(result):
+        print(outputs_note(result))
+    print(decision(result))
+    print("best k per batch size (0 = off): " + json.dumps(result.recommended_k))
+    print("vLLM's speculative config for this traffic: " + json.dumps(result.recommended_speculative_config))
 
 
 def compare_main(args: argparse.Namespace, drafts: list[str], settings: RunSettings, prompts) -> int:

@@ -60,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
     check_output_file(args.json, "--json")
     check_paths([args.prompts] if Path(args.prompts).is_file() else [], [("--json", args.json)])
     if args.engine == "vllm":
-        return load_main(args, settings, prompts, batches, ks, print_result)
+        return load_main(args, settings, prompts, batches, ks)
 
     pair = load(settings, None if args.quiet else progress_printer())
     check_drafter(pair)
@@ -96,8 +96,7 @@ def print_result(result: LoadResult) -> None:
              # k = 0 is plain decoding itself: nothing to compare
              "-" if p.identical is None or not p.k else "yes" if p.identical else "NO"] for p in result.points]
     Console(width=140).print(rich_table(
-        "speculation under load on vLLM (throughput with prefill)" if settings.get("engine") == "vllm"
-        else "speculation under load (decode only)",
+        "speculation under load (decode only)",
         ["batch", "k", "speedup", "95% range", "theory", "tokens/pass", "spec tok/s", "plain tok/s",
          "spec ms/token", "plain ms/token", "identical"], rows))
     if outputs_note(result):

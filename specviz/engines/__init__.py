@@ -10,11 +10,12 @@ This layer sits under the runs (which measure with it) and over the models (whos
 hands to vLLM as a folder). It imports neither torch nor transformers itself.
 """
 
-from .configs import EngineConfig, engine_configs, model_location, parse_speculative_config, recommended_config
-from .engine import Served, VllmEngine, stop_all
+from .configs import (EngineConfig, engine_configs, model_location, parse_speculative_config, recommended_config,
+                      vllm_dtype)
+from .engine import SERVERS, Served, VllmEngine, stop_all
 from .vllm_client import Request, Response, closed_loop
 from .vllm_server import INSTALL_HINT, VllmInstall, find_vllm
 
 __all__ = ["EngineConfig", "engine_configs", "model_location", "parse_speculative_config", "recommended_config",
-           "Served", "VllmEngine", "stop_all", "Request", "Response", "closed_loop", "INSTALL_HINT", "VllmInstall",
-           "find_vllm"]
+           "vllm_dtype", "SERVERS", "Served", "VllmEngine", "stop_all", "Request", "Response", "closed_loop",
+           "INSTALL_HINT", "VllmInstall", "find_vllm"]

@@ -20,6 +20,17 @@ from ..models.sources import BUILTINS, DEFAULT_TARGET, Progress, builtin_source,
 from ..settings import parse_draft
 
 NGRAM_MIN, NGRAM_MAX = 1, 3      # specviz's PromptLookupDrafter matches the last 3..1 tokens
+# specviz's dtype names (models.devices.DTYPES) -> vLLM's --dtype choices (it refuses "bf16", "fp32").
+VLLM_DTYPES = {"auto": "auto", "float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+               "float16": "float16", "fp16": "float16", "half": "float16"}
+
+
+def vllm_dtype(name: str) -> str:
+    """vLLM's --dtype for one of specviz's dtype names."""
+    key = (name or "auto").strip().lower()
+    if key not in VLLM_DTYPES:
+        raise SpecvizError(f"Unknown dtype {name!r}: use auto, float32 (fp32), bfloat16 (bf16) or float16 (fp16).")
+    return VLLM_DTYPES[key]
 
 
 @dataclass(frozen=True)

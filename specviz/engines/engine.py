@@ -1,9 +1,17 @@
 """vLLM as the engine a sweep measures: one server per configuration, started when its turn comes and
 stopped after it (or an already-running one, at `urls[k]`), and what the sweep records about it.
 
-`VllmEngine.serve(config)` is a context manager that yields a `Served` (url, the model name to send,
-the log): on leaving it, by return, error, Ctrl-C or a closed generator, a server it started is
-stopped and waited for. `stop_all()` stops every server still running (the app's Stop, atexit).
+What a sweep asks of a serving engine (vLLM's here; llama.cpp's server can answer the same):
+- `check(configs)`: find the engine before anything else (a clear message when it is missing or old);
+- `describe(configs)` and `environment()`: the engine, its version and arguments, and the machine it
+  runs on, for the JSON;
+- `serve(config)`: a context manager that yields a `Served` (url, the model name to send, the log);
+  on leaving it, by return, error, Ctrl-C or a closed generator, a server it started is stopped and
+  waited for. Servers run one at a time (`SERVERS`): on a GPU two would each claim most of its memory;
+- one request: `vllm_client.send`/`closed_loop` over the OpenAI API, whose `Response.spec` carries the
+  engine's acceptance figures for that request (`runs.engine_load.acceptance` sums them);
+- the config to copy: `configs.recommended_config`.
+`stop_all()` stops every server still running (the app's Stop, atexit).
 """
 
 from __future__ import annotations
@@ -15,9 +23,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .configs import EngineConfig
+from .configs import EngineConfig, vllm_dtype
 from .vllm_client import served_model, server_version
-from .vllm_server import SERVED_NAME, START_TIMEOUT, ServerHandle, VllmInstall, find_vllm, start_server
+from .vllm_server import SERVED_NAME, START_TIMEOUT, ServerHandle, VllmInstall, default_args, find_vllm, start_server
 
 _running: set[ServerHandle] = set()
 _lock = threading.Lock()
@@ -34,6 +42,9 @@ def stop_all() -> None:
 
 
 atexit.register(stop_all)
+
+
+SERVERS = "one at a time (plain, then each k)"
 
 
 @dataclass(frozen=True)
@@ -68,8 +79,16 @@ class VllmEngine:
         return {"name": "vllm", "version": version,
                 "device": self.install.device if self.install else None,
                 "python": self.install.python if self.install else None, "model": self.model,
-                "dtype": self.dtype, "engine_args": list(self.engine_args),
+                "dtype": vllm_dtype(self.dtype), "engine_args": list(self.engine_args),
+                "default_args": default_args(self.install.device, self.engine_args) if self.install else [],
+                "servers": SERVERS,
                 "configs": [dict(c.to_dict(), url=self.urls.get(c.k)) for c in configs]}
+
+    def environment(self) -> dict:
+        """The machine vLLM runs on (its own environment's view), or what is known of given servers."""
+        if self.install is not None:
+            return self.install.environment()
+        return {"device": "unknown: servers given by URL", "urls": sorted(set(self.urls.values()))}
 
     @contextmanager
     def serve(self, config: EngineConfig) -> Iterator[Served]:

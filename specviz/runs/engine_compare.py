@@ -1,8 +1,9 @@
 """Configurations compared over a set of prompts on vLLM, at concurrency 1, against the plain server.
 
-The plain server stays up while each speculative configuration's server runs in turn (each after a
-short warm-up); every prompt of every round goes to the plain server and then at once to the
-configuration's, so both are timed moments apart. A prompt's speedup is decode-only, as in
+One server at a time (`engines.SERVERS`; on a GPU two would each claim most of its memory): the
+plain server answers every prompt of every round, then each configuration's server in turn does the
+same (each after a short warm-up). Answers end at EOS, as users get them, so that the texts compared
+are whole answers. A prompt's speedup is decode-only, as in
 `runs.prompt_sets`: the plain server's time per token after the first (vLLM's TPOT) over the
 configuration's. The result is a `runs.prompt_sets.PromptSetComparison`, so the medians, the 95%
 intervals, the paired winner, the tables, the chart and the JSON are the own comparison's; vLLM's
@@ -66,32 +67,33 @@ def engine_compare(settings: RunSettings, prompts: Sequence[BenchPrompt], engine
             one(served, make_requests(settings, prompts, 1, WARM_UP_TOKENS)[0])
 
     try:
-        # The plain server stays up; each request goes to it and then to the configuration's server,
-        # so that both are timed moments apart on a host whose load changes.
         with engine.serve(plain_config) as plain_served:
             warm(plain_served)
-            for number, config in enumerate(spec_configs):
-                with engine.serve(config) as served:
-                    warm(served)
-                    responses = []
-                    for request in requests:
-                        base, response = one(plain_served, request), one(served, request)
-                        responses.append(response)
-                        prompt, round_ = request.index % len(prompts), request.index // len(prompts)
-                        figures = response.spec or {}
-                        identical = response.text == base.text
-                        comparison.results.append(PromptRun(
-                            config=number, prompt=prompt, round=round_, speedup=_speedup(response, base),
-                            tokens=response.tokens, baseline_tokens=base.tokens,
-                            passes=figures.get("num_spec_steps", 0), drafted=figures.get("num_draft_tokens", 0),
-                            accepted=figures.get("num_accepted_draft_tokens", 0), seconds=response.seconds,
-                            identical=identical if settings.temperature == 0.0 else None))
-                        if not identical and settings.temperature == 0.0:
-                            out.mismatches.append({"config": config.label, "prompt_id": prompts[prompt].id,
-                                                   "round": round_,
-                                                   "first_difference": first_differing_word(response.text,
-                                                                                            base.text)})
-                        yield out
-                    out.acceptance[config.label] = acceptance(responses)
+            baseline = []
+            for request in requests:
+                baseline.append(one(plain_served, request))
+                yield out           # nothing to show yet; a consumer may stop here
+        for number, config in enumerate(spec_configs):
+            with engine.serve(config) as served:
+                warm(served)
+                responses = []
+                for request, base in zip(requests, baseline):
+                    response = one(served, request)
+                    responses.append(response)
+                    prompt, round_ = request.index % len(prompts), request.index // len(prompts)
+                    figures = response.spec or {}
+                    identical = response.text == base.text
+                    comparison.results.append(PromptRun(
+                        config=number, prompt=prompt, round=round_, speedup=_speedup(response, base),
+                        tokens=response.tokens, baseline_tokens=base.tokens,
+                        passes=figures.get("num_spec_steps", 0), drafted=figures.get("num_draft_tokens", 0),
+                        accepted=figures.get("num_accepted_draft_tokens", 0), seconds=response.seconds,
+                        identical=identical if settings.temperature == 0.0 else None))
+                    if not identical and settings.temperature == 0.0:
+                        out.mismatches.append({"config": config.label, "prompt_id": prompts[prompt].id,
+                                               "round": round_,
+                                               "first_difference": first_differing_word(response.text, base.text)})
+                    yield out
+                out.acceptance[config.label] = acceptance(responses)
     finally:
         stop.set()

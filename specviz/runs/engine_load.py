@@ -1,28 +1,38 @@
 """The load sweep on vLLM: the same question as `runs.load` (up to which batch size does speculation
-pay, and with which k), measured on the engine people serve with.
+pay, and with which k), measured on the engine people serve with, the way its users measure it
+(`vllm bench serve`: scripts/vllm_side_by_side.py runs both on the same servers and prints both).
 
 Batch size B is B concurrent streams in a closed loop (each sends its next prompt when its last one
 ends, as `vllm bench serve --max-concurrency B` does) over `requests_per_point` requests: the prompt
-set cycled, at least 2B requests so that the streams overlap. One server per configuration: the
-plain server stays up while each speculative server (one per k > 0) runs in turn, and each point's
-requests go in blocks that alternate between the two, after a short warm-up of each at the largest
-batch. The points reuse `runs.load.LoadPoint` and `LoadResult` (so the crossover, the best k
-per batch size, the JSON and the Load tab's charts are the own sweep's), with vLLM's figures added:
+set cycled, at least WAVES x B requests, so that a point is several waves of requests and not one.
+Every request writes exactly `max_new_tokens` tokens (`ignore_eos`): both servers do equal work.
+Servers run one at a time (`engines.SERVERS`): the plain server measures every batch size after a
+warm-up at the largest batch, is stopped, and then each speculative server (one per k > 0) does the
+same. Co-resident servers each claim most of a GPU's memory; on the project's shared CPU the effect
+of an idle neighbour could not be told from the host's drift (scripts/vllm_side_by_side.py
+--co-resident), and one at a time costs the sweep nothing it needs. The points reuse
+`runs.load.LoadPoint` and `LoadResult` (so the crossover, the best k per batch size, the JSON and the
+Load tab's charts are the own sweep's), with vLLM's figures added:
 
-- throughput: all requests' completion tokens / the wall time of their blocks (each from its first
-  request sent to its last one finished; prefill included: a server's tokens per second);
-- latency per token: vLLM's TPOT, (last token - first token) / (tokens - 1), mean over requests;
-- the speedup's 95% range from the requests: per request, its tokens per second against the same
-  request on the plain server; the range of their median (`metrics.paired_ratio`, requests
-  resampled as pairs), scaled to the throughput ratio;
+- output throughput: all requests' completion tokens / the wall time from the first request sent to
+  the last one finished (prefill included: what a deployment pays for; `vllm bench serve`'s
+  `output_throughput`);
+- TPOT: (last token - first token) / (tokens - 1), mean over requests; ITL: the gaps between
+  streamed chunks, mean; TTFT: sending to the first token, mean (what speculation may cost up front);
+- the decision metric (`DECISION_METRICS`, named in the settings): a point's `speedup` is the
+  speculative server's figure against the plain server's in that metric, and the best k per batch
+  size, the crossover and the recommended config follow it. Its 95% range comes from the requests:
+  per request, the same ratio against the same request on the plain server; the range of their
+  median (`metrics.paired_ratio`, requests resampled as pairs), scaled to the point's ratio;
 - acceptance as vLLM reported it per request (summed): mean acceptance length (tokens per
   speculative step, the bonus included), draft acceptance rate and the histogram of steps by
   number of drafts accepted. There are no per-token verdicts: vLLM returns no rejected drafts;
-- per request its text and token count on both servers, and whether the texts are identical.
+- per request its text and token count on both servers, and whether the texts are identical (over
+  the fixed length: `compare --engine vllm` compares answers that end at EOS).
 
-There is no theory line: vLLM's forward cost is not measured here. Points finish k by k (each k's
-batch sizes in turn, the k = 0 points with the first k's); a server that dies mid-sweep raises after
-the points that finished, which the consumer keeps (`EngineProgress.result`).
+There is no theory line: vLLM's forward cost is not measured here. Points finish k by k; a server
+that dies mid-sweep raises after the points that finished, which the consumer keeps
+(`EngineProgress.result`).
 """
 
 from __future__ import annotations
@@ -34,22 +44,34 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..catalog import BenchPrompt
-from ..engines import EngineConfig, Request, Response, VllmEngine, closed_loop, recommended_config
+from ..engines import SERVERS, EngineConfig, Request, Response, VllmEngine, closed_loop, recommended_config
+from ..errors import SpecvizError
 from ..metrics import first_divergence, paired_ratio, ratio
 from ..models.host import HostLoad, environment, read_cpu_times
 from ..settings import RunSettings
 from .load import LoadPoint, LoadResult, batch_prompts
 
 WARM_UP_TOKENS = 8
+WAVES = 4           # a point sends at least this many requests per stream: a steady state, not one wave
 ENGINE_CLOCK = "wall time at the client"
+DECISION_METRICS = {"throughput": "output throughput (tokens/s over all requests) at each concurrency",
+                    "tpot": "time per output token (TPOT) at each concurrency"}
 
 
 @dataclass(frozen=True)
 class EnginePoint(LoadPoint):
-    """A LoadPoint measured on an engine: `theory` is None, and vLLM's own acceptance figures."""
+    """A LoadPoint measured on an engine: `theory` is None, `speedup` is the decision metric's ratio
+    (`throughput_ratio` or `tpot_ratio`), `spec_latency`/`plain_latency` are mean TPOTs, and vLLM's
+    own acceptance figures and its other latencies come with it."""
 
     acceptance: dict | None = None      # mean_acceptance_length, draft_acceptance_rate, acceptance_histogram, ...
     requests: int = 0
+    throughput_ratio: float = 1.0       # speculative output tokens/s over plain
+    tpot_ratio: float = 1.0             # plain mean TPOT over speculative (above 1: speculation is faster)
+    spec_ttft: float = 0.0              # mean seconds to the first token
+    plain_ttft: float = 0.0
+    spec_itl: float = 0.0               # mean seconds between streamed chunks
+    plain_itl: float = 0.0
 
 
 @dataclass
@@ -59,7 +81,12 @@ class EngineLoadResult(LoadResult):
     error: str | None = None            # why the sweep ended early (the finished points are kept)
 
     @property
+    def metric(self) -> str:
+        return self.settings.get("decision_metric", "throughput")
+
+    @property
     def recommended_speculative_config(self) -> dict | None:
+        """The config to copy, chosen by the decision metric (each point's `speedup`)."""
         if not any(p.k for p in self.points):
             return None
         return recommended_config(self.configs, self.recommended_k)
@@ -86,14 +113,16 @@ class EngineProgress:
 
 
 def requests_per_point(batch: int, prompts: int, repeats: int = 1) -> int:
-    return max(prompts, 2 * batch) * repeats
+    """Requests a point at concurrency `batch` sends: every prompt, and at least WAVES per stream."""
+    return max(prompts, WAVES * batch) * repeats
 
 
 def make_requests(settings: RunSettings, prompts: Sequence[BenchPrompt], count: int,
-                  max_tokens: int | None = None) -> list[Request]:
+                  max_tokens: int | None = None, *, ignore_eos: bool = False) -> list[Request]:
     chosen = batch_prompts(prompts, count)
     return [Request(i, p.prompt, settings.chat, max_tokens or settings.max_new_tokens, settings.temperature,
-                    settings.top_p, settings.top_k, None if settings.seed is None else settings.seed + i)
+                    settings.top_p, settings.top_k, None if settings.seed is None else settings.seed + i,
+                    ignore_eos=ignore_eos)
             for i, p in enumerate(chosen)]
 
 
@@ -122,17 +151,31 @@ def acceptance_by_position(histogram: Sequence[int]) -> list[float]:
     return [ratio(sum(histogram[i + 1:]), steps) for i in range(max(len(histogram) - 1, 0))]
 
 
-def throughput(blocks: Sequence[Sequence[Response]]) -> float:
-    """Completion tokens / wall time, the wall time of each block from its first request sent to its
-    last one finished (the other server's blocks in between are not counted)."""
-    blocks = [b for b in blocks if b]
-    return ratio(sum(r.tokens for b in blocks for r in b),
-                 sum(max(r.finished for r in b) - min(r.sent for r in b) for b in blocks))
+def throughput(responses: Sequence[Response]) -> float:
+    """Completion tokens / the wall time from the first request sent to the last one finished."""
+    if not responses:
+        return 0.0
+    return ratio(sum(r.tokens for r in responses),
+                 max(r.finished for r in responses) - min(r.sent for r in responses))
+
+
+def _mean(values) -> float:
+    values = [v for v in values if v is not None]
+    return statistics.mean(values) if values else 0.0
 
 
 def latency(responses: Sequence[Response]) -> float:
-    values = [r.decode_seconds_per_token for r in responses if r.decode_seconds_per_token is not None]
-    return statistics.mean(values) if values else 0.0
+    """Mean TPOT over the requests (seconds)."""
+    return _mean(r.decode_seconds_per_token for r in responses)
+
+
+def time_to_first_token(responses: Sequence[Response]) -> float:
+    return _mean(r.time_to_first_token for r in responses)
+
+
+def inter_token_latency(responses: Sequence[Response]) -> float:
+    """Mean gap between streamed chunks over all requests' chunks (as `vllm bench serve` averages)."""
+    return _mean([gap for r in responses for gap in r.inter_token_latencies])
 
 
 def first_differing_word(a: str, b: str) -> dict | None:
@@ -162,67 +205,86 @@ def rows(prompts: Sequence[BenchPrompt], spec: Sequence[Response], plain: Sequen
     return out
 
 
-def engine_point(batch: int, k: int, spec_blocks: Sequence[Sequence[Response]],
-                 plain_blocks: Sequence[Sequence[Response]], prompts: Sequence[BenchPrompt], *,
-                 greedy: bool) -> EnginePoint:
-    """One (batch, k) point from the two servers' responses to the same requests, in blocks."""
-    spec = [r for b in spec_blocks for r in b]
-    plain = [r for b in plain_blocks for r in b]
-    spec_rate, plain_rate = throughput(spec_blocks), throughput(plain_blocks)
-    speedup = ratio(spec_rate, plain_rate) if k else 1.0
-    if k and len(spec) > 1:
-        by_index = {r.index: r for r in plain}
-        middle, low, high = paired_ratio([ratio(r.tokens, r.seconds) for r in spec],
-                                         [ratio(by_index[r.index].tokens, by_index[r.index].seconds) for r in spec])
-        low, high = speedup * ratio(low, middle), speedup * ratio(high, middle)
+def _range(estimate: float, spec_values: Sequence[float], plain_values: Sequence[float]) -> tuple[float, float]:
+    """The 95% range of the median per-request ratio, scaled to `estimate` (the point's own ratio)."""
+    if len(spec_values) < 2:
+        return estimate, estimate
+    middle, low, high = paired_ratio(spec_values, plain_values)
+    return estimate * ratio(low, middle), estimate * ratio(high, middle)
+
+
+def engine_point(batch: int, k: int, spec: Sequence[Response], plain: Sequence[Response],
+                 prompts: Sequence[BenchPrompt], *, greedy: bool, metric: str = "throughput") -> EnginePoint:
+    """One (batch, k) point from the two servers' responses to the same requests (k = 0: `spec` is
+    `plain`)."""
+    by_index = {r.index: r for r in plain}
+    pairs = [(r, by_index[r.index]) for r in spec if r.index in by_index]
+    spec_rate, plain_rate = throughput(spec), throughput(plain)
+    spec_tpot, plain_tpot = latency(spec), latency(plain)
+    throughput_ratio = ratio(spec_rate, plain_rate) if k else 1.0
+    tpot_ratio = ratio(plain_tpot, spec_tpot) if k else 1.0
+    if metric == "tpot":
+        speedup = tpot_ratio
+        timed = [(a, b) for a, b in pairs if a.decode_seconds_per_token and b.decode_seconds_per_token]
+        low, high = _range(speedup, [1 / a.decode_seconds_per_token for a, _ in timed],
+                           [1 / b.decode_seconds_per_token for _, b in timed]) if k else (1.0, 1.0)
     else:
-        low = high = speedup
+        speedup = throughput_ratio
+        low, high = _range(speedup, [ratio(a.tokens, a.seconds) for a, _ in pairs],
+                           [ratio(b.tokens, b.seconds) for _, b in pairs]) if k else (1.0, 1.0)
     figures = acceptance(spec) if k else None
     table = rows(prompts, spec, plain)
     return EnginePoint(
         batch=batch, k=k, speedup=speedup, speedup_low=low, speedup_high=high,
         tokens_per_pass=figures["mean_acceptance_length"] if figures else 1.0,
-        spec_tokens_per_s=spec_rate, plain_tokens_per_s=plain_rate, spec_latency=latency(spec),
-        plain_latency=latency(plain), theory=None,
+        spec_tokens_per_s=spec_rate, plain_tokens_per_s=plain_rate, spec_latency=spec_tpot,
+        plain_latency=plain_tpot, theory=None,
         identical=all(r["identical"] for r in table) if greedy else None,
         alpha=figures["draft_acceptance_rate"] if figures else 0.0,
         passes=figures["num_spec_steps"] if figures else 0, steps=sum(r.tokens for r in plain), padding_share=0.0,
-        regathers=0, rows=table, acceptance=figures, requests=len(spec))
+        regathers=0, rows=table, acceptance=figures, requests=len(spec), throughput_ratio=throughput_ratio,
+        tpot_ratio=tpot_ratio, spec_ttft=time_to_first_token(spec), plain_ttft=time_to_first_token(plain),
+        spec_itl=inter_token_latency(spec), plain_itl=inter_token_latency(plain))
 
 
-BLOCKS = 2      # each point's requests run in this many blocks, alternating between the two servers
+def sweep_settings(settings: RunSettings, prompts: Sequence[BenchPrompt], batches: Sequence[int],
+                   ks: Sequence[int], repeats: int, metric: str, device: str) -> dict:
+    """What the JSON's `settings` says about a sweep on an engine: how it measured, and by what."""
+    return {"target": settings.target or "SmolLM2-135M-Instruct", "draft": settings.draft,
+            "batches": list(batches), "ks": list(ks), "max_new_tokens": settings.max_new_tokens,
+            "repeats": repeats, "prompts": len(prompts), "temperature": settings.temperature,
+            "top_k": settings.top_k, "top_p": settings.top_p, "seed": settings.seed, "dtype": settings.dtype,
+            "device": device, "clock": ENGINE_CLOCK, "engine": "vllm",
+            "concurrency": "closed loop: B streams, each sends its next request when its last one ends",
+            "output_length": f"exactly {settings.max_new_tokens} tokens per request (ignore_eos): equal work",
+            "requests_per_point": {str(b): requests_per_point(b, len(prompts), repeats) for b in batches},
+            "warm_up": f"{max(batches)} requests of {WARM_UP_TOKENS} tokens on each server before it is measured",
+            "servers": SERVERS, "decision_metric": metric, "decision_metric_text": DECISION_METRICS[metric]}
 
 
-def blocks_of(requests: Sequence[Request], batch: int) -> list[list[Request]]:
-    """The point's requests in BLOCKS contiguous blocks (fewer when a block would hold under B requests)."""
-    count = max(1, min(BLOCKS, len(requests) // batch))
-    size = -(-len(requests) // count)
-    return [list(requests[i:i + size]) for i in range(0, len(requests), size)]
+def check_metric(metric: str) -> None:
+    if metric not in DECISION_METRICS:
+        raise SpecvizError(f"No decision metric {metric!r}: use {' or '.join(DECISION_METRICS)}.")
 
 
 def engine_sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], engine: VllmEngine,
                  configs: Sequence[EngineConfig], *, batches: Sequence[int], ks: Sequence[int], repeats: int = 1,
-                 warm_up: bool = True) -> Iterator[EngineProgress]:
+                 warm_up: bool = True, metric: str = "throughput") -> Iterator[EngineProgress]:
     """The sweep (see the module docstring). `configs` are `engines.engine_configs(...)`: the plain one
-    first. The plain server stays up while each speculative one runs, and each point's requests go
-    in blocks that alternate between the two (plain, speculative, plain, ...), so that a host whose
-    load changes slows both alike, as the own sweep's interleaving does. Closing the generator stops
-    the requests and the servers."""
+    first. One server at a time: the plain server measures every batch size, then each speculative
+    server in turn; a speculative point is finished as soon as its server has measured that batch
+    size. Closing the generator stops the requests and the server."""
+    check_metric(metric)
     engine.check(configs)
     result = EngineLoadResult(
-        settings={"target": settings.target or "SmolLM2-135M-Instruct", "draft": settings.draft,
-                  "batches": list(batches), "ks": list(ks), "max_new_tokens": settings.max_new_tokens,
-                  "repeats": repeats, "prompts": len(prompts), "temperature": settings.temperature,
-                  "top_k": settings.top_k, "top_p": settings.top_p, "seed": settings.seed, "dtype": settings.dtype,
-                  "device": engine.install.device if engine.install else "server", "clock": ENGINE_CLOCK,
-                  "engine": "vllm", "concurrency": "closed loop, one stream per request of the batch",
-                  "requests_per_point": {str(b): requests_per_point(b, len(prompts), repeats) for b in batches},
-                  "alternation": f"{BLOCKS} blocks per point, plain and speculative servers in turn"},
-        environment=environment("cpu"), engine=engine.describe(configs), configs=list(configs))
+        settings=sweep_settings(settings, prompts, batches, ks, repeats, metric,
+                                engine.install.device if engine.install else "server"),
+        environment=dict(engine.environment(), client=environment("cpu")), engine=engine.describe(configs),
+        configs=list(configs))
     greedy = settings.temperature == 0.0
-    plain_config, spec_configs = configs[0], list(configs[1:])
     stop = threading.Event()
     started = read_cpu_times()
+    plain: dict[int, list[Response]] = {}       # batch size -> the plain server's responses
 
     def warm(served) -> None:
         if warm_up:
@@ -230,48 +292,33 @@ def engine_sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], engine: 
                                                                          WARM_UP_TOKENS), max(batches), stop):
                 pass
 
-    def block(served, label, batch, requests, done):
+    def measure(served, batch, done):
+        requests = make_requests(settings, prompts, requests_per_point(batch, len(prompts), repeats), ignore_eos=True)
         began = time.monotonic()
         for response in closed_loop(served.url, served.model, requests, batch, stop):
             done.append(response)
             yield EngineProgress(served.config, batch, response, None, result,
-                                 f"vLLM {label}: batch {batch}, {len(done)} requests, {time.monotonic() - began:.0f} s")
+                                 f"vLLM {served.config.label}: batch {batch}, {len(done)} of {len(requests)} "
+                                 f"requests, {time.monotonic() - began:.0f} s")
 
     try:
-        yield EngineProgress(plain_config, 0, None, None, result, "vLLM plain: starting the server")
-        with engine.serve(plain_config) as plain_served:
-            warm(plain_served)
-            if not spec_configs:
+        for config in configs:
+            yield EngineProgress(config, 0, None, None, result, f"vLLM {config.label}: starting the server")
+            with engine.serve(config) as served:
+                warm(served)
                 for batch in batches:
-                    requests = make_requests(settings, prompts, requests_per_point(batch, len(prompts), repeats))
                     done: list[Response] = []
-                    yield from block(plain_served, "plain", batch, requests, done)
-                    point = engine_point(batch, 0, [done], [done], prompts, greedy=greedy)
+                    yield from measure(served, batch, done)
+                    if config.k == 0:
+                        plain[batch] = done
+                        if 0 not in ks and len(configs) > 1:
+                            continue
+                    point = engine_point(batch, config.k, done, plain[batch], prompts, greedy=greedy, metric=metric)
                     result.points.append(point)
-                    yield EngineProgress(plain_config, batch, None, point, result, f"batch {batch} k 0: plain")
-            for number, config in enumerate(spec_configs):
-                yield EngineProgress(config, 0, None, None, result, f"vLLM {config.label}: starting the server")
-                with engine.serve(config) as spec_served:
-                    warm(spec_served)
-                    for batch in batches:
-                        requests = make_requests(settings, prompts, requests_per_point(batch, len(prompts), repeats))
-                        plain_blocks: list[list[Response]] = []
-                        spec_blocks: list[list[Response]] = []
-                        for part in blocks_of(requests, batch):
-                            plain_blocks.append([])
-                            yield from block(plain_served, "plain", batch, part, plain_blocks[-1])
-                            spec_blocks.append([])
-                            yield from block(spec_served, config.label, batch, part, spec_blocks[-1])
-                        points = [engine_point(batch, config.k, spec_blocks, plain_blocks, prompts, greedy=greedy)]
-                        if number == 0 and 0 in ks:
-                            points.insert(0, engine_point(batch, 0, plain_blocks, plain_blocks, prompts,
-                                                          greedy=greedy))
-                        for point in points:
-                            result.points.append(point)
-                            yield EngineProgress(config, batch, None, point, result,
-                                                 f"batch {batch} k {point.k}: {point.speedup:.2f}x")
+                    yield EngineProgress(config, batch, None, point, result,
+                                         f"batch {batch} k {point.k}: {point.speedup:.2f}x")
     finally:
         stop.set()
-        result.environment["host_load"] = HostLoad.since(started).to_dict()
+        result.environment["client"]["host_load"] = HostLoad.since(started).to_dict()
         result.points.sort(key=lambda p: (p.batch, p.k))
     yield EngineProgress(None, 0, None, None, result, "finished")

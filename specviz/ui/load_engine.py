@@ -4,8 +4,9 @@ the speculative config to copy. Stop ends the requests and the server in use (th
 stay); a server that fails to start shows its log's last lines.
 
 Where vLLM lives is the operator's choice, not a visitor's: SPECVIZ_VLLM_PYTHON names its
-interpreter and SPECVIZ_VLLM_ARGS the arguments every server gets (default `--enforce-eager
---max-model-len 1024`, quick to start on a CPU). In hosted mode the engine choice is off unless the
+interpreter and SPECVIZ_VLLM_ARGS the arguments every server gets (none by default: on a CPU the
+engine adds `--enforce-eager --max-model-len 1024` itself, on a GPU nothing, see
+`engines.vllm_server.DEVICE_DEFAULTS`). In hosted mode the engine choice is off unless the
 operator sets SPECVIZ_HOSTED_VLLM=1; the hosted caps on batch sizes, k and tokens apply to it too.
 """
 
@@ -29,7 +30,11 @@ from .budget import check_load_caps
 from .common import StopSignal, draft_spec, error_html, failure
 
 OWN, VLLM = "specviz's own loop (every token's verdict)", "vLLM (the serving engine)"
-DEFAULT_ARGS = "--enforce-eager --max-model-len 1024"
+
+
+def operator_args() -> list[str]:
+    """SPECVIZ_VLLM_ARGS: what every server the app starts gets (the device's defaults come on top)."""
+    return shlex.split(os.environ.get("SPECVIZ_VLLM_ARGS", ""))
 
 
 def vllm_offered(limits: Limits) -> bool:
@@ -79,7 +84,7 @@ def engine_work(view_type, limits: Limits, drafter, draft_model, batches_text, k
         yield status_only(render.status_html(state, "Finding vLLM\u2026"))
         lines: list[str] = []
         engine = VllmEngine(model=model_location(settings.target), dtype=settings.dtype,
-                            engine_args=shlex.split(os.environ.get("SPECVIZ_VLLM_ARGS", DEFAULT_ARGS)),
+                            engine_args=operator_args(),
                             say=lines.append, stopped=lambda: stop.requested)
         stream = engine_sweep(settings, prompts, engine, configs, batches=batches, ks=ks)
         progress: EngineProgress | None = None
@@ -123,7 +128,7 @@ def engine_set_stream(configs: list[RunSettings], prompts, repeats: int, limits:
                            "target and temperature.")
     engine_list = [EngineConfig(0, None)] + [EngineConfig(c.k, speculative_config(c.draft, c.k)) for c in configs]
     engine = VllmEngine(model=model_location(first.target), dtype=first.dtype,
-                        engine_args=shlex.split(os.environ.get("SPECVIZ_VLLM_ARGS", DEFAULT_ARGS)),
+                        engine_args=operator_args(),
                         stopped=lambda: stop.requested)
     state = (f"vLLM: {len(configs)} configuration{'s' if len(configs) > 1 else ''} over {len(prompts)} prompts, "
              f"{repeats} round{'s' if repeats > 1 else ''}, each against the plain server at concurrency 1")

@@ -48,14 +48,35 @@ def config_to_copy(result: EngineLoadResult | None) -> str:
     return "null (speculation paid at no batch size measured)" if config is None else json.dumps(config)
 
 
+def figures_table(result: EngineLoadResult | None) -> str:
+    """Each point's figures beside the one the decision follows: output throughput, TPOT, ITL and
+    TTFT of both servers, as `vllm bench serve` reports them."""
+    points = result.points if result else []
+    if not points:
+        return ""
+    cells = "".join(
+        f"<tr><td>{p.batch}</td><td>{p.k}</td><td>{p.speedup:.2f}\u00d7</td>"
+        f"<td>{p.spec_tokens_per_s:.1f} / {p.plain_tokens_per_s:.1f}</td>"
+        f"<td>{p.spec_latency * 1000:.0f} / {p.plain_latency * 1000:.0f}</td>"
+        f"<td>{p.spec_itl * 1000:.0f} / {p.plain_itl * 1000:.0f}</td>"
+        f"<td>{p.spec_ttft * 1000:.0f} / {p.plain_ttft * 1000:.0f}</td><td>{p.requests}</td></tr>" for p in points)
+    metric = html.escape(result.settings.get("decision_metric_text", ""))
+    return (f'<table class="sv-load-figures" id="load-vllm-figures"><caption>speedup = {metric}, speculative / '
+            f'plain; {html.escape(result.settings.get("output_length", ""))}</caption><tr><th>batch</th><th>k</th>'
+            "<th>speedup</th><th>output tok/s spec / plain</th><th>TPOT ms</th><th>ITL ms</th><th>TTFT ms</th>"
+            f"<th>requests</th></tr>{cells}</table>")
+
+
 def engine_html(result: EngineLoadResult | None, message: str) -> str:
-    """The panel under the decision: what is running, why no verdicts, and the config to copy."""
+    """The panel under the decision: what is running, why no verdicts, each point's figures and the
+    config to copy."""
     engine = (result.engine if result else {}) or {}
-    head = (f"vLLM {engine.get('version') or ''} on {engine.get('device') or 'its server'}, "
-            f"{engine.get('dtype', '')}".strip())
+    where = (result.environment.get("device_name") if result else None) or engine.get("device") or "its server"
+    head = f"vLLM {engine.get('version') or ''} on {where}, {engine.get('dtype', '')}".strip()
     copy = config_to_copy(result)
     config = (f'<div class="sv-load-config"><b>Speculative config to copy</b> (vLLM\'s '
               f'<code>--speculative-config</code>):<pre id="load-vllm-config">{html.escape(copy)}</pre></div>'
               if copy else "")
     return (f'<div class="sv-load-batch" data-engine="vllm"><div class="sv-load-title">{html.escape(head)}: '
-            f'{html.escape(message)}</div><p class="sv-load-note">{html.escape(NO_VERDICTS)}</p>{config}</div>')
+            f'{html.escape(message)}</div><p class="sv-load-note">{html.escape(NO_VERDICTS)}</p>'
+            f'{figures_table(result)}{config}</div>')

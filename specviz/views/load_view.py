@@ -53,12 +53,18 @@ def _batch_axis(result: LoadResult) -> dict:
     return dict(type="log", tickvals=batches, ticktext=[str(b) for b in batches], title=dict(text="batch size"))
 
 
+def engine_metric(result: LoadResult | None) -> str | None:
+    """What an engine sweep's speedup measures (its decision metric, in words); None for the own loop."""
+    return (result.settings.get("decision_metric_text") if result is not None else None) or None
+
+
 def speedup_figure(result: LoadResult | None) -> go.Figure:
     """Measured speedup (with its 95% range) and the theory, per k, against batch size."""
-    on_engine = result is not None and any(p.theory is None for p in result.points)   # vLLM: a server's throughput
-    figure = go.Figure(layout=layout("Speedup against batch size (" + ("throughput, prefill included" if on_engine
-                                                                       else "decode only") + ")",
-                                     "batch size", "speedup \u00d7", hovermode="closest"))
+    metric = engine_metric(result)
+    title = (f"Speedup in {metric.split(' (')[0]} (speculative / plain, prefill included)" if metric
+             else "Speedup against batch size (decode only)")
+    figure = go.Figure(layout=layout(title, "batch size (concurrent requests)" if metric else "batch size",
+                                     "speedup \u00d7", hovermode="closest"))
     if result is None or not _by_k(result):
         return waiting(figure, f"Run to see {EMPTY_TEXT[0]}" if result is None or not result.points
                        else "Only k = 0 measured: add a draft length above 0 to see a speedup")
@@ -117,14 +123,17 @@ def _per_batch_figure(result: LoadResult | None, title: str, axis: str, unit: st
 
 def throughput_figure(result: LoadResult | None) -> go.Figure:
     """All rows' tokens per second against batch size: plain decoding, and speculation per k."""
-    return _per_batch_figure(result, "Throughput against batch size", "tokens per second", "tokens/s", EMPTY_TEXT[1],
+    title = ("Output throughput against concurrency (prefill included)" if engine_metric(result)
+             else "Throughput against batch size")
+    return _per_batch_figure(result, title, "tokens per second", "tokens/s", EMPTY_TEXT[1],
                              lambda p: p.plain_tokens_per_s, lambda p: p.spec_tokens_per_s)
 
 
 def latency_figure(result: LoadResult | None) -> go.Figure:
     """Milliseconds a request waits per token (mean over its rows) against batch size."""
-    return _per_batch_figure(result, "Latency per token against batch size", "ms per token", "ms per token",
-                             EMPTY_TEXT[2],
+    title = ("Time per output token (TPOT) against concurrency" if engine_metric(result)
+             else "Latency per token against batch size")
+    return _per_batch_figure(result, title, "ms per token", "ms per token", EMPTY_TEXT[2],
                              lambda p: p.plain_latency * 1000, lambda p: p.spec_latency * 1000)
 
 
@@ -140,9 +149,17 @@ def best_k_text(result: LoadResult) -> str:
 
 
 def decision(result: LoadResult | None) -> str:
-    """The sweep's answer in one sentence (empty before any point)."""
+    """The sweep's answer in one sentence (empty before any point); on an engine, it names the metric
+    it follows."""
     if result is None or not result.points:
         return ""
+    metric = engine_metric(result)
+    text = _decision(result)
+    return f"By {metric}: {text[0].lower()}{text[1:]}" if metric and text.startswith(("Speculation", "On this")) \
+        else text
+
+
+def _decision(result: LoadResult) -> str:
     if not _by_k(result):
         return "Only plain decoding (k = 0) was measured: add a draft length above 0 to see whether speculation pays."
     measured = [b for b in result.batches if result.best(b) is not None]
@@ -173,7 +190,7 @@ def outputs_note(result: LoadResult | None) -> str:
     note = ("Greedy outputs, each request's batched speculative output against its batched plain output of the "
             f"same batch (not against the prompt decoded alone): {outcome}.")
     dtype = result.settings.get("dtype")
-    if dtype and dtype != "float32":
+    if dtype and dtype not in ("float32", "fp32"):
         note += (f" In {dtype} a batch's arithmetic can flip a near-tie, so this does not show that each request "
                  "matches its prompt decoded alone; that needs float32.")
     return note
