@@ -21,6 +21,9 @@ from specviz.runs import iter_prompt_set
 from specviz.settings import HOSTED_MAX_PROMPT_TOKENS, LOCAL, RunSettings, hosted, validate
 from specviz.ui import budget, build_demo, common, compare_tab, fields, run_tab, teach_tab
 from specviz.ui.common import CHAT, PROMPT_LOOKUP, RAW, TICK
+from specviz.views.run_view import RunView
+
+STATS = RunView._fields.index("stats")     # the Run endpoint's outputs, in RunView's order
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # gr.Warning outside a request
 
@@ -237,7 +240,7 @@ def test_a_closed_session_leaves_no_state_on_the_server(tiny, monkeypatch):
             client = Client(demo.local_url, verbose=False)
             for run in range(2):
                 inputs = [f"{PROMPT} {session} {run}", "", SUFFIX, "", 1, 8, False, 0.0, 1.0, 0, 16, 0, RAW, 1]
-                assert "Finished" in client.predict(*inputs, api_name="/run")[6]
+                assert "Finished" in client.predict(*inputs, api_name="/run")[STATS]
             state = holder.session_data[client.session_hash]
             assert state.state_data and state.blocks_config.blocks    # its signals, its updated outputs
             client.close()                                            # the heartbeat ends: Gradio's unload

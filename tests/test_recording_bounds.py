@@ -30,6 +30,9 @@ from specviz.settings import RunSettings
 from specviz.ui import replay_tab
 from specviz.ui.common import TICK
 from specviz.views.report import DETAIL_TOKENS, report_html
+from specviz.views.run_view import RunView
+
+STATS = RunView._fields.index("stats")     # a replay page: the run's views, then its cycle
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # gr.Warning outside a request
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,8 +86,8 @@ def test_a_replay_takes_at_most_the_playback_bound(template, tmp_path, monkeypat
     start = time.monotonic()
     pages = [p for p in replay_tab.replay_work(None, str(path), None, "4\u00d7") if p is not TICK]
     assert time.monotonic() - start < 10
-    assert "Replayed" in pages[-1][6]
-    assert any("compressed to 1 s" in p[6] for p in pages[:-1])
+    assert "Replayed" in pages[-1][STATS]
+    assert any("compressed to 1 s" in p[STATS] for p in pages[:-1])
 
 
 @pytest.mark.slow
@@ -102,7 +105,7 @@ def test_drawing_a_large_run_takes_a_bounded_share_of_its_replay(template, tmp_p
     start, cpu = time.monotonic(), time.process_time()
     *_, last = replay_tab.replay_work(None, str(path), None, "Recorded speed")
     elapsed, cpu = time.monotonic() - start, time.process_time() - cpu
-    assert "Replayed" in last[6]
+    assert "Replayed" in last[STATS]
     # Drawing takes about FRAME_SHARE of the time, plus the final view (~1 s under load); the
     # pacing's 20 s stretch by at most that share.
     assert cpu < 0.4 * elapsed + 2, (cpu, elapsed)
@@ -342,7 +345,7 @@ def test_text_that_is_not_unicode_is_refused_at_load(template, where, tmp_path, 
     path = tmp_path / "bad.json"
     path.write_text(text)
     (page,) = [p for p in replay_tab.replay_work(None, str(path), None, "4\u00d7") if p is not TICK]
-    assert "not valid Unicode" in page[6]
+    assert "not valid Unicode" in page[STATS]
     out = tmp_path / "out.html"
     assert entry(["report", str(path), "-o", str(out)]) == 2 and not out.exists()
     assert "not valid Unicode" in capsys.readouterr().err

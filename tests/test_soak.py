@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_api import serve, stop
+from test_api import STATS, serve, stop
 from tiny_pair import WORDS
 
 SUFFIX = "Suffix decoding (tree from the longest earlier match)"
@@ -54,7 +54,7 @@ def test_suffix_memory_returns_when_the_sessions_close():
             clients = [Client(url, verbose=False) for _ in range(SESSIONS)]
             for _ in range(RUNS_PER_SESSION):
                 for client in clients:
-                    assert "Finished" in client.predict(*run_inputs(long_prompt(rng)), api_name="/run")[6]
+                    assert "Finished" in client.predict(*run_inputs(long_prompt(rng)), api_name="/run")[STATS]
             peak = rss_mb(process.pid)
             for client in clients:
                 client.close()                      # the heartbeat ends: Gradio's unload event
