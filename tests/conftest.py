@@ -16,8 +16,10 @@ from specviz.core.events import BONUS, RESAMPLED, Cycle
 VOCAB = 97
 
 # Tiny models are dominated by per-op overhead, where extra threads only add contention (and on a
-# loaded 2-core machine, oversubscription). Real-model tests ask for every core with `all_threads`.
-ALL_THREADS = torch.get_num_threads()
+# loaded 2-core machine, oversubscription). Real-model tests ask for their share of the cores with
+# `all_threads`: all of them, or under pytest-xdist (pyproject's addopts) the cores over the workers.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+ALL_THREADS = max(1, torch.get_num_threads() // WORKERS)
 torch.set_num_threads(1)
 
 
