@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU benchmark behind the README's tables, in one command. Results go to $OUT (default
+# The CPU benchmark behind the tables of docs/benchmarks.md, in one command. Results go to $OUT (default
 # ./bench_out): one JSON and one markdown table per configuration, plus the log.
 #
 #   bash scripts/cpu_bench.sh               # machine to itself: wall clock, every core

@@ -1,7 +1,8 @@
-"""The README's screenshots, taken as a user would see the app: `python scripts/screenshots.py` serves
-the whole app on the built-in model and drives it in headless Chromium:
+"""The screenshots of the README and docs/app.md, taken as a user would see the app:
+`python scripts/screenshots.py` serves the whole app on the built-in model and drives it in headless Chromium:
 
-- the first screen after Run with the default example at three sizes: assets/laptop.png (1366x768),
+- the first screen after Run with the default example at three sizes: assets/laptop.png (1366x768, and its
+  timeline chart alone: assets/timeline.png),
   projector.png (1280x720, Large text, dark mode) and phone.png (390x844), printing for each the page
   height and the y of the first token (issue 18's before/after figures);
 - then, at 1366x768, the whole page (screenshot.png), Compare and its export (compare.png), Teach
@@ -40,7 +41,7 @@ def first_screens(browser, url: str, out: Path) -> None:
     for name, width, height, large, dark in SIZES:
         page = browser.new_page(viewport={"width": width, "height": height})
         page.goto(url)
-        page.wait_for_function("document.querySelectorAll('#charts .js-plotly-plot').length === 4")
+        page.wait_for_function("document.querySelectorAll('#charts .js-plotly-plot').length === 5")
         if large:
             page.locator("#large-text input").check()
             page.wait_for_function("document.body.classList.contains('sv-large')")
@@ -62,6 +63,8 @@ def first_screens(browser, url: str, out: Path) -> None:
                        speedup_bottom=round(page.evaluate(
                            "document.querySelector('#stats .sv-tile-speedup').getBoundingClientRect().bottom")),
                        horizontal_overflow=page.evaluate("document.documentElement.scrollWidth - innerWidth"))
+        if name == "laptop":     # the timeline chart (where the time goes), under the other four
+            page.locator("#chart-timeline").screenshot(path=str(out / "timeline.png"))
         page.evaluate("window.scrollTo(0, 0)")
         page.screenshot(path=str(out / f"{name}.png"))
         print(f"{name} {width}x{height}:", json.dumps(figures), "|", page.locator("#stats .sv-headline").inner_text())
@@ -83,7 +86,7 @@ def screenshots(url: str, out: Path, sizes_only: bool = False) -> None:
         page.click("#run")
         text_matches(page, "#stats", "Finished|could not go ahead", 900)
         print("run:", page.inner_text("#stats .sv-headline"))
-        page.wait_for_function("document.querySelectorAll('#charts .js-plotly-plot').length === 4")
+        page.wait_for_function("document.querySelectorAll('#charts .js-plotly-plot').length === 5")
         page.screenshot(path=str(out / "screenshot.png"), full_page=True)
 
         page.get_by_role("tab", name="Compare").click()
@@ -118,7 +121,7 @@ def screenshots(url: str, out: Path, sizes_only: bool = False) -> None:
         page.locator("#replay-speed").get_by_text("4\u00d7").click()
         page.click("#replay-play")
         text_matches(page, "#replay-stats", "Replayed|could not", 300)
-        page.wait_for_function("document.querySelectorAll('#replay-charts .js-plotly-plot').length === 4")
+        page.wait_for_function("document.querySelectorAll('#replay-charts .js-plotly-plot').length === 5")
         print("replay:", page.inner_text("#replay-stats .sv-headline"))
         page.screenshot(path=str(out / "replay.png"), full_page=True)
         browser.close()

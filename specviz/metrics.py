@@ -269,6 +269,53 @@ def measure_speed(cycles: Sequence[Cycle], steps: Sequence[Step], *, seed: int =
                  same_length=emitted == len(steps))
 
 
+@dataclass(frozen=True)
+class EqualWork:
+    """The events of each method that wrote the same tokens, so that a speedup compares equal work.
+    Whole cycles only: `cycles` wrote `tokens` tokens, and `steps` are the plain steps that wrote those
+    positions. `basis` says which rule chose them (`SAME_OUTPUT`, `SHARED_PREFIX` or `EQUAL_LENGTH`)."""
+    cycles: Sequence[Cycle]
+    steps: Sequence[Step]
+    tokens: int
+    basis: str
+    parted_at: int | None           # greedy: the first position where the outputs differ (None: they agree)
+
+
+SAME_OUTPUT, SHARED_PREFIX, EQUAL_LENGTH = "same output", "shared prefix", "equal length"
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """The first position both sequences have where they differ (None: one is a prefix of the other).
+    Unlike `first_divergence`, a sequence still being written does not differ where it stops."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+
+
+def equal_work(cycles: Sequence[Cycle], steps: Sequence[Step], *, greedy: bool) -> EqualWork:
+    """What a speedup may compare: the tokens both methods wrote. Greedy outputs should be identical;
+    where they part (reduced precision flips a near-tie), only the shared prefix counts, since after
+    it the speculative side may write text that plain decoding never wrote (a repetition that prompt
+    lookup drafts easily). Sampled outputs differ by design: equal lengths count. Runs still going
+    compare what both have written so far."""
+    spec_tokens = [t for c in cycles for t in c.emitted]
+    parted_at = first_difference(spec_tokens, [s.token for s in steps]) if greedy else None
+    limit = min(len(spec_tokens), len(steps), len(spec_tokens) if parted_at is None else parted_at)
+    kept, tokens = [], 0
+    for cycle in cycles:        # whole cycles: a pass's time cannot be split between its tokens
+        if tokens + len(cycle.emitted) > limit:
+            break
+        kept.append(cycle)
+        tokens += len(cycle.emitted)
+    basis = SHARED_PREFIX if parted_at is not None else SAME_OUTPUT if greedy else EQUAL_LENGTH
+    return EqualWork(kept, steps[:tokens], tokens, basis, parted_at)
+
+
+def work_rates(work: EqualWork) -> tuple[float, float]:
+    """Tokens per second of the speculative and the plain side over equal work (whole events, the
+    prefill included, as a whole-generation benchmark times them)."""
+    return (ratio(work.tokens, sum(c.seconds for c in work.cycles)),
+            ratio(len(work.steps), sum(s.seconds for s in work.steps)))
+
+
 def running_speedup(cycles: Sequence[Cycle], steps: Sequence[Step]) -> tuple[list[float], list[float | None]]:
     """At the end of each cycle (x: the speculative run's own time so far): the speedup as
     `measure_speed` computes it, decode-only time per token, against the baseline up to the same

@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from specviz.views.run_view import RunView
+
 HERE = Path(__file__).resolve().parent
+STATS = RunView._fields.index("stats")     # the Run endpoint's outputs: the run's views, in RunView's order
 CHAT = "Chat template"
 EARLY_EXIT = "Early exit (target's first layers)"
 PROMPT_LOOKUP = "Prompt lookup (n-gram)"
@@ -90,7 +93,7 @@ def answer(client, *args, api_name, output=0):
 
 def test_run_through_the_api(client):
     result = client.predict(*run_inputs(), api_name="/run")
-    assert "Finished" in result[6] and "data-verdict" in result[0]
+    assert "Finished" in result[STATS] and "data-verdict" in result[0]
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -108,7 +111,7 @@ def test_run_through_the_api(client):
     (dict(max_new_tokens=None), "max new tokens must be a whole number from 1 to 256, got None"),
 ])
 def test_run_refuses_out_of_range_values(client, changes, message):
-    assert message in answer(client, *run_inputs(**changes), api_name="/run", output=6)
+    assert message in answer(client, *run_inputs(**changes), api_name="/run", output=STATS)
 
 
 @pytest.mark.parametrize("api_name", ["/compare", "/sweep"])

@@ -44,7 +44,7 @@ def test_without_the_gemma_package_its_pair_is_not_offered(monkeypatch):
     with_gemma(monkeypatch, present=False)
     names = [p["name"] for p in catalog.list_presets()]
     assert GEMMA_PAIR not in names
-    # Nor its prompt-lookup preset: a Space's visitor could not install the package (README says how).
+    # Nor its prompt-lookup preset: a Space's visitor could not install the package (docs/models.md says how).
     assert "Gemma-3-270M + prompt lookup" not in names and "SmolLM2-135M + prompt lookup" in names
 
 

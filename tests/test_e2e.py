@@ -125,7 +125,7 @@ def test_run_then_stop(app_url, browser):
     verdicts = page.locator("#tokens [data-verdict]").evaluate_all("els => els.map(e => e.dataset.verdict)")
     assert verdicts and set(verdicts) <= {"accepted", "rejected", "resampled", "bonus"}
     assert page.locator("#tokens [data-verdict]").first.get_attribute("title")
-    assert page.locator("#charts .js-plotly-plot").count() == 4
+    assert page.locator("#charts .js-plotly-plot").count() == 5
     assert "done" in page.locator("#baseline").inner_text()
     print(summary)
 

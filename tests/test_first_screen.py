@@ -79,7 +79,7 @@ def test_laptop_shows_the_race_and_the_speedup_without_scrolling(app_url, browse
     assert not page.locator("#drafter").is_visible()             # the settings panel starts closed
     before = page.evaluate(BOX, "#tokens")
     # Before data the charts say what they will show (an empty state, not meaningless axes).
-    page.wait_for_function("document.querySelectorAll('#charts .js-plotly-plot').length === 4", timeout=30_000)
+    page.wait_for_function("document.querySelectorAll('#charts .js-plotly-plot').length === 5", timeout=30_000)
     assert page.locator("#charts").text_content().count("Run to see") == 4
     assert page.locator("#charts .xtick").count() == 0
     run_and_wait_for_a_verdict(page)

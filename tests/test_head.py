@@ -296,7 +296,7 @@ def test_the_shipped_head_drafts_losslessly_for_the_built_in_target(all_threads)
         drafted += sum(len(c.drafted) for c in cycles)
         accepted += sum(c.num_accepted for c in cycles)
     # It drafts for this target, not at random (a random pick of its 8,192 tokens would almost never pass);
-    # the shipped head accepts about a fifth of its drafts on chat (README: Trained draft heads).
+    # the shipped head accepts about a fifth of its drafts on chat (docs/heads.md).
     assert accepted > 0.06 * drafted
 
 

@@ -280,3 +280,23 @@ def test_a_points_speedup_theory_and_latency_equal_hand_computed_values():
     assert point.spec_latency == pytest.approx((0.22 / 4 + 0.22 / 5) / 2)
     assert point.plain_latency == pytest.approx(0.06)
     assert point.identical is None and point.steps == 6 and point.passes == 2
+
+
+def test_every_request_writes_the_same_number_of_tokens_unless_asked_to_stop_at_eos(tiny):
+    # Equal work: a point's throughputs count the same tokens on both sides, so EOS is ignored (as
+    # `vllm bench serve --ignore-eos`); an EOS the tiny model writes early would otherwise end a row.
+    from dataclasses import replace
+
+    from specviz.core.plain import autoregressive_decode
+    from specviz.runs.run import encode
+
+    pair = tiny.pair(draft="ngram")
+    run_settings = settings(draft="ngram")
+    written = [s.token for s in autoregressive_decode(pair.target, encode(run_settings, PROMPTS[1].prompt, pair), 12)]
+    with_eos = replace(pair, eos_token_ids=[written[2]])          # a token the row writes third
+    fixed = run_sweep(run_settings, PROMPTS, with_eos, batches=(2,), ks=(0, 2), warm_up=False)
+    assert "EOS ignored" in fixed.settings["output_length"]
+    assert all(row["tokens"] == row["plain_tokens"] == 12 for p in fixed.points for row in p.rows)
+    ended = run_sweep(run_settings, PROMPTS, with_eos, batches=(2,), ks=(0, 2), warm_up=False, fixed_length=False)
+    assert "ending at EOS" in ended.settings["output_length"]
+    assert [row["plain_tokens"] for row in ended.points[0].rows][1] <= 3

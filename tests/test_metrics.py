@@ -164,3 +164,49 @@ def test_measured_speedup_and_every_theory_equal_hand_computed_values():
     assert theory_at_pass_cost(stats, speed) == pytest.approx(193 / 162)       # 193/108 / 1.5
     # Ideal: a pass costs one step, drafting its measured share: E / (n c P + 1) = (193/81) / 1.5.
     assert ideal_speedup(stats, speed) == pytest.approx(386 / 243)
+
+
+# ----------------------------------------------------------------------------- equal work
+
+def steps_writing(tokens, seconds=0.04, prefill=0.5):
+    from specviz.core.events import Step
+
+    return [Step(index=i, token=t, prob=0.5, seconds=prefill if i == 0 else seconds) for i, t in enumerate(tokens)]
+
+
+def cycles_writing(chunks, verify_seconds=0.05):
+    """One cycle per chunk of emitted tokens: all but the last drafted and accepted, the last the correction."""
+    return [make_cycle(index=i, drafted=chunk[:-1], num_accepted=len(chunk) - 1, correction=chunk[-1],
+                       draft_seconds=0.0, verify_seconds=verify_seconds) for i, chunk in enumerate(chunks)]
+
+
+def test_greedy_outputs_that_part_compare_only_the_tokens_both_wrote():
+    from specviz.metrics import SHARED_PREFIX, equal_work, measure_speed
+
+    plain = list(range(10)) + [99] * 4                       # plain ends (at its EOS, say) after 14 tokens
+    spec = list(range(10)) + [50, 51, 52, 53, 54, 55] * 5    # parts at token 10, then writes 30 easy tokens
+    cycles = cycles_writing([spec[i:i + 5] for i in range(0, len(spec), 5)])
+    work = equal_work(cycles, steps_writing(plain), greedy=True)
+    assert (work.parted_at, work.basis, work.tokens) == (10, SHARED_PREFIX, 10)
+    assert [len(c.emitted) for c in work.cycles] == [5, 5] and len(work.steps) == 10
+    # The speedup over the shared prefix: one pass of 0.05 s wrote 5 tokens (0.01 s each) against
+    # 0.04 s a step; over everything, the easy continuation would have claimed the same rate for 40 tokens.
+    assert measure_speed(work.cycles, work.steps).speedup == pytest.approx(4.0)
+    # A part inside a cycle keeps only the whole cycles before it (a pass's time cannot be split).
+    work = equal_work(cycles, steps_writing(list(range(7)) + [77] * 7), greedy=True)
+    assert (work.parted_at, work.tokens, len(work.cycles), len(work.steps)) == (7, 5, 1, 5)
+
+
+def test_identical_and_sampled_outputs():
+    from specviz.metrics import EQUAL_LENGTH, SAME_OUTPUT, equal_work
+
+    tokens = list(range(20))
+    cycles = cycles_writing([tokens[i:i + 4] for i in range(0, 20, 4)])
+    work = equal_work(cycles, steps_writing(tokens), greedy=True)
+    assert (work.basis, work.parted_at, work.tokens, len(work.cycles)) == (SAME_OUTPUT, None, 20, 5)
+    # A race still going: what both wrote so far (plain is at 9 tokens).
+    work = equal_work(cycles, steps_writing(tokens[:9]), greedy=True)
+    assert (work.basis, work.tokens, len(work.steps)) == (SAME_OUTPUT, 8, 8)
+    # Sampled: texts differ by design, equal lengths count (plain wrote 13 other tokens).
+    work = equal_work(cycles, steps_writing([100 + t for t in range(13)]), greedy=False)
+    assert (work.basis, work.parted_at, work.tokens, len(work.steps)) == (EQUAL_LENGTH, None, 12, 12)

@@ -438,12 +438,23 @@ def test_convert_once_is_atomic(tmp_path):
 
 # ----------------------------------------------------------------------------- device and dtype
 
-def test_auto_dtype():
-    assert auto_dtype("cuda", cuda_bf16=True) == torch.bfloat16
-    assert auto_dtype("cuda", cuda_bf16=False) == torch.float16
-    assert auto_dtype("mps") == torch.float16
-    assert auto_dtype("cpu", cpu_bf16=True) == torch.bfloat16
-    assert auto_dtype("cpu", cpu_bf16=False) == torch.float32
+def test_auto_dtype_is_float32_wherever_the_model_fits():
+    # float32 keeps greedy speculative output identical to plain decoding's (bf16 flips near-ties).
+    for device in ("cpu", "cuda", "mps"):
+        assert auto_dtype(device) == torch.float32
+    assert models.resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    # Only a GPU too small for float32 weights falls back to its half precision.
+    assert auto_dtype("cuda", fits=False, cuda_bf16=True) == torch.bfloat16
+    assert auto_dtype("cuda", fits=False, cuda_bf16=False) == torch.float16
+    assert auto_dtype("cpu", fits=False) == torch.float32
+
+
+def test_pick_dtype_keeps_an_explicit_choice_and_float32_on_a_cpu():
+    from specviz.models.loading import pick_dtype
+
+    cpu = torch.device("cpu")
+    assert pick_dtype("SmolLM2-135M-Instruct", cpu, "auto", trust_remote_code=False) == torch.float32
+    assert pick_dtype("SmolLM2-135M-Instruct", cpu, "bf16", trust_remote_code=False) == torch.bfloat16
 
 
 def test_cpu_bf16_detection():

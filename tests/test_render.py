@@ -144,11 +144,11 @@ def test_summary_names_the_speedup_its_range_clock_and_both_theories():
     # 12 passes of 0.05 s emitting 2 tokens each against 25 plain steps of 0.04 s: 1.6x decode-only.
     cycles = [make_cycle(index=i, drafted=(1, 2), num_accepted=1, correction=9, draft_seconds=0.0, verify_seconds=0.05)
               for i in range(13)]
-    steps = [Step(index=i, token=1, prob=0.5, seconds=0.04) for i in range(26)]
+    steps = [Step(index=i, token=(1, 9)[i % 2], prob=0.5, seconds=0.04) for i in range(26)]   # the same text
     markup = render.summary_html(make_run(cycles, steps), state="Finished.", notes=["a <note>"])
     text = html.unescape(re.sub(r"<[^>]+>", " ", markup))
     assert "Measured speedup 1.60\u00d7 over plain decoding (95% range 1.60\u20131.60\u00d7)" in text
-    assert "timed by thread CPU time" in text and "both wrote 26 tokens" in text
+    assert "timed by thread CPU time" in text and "over the same 26 tokens, written by both" in text
     assert "Verification pass cost" in text and "1.25 plain steps" in text
     assert "< 0.001 (prompt lookup runs no model)" in text
     assert "a &lt;note&gt;" in markup
@@ -179,8 +179,8 @@ def test_charts_have_the_expected_traces():
     cycles = [make_cycle(index=0, drafted=(1, 2, 3), num_accepted=3, correction=4),
               make_cycle(index=1, drafted=(1, 2, 3), num_accepted=0, correction=4),
               make_cycle(index=2, drafted=(), num_accepted=0, correction=4)]
-    steps = [Step(index=i, token=1, prob=0.5, seconds=0.04) for i in range(5)]
-    acceptance, per_pass, race, positions = charts.run_figures(make_run(cycles, steps))
+    steps = [Step(index=i, token=t, prob=0.5, seconds=0.04) for i, t in enumerate([1, 2, 3, 4, 4])]
+    acceptance, per_pass, race, positions, timeline = charts.run_figures(make_run(cycles, steps))
     assert [t.name for t in acceptance.data] == ["this cycle", "cumulative"]
     assert list(acceptance.data[0].y) == [1.0, 0.0, None]
     assert list(acceptance.data[1].y) == [1.0, 0.5, 0.5]
@@ -191,6 +191,14 @@ def test_charts_have_the_expected_traces():
     assert list(race.data[0].y) == [0, 4, 5, 6] and list(race.data[1].y) == list(range(6))
     assert "speedup" in race.layout.title.text
     assert list(positions.data[0].y) == [0.5, 0.5, 0.5]
+    # The timeline: each cycle's drafting then its pass on the speculative lane, the steps on the plain lane.
+    assert [t.name for t in timeline.data] == ["drafting", "verification pass", "plain step (one token)"]
+    drafting, passes, plain = timeline.data
+    assert list(drafting.x) == [0.01] * 3 and list(passes.x) == [0.04] * 3
+    assert list(passes.base) == pytest.approx([0.01, 0.06, 0.11])
+    assert list(drafting.base) == pytest.approx([0, 0.05, 0.1])
+    assert list(plain.base) == pytest.approx([0.0, 0.04, 0.08, 0.12, 0.16]) and set(plain.y) == {"plain"}
+    assert list(plain.marker.opacity) == [1.0] * 5        # the same text so far: every step is compared
 
 
 def test_before_a_run_the_charts_have_the_run_charts_axes_and_no_data():
@@ -202,15 +210,15 @@ def test_before_a_run_the_charts_have_the_run_charts_axes_and_no_data():
         assert (before.layout.xaxis.title.text, before.layout.yaxis.title.text) == (
             after.layout.xaxis.title.text, after.layout.yaxis.title.text)
         assert [t.name for t in before.data] == [t.name for t in after.data][:len(before.data)]
-    acceptance, per_pass, race, positions = empty
-    assert all(len(trace.y) == 0 for figure in (acceptance, per_pass, positions) for trace in figure.data)
+    acceptance, per_pass, race, positions, timeline = empty
+    assert all(len(trace.y) == 0 for figure in (acceptance, per_pass, positions, timeline) for trace in figure.data)
     assert [list(trace.y) for trace in race.data] == [[0], [0], []]    # both methods start at the origin
 
 
 def test_empty_charts_name_the_button_that_fills_them():
     for action in ("Run", "Play"):
         texts = [figure.layout.annotations[0].text for figure in charts.run_figures(action=action)]
-        assert all(text.startswith(f"{action} to see ") for text in texts) and len(set(texts)) == 4
+        assert all(text.startswith(f"{action} to see ") for text in texts) and len(set(texts)) == 5
 
 
 def test_a_tree_run_shows_the_nodes_each_pass_verified():
@@ -220,6 +228,46 @@ def test_a_tree_run_shows_the_nodes_each_pass_verified():
     assert [t.name for t in per_pass.data][-1] == "nodes verified" and list(per_pass.data[-1].y) == [3, 3]
     chain = charts.run_figures(make_run([make_cycle(index=0), make_cycle(index=1)]))[1]
     assert "nodes verified" not in [t.name for t in chain.data]
+
+
+def parted_run(dtype="bfloat16"):
+    """A greedy race whose outputs part at token 6: plain stops at 8 tokens, speculative writes 16."""
+    spec = [1, 2, 3, 4, 5, 6, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29]
+    cycles = [make_cycle(index=i, drafted=spec[j:j + 1], num_accepted=1, correction=spec[j + 1], draft_seconds=0.0,
+                         verify_seconds=0.05) for i, j in enumerate(range(0, 16, 2))]
+    steps = [Step(index=i, token=t, prob=0.5, seconds=0.04) for i, t in enumerate([1, 2, 3, 4, 5, 6, 7, 8])]
+    run = make_run(cycles, steps)
+    run.dtype = dtype
+    return run
+
+
+def test_outputs_that_part_are_said_before_the_headline_and_the_speedup_covers_what_both_wrote():
+    run = parted_run()
+    assert run.divergence == 6 and run.compared.tokens == 6 and len(run.compared.cycles) == 3
+    html = render.summary_html(run, state="")
+    banner = html.index('class="sv-parted"')
+    assert banner < html.index('class="sv-tiles"') < html.index('class="sv-headline"')
+    assert "part at token 6" in html and "the 6 tokens both wrote" in html and "float32" in html
+    assert "over the 6 tokens both wrote" in html                # the headline says what it compares
+    # Three passes of 0.05 s wrote 6 tokens; decode only: 2 passes, 4 tokens against 5 steps of 0.04 s.
+    assert run.speed.speedup == pytest.approx((5 * 0.04 / 5) / (2 * 0.05 / 4))
+    from specviz.views.prose import compared_text, summary_lines
+    assert "the first 6 tokens, which both wrote" in compared_text(run)
+    lines = summary_lines(run)
+    warning = next(i for i, line in enumerate(lines) if line.startswith("warning: Greedy outputs part"))
+    assert warning < next(i for i, line in enumerate(lines) if line.startswith("measured speedup"))
+    # The charts leave the unequal part out of the speedup and fade it in the timeline.
+    race, timeline = charts.run_figures(run)[2], charts.run_figures(run)[4]
+    assert "first 6 tokens" in race.layout.title.text
+    assert list(timeline.data[1].marker.opacity) == [1.0] * 3 + [charts.NOT_COMPARED_OPACITY] * 5
+    assert list(timeline.data[2].marker.opacity) == [1.0] * 6 + [charts.NOT_COMPARED_OPACITY] * 2
+
+
+def test_identical_outputs_show_no_warning():
+    cycles = [make_cycle(index=i, drafted=(1,), num_accepted=1, correction=1) for i in range(4)]
+    steps = [Step(index=i, token=1, prob=0.5, seconds=0.04) for i in range(8)]
+    html = render.summary_html(make_run(cycles, steps), state="")
+    assert "sv-parted" not in html and "identical outputs" in html
 
 
 # ----------------------------------------------------------------------------- across tokenizers

@@ -35,7 +35,7 @@ def test_a_bundled_recording_replays_in_hosted_mode(tmp_path):
             stats = page.locator("#replay-stats").inner_text()
             assert "Measured speedup" in stats and "Traceback" not in stats
             assert page.locator("#replay-tokens [data-verdict]").count() > 10
-            assert page.locator("#replay-charts .js-plotly-plot").count() == 4
+            assert page.locator("#replay-charts .js-plotly-plot").count() == 5
             assert "done" in page.locator("#replay-baseline").inner_text()
             if os.environ.get("SPECVIZ_REPLAY_SCREENSHOT"):
                 page.screenshot(path=os.environ["SPECVIZ_REPLAY_SCREENSHOT"], full_page=True)

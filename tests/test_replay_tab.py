@@ -14,7 +14,9 @@ from specviz.runs import recording as rec
 from specviz.settings import RunSettings
 from specviz.ui import build_demo, replay_tab
 from specviz.ui.common import TICK, StopSignal
-from specviz.views.run_view import RunRenderer
+from specviz.views.run_view import RunRenderer, RunView
+
+STATS, POSITION = RunView._fields.index("stats"), len(RunView._fields)   # a replay page: the view, then its cycle
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # gr.Warning outside a request
 
@@ -41,8 +43,8 @@ def test_replay_ends_on_the_live_runs_own_view(recorded):
     shown = pages(None, path, None, "4\u00d7")
     final = shown[-1]
     live = RunRenderer().view(run, "Replayed: the recorded run, as it finished.", final=True)
-    assert final[:2] == live[:2] and final[6] == live.stats and final[7] == len(run.cycles)
-    assert any("Replaying" in text(p[6]) for p in shown[:-1])
+    assert final[:2] == live[:2] and final[STATS] == live.stats and final[POSITION] == len(run.cycles)
+    assert any("Replaying" in text(p[STATS]) for p in shown[:-1])
 
 
 def test_replay_takes_the_recorded_time_over_the_speed(recorded):
@@ -58,19 +60,19 @@ def test_stop_ends_a_replay_with_a_stopped_view(recorded):
     stop = StopSignal()
     stop.request()
     (only,) = pages(None, path, None, "Recorded speed", stop=stop)
-    assert "Stopped." in text(only[6])
+    assert "Stopped." in text(only[STATS])
 
 
 def test_cycle_by_cycle(recorded):
     run, path = recorded
     first = pages(None, path, None, replay_tab.CYCLE_BY_CYCLE)[-1]
-    assert first[7] == 1 and first[0].count('class="sv-cycle"') == 1     # the legend's sample aside
+    assert first[POSITION] == 1 and first[0].count('class="sv-cycle"') == 1     # the legend's sample aside
     second = replay_tab.step_view(None, path, None, 1, +1)
-    assert second[7] == 2 and "Cycle 2 of" in text(second[6])
+    assert second[POSITION] == 2 and "Cycle 2 of" in text(second[STATS])
     back = replay_tab.step_view(None, path, None, 2, -1)
-    assert back[7] == 1
+    assert back[POSITION] == 1
     last = replay_tab.step_view(None, path, None, len(run.cycles), +1)
-    assert last[7] == len(run.cycles) and "as it finished" in text(last[6])
+    assert last[POSITION] == len(run.cycles) and "as it finished" in text(last[STATS])
 
 
 def test_bad_input_is_a_message(tmp_path):
@@ -78,9 +80,9 @@ def test_bad_input_is_a_message(tmp_path):
     bad.write_text("not json")
     for args in ((None, str(bad), None, "2\u00d7"), (None, None, None, "2\u00d7")):
         (only,) = pages(*args)
-        assert 'role="alert"' in only[6] and "Traceback" not in only[6]
-    assert "not a specviz recording" in text(pages(None, str(bad), None, "2\u00d7")[0][6])
-    assert "Choose a bundled recording" in text(pages("no-such.json", None, None, "2\u00d7")[0][6])
+        assert 'role="alert"' in only[STATS] and "Traceback" not in only[STATS]
+    assert "not a specviz recording" in text(pages(None, str(bad), None, "2\u00d7")[0][STATS])
+    assert "Choose a bundled recording" in text(pages("no-such.json", None, None, "2\u00d7")[0][STATS])
 
 
 def test_bundled_recordings_open_and_the_tab_is_in_the_hosted_demo():

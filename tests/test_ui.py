@@ -53,7 +53,7 @@ def test_run_streams_tokens_charts_and_summary(tiny):
     views = views_of(tiny, max_new_tokens=32)
     assert len(views) >= 2
     final = views[-1]
-    assert isinstance(final, run_tab.RunPage) and len(final) == 8
+    assert isinstance(final, run_tab.RunPage) and len(final) == 9
     found = verdicts(final.tokens)
     assert found and set(found) <= {"accepted", "rejected", "resampled", "bonus"}
     assert 'class="sv-cycle"' in final.tokens and "sv-legend" in final.tokens
@@ -62,9 +62,10 @@ def test_run_streams_tokens_charts_and_summary(tiny):
     assert [t.name for t in final.race.data] == ["speculative", "plain", "running speedup (right)"]
     assert final.race.data[0].y[-1] == 32 and final.race.data[1].y[-1] == 32
     assert len(final.positions.data[0].y) == 4
+    assert [t.name for t in final.timeline.data] == ["drafting", "verification pass", "plain step (one token)"]
     summary = text(final.stats)
     assert "Finished" in summary and "95% range" in summary and "thread CPU time" in summary
-    assert "decode-only time per token (both wrote 32 tokens" in summary
+    assert "decode-only time per token over the same 32 tokens, written by both" in summary
     assert "Theory at this pass cost" in summary and "Ideal theory (pass cost 1)" in summary
     assert "identical" in summary  # greedy in float32: both methods write the same tokens
     assert "32 tokens" in text(final.baseline) and "done" in text(final.baseline)

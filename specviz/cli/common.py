@@ -40,7 +40,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, draft_repeatable: bo
         parser.add_argument("--draft", action="append", default=None, help=draft_help + "; repeat to compare")
     else:
         parser.add_argument("--draft", default=None, help=draft_help + " (default: ngram)")
-    parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
+    parser.add_argument("--dtype", default="auto", help="auto (float32, which keeps greedy outputs identical to plain "
+                        "decoding's; half precision only on a GPU too small for it), float32, bfloat16 or float16")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     parser.add_argument("--raw", action="store_true", help="raw completion: do not apply the chat template")
     parser.add_argument("--threads", type=int, default=None, metavar="N",

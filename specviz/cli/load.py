@@ -87,7 +87,8 @@ def print_result(result: LoadResult) -> None:
 
     settings, env = result.settings, result.environment
     print(f"{settings['target']} + {settings['draft']}; {env['device_name']}, {settings['dtype']}; "
-          f"{settings['max_new_tokens']} new tokens; clock: {settings['clock']}")
+          f"{settings.get('output_length', str(settings['max_new_tokens']) + ' new tokens')}; "
+          f"clock: {settings['clock']}")
     rows = [[str(p.batch), str(p.k), f"{p.speedup:.2f}x", f"{p.speedup_low:.2f}-{p.speedup_high:.2f}",
              "-" if p.theory is None else f"{p.theory:.2f}x", f"{p.tokens_per_pass:.2f}", f"{p.spec_tokens_per_s:.1f}",
              f"{p.plain_tokens_per_s:.1f}",

@@ -18,14 +18,22 @@ def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
     return bool(info.flags & {"avx512_bf16", "amx_bf16"})
 
 
-def auto_dtype(device_type: str, *, cuda_bf16: bool = False, cpu_bf16: bool = False) -> torch.dtype:
-    """The dtype "auto" means on a device: bf16 on CUDA (fp16 on GPUs without it), fp16 on Apple
-    MPS, bf16 on CPUs with native bf16, fp32 on other CPUs."""
-    if device_type == "cuda":
-        return torch.bfloat16 if cuda_bf16 else torch.float16
-    if device_type == "mps":
-        return torch.float16
-    return torch.bfloat16 if cpu_bf16 else torch.float32
+def auto_dtype(device_type: str, *, fits: bool = True, cuda_bf16: bool = False) -> torch.dtype:
+    """The dtype "auto" means: float32 wherever the model fits in it (`fits`), because it keeps
+    greedy speculative decoding's promise, the target's own output token for token. In bf16 a
+    one-token step and a multi-token verification pass round differently, and at a near-tie of the
+    top two logits the argmax flips: measured on two CPUs with native bf16, ~1% of positions on an
+    AMD EPYC and the app's default race parting at token 31 on an Intel Xeon (identical in fp32).
+    Where fp32 weights would not fit a GPU: bf16 (fp16 on GPUs without it), and outputs may part."""
+    if fits or device_type != "cuda":
+        return torch.float32
+    return torch.bfloat16 if cuda_bf16 else torch.float16
+
+
+def smaller_dtype(device: torch.device) -> torch.dtype:
+    """What "auto" falls back to on `device` when float32 weights do not fit (`auto_dtype`)."""
+    return auto_dtype(device.type, fits=False,
+                      cuda_bf16=device.type == "cuda" and torch.cuda.is_bf16_supported())
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -62,9 +70,8 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype
     if isinstance(dtype, torch.dtype):
         return dtype
     name = dtype.strip().lower()
-    if name == "auto":
-        return auto_dtype(device.type, cuda_bf16=device.type == "cuda" and torch.cuda.is_bf16_supported(),
-                          cpu_bf16=cpu_has_native_bf16())
+    if name == "auto":      # float32; the loader falls back to `smaller_dtype` where it does not fit a GPU
+        return auto_dtype(device.type)
     if name not in DTYPES:
         raise SpecvizError(f"Unknown dtype {dtype!r}: use 'auto', 'float32'/'fp32', 'bfloat16'/'bf16' "
                              "or 'float16'/'fp16'.")

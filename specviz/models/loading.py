@@ -19,7 +19,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTra
 from ..errors import SpecvizError, is_out_of_memory
 from .cache import lock as _lock
 from .cache import model_cache
-from .devices import needs_device_map, resolve_device, resolve_dtype
+from .devices import needs_device_map, resolve_device, resolve_dtype, smaller_dtype
 from .sources import BUILTINS, DEFAULT_TARGET, Progress, Source, builtin_source, report, resolve_source
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,32 @@ def _estimate_bytes(config, dtype: torch.dtype, trust_remote_code: bool) -> int 
     except Exception as error:  # noqa: BLE001 - an estimate only: loading reports the real problem
         log.debug("could not estimate the size of %s: %s", type(config).__name__, error)
         return None
+
+
+def pick_dtype(spec: str, device: torch.device, dtype: str | torch.dtype, *, trust_remote_code: bool) -> torch.dtype:
+    """`dtype` resolved for `spec` on `device`. "auto" is float32 (`devices.auto_dtype`: what keeps
+    greedy outputs identical), except on a GPU whose free memory float32 weights would not fit, where
+    it is the GPU's half precision: estimated from the config alone, before any weight loads."""
+    resolved = resolve_dtype(dtype, device)
+    if not (isinstance(dtype, str) and dtype.strip().lower() == "auto") or device.type != "cuda":
+        return resolved
+    source = resolve_source(spec)
+    if source.kind == "builtin":        # the built-in models are small: float32 fits any GPU
+        return resolved
+    try:
+        config = AutoConfig.from_pretrained(source.location, trust_remote_code=trust_remote_code,
+                                            **({"gguf_file": source.gguf_file} if source.gguf_file else {}))
+    except (OSError, ValueError, KeyError, TypeError):
+        return resolved                 # loading reports the problem with its own message
+    estimate = _estimate_bytes(config, torch.float32, trust_remote_code)
+    free_bytes, _ = torch.cuda.mem_get_info(device)
+    if estimate is None or not needs_device_map(estimate, free_bytes):
+        return resolved
+    smaller = smaller_dtype(device)
+    log.warning("%s needs ~%.1f GB in float32, more than the %.1f GB free on %s: dtype auto loads it in %s "
+                "(greedy outputs may then part from plain decoding's at near-ties)", source.name, estimate / 1e9,
+                free_bytes / 1e9, device, str(smaller).removeprefix("torch."))
+    return smaller
 
 
 def model_bytes(model: torch.nn.Module) -> int:
@@ -153,7 +179,8 @@ def load_model(spec: str, *, device: str | torch.device = "auto", dtype: str | t
     """One causal LM and its tokenizer (cached), from a built-in name, hub id, folder or .gguf file."""
     with _lock:
         resolved = resolve_device(device)
-        loaded, _ = load_cached(spec, resolved, resolve_dtype(dtype, resolved), allow_pickle=allow_pickle,
+        chosen = pick_dtype(spec, resolved, dtype, trust_remote_code=trust_remote_code)
+        loaded, _ = load_cached(spec, resolved, chosen, allow_pickle=allow_pickle,
                                 trust_remote_code=trust_remote_code, progress=progress)
         return loaded
 

@@ -17,9 +17,9 @@ from ..core.drafters import (Drafter, DraftModelDrafter, NgramTreeDrafter, Promp
 from ..errors import SpecvizError
 from ..settings import DraftSpec, parse_draft
 from .cache import lock as _lock
-from .devices import resolve_device, resolve_dtype
+from .devices import resolve_device
 from .heads import load_head, shipped_head
-from .loading import load_cached
+from .loading import load_cached, pick_dtype
 from .sources import (
     DEFAULT_TARGET,
     Progress,
@@ -169,7 +169,7 @@ def load_pair(target: str | None = None, draft: DraftSpec | str | None = None, *
     options = dict(allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
     with _lock:
         resolved_device = resolve_device(device)
-        resolved_dtype = resolve_dtype(dtype, resolved_device)
+        resolved_dtype = pick_dtype(target, resolved_device, dtype, trust_remote_code=trust_remote_code)
         with_draft = spec.kind == "model"
         (target_model, tokenizer), target_key = load_cached(
             target, resolved_device, resolved_dtype, progress=span(progress, 0.0, 0.6 if with_draft else 1.0),

@@ -40,7 +40,7 @@ from ..core.timing import Clock, collector_paused
 from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.drafters import PromptLookupDrafter
 from ..errors import SpecvizError
-from ..metrics import median, ratio
+from ..metrics import median, ratio, work_rates
 from ..models import ModelPair
 from ..models.host import host_description
 from ..models.tiny import TINY_TARGET
@@ -187,8 +187,11 @@ def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transforme
     run, hf = runs[0], transformers[0]
     loads = [r.host_load for r in runs if r.host_load is not None]
     stats, speed = run.stats, run.speed
-    rates = {"plain": median([r.plain.tokens_per_second for r in runs]),
-             "specviz": median([r.stats.tokens_per_second for r in runs]),
+    # Over the tokens both methods wrote (`metrics.equal_work`): greedy outputs that part compare their
+    # shared prefix, never a continuation only one side wrote.
+    equal = [work_rates(r.compared) for r in runs]
+    rates = {"plain": median([plain for _spec, plain in equal]),
+             "specviz": median([spec for spec, _plain in equal]),
              "transformers": median([t.tokens_per_s for t in transformers])}
     row = {
         "id": prompt.id, "category": prompt.category, "target": run.target_name, "draft": run.draft_name,
@@ -206,6 +209,7 @@ def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transforme
         "transformers_speedup": ratio(rates["transformers"], rates["plain"]),
         "specviz_vs_transformers": ratio(rates["specviz"], rates["transformers"]),
         "identical_to_baseline": bool(run.identical),
+        "compared_tokens": run.compared.tokens, "compared_basis": run.compared.basis,
         "first_divergence": run.divergence,
         "transformers_identical_to_baseline": hf.tokens == run.baseline_tokens,
         "repeats": len(runs),

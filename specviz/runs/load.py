@@ -23,6 +23,10 @@ is left out, as in `metrics.measure_speed`):
   drafted. Measured and predicted speedups are two independent figures: what the theory leaves out
   (verification's host work, the ragged cache's holes) is the gap between them;
 - whether every row's greedy output is identical between the two methods.
+Equal work: every request writes exactly `max_new_tokens` tokens in both methods (EOS ignored, as
+`vllm bench serve --ignore-eos` does), so a point's two throughputs count the same tokens; with
+`fixed_length=False` requests stop at EOS, and a greedy output that parts may then write a different
+number of tokens (the point says so: `identical` false, per row both counts).
 Across points: the crossover batch (the smallest B at which no k > 0 is faster than plain decoding;
 with the range given by the best k's 95% range) and the best k per batch size (0 = off) as a
 {batch size: draft length} map, the shape in which vLLM now takes a draft length per batch size.
@@ -190,19 +194,22 @@ def batch_prompts(prompts: Sequence[BenchPrompt], batch: int) -> list[BenchPromp
 
 def sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair, *,
           batches: Sequence[int] = DEFAULT_BATCHES, ks: Sequence[int] = DEFAULT_KS, repeats: int = 1,
-          warm_up: bool = True) -> Iterator[LoadProgress]:
+          warm_up: bool = True, fixed_length: bool = True) -> Iterator[LoadProgress]:
     """The sweep (see the module docstring). `settings` must have passed `settings.validate`; its k
-    is ignored (`ks` are swept); every prompt is encoded and checked before any work."""
+    is ignored (`ks` are swept); every prompt is encoded and checked before any work. `fixed_length`:
+    every request writes `settings.max_new_tokens` tokens in both methods (EOS ignored: equal work)."""
     check_drafter(pair)
     if not prompts:
         raise SpecvizError("The load sweep needs at least one prompt.")
     encoded = {p.prompt: encode(settings, p.prompt, pair)[0].tolist() for p in prompts}
-    eos = list(pair.eos_token_ids or [])
+    eos = [] if fixed_length else list(pair.eos_token_ids or [])
     options = {"temperature": settings.temperature, "top_k": settings.top_k, "top_p": settings.top_p,
                "seed": settings.seed, "eos_token_id": eos}
     result = LoadResult(
         settings={"target": pair.target_name, "draft": pair.draft_name, "batches": list(batches), "ks": list(ks),
                   "max_new_tokens": settings.max_new_tokens, "repeats": repeats, "prompts": len(prompts),
+                  "output_length": (f"fixed: every request writes {settings.max_new_tokens} tokens (EOS ignored)"
+                                    if fixed_length else "up to max_new_tokens, ending at EOS"),
                   "temperature": settings.temperature, "top_k": settings.top_k, "top_p": settings.top_p,
                   "seed": settings.seed, "dtype": str(pair.dtype).removeprefix("torch."),
                   "device": str(pair.device), "clock": Clock(pair.device).name},

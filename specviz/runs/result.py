@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..core.events import Cycle, Step
-from ..metrics import (PlainStats, SpecStats, Speed, first_divergence, ideal_speedup, measure_speed, summarize,
-                       summarize_plain, theory_at_pass_cost)
+from ..metrics import (EqualWork, PlainStats, SpecStats, Speed, equal_work, first_divergence, ideal_speedup,
+                       measure_speed, summarize, summarize_plain, theory_at_pass_cost)
 from ..models.host import HostLoad, environment
 from ..settings import RunSettings
 
@@ -58,7 +58,7 @@ class Run:
     plain_done: bool = False
     host_load: HostLoad | None = None   # how busy the machine was over the race (None: not measured)
     _stats: tuple = (-1, None)
-    _speed: tuple = ((-1, -1), None)
+    _speed: tuple = ((-1, -1), None, None)
     _decode: Callable[[list[int]], str] | None = None   # holds the tokenizer only, never the models
 
     # --- what was produced
@@ -102,11 +102,22 @@ class Run:
         return summarize_plain(self.steps) if self.steps else None
 
     @property
+    def compared(self) -> EqualWork:
+        """The events the speedup compares: the tokens both methods wrote (`metrics.equal_work`)."""
+        self._measure()
+        return self._speed[1]
+
+    @property
     def speed(self) -> Speed | None:
+        """Speculative against plain decoding over equal work (`compared`)."""
+        self._measure()
+        return self._speed[2]
+
+    def _measure(self) -> None:
         key = (len(self.cycles), len(self.steps))
         if self._speed[0] != key:
-            self._speed = (key, measure_speed(self.cycles, self.steps))
-        return self._speed[1]
+            work = equal_work(self.cycles, self.steps, greedy=self.settings.temperature == 0)
+            self._speed = (key, work, measure_speed(work.cycles, work.steps))
 
     @property
     def speedup(self) -> float | None:
@@ -145,6 +156,7 @@ class Run:
         if speed is not None:
             summary.update(speedup=speed.speedup, speedup_low=speed.low, speedup_high=speed.high,
                            speedup_reliable=speed.reliable, compared="decode-only seconds per token",
+                           compared_tokens=self.compared.tokens, compared_basis=self.compared.basis,
                            spec_prefill_seconds=speed.spec_prefill_seconds,
                            spec_decode_seconds=speed.spec_decode_seconds,
                            baseline_prefill_seconds=speed.plain_prefill_seconds,

@@ -28,7 +28,7 @@ from .fields import NumberBox, NumberSlider
 RunPage = NamedTuple("RunPage", [*RunView.__annotations__.items(), ("record", object)])
 
 
-FIGURES = ("acceptance", "per_pass", "race", "positions")
+FIGURES = ("acceptance", "per_pass", "race", "positions", "timeline")
 NO_RECORDING = None
 
 
@@ -159,12 +159,14 @@ class RunViews(NamedTuple):
     per_pass: gr.Plot
     race: gr.Plot
     positions: gr.Plot
+    timeline: gr.Plot
     stats: gr.HTML
 
 
 def build_run_views(prefix: str = "", *, action: str = "Run") -> RunViews:
     """Token views side by side (stacked on a phone) at a fixed height, the summary under them (its
-    speedup large), then the four charts (before data: "`action` to see ..."); element ids `prefix`
+    speedup large), then the charts (before data: "`action` to see ..."): two rows of two, and the
+    timeline under them across the width; element ids `prefix`
     + tokens, baseline, stats, charts, chart-acceptance, ..."""
     with gr.Row(equal_height=True, elem_classes=["sv-race"]):
         tokens = gr.HTML(render.token_view_html([]), padding=False, elem_id=prefix + "tokens")
@@ -178,7 +180,8 @@ def build_run_views(prefix: str = "", *, action: str = "Run") -> RunViews:
         with gr.Row():
             race_plot = gr.Plot(empty[2], show_label=False, elem_id=prefix + "chart-race")
             positions = gr.Plot(empty[3], show_label=False, elem_id=prefix + "chart-positions")
-    return RunViews(tokens, baseline, acceptance, per_pass, race_plot, positions, stats)
+        timeline = gr.Plot(empty[4], show_label=False, elem_id=prefix + "chart-timeline")
+    return RunViews(tokens, baseline, acceptance, per_pass, race_plot, positions, timeline, stats)
 
 
 def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: SessionMemories | None = None) -> RunTab:

@@ -70,6 +70,7 @@ body.sv-large #sv-pin { font-size: 19px !important; }
 }
 #examples .sv-example, #examples button { font-size: var(--text-sm); }
 .sv-stopped { border: 2px solid #E69F00; border-radius: 8px; padding: 6px 10px; margin-bottom: 6px; }
+.sv-parted { border: 2px solid #D55E00; border-radius: 8px; padding: 6px 10px; margin-bottom: 6px; font-weight: 600; }
 .sv-state { opacity: 0.8; }
 .dark .js-plotly-plot .main-svg text { fill: #e4e4e7 !important; }
 .dark .js-plotly-plot .main-svg .gridlayer path { stroke: rgba(200,200,200,0.2) !important; }

@@ -6,6 +6,8 @@ them again after each cycle, so every chart is live.
   the measured acceptance.
 - `race_figure`: tokens against each method's own time, for both methods, and the running speedup.
 - `position_figure`: acceptance by draft position.
+- `timeline_figure`: where each method's time goes, event by event: drafting and verification beside
+  plain decoding's steps, on one axis.
 
 Backgrounds are transparent so the page's light or dark theme shows through.
 """
@@ -19,7 +21,7 @@ import plotly.graph_objects as go
 
 from ..core.events import ACCEPTED, Cycle, Step
 from ..core.trees import draft_reach
-from ..metrics import SpecStats, Speed, running_speedup
+from ..metrics import EqualWork, SpecStats, Speed, running_speedup
 from .render import COLOURS
 
 SPEC_COLOUR, PLAIN_COLOUR, THEORY_COLOUR = "#0072B2", "#7f7f7f", "#CC79A7"
@@ -95,17 +97,21 @@ def tokens_per_pass_figure(cycles: Sequence[Cycle], stats: SpecStats | None) -> 
     return go.Figure(traces, layout=layout("Tokens per target pass", "cycle", "tokens", yaxis_range=[0, top]))
 
 
-def race_figure(cycles: Sequence[Cycle], steps: Sequence[Step], speed: Speed | None = None) -> go.Figure:
+def race_figure(cycles: Sequence[Cycle], steps: Sequence[Step], speed: Speed | None = None,
+                compared: EqualWork | None = None) -> go.Figure:
     """Tokens generated against time, each method on its own clock (the sum of its own step
-    times), and the running speedup on the right axis."""
+    times), and the running speedup on the right axis over the events `compared` (the tokens both
+    wrote: `metrics.equal_work`; default all)."""
     spec_x = [0.0] + list(accumulate(c.seconds for c in cycles))
     spec_y = [0] + list(accumulate(len(c.emitted) for c in cycles))
     plain_x = [0.0] + list(accumulate(s.seconds for s in steps))
     plain_y = list(range(len(steps) + 1))
-    speedup_x, speedup_y = running_speedup(cycles, steps)
+    speedup_x, speedup_y = running_speedup(*((compared.cycles, compared.steps) if compared else (cycles, steps)))
     title = "Tokens against time"
     if speed is not None:
-        title += f" \u2014 speedup {speed.speedup:.2f}\u00d7 (decode only)"
+        over = (f", first {compared.tokens} tokens" if compared is not None and compared.tokens < len(spec_y) - 1
+                else "")
+        title += f" \u2014 speedup {speed.speedup:.2f}\u00d7 (decode only{over})"
     traces = [
         go.Scatter(x=spec_x, y=spec_y, name="speculative", mode="lines", line=dict(color=SPEC_COLOUR, width=3),
                    line_shape="hv", hovertemplate="speculative: %{y} tokens at %{x:.2f} s<extra></extra>"),
@@ -139,9 +145,64 @@ def position_figure(cycles: Sequence[Cycle], stats: SpecStats | None) -> go.Figu
                        xaxis_dtick=1))
 
 
+DRAFT_COLOUR, VERIFY_COLOUR = "#E69F00", SPEC_COLOUR
+NOT_COMPARED_OPACITY = 0.3
+
+
+def timeline_figure(cycles: Sequence[Cycle], steps: Sequence[Step], compared: EqualWork | None = None) -> go.Figure:
+    """Where the time goes, on one axis of each method's own time: the speculative lane alternates each
+    cycle's drafting and its verification pass, the plain lane has one segment per step. A drafter
+    pays when its passes write enough tokens to cover what drafting and a pass cost over a step. Events
+    past `compared` (outputs that parted, or a longer sampled text) are faded: the speedup leaves them out."""
+    kept_cycles = len(compared.cycles) if compared else len(cycles)
+    kept_steps = len(compared.steps) if compared else len(steps)
+    starts = [0.0] + list(accumulate(c.seconds for c in cycles))
+    lane = dict(orientation="h", width=0.6, marker_line=dict(width=0.6, color="rgba(255,255,255,0.9)"))
+
+    def faded(kept: int, n: int) -> list[float]:
+        return [1.0 if i < kept else NOT_COMPARED_OPACITY for i in range(n)]
+
+    prefill = ["(prefill included)" if i == 0 else "" for i in range(max(len(cycles), len(steps)))]
+    traces = [
+        go.Bar(y=["speculative"] * len(cycles), base=starts[:-1], x=[c.draft_seconds for c in cycles],
+               name="drafting", marker=dict(color=DRAFT_COLOUR, opacity=faded(kept_cycles, len(cycles))),
+               customdata=[[c.index + 1, len(c.drafted), c.draft_seconds * 1e3] for c in cycles],
+               hovertemplate="cycle %{customdata[0]}: drafted %{customdata[1]} tokens in %{customdata[2]:.1f} ms"
+                             "<extra></extra>", **lane),
+        go.Bar(y=["speculative"] * len(cycles), base=[s + c.draft_seconds for s, c in zip(starts, cycles)],
+               x=[c.verify_seconds for c in cycles], name="verification pass",
+               marker=dict(color=VERIFY_COLOUR, opacity=faded(kept_cycles, len(cycles))),
+               customdata=[[c.index + 1, len(c.drafted), c.num_accepted, len(c.emitted), c.verify_seconds * 1e3,
+                            prefill[i]] for i, c in enumerate(cycles)],
+               hovertemplate="cycle %{customdata[0]}: verified %{customdata[1]}, accepted %{customdata[2]}, wrote "
+                             "%{customdata[3]} in %{customdata[4]:.1f} ms %{customdata[5]}<extra></extra>", **lane),
+        go.Bar(y=["plain"] * len(steps), base=[0.0] + list(accumulate(s.seconds for s in steps))[:-1],
+               x=[s.seconds for s in steps], name="plain step (one token)",
+               marker=dict(color=PLAIN_COLOUR, opacity=faded(kept_steps, len(steps))),
+               customdata=[[s.index + 1, s.seconds * 1e3, prefill[i]] for i, s in enumerate(steps)],
+               hovertemplate="step %{customdata[0]}: 1 token in %{customdata[1]:.1f} ms %{customdata[2]}"
+                             "<extra></extra>", **lane),
+    ]
+    title = "Where the time goes"
+    spent = sum(c.seconds for c in cycles)
+    if spent:
+        title += f" (drafting {sum(c.draft_seconds for c in cycles) / spent:.0%})"
+    figure = go.Figure(traces, layout=layout(title, "seconds (each method's own time)", None,
+                                             barmode="overlay", height=260, hovermode="closest",
+                                             yaxis=dict(categoryorder="array", categoryarray=["plain", "speculative"],
+                                                        gridcolor="rgba(0,0,0,0)")))
+    figure.update_layout(margin_b=84, legend_y=-0.34)      # the legend below the axis title, clear of it
+    if compared is not None and (kept_cycles < len(cycles) or kept_steps < len(steps)):
+        figure.add_annotation(text=f"faded: past the {compared.tokens} tokens both wrote (not in the speedup)",
+                              xref="paper", yref="paper", x=1, y=1.02, xanchor="right", yanchor="bottom",
+                              showarrow=False, font=dict(size=11))
+    return figure
+
+
 # What each chart shows once there is data, after "Run to see" (or "Play to see" in the Replay tab).
 EMPTY_TEXT = ("the share of each cycle's drafts accepted", "how many tokens each target pass wrote",
-              "both methods race: tokens against time", "how far into a draft the target agrees")
+              "both methods race: tokens against time", "how far into a draft the target agrees",
+              "where each method's time goes: drafting, verifying, plain steps")
 
 
 def waiting(figure: go.Figure, text: str) -> go.Figure:
@@ -154,16 +215,18 @@ def waiting(figure: go.Figure, text: str) -> go.Figure:
     return figure
 
 
-def run_figures(run=None, *, action: str = "Run") -> tuple[go.Figure, go.Figure, go.Figure, go.Figure]:
+def run_figures(run=None, *, action: str = "Run") -> tuple[go.Figure, ...]:
     """Every chart of the Run tab for a `runs.Run` (None: the charts before a run, saying what
     pressing `action` will show), in display order."""
     if run is None:
         empty = (acceptance_figure([]), tokens_per_pass_figure([], None), race_figure([], []),
-                 position_figure([], None))
+                 position_figure([], None), timeline_figure([], []))
         return tuple(waiting(figure, f"{action} to see {text}") for figure, text in zip(empty, EMPTY_TEXT))
     stats = run.stats if run.cycles else None
+    compared = run.compared if run.steps else None
     return (acceptance_figure(run.cycles), tokens_per_pass_figure(run.cycles, stats),
-            race_figure(run.cycles, run.steps, run.speed), position_figure(run.cycles, stats))
+            race_figure(run.cycles, run.steps, run.speed, compared), position_figure(run.cycles, stats),
+            timeline_figure(run.cycles, run.steps, compared))
 
 
 def training_figure(history: Sequence[tuple], baseline: float | None = None) -> go.Figure:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..metrics import draft_cost, drafted_per_cycle, ideal_speedup, pass_seconds
+from ..metrics import EQUAL_LENGTH, SHARED_PREFIX, draft_cost, drafted_per_cycle, ideal_speedup, pass_seconds
 from ..runs.compare import Comparison, Sweep, ranked
 from ..runs.result import Run
 
@@ -25,11 +25,35 @@ def speed_text(run: Run) -> str:
     """'2.31x (95% range 2.10-2.52x)', or why there is no trustworthy figure yet."""
     speed = run.speed
     if speed is None:
-        return "waiting for both methods to pass their prefill"
+        return no_speed_text(run)
     figure = f"{speed.speedup:.2f}{X} (95% range {speed.low:.2f}\u2013{speed.high:.2f}{X})"
     if not speed.reliable:
         return figure + ": too short to measure reliably"
     return figure
+
+
+def no_speed_text(run: Run) -> str:
+    """Why a run has no speedup yet (or at all)."""
+    work = run.compared
+    if work.parted_at is not None and run.done:
+        return (f"none: the outputs part at token {work.parted_at}, too early for a speedup over the tokens "
+                "both wrote")
+    return "waiting for both methods to pass their prefill"
+
+
+def work_text(run: Run) -> str:
+    """Which tokens the speedup compares (`metrics.equal_work`): every one, the shared prefix of
+    greedy outputs that parted, or equal lengths of sampled ones."""
+    work = run.compared
+    if work.basis == SHARED_PREFIX:
+        return (f"the first {work.tokens} tokens, which both wrote (the outputs part at token {work.parted_at}; "
+                f"the speculative side wrote {run.stats.tokens} in all, plain {len(run.steps)})")
+    if work.basis == EQUAL_LENGTH:
+        return (f"the first {work.tokens} tokens of each (sampled: the two texts differ by design; speculative "
+                f"wrote {run.stats.tokens} in all, plain {len(run.steps)})")
+    if run.done and work.tokens == run.stats.tokens == len(run.steps):
+        return f"the same {work.tokens} tokens, written by both"
+    return f"the first {work.tokens} tokens, written by both so far"
 
 
 def compared_text(run: Run) -> str:
@@ -37,10 +61,24 @@ def compared_text(run: Run) -> str:
     speed = run.speed
     if speed is None:
         return ""
-    lengths = (f"both wrote {speed.spec_tokens} tokens" if speed.same_length else
-               f"speculative wrote {speed.spec_tokens} tokens, plain {speed.plain_tokens}")
-    return (f"decode-only time per token ({lengths}; prefill apart: speculative {speed.spec_prefill_seconds:.3f} s, "
-            f"plain {speed.plain_prefill_seconds:.3f} s), timed by {run.clock}")
+    return (f"decode-only time per token over {work_text(run)}; prefill apart: speculative "
+            f"{speed.spec_prefill_seconds:.3f} s, plain {speed.plain_prefill_seconds:.3f} s; timed by {run.clock}")
+
+
+def parted_text(run: Run) -> str | None:
+    """For a greedy race whose outputs part: what happened and what the speedup compares (shown before
+    the headline: the method's promise is identical output). None otherwise."""
+    work = run.compared
+    if work.parted_at is None:
+        return None
+    reduced = run.dtype in ("bfloat16", "float16")
+    why = (f"in {run.dtype} a one-token step and a multi-token pass round differently, and at a near-tie of the "
+           "top two logits the argmax flips" if reduced else
+           "a one-token step and a multi-token pass differ numerically at a near-tie of the top two logits")
+    advice = (" Choose dtype float32 (what 'auto' picks) for identical outputs." if reduced else "")
+    compared = (f"The speedup compares the {work.tokens} tokens both wrote." if run.speed is not None else
+                "Too few tokens were written alike for a speedup.")
+    return f"Greedy outputs part at token {work.parted_at}: {why}. {compared}{advice}"
 
 
 def theory_lines(run: Run) -> list[tuple[str, str, str]]:
@@ -101,6 +139,9 @@ def summary_lines(run: Run) -> list[str]:
     lines.append(f"speculative: {s.tokens_per_second:.1f} tokens/s")
     if run.steps:
         lines.append(f"plain:       {run.plain.tokens_per_second:.1f} tokens/s")
+        parted = parted_text(run)
+        if parted:
+            lines.append(f"warning: {parted}")
         lines.append(f"measured speedup: {speed_text(run)}")
         lines.append(f"  compared: {compared_text(run)}")
     for name, value, _note in theory_lines(run):   # the notes are the run view's; the summary is name: value
@@ -110,7 +151,7 @@ def summary_lines(run: Run) -> list[str]:
             lines.append("greedy outputs identical: yes")
         else:
             lines.append(f"greedy outputs identical: no, they diverge at token {run.divergence} (reduced precision "
-                         "such as bf16 can flip near-tied logits; use --dtype float32 for exact equality)")
+                         "such as bf16 can flip near-tied logits; --dtype float32, what auto picks, keeps them equal)")
     busy = busy_host_text(run)
     if busy:
         lines.append(f"warning: {busy}")

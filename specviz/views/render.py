@@ -269,7 +269,7 @@ def outputs_text(run) -> str:
         return ""
     if run.identical:
         return " \u00b7 identical outputs"
-    return f" \u00b7 outputs part at token {run.divergence} (see details)"
+    return f" \u00b7 over the {run.compared.tokens} tokens both wrote"
 
 
 def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
@@ -277,11 +277,12 @@ def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
     numbers (acceptance, tokens per target pass, the cost of a pass), one headline sentence; then,
     behind "Details", every figure with what it compares and how sure it is. `notes` are extra
     paragraphs for the details (plain text)."""
-    from .prose import compared_text, cost_ratio_text, cross_tokenizer_lines, speed_text, theory_lines
+    from .prose import (compared_text, cost_ratio_text, cross_tokenizer_lines, no_speed_text, parted_text, speed_text,
+                        theory_lines)
 
     spec, plain, speed = run.stats, run.plain, run.speed
     if speed is None:
-        headline = "Measured speedup: waiting for both methods to pass their prefill"
+        headline = f"Measured speedup: {no_speed_text(run)}"
         big = "\u2026"
     elif not speed.reliable:
         headline = (f"Measured speedup about {speed.speedup:.2f}\u00d7 (95% range {speed.low:.2f}\u2013"
@@ -332,7 +333,10 @@ def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
     state_html = f'<div class="sv-state">{html.escape(state)}</div>' if state else ""
     # The pair's one-line note (drafting across tokenizers), where the headline is read.
     note_html = f'<div class="sv-pair-note">{html.escape(run.note)}</div>' if run.note else ""
-    return (f'<div class="sv-stats"><div class="sv-tiles">{tiles}</div>'
+    # Greedy outputs that part break the method's promise: said first, before any figure.
+    parted = parted_text(run) if run.steps else None
+    parted_html = f'<div class="sv-parted" role="alert">{html.escape(parted)}</div>' if parted else ""
+    return (f'<div class="sv-stats">{parted_html}<div class="sv-tiles">{tiles}</div>'
             f'<div class="sv-headline" role="status">{html.escape(headline + outputs_text(run))}</div>{note_html}'
             f'{state_html}'
             f'<details class="sv-details"><summary>Details: every figure, what it compares, the theory</summary>'

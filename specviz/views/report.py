@@ -39,6 +39,7 @@ h1 { font-size: 1.5em; margin: 0 0 4px; } h2 { font-size: 1.2em; margin: 0 0 6px
 .sv-run details { margin: 6px 0; } .sv-run pre { white-space: pre-wrap; font-size: 0.9em; }
 .sv-charts { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 4px; }
 .sv-charts > div { min-width: 0; }
+.sv-charts > div:nth-child(5) { grid-column: 1 / -1; }   /* the timeline: both columns wide */
 .sv-overview { border-collapse: collapse; margin-bottom: 16px; }
 .sv-overview td, .sv-overview th { border-bottom: 1px solid #d0d7de; padding: 4px 10px; text-align: right; }
 .sv-overview td:first-child, .sv-overview th:first-child { text-align: left; }
@@ -100,7 +101,7 @@ def _overview(runs: Sequence[tuple[str, Run]]) -> str:
 def run_section(label: str, run: Run, environment: dict, number: int,
                 renderer: DetailLimitedRenderer | None = None) -> str:
     view = (renderer or DetailLimitedRenderer()).view(run, "Recorded run.", final=True)
-    figures = (view.acceptance, view.per_pass, view.race, view.positions)
+    figures = (view.acceptance, view.per_pass, view.race, view.positions, view.timeline)
     charts = "".join(chart_div(figure, f"run{number}-chart{i}") for i, figure in enumerate(figures))
     settings = {k: v for k, v in run.settings.to_dict().items() if v is not None}
     models = {"target": f"{run.target_name} ({run.target_parameters:,} parameters)",

@@ -19,6 +19,7 @@ class RunView(NamedTuple):
     per_pass: object
     race: object
     positions: object
+    timeline: object
     stats: str
 
 
@@ -54,7 +55,7 @@ class RunRenderer:
                                                                             run.spec_done))
         baseline = render.baseline_html("".join(run.step_texts),
                                         render.race_status(len(run.steps), plain_seconds, run.plain_done))
-        figures = charts.run_figures(run) if with_charts else (None,) * 4
+        figures = charts.run_figures(run) if with_charts else (None,) * len(charts.EMPTY_TEXT)
         if not run.cycles:
             stats = render.idle_html()
         else:
