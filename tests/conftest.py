@@ -23,6 +23,19 @@ ALL_THREADS = max(1, torch.get_num_threads() // WORKERS)
 torch.set_num_threads(1)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """pyproject's addopts run the whole suite on two xdist workers. A run of named files or tests,
+    or one with -s or --pdb, stays in one process unless -n is given: starting a second worker costs
+    more than it saves there, xdist's workers do not print to the terminal, and --pdb refuses them."""
+    given = config.invocation_params.args
+    if any(arg.startswith(("-n", "--numprocesses")) for arg in given):
+        return
+    if config.args_source != pytest.Config.ArgsSource.TESTPATHS or config.option.capture == "no" \
+            or config.option.usepdb:
+        config.option.numprocesses = 0
+
+
 @pytest.fixture
 def all_threads():
     torch.set_num_threads(ALL_THREADS)
