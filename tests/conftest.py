@@ -16,9 +16,24 @@ from specviz.core.events import BONUS, RESAMPLED, Cycle
 VOCAB = 97
 
 # Tiny models are dominated by per-op overhead, where extra threads only add contention (and on a
-# loaded 2-core machine, oversubscription). Real-model tests ask for every core with `all_threads`.
-ALL_THREADS = torch.get_num_threads()
+# loaded 2-core machine, oversubscription). Real-model tests ask for their share of the cores with
+# `all_threads`: all of them, or under pytest-xdist (pyproject's addopts) the cores over the workers.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+ALL_THREADS = max(1, torch.get_num_threads() // WORKERS)
 torch.set_num_threads(1)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """pyproject's addopts run the whole suite on two xdist workers. A run of named files or tests,
+    or one with -s or --pdb, stays in one process unless -n is given: starting a second worker costs
+    more than it saves there, xdist's workers do not print to the terminal, and --pdb refuses them."""
+    given = config.invocation_params.args
+    if any(arg.startswith(("-n", "--numprocesses")) for arg in given):
+        return
+    if config.args_source != pytest.Config.ArgsSource.TESTPATHS or config.option.capture == "no" \
+            or config.option.usepdb:
+        config.option.numprocesses = 0
 
 
 @pytest.fixture
