@@ -13,7 +13,10 @@ import pytest
 
 from conftest import CHROMIUM, wait_for_app
 HERE = Path(__file__).resolve().parent
-STREAMING_SECONDS = 5       # a verdict and the live speedup are on screen this soon after Run
+# A verdict and the live speedup are on screen this soon after Run. Alone, the tiny slow app shows its
+# first verdict 2.5-6 s after Run on the 2-core machine (headless Chromium, load 3-7); the suite runs on
+# two xdist workers, so the app and the browser share the cores with another test module's work.
+STREAMING_SECONDS = 10
 
 pytestmark = [
     pytest.mark.slow,
