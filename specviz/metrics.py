@@ -373,10 +373,10 @@ def theory_at_pass_cost(spec: SpecStats, speed: Speed | None) -> float | None:
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
     """Index of the first position where two token sequences differ (None if one is a prefix
     of the other and they have the same length)."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
+    at = first_difference(a, b)
+    if at is not None or len(a) == len(b):
+        return at
+    return min(len(a), len(b))
 
 
 # ----------------------------------------------------------------------------- over a set of prompts
