@@ -22,7 +22,7 @@ from ..settings import check_prompt
 from ..views import prose
 from .common import (add_decoding_arguments, add_model_arguments, check_output_file, check_output_folder, fail,
                      make_console, printable, progress_printer, rich_table, say, settings_from, write_output)
-from .engine import add_engine_arguments, check_engine_flags, compare_main
+from .engine import SERVING, add_engine_arguments, check_engine_flags, compare_main
 
 # What --export writes into its folder (`views.export`, `views.prompt_sets.write_files`), so that no
 # other output or input of the command is one of them.
@@ -59,10 +59,10 @@ def main(args: argparse.Namespace) -> int:
     if args.sweep and len(drafts) > 1:
         raise SpecvizError("--sweep runs one configuration over k = 1..8: give one --draft.")
     check_engine_flags(args)
-    if args.engine == "vllm":
+    if args.engine in SERVING:
         if args.prompts is None or args.sweep or args.export or args.record:
-            raise SpecvizError("compare --engine vllm runs over a prompt set: give --prompts (and --json); --sweep, "
-                               "--export and --record are the own loop's.")
+            raise SpecvizError(f"compare --engine {args.engine} runs over a prompt set: give --prompts (and "
+                               "--json); --sweep, --export and --record are the own loop's.")
         check_output_file(args.json, "--json")
         return compare_main(args, drafts, settings_from(args, draft=drafts[0]), prompt_set_from(args.prompts))
     configs = [settings_from(args, draft=draft) for draft in drafts]

@@ -1,36 +1,42 @@
-"""`--engine vllm` for `load` and `compare`: the flags that say where vLLM lives and what it runs, and
-the load sweep on it (`runs.engine_load.engine_sweep`), printed with the own sweep's table and
-written as the own sweep's JSON plus vLLM's figures."""
+"""`--engine vllm` and `--engine llamacpp` for `load` and `compare`: the flags that say where the
+engine lives and what it runs, and the load sweep on it (`runs.engine_load.engine_sweep`), printed
+with the own sweep's table and written as the own sweep's JSON plus the engine's figures."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
-from ..engines import VllmEngine, engine_configs, model_location, parse_speculative_config, vllm_dtype
+from ..engines import (TITLES, LlamaCppEngine, VllmEngine, engine_configs, llamacpp, model_location,
+                       parse_speculative_config, vllm_dtype)
 from ..engines.vllm_server import START_TIMEOUT, VLLM_ENV
 from ..errors import SpecvizError
 from ..files import write_atomic
 from ..runs.engine_load import DECISION_METRICS
 from ..settings import RunSettings, parse_draft
 
-ENGINES = ("specviz", "vllm")
+ENGINES = ("specviz", "vllm", "llamacpp")
+SERVING = ("vllm", "llamacpp")
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("engine (--engine vllm)")
+    group = parser.add_argument_group("engine (--engine vllm or llamacpp)")
     group.add_argument("--engine", choices=ENGINES, default="specviz",
                        help="specviz: specviz's own loop (every token's verdict); vllm: vLLM's OpenAI server, one "
-                            "per configuration")
+                            "per configuration; llamacpp: llama.cpp's server (xllamacpp or --llama-server), the same")
     group.add_argument("--vllm-python", default=None, metavar="PATH",
                        help=f"the interpreter of vLLM's own environment (default: ${VLLM_ENV})")
+    group.add_argument("--llama-server", default=None, metavar="PATH",
+                       help="a llama-server binary to run (default: llama.cpp's server from xllamacpp)")
     group.add_argument("--speculative-config", default=None, metavar="JSON",
-                       help="vLLM's speculative config for any method (suffix, eagle3, mtp, ...); its "
-                            "num_speculative_tokens is set to each k measured")
+                       help="vLLM's speculative config for any method (suffix, eagle3, mtp, ...), or llama.cpp's "
+                            "type and sizes ('{\"type\": \"ngram-mod\", \"n_match\": 8}'); the draft length is "
+                            "set to each k measured")
     group.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
-                       help="passed to every vLLM server started, e.g. --engine-arg=--tensor-parallel-size=2 "
+                       help="passed to every server started, e.g. --engine-arg=--tensor-parallel-size=2 "
                             "(repeat; write it with '=')")
     group.add_argument("--engine-url", action="append", default=[], metavar="K=URL",
                        help="an already-running server for draft length K (0 = the plain one), running the config "
@@ -56,20 +62,30 @@ def engine_urls(values: list[str]) -> dict[int, str]:
 
 
 def check_engine_flags(args: argparse.Namespace) -> None:
-    """The engine flags make sense only with --engine vllm."""
-    if args.engine != "vllm":
+    """The engine flags make sense only with a serving engine (--vllm-python with vLLM's,
+    --llama-server with llama.cpp's)."""
+    if args.engine not in SERVING:
         given = [flag for flag, value in (("--speculative-config", args.speculative_config),
                                           ("--engine-arg", args.engine_arg), ("--engine-url", args.engine_url),
-                                          ("--vllm-python", args.vllm_python),
+                                          ("--vllm-python", args.vllm_python), ("--llama-server", args.llama_server),
                                           ("--metric", getattr(args, "metric", "throughput") != "throughput"))
                  if value]
         if given:
-            raise SpecvizError(f"{', '.join(given)} go with --engine vllm.")
+            raise SpecvizError(f"{', '.join(given)} go with --engine vllm or --engine llamacpp.")
+    if args.engine == "llamacpp" and args.vllm_python:
+        raise SpecvizError("--vllm-python goes with --engine vllm.")
+    if args.engine == "vllm" and args.llama_server:
+        raise SpecvizError("--llama-server goes with --engine llamacpp.")
 
 
-def make_engine(args: argparse.Namespace, settings: RunSettings, say) -> VllmEngine:
+def make_engine(args: argparse.Namespace, settings: RunSettings, say, parallel: int = 1):
     if args.start_timeout <= 0:
         raise SpecvizError(f"--start-timeout must be above 0, got {args.start_timeout}.")
+    if args.engine == "llamacpp":
+        return LlamaCppEngine(model=llamacpp.gguf_location(settings.target), server=args.llama_server,
+                              threads=getattr(args, "threads", None) or os.cpu_count() or 1, parallel=parallel,
+                              engine_args=list(args.engine_arg), urls=engine_urls(args.engine_url),
+                              log_dir=args.engine_log_dir, start_timeout=args.start_timeout, say=say)
     vllm_dtype(settings.dtype)          # an unknown dtype is refused before vLLM is looked for
     if getattr(args, "threads", None) is not None:
         say("note: --threads sets specviz's torch threads; vLLM's CPU build picks its own (VLLM_CPU_OMP_THREADS_BIND)")
@@ -79,6 +95,8 @@ def make_engine(args: argparse.Namespace, settings: RunSettings, say) -> VllmEng
 
 
 def engine_draft_configs(args: argparse.Namespace, draft: str | None, ks):
+    if args.engine == "llamacpp":
+        return llamacpp.engine_configs(draft, ks, llamacpp.parse_speculative_config(args.speculative_config))
     given = parse_speculative_config(args.speculative_config)
     if given is None and parse_draft(draft).kind in ("self", "ngram-tree"):
         raise SpecvizError(f"vLLM has no drafter like {draft!r} (early exit and trees are specviz's own): use "
@@ -87,15 +105,15 @@ def engine_draft_configs(args: argparse.Namespace, draft: str | None, ks):
 
 
 def load_main(args: argparse.Namespace, settings: RunSettings, prompts, batches, ks) -> int:
-    """`load --engine vllm`: the sweep on vLLM. Ctrl-C or a failure keeps the finished points: they are
-    printed and written to --json with the error."""
+    """`load --engine vllm|llamacpp`: the sweep on that engine. Ctrl-C or a failure keeps the finished
+    points: they are printed and written to --json with the error."""
     from ..runs.engine_load import engine_sweep
 
     say = (lambda message: None) if args.quiet else (lambda message: print(message, file=sys.stderr, flush=True))
     configs = engine_draft_configs(args, settings.draft, ks)
-    engine = make_engine(args, settings, say)
+    engine = make_engine(args, settings, say, parallel=max(batches))
     engine.check(configs)
-    say(f"vLLM {engine.install.version if engine.install else '(given servers)'}: {engine.model}, "
+    say(f"{engine.title} {engine.install.version if engine.install else '(given servers)'}: {engine.model}, "
         f"{len(configs)} configurations ({', '.join(c.label for c in configs)}); batch sizes {batches}, "
         f"{len(prompts)} prompts, {settings.max_new_tokens} new tokens")
     result, failure = None, None
@@ -132,16 +150,17 @@ def load_main(args: argparse.Namespace, settings: RunSettings, prompts, batches,
 
 
 def print_engine_result(result) -> None:
-    """The sweep on vLLM: the decision metric's ratio with vLLM's other figures beside it, the
-    decision sentence, and the config to copy."""
+    """The sweep on a serving engine: the decision metric's ratio with the engine's other figures
+    beside it, the decision sentence, and the config to copy."""
     from rich.console import Console
 
     from ..views.load_view import decision, outputs_note
     from .common import rich_table
 
     settings, env = result.settings, result.environment
+    title = TITLES[settings.get("engine", "vllm")]
     where = f"{env['device_name']} ({env['device']})" if env.get("device_name") else env.get("device")
-    print(f"{settings['target']} + {settings['draft']}; vLLM {result.engine.get('version') or '(version not said)'} "
+    print(f"{settings['target']} + {settings['draft']}; {title} {result.engine.get('version') or '(version not said)'} "
           f"on {where}, dtype {result.engine.get('dtype')}; {settings['output_length']}; servers {settings['servers']}")
     rows = [[str(p.batch), str(p.k), f"{p.speedup:.2f}x", f"{p.speedup_low:.2f}-{p.speedup_high:.2f}",
              f"{p.spec_tokens_per_s:.1f} / {p.plain_tokens_per_s:.1f}",
@@ -151,19 +170,29 @@ def print_engine_result(result) -> None:
              f"{p.tokens_per_pass:.2f}" if p.k else "-", str(p.requests),
              "-" if p.identical is None or not p.k else "yes" if p.identical else "NO"] for p in result.points]
     Console(width=160).print(rich_table(
-        f"speculation under load on vLLM: speedup = {settings['decision_metric_text']}, speculative / plain",
+        f"speculation under load on {title}: speedup = {settings['decision_metric_text']}, speculative / plain",
         ["batch", "k", "speedup", "95% range", "output tok/s spec / plain", "TPOT ms", "ITL ms", "TTFT ms",
          "accept len", "requests", "identical"], rows))
     if outputs_note(result):
         print(outputs_note(result))
     print(decision(result))
     print("best k per batch size (0 = off): " + json.dumps(result.recommended_k))
-    print("vLLM's speculative config for this traffic: " + json.dumps(result.recommended_speculative_config))
+    for p in result.points:
+        if p.acceptance and "accepted_per_position" in p.acceptance:
+            print(f"batch {p.batch} k {p.k}: {p.acceptance['num_accepted_draft_tokens']} of "
+                  f"{p.acceptance['num_draft_tokens']} drafts accepted over {p.acceptance['num_spec_steps']} steps; "
+                  f"accepted at each position {p.acceptance['accepted_per_position']}")
+    copy = result.recommended_speculative_config
+    if settings.get("engine") == "llamacpp":
+        print("llama.cpp's server for this traffic: " + (json.dumps(copy) if copy else "no speculation (it paid at "
+                                                                                        "no batch size measured)"))
+    else:
+        print("vLLM's speculative config for this traffic: " + json.dumps(copy))
 
 
 def compare_main(args: argparse.Namespace, drafts: list[str], settings: RunSettings, prompts) -> int:
-    """`compare --engine vllm --prompts SET`: each --draft (or --speculative-config) at --k on vLLM
-    against the plain server, concurrency 1, with the own comparison's tables and JSON plus vLLM's
+    """`compare --engine vllm|llamacpp --prompts SET`: each --draft (or --speculative-config) at --k on
+    the engine against the plain server, concurrency 1, with the own comparison's tables and JSON plus vLLM's
     figures and every output that differs from the plain server's (with its first differing word)."""
     from ..engines import EngineConfig
     from ..runs.engine_compare import engine_compare
@@ -174,17 +203,17 @@ def compare_main(args: argparse.Namespace, drafts: list[str], settings: RunSetti
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    given = parse_speculative_config(args.speculative_config)
+    title = TITLES[args.engine]
     spec_configs = []
-    for draft in ([] if given is not None else drafts):
+    if args.speculative_config:
+        spec_configs = engine_draft_configs(args, None, [settings.k])[1:]
+    for draft in ([] if spec_configs else drafts):
         spec_configs += engine_draft_configs(args, draft, [settings.k])[1:]
-    if given is not None:
-        spec_configs = engine_configs(None, [settings.k], given)[1:]
     configs = [EngineConfig(0, None)] + spec_configs
     engine = make_engine(args, settings, say)
     if set(engine.urls) - {0}:
-        raise SpecvizError("compare --engine vllm takes --engine-url 0=URL (a running plain server) only: each "
-                           "speculative configuration gets a server of its own.")
+        raise SpecvizError(f"compare --engine {args.engine} takes --engine-url 0=URL (a running plain server) "
+                           "only: each speculative configuration gets a server of its own.")
     engine.check(configs)
     out, shown = None, 0
     try:
@@ -204,13 +233,13 @@ def compare_main(args: argparse.Namespace, drafts: list[str], settings: RunSetti
         write_atomic(args.json, json.dumps(dict(views.summary(comparison), rows=views.rows(comparison),
                                                 **out.engine_fields()), indent=2, ensure_ascii=False))
     console = make_console(args.no_color)
-    console.print(rich_table("On vLLM, over the prompts (concurrency 1)", views.table_headers(comparison),
+    console.print(rich_table(f"On {title}, over the prompts (concurrency 1)", views.table_headers(comparison),
                              views.table_rows(comparison)))
     say_line(console, views.winner_line(comparison))
     say_line(console, views.timing_line(comparison))
     for label, figures in out.acceptance.items():
         if figures:
-            say_line(console, f"vLLM reported for {label}: mean acceptance length "
+            say_line(console, f"{title} reported for {label}: mean acceptance length "
                               f"{figures['mean_acceptance_length']:.2f}, draft acceptance rate "
                               f"{figures['draft_acceptance_rate']:.1%}, histogram {figures['acceptance_histogram']}")
     if out.mismatches:

@@ -18,7 +18,7 @@ from ..settings import whole_numbers
 from ..views.load_view import outputs_note
 from .common import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, progress_printer, rich_table,
                      read_prompts, settings_from)
-from .engine import add_engine_arguments, check_engine_flags, load_main
+from .engine import SERVING, add_engine_arguments, check_engine_flags, load_main
 
 MAX_BATCH = 64
 
@@ -54,12 +54,12 @@ def main(args: argparse.Namespace) -> int:
         raise SpecvizError(f"--repeats must be at least 1, got {args.repeats}.")
     settings = settings_from(args, k=max(max(ks), 1))
     check_engine_flags(args)
-    if args.engine != "vllm":
+    if args.engine not in SERVING:
         check_draft_spec(settings)
     prompts = read_prompts(args.prompts)
     check_output_file(args.json, "--json")
     check_paths([args.prompts] if Path(args.prompts).is_file() else [], [("--json", args.json)])
-    if args.engine == "vllm":
+    if args.engine in SERVING:
         return load_main(args, settings, prompts, batches, ks)
 
     pair = load(settings, None if args.quiet else progress_printer())

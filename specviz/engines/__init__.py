@@ -1,10 +1,13 @@
-"""Engines other than specviz's own loop that a sweep can measure: vLLM's OpenAI-compatible server.
+"""Engines other than specviz's own loop that a sweep can measure: vLLM's and llama.cpp's
+OpenAI-compatible servers, behind one interface (`engine.Engine`).
 
     vllm_server   where vLLM lives (its own environment), one server as a subprocess, its log
     watchdog      the small process that keeps a server and kills its whole group when specviz stops or dies
     vllm_client   a closed-loop streaming client (standard library only)
     configs       specviz's model strings and drafters as vLLM's --model and --speculative-config
-    engine        VllmEngine: one server per configuration, started and stopped in turn
+    engine        the Engine protocol; VllmEngine: one server per configuration, started and stopped in turn
+    llamacpp      LlamaCppEngine: llama.cpp's server (xllamacpp or a llama-server binary), the same way
+    llamacpp_server   xllamacpp's server as a process of its own (llama-server's flags)
 
 This layer sits under the runs (which measure with it) and over the models (whose built-in model it
 hands to vLLM as a folder). It imports neither torch nor transformers itself.
@@ -12,10 +15,12 @@ hands to vLLM as a folder). It imports neither torch nor transformers itself.
 
 from .configs import (EngineConfig, engine_configs, model_location, parse_speculative_config, recommended_config,
                       vllm_dtype)
-from .engine import SERVERS, Served, VllmEngine, stop_all
+from .engine import SERVERS, TITLES, Engine, Served, VllmEngine, stop_all
+from .llamacpp import LlamaCppEngine
 from .vllm_client import Request, Response, closed_loop
 from .vllm_server import INSTALL_HINT, VllmInstall, find_vllm
 
 __all__ = ["EngineConfig", "engine_configs", "model_location", "parse_speculative_config", "recommended_config",
-           "vllm_dtype", "SERVERS", "Served", "VllmEngine", "stop_all", "Request", "Response", "closed_loop",
+           "vllm_dtype", "SERVERS", "TITLES", "Engine", "Served", "VllmEngine",
+           "LlamaCppEngine", "stop_all", "Request", "Response", "closed_loop",
            "INSTALL_HINT", "VllmInstall", "find_vllm"]

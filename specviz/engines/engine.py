@@ -1,17 +1,11 @@
-"""vLLM as the engine a sweep measures: one server per configuration, started when its turn comes and
-stopped after it (or an already-running one, at `urls[k]`), and what the sweep records about it.
+"""The engines a sweep measures (`Engine`), and vLLM's: one server per configuration, started when its
+turn comes and stopped after it (or an already-running one, at `urls[k]`).
 
-What a sweep asks of a serving engine (vLLM's here; llama.cpp's server can answer the same):
-- `check(configs)`: find the engine before anything else (a clear message when it is missing or old);
-- `describe(configs)` and `environment()`: the engine, its version and arguments, and the machine it
-  runs on, for the JSON;
-- `serve(config)`: a context manager that yields a `Served` (url, the model name to send, the log);
-  on leaving it, by return, error, Ctrl-C or a closed generator, a server it started is stopped and
-  waited for. Servers run one at a time (`SERVERS`): on a GPU two would each claim most of its memory;
-- one request: `vllm_client.send`/`closed_loop` over the OpenAI API, whose `Response.spec` carries the
-  engine's acceptance figures for that request (`runs.engine_load.acceptance` sums them);
-- the config to copy: `configs.recommended_config`.
-`stop_all()` stops every server still running (the app's Stop, atexit).
+What a sweep asks of a serving engine is the `Engine` protocol below; `VllmEngine` (here) and
+`llamacpp.LlamaCppEngine` implement it, and the runs take an `Engine`. Both servers speak the OpenAI
+API, so one request is the shared client's (`vllm_client.send`/`closed_loop`), whose
+`Response.spec` carries the engine's acceptance figures for that request (`runs.engine_load.acceptance`
+sums them). `stop_all()` stops every server still running (the app's Stop, atexit).
 """
 
 from __future__ import annotations
@@ -19,11 +13,12 @@ from __future__ import annotations
 import atexit
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from .configs import EngineConfig, vllm_dtype
+from .configs import EngineConfig, recommended_config, vllm_dtype
 from .vllm_client import served_model, server_version
 from .vllm_server import SERVED_NAME, START_TIMEOUT, ServerHandle, VllmInstall, default_args, find_vllm, start_server
 
@@ -44,7 +39,21 @@ def stop_all() -> None:
 atexit.register(stop_all)
 
 
+@contextmanager
+def watched(handle: ServerHandle) -> Iterator[ServerHandle]:
+    """Keep a started server in `stop_all`'s reach while the block runs, and stop it on leaving."""
+    with _lock:
+        _running.add(handle)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+        with _lock:
+            _running.discard(handle)
+
+
 SERVERS = "one at a time (plain, then each k)"
+TITLES = {"vllm": "vLLM", "llamacpp": "llama.cpp"}      # an engine's name (the JSON's) -> how messages write it
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,40 @@ class Served:
     model: str
     log: Path | None       # None for a server given by URL
     config: EngineConfig
+
+
+class Engine(Protocol):
+    """What a sweep (`runs.engine_load`, `runs.engine_compare`) asks of a serving engine."""
+
+    name: str       # "vllm", "llamacpp": the JSON's settings.engine
+    title: str      # "vLLM", "llama.cpp": in messages
+
+    @property
+    def device(self) -> str:
+        """Where the servers run ("cpu", "cuda", or "server" for servers given by URL)."""
+
+    def check(self, configs: Sequence[EngineConfig]) -> None:
+        """Find the engine before anything else: a clear message when it is missing, old or unknown."""
+
+    def describe(self, configs: Sequence[EngineConfig]) -> dict:
+        """The engine, its version and arguments and the configurations, for the JSON."""
+
+    def environment(self) -> dict:
+        """The machine the engine runs on, as the JSON records it."""
+
+    def serve(self, config: EngineConfig) -> AbstractContextManager[Served]:
+        """Yield a running server for `config`; on leaving (return, error, Ctrl-C, a closed generator) a
+        server it started is stopped and waited for. Servers run one at a time (`SERVERS`)."""
+
+    def counters(self, served: Served) -> dict | None:
+        """The server's acceptance counters now (None: it keeps none the sweep uses)."""
+
+    def point_acceptance(self, before: dict | None, after: dict | None) -> dict | None:
+        """What the counters say about the requests between two readings, in `acceptance`'s names
+        (num_spec_steps, acceptance_histogram, ...); None when the responses say it all."""
+
+    def recommended_config(self, configs: Sequence[EngineConfig], recommended_k: dict[int, int]):
+        """The configuration to copy for this traffic (None when speculation paid nowhere)."""
 
 
 @dataclass
@@ -67,6 +110,21 @@ class VllmEngine:
     say: Callable[[str], None] | None = None
     stopped: Callable[[], bool] = lambda: False
     install: VllmInstall | None = None
+    name = "vllm"
+    title = "vLLM"
+
+    @property
+    def device(self) -> str:
+        return self.install.device if self.install else "server"
+
+    def counters(self, served: Served) -> dict | None:
+        return None         # vLLM's responses carry every figure the sweep uses
+
+    def point_acceptance(self, before: dict | None, after: dict | None) -> dict | None:
+        return None
+
+    def recommended_config(self, configs: Sequence[EngineConfig], recommended_k: dict[int, int]) -> dict | None:
+        return recommended_config(list(configs), recommended_k)
 
     def check(self, configs: Sequence[EngineConfig]) -> None:
         """Find vLLM before anything else, unless every configuration is served at a given URL."""
@@ -100,14 +158,8 @@ class VllmEngine:
         handle = start_server(self.install, self.model, label=config.label, dtype=self.dtype,
                               speculative_config=config.speculative_config, engine_args=self.engine_args,
                               log_dir=self.log_dir)
-        with _lock:
-            _running.add(handle)
-        try:
+        with watched(handle):
             if self.say:
                 self.say(f"starting vLLM ({config.label}) on {handle.url}; log: {handle.log}")
             handle.wait_ready(self.start_timeout, self.say, self.stopped)
             yield Served(handle.url, SERVED_NAME, handle.log, config)
-        finally:
-            handle.stop()
-            with _lock:
-                _running.discard(handle)

@@ -1,10 +1,10 @@
-"""A closed-loop client for an OpenAI-compatible server (vLLM's), standard library only.
+"""A closed-loop client for an OpenAI-compatible server (vLLM's, llama.cpp's), standard library only.
 
 `closed_loop` keeps `concurrency` streams busy: each stream sends its next request as soon as its
 last one ends (vLLM's own `vllm bench serve --max-concurrency B` does the same), so the server
 always has B requests in flight until the list runs out. Each request is streamed, to time its
-first token; the final chunk carries the usage and, when the server was started with
-`--per-request-spec-decode-metrics`, vLLM's acceptance figures for that request.
+first token; the final chunk carries the usage and the engine's acceptance figures for that request
+(vLLM's with `--per-request-spec-decode-metrics`, llama.cpp's `timings`).
 
 The client's own cost per chunk is one JSON parse; on this CPU it stays within a few percent of
 `vllm.benchmarks.serve` at the same concurrency (scripts/vllm_side_by_side.py measures both).
@@ -67,7 +67,7 @@ class Response:
     first: float | None = None       # ... when its first token arrived
     finished: float = 0.0
     finish_reason: str | None = None
-    spec: dict | None = None         # vLLM's metrics.speculative_decoding for this request
+    spec: dict | None = None         # the engine's acceptance figures for this request (`spec_figures`)
     chunks: int = 0
     arrivals: list[float] = field(default_factory=list)    # when each chunk with text arrived
     extra: dict = field(default_factory=dict)
@@ -135,16 +135,31 @@ def send(connection: http.client.HTTPConnection, base_path: str, model: str, req
                     response.finish_reason = choice["finish_reason"]
             if chunk.get("usage"):
                 response.tokens = chunk["usage"].get("completion_tokens", 0)
-                response.spec = (chunk.get("metrics") or {}).get("speculative_decoding")
+                response.spec = spec_figures(chunk)
+                if chunk.get("timings"):
+                    response.extra["timings"] = chunk["timings"]
             if chunk.get("error"):
                 raise EngineRequestError(f"The server failed a request: {chunk['error'].get('message', chunk)}")
         answer.read()
     except (OSError, http.client.HTTPException) as error:
-        raise EngineRequestError(f"The connection to the vLLM server broke ({type(error).__name__}: {error}).") \
+        raise EngineRequestError(f"The connection to the server broke ({type(error).__name__}: {error}).") \
             from None
     response.finished = time.perf_counter()
     response.text = "".join(pieces)
     return response
+
+
+def spec_figures(chunk: dict) -> dict | None:
+    """A final chunk's acceptance figures for its request: vLLM's `metrics.speculative_decoding` as it
+    is, or llama.cpp's `timings.draft_n` / `draft_n_accepted` in vLLM's names (llama.cpp counts no
+    speculative steps per request: its per-point steps come from /metrics, see `engines.llamacpp`)."""
+    vllm = (chunk.get("metrics") or {}).get("speculative_decoding")
+    if vllm is not None:
+        return vllm
+    timings = chunk.get("timings") or {}
+    if "draft_n" not in timings:        # llama.cpp leaves them out when nothing was drafted
+        return None
+    return {"num_draft_tokens": timings["draft_n"], "num_accepted_draft_tokens": timings.get("draft_n_accepted", 0)}
 
 
 def _error_text(body: bytes) -> str:

@@ -171,15 +171,15 @@ def server_command(install: VllmInstall, model: str, port: int, *, dtype: str, s
 class ServerHandle:
     """One started server: `url`, `log`, `alive()`, `stop()`. Use `start_server` to make one."""
 
-    def __init__(self, watchdog: subprocess.Popen, url: str, log: Path, label: str):
-        self.watchdog, self.url, self.log, self.label = watchdog, url, log, label
+    def __init__(self, watchdog: subprocess.Popen, url: str, log: Path, label: str, name: str = "vLLM"):
+        self.watchdog, self.url, self.log, self.label, self.name = watchdog, url, log, label, name
         self.pid = int((watchdog.stdout.readline() or b"0").strip() or 0)   # the server's pid (its group's id)
 
     def alive(self) -> bool:
         return self.watchdog.poll() is None
 
     def failure(self, what: str) -> SpecvizError:
-        return SpecvizError(f"The vLLM server ({self.label}) {what}. The last lines of its log ({self.log}):\n"
+        return SpecvizError(f"The {self.name} server ({self.label}) {what}. The last lines of its log ({self.log}):\n"
                             f"{log_tail(self.log)}")
 
     def wait_ready(self, timeout: float = START_TIMEOUT, say: Say | None = None,
@@ -197,14 +197,14 @@ class ServerHandle:
             now = time.monotonic()
             if stopped():
                 self.stop()
-                raise SpecvizError(f"Stopped while the vLLM server ({self.label}) was starting.")
+                raise SpecvizError(f"Stopped while the {self.name} server ({self.label}) was starting.")
             if now - started > timeout:
                 self.stop()
                 raise self.failure(f"was not ready after {timeout:.0f} s (stopped)")
             if say is not None and now - last_said >= PROGRESS_SECONDS:
                 last_said = now
                 line = log_tail(self.log, 1).strip()
-                say(f"vLLM server ({self.label}) loading, {now - started:.0f} s: {line[-120:]}")
+                say(f"{self.name} server ({self.label}) loading, {now - started:.0f} s: {line[-120:]}")
             time.sleep(0.5)
 
     def stop(self) -> None:
@@ -228,15 +228,23 @@ def start_server(install: VllmInstall, model: str, *, label: str, dtype: str = "
                  log_dir: Path | None = None) -> ServerHandle:
     """Start one server under its watchdog (not waiting for it: see `ServerHandle.wait_ready`)."""
     port = free_port()
-    log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="specviz-vllm-"))
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log = log_dir / f"vllm-{''.join(c if c.isalnum() else '-' for c in label)}-{port}.log"
     command = server_command(install, model, port, dtype=dtype, speculative_config=speculative_config,
                              engine_args=engine_args)
-    log.write_text("$ " + " ".join(command) + "\n")
     env = dict(os.environ)
     if install.cpu:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GIB)
+    return start_watched(command, port, label=label, name="vLLM", log_dir=log_dir, env=env)
+
+
+def start_watched(command: Sequence[str], port: int, *, label: str, name: str, log_dir: Path | None = None,
+                  env: dict | None = None) -> ServerHandle:
+    """Start a server command that will listen on 127.0.0.1:`port` under its watchdog, its output in a
+    log file under `log_dir` (default: a new temporary folder)."""
+    slug = name.lower().replace(".", "")
+    log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix=f"specviz-{slug}-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"{slug}-{''.join(c if c.isalnum() else '-' for c in label)}-{port}.log"
+    log.write_text("$ " + " ".join(command) + "\n")
     watchdog = subprocess.Popen([sys.executable, str(Path(__file__).with_name("watchdog.py")), str(log), *command],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-    return ServerHandle(watchdog, f"http://127.0.0.1:{port}", log, label)
+    return ServerHandle(watchdog, f"http://127.0.0.1:{port}", log, label, name)

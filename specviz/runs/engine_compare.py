@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..catalog import BenchPrompt
-from ..engines import EngineConfig, Response, VllmEngine, closed_loop
+from ..engines import Engine, EngineConfig, Response, closed_loop
 from ..metrics import ratio
 from ..settings import RunSettings
 from .engine_load import ENGINE_CLOCK, WARM_UP_TOKENS, acceptance, first_differing_word, make_requests
@@ -45,7 +45,7 @@ def _speedup(spec: Response, plain: Response) -> float | None:
     return ratio(b, a) if a and b else None
 
 
-def engine_compare(settings: RunSettings, prompts: Sequence[BenchPrompt], engine: VllmEngine,
+def engine_compare(settings: RunSettings, prompts: Sequence[BenchPrompt], engine: Engine,
                    configs: Sequence[EngineConfig], *, repeats: int = 1,
                    warm_up: bool = True) -> Iterator[EngineComparison]:
     """Yields the comparison after each finished request. `configs[0]` is the plain server."""

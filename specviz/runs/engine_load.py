@@ -40,11 +40,11 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..catalog import BenchPrompt
-from ..engines import SERVERS, EngineConfig, Request, Response, VllmEngine, closed_loop, recommended_config
+from ..engines import SERVERS, Engine, EngineConfig, Request, Response, closed_loop, recommended_config
 from ..errors import SpecvizError
 from ..metrics import first_divergence, paired_ratio, ratio
 from ..models.host import HostLoad, environment, read_cpu_times
@@ -79,6 +79,7 @@ class EngineLoadResult(LoadResult):
     engine: dict = field(default_factory=dict)
     configs: list[EngineConfig] = field(default_factory=list)
     error: str | None = None            # why the sweep ended early (the finished points are kept)
+    recommend: Callable | None = field(default=None, repr=False)    # the engine's `recommended_config`
 
     @property
     def metric(self) -> str:
@@ -89,7 +90,7 @@ class EngineLoadResult(LoadResult):
         """The config to copy, chosen by the decision metric (each point's `speedup`)."""
         if not any(p.k for p in self.points):
             return None
-        return recommended_config(self.configs, self.recommended_k)
+        return (self.recommend or recommended_config)(self.configs, self.recommended_k)
 
     def to_dict(self) -> dict:
         out = super().to_dict()
@@ -126,8 +127,10 @@ def make_requests(settings: RunSettings, prompts: Sequence[BenchPrompt], count: 
             for i, p in enumerate(chosen)]
 
 
-def acceptance(responses: Sequence[Response]) -> dict | None:
-    """vLLM's per-request figures, summed over the requests (None when it reported none)."""
+def acceptance(responses: Sequence[Response], counted: dict | None = None) -> dict | None:
+    """The engine's per-request figures, summed over the requests (None when it reported none);
+    `counted` (`Engine.point_acceptance`: llama.cpp's server counters over the point) gives the steps
+    and the histogram where the responses do not."""
     reported = [r.spec for r in responses if r.spec]
     if not reported:
         return None
@@ -139,9 +142,14 @@ def acceptance(responses: Sequence[Response]) -> dict | None:
     for figures in reported:
         for i, count in enumerate(figures.get("acceptance_histogram") or []):
             histogram[i] += count
-    return {"mean_acceptance_length": 1.0 + ratio(accepted, steps), "draft_acceptance_rate": ratio(accepted, drafted),
-            "acceptance_histogram": histogram, "num_spec_steps": steps, "num_draft_tokens": drafted,
-            "num_accepted_draft_tokens": accepted, "requests_reported": len(reported)}
+    extra = {}
+    if counted:
+        steps, histogram = counted["num_spec_steps"], counted["acceptance_histogram"]
+        extra = {"accepted_per_position": counted["accepted_per_position"], "steps_from": "server counters"}
+    return {**extra, "mean_acceptance_length": 1.0 + ratio(accepted, steps),
+            "draft_acceptance_rate": ratio(accepted, drafted), "acceptance_histogram": histogram,
+            "num_spec_steps": steps, "num_draft_tokens": drafted, "num_accepted_draft_tokens": accepted,
+            "requests_reported": len(reported)}
 
 
 def acceptance_by_position(histogram: Sequence[int]) -> list[float]:
@@ -214,7 +222,8 @@ def _range(estimate: float, spec_values: Sequence[float], plain_values: Sequence
 
 
 def engine_point(batch: int, k: int, spec: Sequence[Response], plain: Sequence[Response],
-                 prompts: Sequence[BenchPrompt], *, greedy: bool, metric: str = "throughput") -> EnginePoint:
+                 prompts: Sequence[BenchPrompt], *, greedy: bool, metric: str = "throughput",
+                 counted: dict | None = None) -> EnginePoint:
     """One (batch, k) point from the two servers' responses to the same requests (k = 0: `spec` is
     `plain`)."""
     by_index = {r.index: r for r in plain}
@@ -232,7 +241,7 @@ def engine_point(batch: int, k: int, spec: Sequence[Response], plain: Sequence[R
         speedup = throughput_ratio
         low, high = _range(speedup, [ratio(a.tokens, a.seconds) for a, _ in pairs],
                            [ratio(b.tokens, b.seconds) for _, b in pairs]) if k else (1.0, 1.0)
-    figures = acceptance(spec) if k else None
+    figures = acceptance(spec, counted) if k else None
     table = rows(prompts, spec, plain)
     return EnginePoint(
         batch=batch, k=k, speedup=speedup, speedup_low=low, speedup_high=high,
@@ -248,13 +257,13 @@ def engine_point(batch: int, k: int, spec: Sequence[Response], plain: Sequence[R
 
 
 def sweep_settings(settings: RunSettings, prompts: Sequence[BenchPrompt], batches: Sequence[int],
-                   ks: Sequence[int], repeats: int, metric: str, device: str) -> dict:
+                   ks: Sequence[int], repeats: int, metric: str, device: str, engine: str = "vllm") -> dict:
     """What the JSON's `settings` says about a sweep on an engine: how it measured, and by what."""
     return {"target": settings.target or "SmolLM2-135M-Instruct", "draft": settings.draft,
             "batches": list(batches), "ks": list(ks), "max_new_tokens": settings.max_new_tokens,
             "repeats": repeats, "prompts": len(prompts), "temperature": settings.temperature,
             "top_k": settings.top_k, "top_p": settings.top_p, "seed": settings.seed, "dtype": settings.dtype,
-            "device": device, "clock": ENGINE_CLOCK, "engine": "vllm",
+            "device": device, "clock": ENGINE_CLOCK, "engine": engine,
             "concurrency": "closed loop: B streams, each sends its next request when its last one ends",
             "output_length": f"exactly {settings.max_new_tokens} tokens per request (ignore_eos): equal work",
             "requests_per_point": {str(b): requests_per_point(b, len(prompts), repeats) for b in batches},
@@ -267,7 +276,7 @@ def check_metric(metric: str) -> None:
         raise SpecvizError(f"No decision metric {metric!r}: use {' or '.join(DECISION_METRICS)}.")
 
 
-def engine_sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], engine: VllmEngine,
+def engine_sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], engine: Engine,
                  configs: Sequence[EngineConfig], *, batches: Sequence[int], ks: Sequence[int], repeats: int = 1,
                  warm_up: bool = True, metric: str = "throughput") -> Iterator[EngineProgress]:
     """The sweep (see the module docstring). `configs` are `engines.engine_configs(...)`: the plain one
@@ -277,10 +286,9 @@ def engine_sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], engine: 
     check_metric(metric)
     engine.check(configs)
     result = EngineLoadResult(
-        settings=sweep_settings(settings, prompts, batches, ks, repeats, metric,
-                                engine.install.device if engine.install else "server"),
+        settings=sweep_settings(settings, prompts, batches, ks, repeats, metric, engine.device, engine.name),
         environment=dict(engine.environment(), client=environment("cpu")), engine=engine.describe(configs),
-        configs=list(configs))
+        configs=list(configs), recommend=engine.recommended_config)
     greedy = settings.temperature == 0.0
     stop = threading.Event()
     started = read_cpu_times()
@@ -298,22 +306,25 @@ def engine_sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], engine: 
         for response in closed_loop(served.url, served.model, requests, batch, stop):
             done.append(response)
             yield EngineProgress(served.config, batch, response, None, result,
-                                 f"vLLM {served.config.label}: batch {batch}, {len(done)} of {len(requests)} "
+                                 f"{engine.title} {served.config.label}: batch {batch}, {len(done)} of {len(requests)} "
                                  f"requests, {time.monotonic() - began:.0f} s")
 
     try:
         for config in configs:
-            yield EngineProgress(config, 0, None, None, result, f"vLLM {config.label}: starting the server")
+            yield EngineProgress(config, 0, None, None, result, f"{engine.title} {config.label}: starting the server")
             with engine.serve(config) as served:
                 warm(served)
                 for batch in batches:
                     done: list[Response] = []
+                    before = engine.counters(served)
                     yield from measure(served, batch, done)
+                    counted = engine.point_acceptance(before, engine.counters(served))
                     if config.k == 0:
                         plain[batch] = done
                         if 0 not in ks and len(configs) > 1:
                             continue
-                    point = engine_point(batch, config.k, done, plain[batch], prompts, greedy=greedy, metric=metric)
+                    point = engine_point(batch, config.k, done, plain[batch], prompts, greedy=greedy, metric=metric,
+                                         counted=counted)
                     result.points.append(point)
                     yield EngineProgress(config, batch, None, point, result,
                                          f"batch {batch} k {point.k}: {point.speedup:.2f}x")

@@ -1,7 +1,9 @@
-"""The Load tab on vLLM: the same sweep run by `runs.engine_load.engine_sweep`, one vLLM server per
-configuration, with the own tab's charts and decision plus vLLM's acceptance by draft position and
-the speculative config to copy. Stop ends the requests and the server in use (the finished points
-stay); a server that fails to start shows its log's last lines.
+"""The Load tab on vLLM or llama.cpp: the same sweep run by `runs.engine_load.engine_sweep`, one
+server per configuration, with the own tab's charts and decision plus the engine's acceptance by
+draft position and the config to copy (vLLM's --speculative-config, llama-server's flags). Stop ends
+the requests and the server in use (the finished points stay); a server that fails to start shows
+its log's last lines. llama.cpp runs the model's GGUF with xllamacpp (`specviz[llamacpp]`), every
+core, one slot per request of the largest batch; hosted, it is off unless SPECVIZ_HOSTED_LLAMACPP=1.
 
 Where vLLM lives is the operator's choice, not a visitor's: SPECVIZ_VLLM_PYTHON names its
 interpreter and SPECVIZ_VLLM_ARGS the arguments every server gets (none by default: on a CPU the
@@ -19,7 +21,7 @@ from collections.abc import Iterator
 import gradio as gr
 
 from ..catalog import preset_prompt_sets
-from ..engines import VllmEngine, engine_configs, model_location
+from ..engines import LlamaCppEngine, VllmEngine, engine_configs, llamacpp, model_location
 from ..errors import SpecvizError
 from ..runs.engine_load import EngineProgress, engine_sweep
 from ..settings import Limits, RunSettings, validate, whole_numbers
@@ -30,6 +32,7 @@ from .budget import check_load_caps
 from .common import StopSignal, draft_spec, error_html, failure
 
 OWN, VLLM = "specviz's own loop (every token's verdict)", "vLLM (the serving engine)"
+LLAMACPP = "llama.cpp (the server on your machine)"
 
 
 def operator_args() -> list[str]:
@@ -42,10 +45,21 @@ def vllm_offered(limits: Limits) -> bool:
     return not limits.hosted or os.environ.get("SPECVIZ_HOSTED_VLLM", "").strip() == "1"
 
 
+def llamacpp_offered(limits: Limits) -> bool:
+    """Whether the tab offers llama.cpp: on one's own machine; hosted only if the operator enables it."""
+    return not limits.hosted or os.environ.get("SPECVIZ_HOSTED_LLAMACPP", "").strip() == "1"
+
+
+def offered_engines(limits: Limits) -> list[str]:
+    return [OWN] + [VLLM] * vllm_offered(limits) + [LLAMACPP] * llamacpp_offered(limits)
+
+
 def _decision(result) -> str:
     text = decision(result)
     copy = config_to_copy(result)
-    return text + (f"\n\nvLLM's `--speculative-config` for this traffic: `{copy}`" if text and copy else "")
+    where = ("llama.cpp's server flags" if result.settings.get("engine") == "llamacpp"
+             else "vLLM's `--speculative-config`")
+    return text + (f"\n\n{where} for this traffic: `{copy}`" if text and copy else "")
 
 
 def engine_view(view_type, result, state: str, headline: str, message: str):
@@ -56,8 +70,8 @@ def engine_view(view_type, result, state: str, headline: str, message: str):
 
 
 def engine_work(view_type, limits: Limits, drafter, draft_model, batches_text, ks_text, set_name, max_new_tokens,
-                stop: StopSignal) -> Iterator:
-    """The Run button's work on vLLM (`view_type` is the tab's LoadView)."""
+                stop: StopSignal, choice: str = VLLM) -> Iterator:
+    """The Run button's work on vLLM or llama.cpp (`choice`; `view_type` is the tab's LoadView)."""
     skip = gr.skip()
 
     def status_only(html: str):
@@ -65,10 +79,11 @@ def engine_work(view_type, limits: Limits, drafter, draft_model, batches_text, k
                          acceptance=skip)
 
     stream = None
+    title = "llama.cpp" if choice == LLAMACPP else "vLLM"
     try:
-        if not vllm_offered(limits):
-            raise SpecvizError("This hosted demo does not run vLLM (its operator can enable it with "
-                               "SPECVIZ_HOSTED_VLLM=1).")
+        if choice not in offered_engines(limits):
+            raise SpecvizError(f"This hosted demo does not run {title} (its operator can enable it with "
+                               f"SPECVIZ_HOSTED_{'LLAMACPP' if choice == LLAMACPP else 'VLLM'}=1).")
         batches = whole_numbers("Batch sizes", batches_text, 1, 64)
         ks = whole_numbers("Draft lengths k", ks_text, 0, 64)
         settings = validate(RunSettings(draft=draft_spec(drafter, draft_model, 8), k=max(max(ks), 1),
@@ -78,21 +93,25 @@ def engine_work(view_type, limits: Limits, drafter, draft_model, batches_text, k
         if set_name not in sets:
             raise SpecvizError(f"No prompt set {set_name!r}: choose one of {', '.join(sets)}.")
         prompts = sets[set_name]
-        configs = engine_configs(settings.draft, ks)
-        state = (f"vLLM: batch sizes {', '.join(map(str, batches))}; k {', '.join(map(str, ks))}; the {set_name!r} "
+        configs = (llamacpp.engine_configs(settings.draft, ks) if choice == LLAMACPP
+                   else engine_configs(settings.draft, ks))
+        state = (f"{title}: batch sizes {', '.join(map(str, batches))}; k {', '.join(map(str, ks))}; the {set_name!r} "
                  f"set; {settings.max_new_tokens} new tokens")
-        yield status_only(render.status_html(state, "Finding vLLM\u2026"))
+        yield status_only(render.status_html(state, f"Finding {title}\u2026"))
         lines: list[str] = []
-        engine = VllmEngine(model=model_location(settings.target), dtype=settings.dtype,
-                            engine_args=operator_args(),
-                            say=lines.append, stopped=lambda: stop.requested)
+        if choice == LLAMACPP:
+            engine = LlamaCppEngine(model=llamacpp.gguf_location(settings.target), parallel=max(batches),
+                                    say=lines.append, stopped=lambda: stop.requested)
+        else:
+            engine = VllmEngine(model=model_location(settings.target), dtype=settings.dtype,
+                                engine_args=operator_args(), say=lines.append, stopped=lambda: stop.requested)
         stream = engine_sweep(settings, prompts, engine, configs, batches=batches, ks=ks)
         progress: EngineProgress | None = None
         for progress in stream:
             if stop.requested:     # the finished points stay; the servers stop as the sweep closes
                 stream.close()
                 yield engine_view(view_type, progress.result, state,
-                                  f"Stopped after {len(progress.result.points)} points; the vLLM servers are "
+                                  f"Stopped after {len(progress.result.points)} points; the {title} servers are "
                                   "stopped.", "stopped")
                 return
             message = progress.message or (lines[-1] if lines else "")
@@ -101,9 +120,9 @@ def engine_work(view_type, limits: Limits, drafter, draft_model, batches_text, k
         yield engine_view(view_type, progress.result, state, "Finished.", "finished")
     except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
         if stop.requested:
-            yield status_only(render.status_html("vLLM", "Stopped; the vLLM servers are stopped."))
+            yield status_only(render.status_html(title, f"Stopped; the {title} servers are stopped."))
         else:
-            yield status_only(error_html(failure(exc, "load sweep on vLLM")))
+            yield status_only(error_html(failure(exc, f"load sweep on {title}")))
     finally:
         if stream is not None:
             stream.close()

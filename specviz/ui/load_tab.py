@@ -31,7 +31,7 @@ from .budget import check_load_caps, check_load_work, check_prompt_tokens, load_
 from .common import (CONCURRENCY_ID, DRAFT_MODEL, EARLY_EXIT, PROMPT_LOOKUP, TICK, StopSignal, Throttle,
                      click_with_stop, draft_spec, error_html, failure, gpu_task, slider_max_new_tokens, streaming)
 from .fields import NumberSlider
-from .load_engine import OWN, VLLM, engine_work, vllm_offered
+from .load_engine import LLAMACPP, OWN, VLLM, engine_work, offered_engines
 
 DRAFTERS = [PROMPT_LOOKUP, DRAFT_MODEL, EARLY_EXIT]     # the drafters batched decoding drafts with
 DEFAULT_BATCHES, DEFAULT_KS = "1,2,4", "0,2,4"         # small enough for a CPU
@@ -118,9 +118,9 @@ def load_work_fn(limits: Limits, loader: Loader | None = None):
     def work(drafter, draft_model, exit_layer, batches_text, ks_text, set_name, max_new_tokens, engine=OWN,
              stop: StopSignal | None = None) -> Iterator[LoadView | object]:
         stop = stop or StopSignal()
-        if engine == VLLM:
+        if engine in (VLLM, LLAMACPP):
             yield from engine_work(LoadView, limits, drafter, draft_model, batches_text, ks_text, set_name,
-                                   max_new_tokens, stop)
+                                   max_new_tokens, stop, engine)
             return
         stream = None
         try:
@@ -216,8 +216,9 @@ def build_load_tab(*, limits: Limits, loader: Loader | None = None) -> LoadTab:
                 top = min(slider_max_new_tokens(limits), 64 if limits.hosted else 256)
                 max_new_tokens = NumberSlider(8, top, value=DEFAULT_NEW_TOKENS, step=8, label="Max new tokens",
                                               elem_id="load-max-new-tokens")
-                engine = gr.Radio([OWN, VLLM], value=OWN, label="Engine (vLLM: one server per configuration, "
-                                  "SPECVIZ_VLLM_PYTHON names its environment)", visible=vllm_offered(limits),
+                engines = offered_engines(limits)
+                engine = gr.Radio(engines, value=OWN, label="Engine (vLLM, llama.cpp: one server per configuration; "
+                                  "SPECVIZ_VLLM_PYTHON names vLLM's environment)", visible=len(engines) > 1,
                                   elem_id="load-engine")
             with gr.Row():
                 run = gr.Button("Run", variant="primary", elem_id="load-run")
@@ -234,8 +235,8 @@ def build_load_tab(*, limits: Limits, loader: Loader | None = None) -> LoadTab:
 
     drafter.change(lambda d: (gr.update(visible=d == DRAFT_MODEL), gr.update(visible=d == EARLY_EXIT)), drafter,
                    [draft_model, exit_layer], queue=False, api_visibility="private")
-    # vLLM drafts with prompt lookup or a draft model; its acceptance chart replaces nothing, it is added.
-    engine.change(lambda e: gr.update(visible=e == VLLM), engine, acceptance, queue=False, api_visibility="private")
+    # A serving engine drafts with prompt lookup or a draft model; its acceptance chart replaces nothing, it is added.
+    engine.change(lambda e: gr.update(visible=e != OWN), engine, acceptance, queue=False, api_visibility="private")
     inputs = [drafter, draft_model, exit_layer, batches, ks, prompt_set, max_new_tokens, engine]
     outputs = [status, rows, speedup, throughput, latency, verdict, acceptance]
 

@@ -1,7 +1,7 @@
-"""A load sweep on vLLM (`runs.engine_load.EngineLoadResult`) -> what the Load tab shows in place of
-the own loop's token views: vLLM's acceptance by draft position, why there are no per-token verdicts,
-and the speculative config to copy. The speedup, throughput and latency charts and the decision
-sentence are `views.load_view`'s, unchanged.
+"""A load sweep on vLLM or llama.cpp (`runs.engine_load.EngineLoadResult`) -> what the Load tab shows
+in place of the own loop's token views: the engine's acceptance by draft position, why there are no
+per-token verdicts, and the config to copy (vLLM's speculative config, llama-server's flags). The
+speedup, throughput and latency charts and the decision sentence are `views.load_view`'s, unchanged.
 """
 
 from __future__ import annotations
@@ -11,23 +11,29 @@ import json
 
 import plotly.graph_objects as go
 
+from ..engines import TITLES
 from ..runs.engine_load import EngineLoadResult, acceptance_by_position
 from .charts import layout, waiting
 from .figures import config_colour
 
-NO_VERDICTS = ("vLLM returns no rejected drafts, only how many drafts each request had accepted (per speculative "
-               "step), so there is no token-by-token view here: the histogram below is vLLM's own count. Choose "
-               "specviz's own loop to see every draft's verdict.")
+VERDICTS_NOTE = ("{title} returns no rejected drafts, only how many drafts each request had accepted, so there is no "
+                 "token-by-token view here: the chart below is {title}'s own count. Choose specviz's own loop to "
+                 "see every draft's verdict.")
+NO_VERDICTS = VERDICTS_NOTE.format(title="vLLM")
+
+
+def _title(result: EngineLoadResult | None) -> str:
+    return TITLES[(result.settings.get("engine") if result else None) or "vllm"]
 
 
 def acceptance_figure(result: EngineLoadResult | None) -> go.Figure:
     """Per k and batch size, the share of vLLM's speculative steps whose draft was accepted at least
     to each position (from vLLM's acceptance histogram)."""
-    figure = go.Figure(layout=layout("vLLM's acceptance by draft position", "draft position",
+    figure = go.Figure(layout=layout(f"{_title(result)}'s acceptance by draft position", "draft position",
                                      "share of steps accepted this far", hovermode="closest"))
     points = [p for p in (result.points if result else []) if p.k and getattr(p, "acceptance", None)]
     if not points:
-        return waiting(figure, "Run a sweep on vLLM to see its acceptance by draft position")
+        return waiting(figure, "Run a sweep on vLLM or llama.cpp to see its acceptance by draft position")
     ks = sorted({p.k for p in points})
     for point in points:
         shares = acceptance_by_position(point.acceptance["acceptance_histogram"])
@@ -41,11 +47,14 @@ def acceptance_figure(result: EngineLoadResult | None) -> go.Figure:
 
 
 def config_to_copy(result: EngineLoadResult | None) -> str:
-    """The recommendation as the text to paste after vLLM's --speculative-config ('' before a point)."""
+    """The recommendation as the text to paste after vLLM's --speculative-config, or llama-server's
+    command line ('' before a point)."""
     if result is None or not any(p.k for p in result.points):
         return ""
     config = result.recommended_speculative_config
-    return "null (speculation paid at no batch size measured)" if config is None else json.dumps(config)
+    if config is None:
+        return "null (speculation paid at no batch size measured)"
+    return config["flags"] if result.settings.get("engine") == "llamacpp" else json.dumps(config)
 
 
 def figures_table(result: EngineLoadResult | None) -> str:
@@ -72,11 +81,13 @@ def engine_html(result: EngineLoadResult | None, message: str) -> str:
     config to copy."""
     engine = (result.engine if result else {}) or {}
     where = (result.environment.get("device_name") if result else None) or engine.get("device") or "its server"
-    head = f"vLLM {engine.get('version') or ''} on {where}, {engine.get('dtype', '')}".strip()
+    title = _title(result)
+    head = f"{title} {engine.get('version') or ''} on {where}, {engine.get('dtype', '')}".strip()
     copy = config_to_copy(result)
-    config = (f'<div class="sv-load-config"><b>Speculative config to copy</b> (vLLM\'s '
-              f'<code>--speculative-config</code>):<pre id="load-vllm-config">{html.escape(copy)}</pre></div>'
-              if copy else "")
-    return (f'<div class="sv-load-batch" data-engine="vllm"><div class="sv-load-title">{html.escape(head)}: '
-            f'{html.escape(message)}</div><p class="sv-load-note">{html.escape(NO_VERDICTS)}</p>'
+    what = ("llama-server's flags" if title == "llama.cpp" else "vLLM's <code>--speculative-config</code>")
+    config = (f'<div class="sv-load-config"><b>Speculative config to copy</b> ({what}):'
+              f'<pre id="load-vllm-config">{html.escape(copy)}</pre></div>' if copy else "")
+    name = engine.get("name", "vllm")
+    return (f'<div class="sv-load-batch" data-engine="{name}"><div class="sv-load-title">{html.escape(head)}: '
+            f'{html.escape(message)}</div><p class="sv-load-note">{html.escape(VERDICTS_NOTE.format(title=title))}</p>'
             f'{figures_table(result)}{config}</div>')
