@@ -44,7 +44,8 @@ class EngineConfig:
     def label(self) -> str:
         if self.speculative_config is None:
             return "plain"
-        method = self.speculative_config.get("method", "speculative")
+        # vLLM's "method", llama.cpp's "type" (engines.llamacpp)
+        method = self.speculative_config.get("method") or self.speculative_config.get("type", "speculative")
         model = self.speculative_config.get("model")
         return f"{method} {str(model).rstrip('/').rsplit('/', 1)[-1]} k={self.k}" if model else f"{method} k={self.k}"
 

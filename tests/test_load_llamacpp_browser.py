@@ -1,0 +1,74 @@
+"""The Load tab on llama.cpp in headless Chromium, against `python app.py`: the engine choice, a sweep
+whose points and llama.cpp's acceptance chart appear, the llama-server flags to copy, and Stop ending
+the sweep and its server (no llama.cpp server outlives it). SPECVIZ_LOAD_LLAMACPP_SCREENSHOT=path.png
+saves the page (1366x768) before Stop."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import CHROMIUM, wait_for_app
+from test_engine_llamacpp import servers, wait_gone, xllamacpp_missing
+
+HERE = Path(__file__).resolve().parent
+
+pytestmark = [
+    pytest.mark.slow,
+    xllamacpp_missing,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is absent: apt-get install -y chromium"),
+]
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", GRADIO_SERVER_PORT=str(port),
+               PYTHONPATH=str(HERE.parent))
+    env.pop("SPECVIZ_HOSTED", None)
+    process = subprocess.Popen([sys.executable, str(HERE.parent / "app.py")], env=env, cwd=HERE.parent,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_for_app(process, url, 180)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
+def test_a_sweep_on_llamacpp_in_the_load_tab_and_stop_ends_its_server(app_url, browser):
+    before = servers()
+    page = browser.new_page(viewport={"width": 1366, "height": 768})
+    page.goto(app_url)
+    page.get_by_role("tab", name="Load").click()
+    page.locator("#load-settings").get_by_text("Settings").first.click()
+    page.locator("#load-engine").get_by_text("llama.cpp (the server on your machine)", exact=True).click()
+    page.locator("#load-batches textarea, #load-batches input").first.fill("1,2,4")
+    page.locator("#load-ks textarea, #load-ks input").first.fill("0,4")
+    page.locator("#load-settings").get_by_text("Settings").first.click()     # close the panel
+    page.locator("#load-run").click()
+    # the plain server measures every batch size, then the speculative one: wait for its batch 4
+    page.wait_for_function("/ngram-simple k=4: batch 4/.test(document.querySelector('#load-status').textContent)",
+                           timeout=300_000, polling=500)
+    assert page.locator("#load-rows [data-engine=llamacpp]").count() == 1
+    assert "llama.cpp returns no rejected drafts" in page.locator("#load-rows").inner_text()
+    copy = page.locator("#load-vllm-config").inner_text()
+    assert "--spec-type ngram-simple" in copy or "null" in copy, copy
+    assert page.locator("#load-chart-acceptance .barlayer .trace").count() >= 2      # k = 4 at batches 1 and 2
+    decision = page.locator("#load-decision").inner_text()
+    assert "speculate up to batch" in decision or "does not pay here" in decision, decision
+    running = servers() - before
+    assert len(running) == 1                        # one server at a time
+    screenshot = os.environ.get("SPECVIZ_LOAD_LLAMACPP_SCREENSHOT")
+    if screenshot:
+        page.screenshot(path=screenshot, full_page=True)
+    page.locator("#load-stop").click()
+    page.wait_for_function("/Stopped/.test(document.querySelector('#load-status').textContent)",
+                           timeout=60_000, polling=500)
+    assert wait_gone(running, 20), "the llama.cpp server outlived Stop"
+    page.close()
