@@ -63,15 +63,21 @@ def model_location(spec: str | None, progress: Progress | None = None) -> str:
     return source.location
 
 
-def parse_speculative_config(text: str | None) -> dict | None:
-    """--speculative-config's JSON object (None when not given)."""
+def load_json(text: str | None, example: str) -> object:
+    """--speculative-config's JSON (None when not given); `example` ends the message for bad JSON."""
     if text is None or not text.strip():
         return None
     try:
-        config = json.loads(text)
+        return json.loads(text)
     except ValueError as error:
-        raise SpecvizError(f"--speculative-config is not JSON ({error}): give an object such as "
-                           '\'{"method": "eagle3", "model": "ORG/NAME", "num_speculative_tokens": 4}\'.') from None
+        raise SpecvizError(f"--speculative-config is not JSON ({error}): give an object such as {example}.") from None
+
+
+def parse_speculative_config(text: str | None) -> dict | None:
+    """--speculative-config's JSON object (None when not given)."""
+    config = load_json(text, '\'{"method": "eagle3", "model": "ORG/NAME", "num_speculative_tokens": 4}\'')
+    if config is None:
+        return None
     if not isinstance(config, dict) or not config.get("method") and not config.get("model"):
         raise SpecvizError("--speculative-config must be a JSON object with a \"method\" (ngram, suffix, draft_model, "
                            "eagle, eagle3, mtp, ...).")

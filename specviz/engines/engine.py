@@ -64,6 +64,22 @@ class Served:
     config: EngineConfig
 
 
+@contextmanager
+def serving(engine, config: EngineConfig, start: Callable[[], ServerHandle]) -> Iterator[Served]:
+    """An engine's `serve`: the server at `engine.urls[config.k]` when given, else the one `start()`
+    starts, watched (`stop_all`) while it is in use, waited for, and stopped on leaving."""
+    if config.k in engine.urls:
+        url = engine.urls[config.k].rstrip("/")
+        yield Served(url, served_model(url), None, config)
+        return
+    engine.check([config])
+    with watched(start()) as handle:
+        if engine.say:
+            engine.say(f"starting {engine.title} ({config.label}) on {handle.url}; log: {handle.log}")
+        handle.wait_ready(engine.start_timeout, engine.say, engine.stopped)
+        yield Served(handle.url, SERVED_NAME, handle.log, config)
+
+
 class Engine(Protocol):
     """What a sweep (`runs.engine_load`, `runs.engine_compare`) asks of a serving engine."""
 
@@ -148,18 +164,7 @@ class VllmEngine:
             return self.install.environment()
         return {"device": "unknown: servers given by URL", "urls": sorted(set(self.urls.values()))}
 
-    @contextmanager
-    def serve(self, config: EngineConfig) -> Iterator[Served]:
-        if config.k in self.urls:
-            url = self.urls[config.k].rstrip("/")
-            yield Served(url, served_model(url), None, config)
-            return
-        self.check([config])
-        handle = start_server(self.install, self.model, label=config.label, dtype=self.dtype,
-                              speculative_config=config.speculative_config, engine_args=self.engine_args,
-                              log_dir=self.log_dir)
-        with watched(handle):
-            if self.say:
-                self.say(f"starting vLLM ({config.label}) on {handle.url}; log: {handle.log}")
-            handle.wait_ready(self.start_timeout, self.say, self.stopped)
-            yield Served(handle.url, SERVED_NAME, handle.log, config)
+    def serve(self, config: EngineConfig) -> AbstractContextManager[Served]:
+        return serving(self, config, lambda: start_server(
+            self.install, self.model, label=config.label, dtype=self.dtype,
+            speculative_config=config.speculative_config, engine_args=self.engine_args, log_dir=self.log_dir))

@@ -28,20 +28,18 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import SpecvizError
 from ..models.sources import BUILTINS, DEFAULT_TARGET, cache_folder, resolve_source
 from ..settings import parse_draft
-from .configs import EngineConfig
-from .engine import SERVERS, Served, watched
-from .vllm_client import served_model
-from .vllm_server import START_TIMEOUT, free_port, start_watched
+from .configs import EngineConfig, load_json
+from .engine import SERVERS, Served, serving
+from .vllm_server import SERVED_NAME, START_TIMEOUT, free_port, start_watched
 
-SERVED_NAME = "specviz-target"
 INSTALL_HINT = ("Install llama.cpp's server for Python with `pip install 'specviz[llamacpp]'` (or `pip install "
                 "xllamacpp`), or give a llama-server binary with --llama-server PATH.")
 TESTED_VERSION = "2026.10"
@@ -148,12 +146,10 @@ def engine_configs(draft: str | None, ks, given: dict | None = None) -> list[Eng
 
 
 def parse_speculative_config(text: str | None) -> dict | None:
-    if text is None or not text.strip():
+    """--speculative-config on llama.cpp: a speculative type and its sizes (None when not given)."""
+    config = load_json(text, '\'{"type": "ngram-mod", "n_match": 8}\'')
+    if config is None:
         return None
-    try:
-        config = json.loads(text)
-    except ValueError as error:
-        raise SpecvizError(f"--speculative-config is not JSON ({error}).") from None
     if not isinstance(config, dict) or not config.get("type"):
         raise SpecvizError('On llama.cpp, --speculative-config is a JSON object with a "type" (ngram-simple, '
                            'ngram-map-k, ngram-mod, draft-simple with "model", ...) and its sizes, e.g. '
@@ -259,21 +255,13 @@ class LlamaCppEngine:
             return self.install.environment(self.threads)
         return {"device": "unknown: servers given by URL", "urls": sorted(set(self.urls.values()))}
 
-    @contextmanager
-    def serve(self, config: EngineConfig) -> Iterator[Served]:
-        if config.k in self.urls:
-            url = self.urls[config.k].rstrip("/")
-            yield Served(url, served_model(url), None, config)
-            return
-        self.check([config])
-        port = free_port()
-        command = [*self.install.command, *self.server_flags(config), "--port", str(port)]
-        handle = start_watched(command, port, label=config.label, name=self.title, log_dir=self.log_dir)
-        with watched(handle):
-            if self.say:
-                self.say(f"starting llama.cpp ({config.label}) on {handle.url}; log: {handle.log}")
-            handle.wait_ready(self.start_timeout, self.say, self.stopped)
-            yield Served(handle.url, SERVED_NAME, handle.log, config)
+    def serve(self, config: EngineConfig) -> AbstractContextManager[Served]:
+        def start():
+            port = free_port()
+            command = [*self.install.command, *self.server_flags(config), "--port", str(port)]
+            return start_watched(command, port, label=config.label, name=self.title, log_dir=self.log_dir)
+
+        return serving(self, config, start)
 
     def counters(self, served: Served) -> dict | None:
         if served.config.speculative_config is None:
