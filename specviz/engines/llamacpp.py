@@ -6,7 +6,9 @@ configuration, started in turn under the watchdog and stopped after it, or a run
   (`--llama-server PATH`). Both get the same `llama-server` flags, which are also the config to copy.
 - The model is a GGUF file as it is (the built-in model's own GGUF from its package; no conversion).
 - Every server gets `--threads` (default: every core), `--parallel` = the sweep's largest batch (one
-  slot per concurrent request), `--cont-batching` and `--metrics`.
+  slot per concurrent request), `--cont-batching`, `--metrics` and `--no-cache-prompt`: the prompt
+  set is cycled, and a prompt whose prefix a slot kept is prefilled from its cache in a batch of
+  another shape, which flipped the first greedy token of an answer here (plain vs speculative server).
 - Drafters: specviz's `ngram` is llama.cpp's `ngram-simple` looking up the last `NGRAM_SIZE_N`
   tokens and drafting k (`--spec-ngram-simple-size-m k`); a draft model (a GGUF) is `draft-simple`;
   the other types (`ngram-map-k`, `ngram-mod`, ...) through `--speculative-config` JSON
@@ -238,7 +240,7 @@ class LlamaCppEngine:
         """Every flag a server gets but its port: the flags to copy."""
         return (["--model", self.model, "--alias", SERVED_NAME, "--threads", str(self.threads),
                  "--parallel", str(self.parallel), "--ctx-size", str(CONTEXT_PER_SLOT * self.parallel),
-                 "--cont-batching", "--metrics"]
+                 "--cont-batching", "--no-cache-prompt", "--metrics"]
                 + spec_flags(config.speculative_config if config else None) + list(self.engine_args))
 
     def describe(self, configs: Sequence[EngineConfig]) -> dict:

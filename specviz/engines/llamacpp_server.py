@@ -18,8 +18,8 @@ import signal
 import sys
 import threading
 
-# llama-server flag -> (attributes of xllamacpp's CommonParams it sets, type). A flag without a value
-# (type None) sets True. `--spec-type` is handled by `set_spec_type` (its API changed in 2026).
+# llama-server flag -> (attributes of xllamacpp's CommonParams it sets, the type of its value, or for
+# a flag without a value the value it sets). `--spec-type` is handled by `set_spec_type` (its API changed in 2026).
 FLAGS = {
     "--model": (("model.path",), str),
     "--alias": (("model_alias",), lambda name: {name}),     # xllamacpp keeps a set of names
@@ -28,8 +28,9 @@ FLAGS = {
     "--parallel": (("n_parallel",), int),
     "--ctx-size": (("n_ctx",), int),
     "--batch-size": (("n_batch",), int),
-    "--metrics": (("endpoint_metrics",), None),
-    "--cont-batching": (("cont_batching",), None),
+    "--metrics": (("endpoint_metrics",), True),
+    "--cont-batching": (("cont_batching",), True),
+    "--no-cache-prompt": (("cache_prompt",), False),
     "--model-draft": (("speculative.draft.mparams.path",), str),
     "--spec-draft-n-max": (("speculative.draft.n_max",), int),
     "--spec-draft-n-min": (("speculative.draft.n_min",), int),
@@ -109,7 +110,7 @@ def params_from(flags: list[str]):
             raise SystemExit(f"llamacpp_server: flag {flag!r} is not one specviz maps to xllamacpp "
                              f"(known: {', '.join(sorted(FLAGS))}, --spec-type)")
         paths, kind = FLAGS[flag]
-        value = True if kind is None else kind(inline or words.pop(0))
+        value = kind(inline or words.pop(0)) if callable(kind) else kind
         for path in paths:
             _set(params, path, value)
     return params

@@ -102,14 +102,26 @@ def _path(chat: bool) -> str:
     return "/v1/chat/completions" if chat else "/v1/completions"
 
 
+def _post(connection: http.client.HTTPConnection, path: str, body: str) -> http.client.HTTPResponse:
+    # A server may close a kept-alive connection between requests (llama.cpp's does): http.client
+    # reopens a closed connection by itself, so one retry of a request that got no answer at all.
+    for attempt in (1, 2):
+        try:
+            connection.request("POST", path, body=body,
+                               headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+            return connection.getresponse()
+        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            connection.close()
+            if attempt == 2:
+                raise
+
+
 def send(connection: http.client.HTTPConnection, base_path: str, model: str, request: Request) -> Response:
     """One streamed request on a kept-alive connection."""
     response = Response(request.index, sent=time.perf_counter())
     pieces: list[str] = []
     try:
-        connection.request("POST", base_path + _path(request.chat), body=json.dumps(request.body(model)),
-                           headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
-        answer = connection.getresponse()
+        answer = _post(connection, base_path + _path(request.chat), json.dumps(request.body(model)))
         if answer.status != 200:
             raise EngineRequestError(f"The server refused a request (HTTP {answer.status}): "
                                      f"{_error_text(answer.read())}")
