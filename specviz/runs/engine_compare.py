@@ -77,11 +77,14 @@ def engine_compare(settings: RunSettings, prompts: Sequence[BenchPrompt], engine
             with engine.serve(config) as served:
                 warm(served)
                 responses = []
+                first = before = engine.counters(served)       # llama.cpp's steps are server counters
                 for request, base in zip(requests, baseline):
                     response = one(served, request)
                     responses.append(response)
                     prompt, round_ = request.index % len(prompts), request.index // len(prompts)
-                    figures = response.spec or {}
+                    after = engine.counters(served)
+                    figures = dict(response.spec or {}, **(engine.point_acceptance(before, after) or {}))
+                    before = after
                     identical = response.text == base.text
                     comparison.results.append(PromptRun(
                         config=number, prompt=prompt, round=round_, speedup=_speedup(response, base),
@@ -94,6 +97,6 @@ def engine_compare(settings: RunSettings, prompts: Sequence[BenchPrompt], engine
                                                "round": round_,
                                                "first_difference": first_differing_word(response.text, base.text)})
                     yield out
-                out.acceptance[config.label] = acceptance(responses)
+                out.acceptance[config.label] = acceptance(responses, engine.point_acceptance(first, before))
     finally:
         stop.set()
