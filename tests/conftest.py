@@ -175,6 +175,32 @@ def wait_for_app(process, url: str, seconds: float) -> None:
             time.sleep(0.5)
 
 
+@contextlib.contextmanager
+def running_app(**extra_env):
+    """`python app.py` on a free port, not hosted, with `extra_env`; yields its URL, terminated on leaving."""
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", GRADIO_SERVER_PORT=str(port),
+               PYTHONPATH=str(root), **extra_env)
+    env.pop("SPECVIZ_HOSTED", None)
+    process = subprocess.Popen([sys.executable, str(root / "app.py")], env=env, cwd=root,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_for_app(process, url, 180)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
 @pytest.fixture(scope="module")
 def browser():
     """Headless Chromium, one per test module, driven by playwright."""

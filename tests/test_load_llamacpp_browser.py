@@ -4,16 +4,11 @@ the sweep and its server (no llama.cpp server outlives it). SPECVIZ_LOAD_LLAMACP
 saves the page (1366x768) before Stop."""
 
 import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from conftest import CHROMIUM, wait_for_app
+from conftest import CHROMIUM, running_app
 from test_engine_llamacpp import servers, wait_gone, xllamacpp_missing
 
-HERE = Path(__file__).resolve().parent
 
 pytestmark = [
     pytest.mark.slow,
@@ -24,21 +19,8 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def app_url():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", GRADIO_SERVER_PORT=str(port),
-               PYTHONPATH=str(HERE.parent))
-    env.pop("SPECVIZ_HOSTED", None)
-    process = subprocess.Popen([sys.executable, str(HERE.parent / "app.py")], env=env, cwd=HERE.parent,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        wait_for_app(process, url, 180)
+    with running_app() as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
 
 
 def test_a_sweep_on_llamacpp_in_the_load_tab_and_stop_ends_its_server(app_url, browser):

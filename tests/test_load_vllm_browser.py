@@ -4,17 +4,13 @@ ending the sweep and its vLLM server (no vLLM process outlives it). Needs vLLM's
 tests/test_engine_vllm.py); SPECVIZ_LOAD_VLLM_SCREENSHOT=path.png saves the page before Stop."""
 
 import os
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import CHROMIUM, wait_for_app
+from conftest import CHROMIUM, running_app
 from test_engine_vllm import _vllm_python
 
-HERE = Path(__file__).resolve().parent
 
 pytestmark = [
     pytest.mark.slow,
@@ -37,22 +33,8 @@ def api_servers() -> list[int]:
 
 @pytest.fixture(scope="module")
 def vllm_app_url():
-    python = _vllm_python()
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", GRADIO_SERVER_PORT=str(port),
-               SPECVIZ_VLLM_PYTHON=python, VLLM_CPU_KVCACHE_SPACE="1", PYTHONPATH=str(HERE.parent))
-    env.pop("SPECVIZ_HOSTED", None)
-    process = subprocess.Popen([sys.executable, str(HERE.parent / "app.py")], env=env, cwd=HERE.parent,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        wait_for_app(process, url, 180)
+    with running_app(SPECVIZ_VLLM_PYTHON=_vllm_python(), VLLM_CPU_KVCACHE_SPACE="1") as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
 
 
 def test_a_sweep_on_vllm_in_the_load_tab_and_stop_ends_its_servers(vllm_app_url, browser):
