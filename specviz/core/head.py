@@ -34,6 +34,7 @@ from torch import nn
 
 from . import trees
 from .drafters import Draft, Drafter, no_draft
+from .eagle3 import Eagle3Head
 from .request import Request
 from .sampling import Sampler, sample_from
 
@@ -82,6 +83,16 @@ class DraftHead(nn.Module):
         self.lm_rows: torch.Tensor | None = None            # (draft_vocab, hidden): the target's LM head rows
         inv = 1.0 / (config.rope_theta ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim))
         self.register_buffer("inv_freq", inv, persistent=False)
+
+    hidden_layers = (-1,)            # the target's last hidden state, after its final norm
+
+    @property
+    def target_vocab_size(self) -> int:
+        return self.config.target_vocab_size
+
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """The target's features as this head reads them (EAGLE-3 fuses three layers here)."""
+        return features.to(self.fc.weight.dtype)
 
     def bind(self, target) -> DraftHead:
         """Share the target's embedding and take its LM head rows of the draft vocabulary."""
@@ -172,14 +183,15 @@ class HeadDrafter(Drafter):
     forward is small: batching its rows would save little on a CPU)."""
 
     batchable = True
-    wants_hidden_states = True
 
-    def __init__(self, head: DraftHead, name: str = "head"):
+    def __init__(self, head: DraftHead | Eagle3Head, name: str = "head"):
         self.head = head.eval()
         self.name = name
-        self.parameters = sum(p.numel() for p in head.parameters()) + head.lm_rows.numel()
+        self.hidden_layers = head.hidden_layers
+        borrowed = getattr(head, "lm_rows", None)           # EAGLE-1 heads take the target's LM head rows
+        self.parameters = sum(p.numel() for p in head.parameters()) + (0 if borrowed is None else borrowed.numel())
         self.states: list[_HeadState] = []
-        self._target_vocab = head.config.target_vocab_size
+        self._target_vocab = head.target_vocab_size
 
     def begin_batch(self, prompts: Sequence[list[int]]) -> None:
         self.states = [_HeadState() for _ in prompts]
@@ -187,10 +199,11 @@ class HeadDrafter(Drafter):
     def begin(self, prompt_ids: torch.Tensor) -> None:
         self.begin_batch([prompt_ids[0].tolist()])
 
+    @torch.inference_mode()
     def observe(self, hidden: Sequence[torch.Tensor]) -> None:
         for state, block in zip(self.states, hidden):
             if block.shape[0]:
-                state.features.append(block.to(self.head.fc.weight.dtype))
+                state.features.append(self.head.fuse(block))
                 state.count += block.shape[0]
 
     def rollback_batch(self, lengths: Sequence[int]) -> bool:
@@ -270,14 +283,13 @@ class HeadTreeDrafter(Drafter):
     deterministically, so verification treats them as one-hot candidates and stays exact. One request
     at a time (trees are a single request's extension)."""
 
-    wants_hidden_states = True
-
     def __init__(self, base: HeadDrafter, branch: int = 2, budget: int = 16):
         if branch < 1 or budget < 1:
             raise ValueError(f"a draft tree needs branch >= 1 and budget >= 1, got {branch} and {budget}")
         self.base, self.branch, self.budget = base, branch, budget
         self.name = f"{base.name} (tree: top-{branch}, {budget} nodes)"
         self.parameters = base.parameters
+        self.hidden_layers = base.hidden_layers
 
     def begin(self, prompt_ids: torch.Tensor) -> None:
         self.base.begin(prompt_ids)
