@@ -48,7 +48,7 @@ def specviz(*args, timeout=600, **kwargs) -> subprocess.CompletedProcess:
 
 # ----------------------------------------------------------------------------- no vLLM needed
 
-def test_drafters_map_to_vllm_configs(monkeypatch):
+def test_drafters_map_to_vllm_configs(monkeypatch, tmp_path):
     assert speculative_config("ngram", 0) is None
     assert speculative_config("ngram", 4) == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1,
                                               "prompt_lookup_max": 3}
@@ -60,6 +60,18 @@ def test_drafters_map_to_vllm_configs(monkeypatch):
     assert speculative_config("ngram", 3, given) == dict(given, num_speculative_tokens=3)
     with pytest.raises(SpecvizError, match="no drafter like 'self:8'"):
         speculative_config("self:8", 4)
+    # A draft head: vLLM's eagle3 with the head's folder (speculators format); a first specviz head
+    # (head.json, EAGLE-1 shaped, such as the shipped one until it is retrained) is refused with why.
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "config.json").write_text("{}")
+    assert speculative_config(f"head:{head}", 3) == {"method": "eagle3", "model": str(head.resolve()),
+                                                     "num_speculative_tokens": 3}
+    assert speculative_config("head:org/eagle3-head", 2)["model"] == "org/eagle3-head"     # a hub id as given
+    (head / "config.json").unlink()
+    (head / "head.json").write_text("{}")
+    with pytest.raises(SpecvizError, match="vLLM serves heads in the speculators format"):
+        speculative_config(f"head:{head}", 3)
     configs = engine_configs("ngram", [0, 2, 4])
     assert [c.k for c in configs] == [0, 2, 4] and configs[0].speculative_config is None
     assert [c.label for c in configs] == ["plain", "ngram k=2", "ngram k=4"]

@@ -1,26 +1,27 @@
-"""A trained draft head (EAGLE-style, Li et al. 2024, arXiv 2401.15077): one small decoder layer that
-drafts from the target's own features. At position i it reads [the target's last hidden state f_i
-(after the final norm: what the target's LM head reads), the embedding of token i+1 (the target's
-own embedding matrix, shared)] and predicts f_{i+1}; the target's LM head rows of a reduced draft
-vocabulary (the most frequent tokens of the training text, EAGLE-3's trick, mapped back to target
-ids) turn that into a draft token. Drafting the next token feeds the predicted feature back in.
+"""Drafting with a trained draft head: chains (`HeadDrafter`, alone and batched) and EAGLE-2 token
+trees (`HeadTreeDrafter`), for either network:
 
-Why it is cheap: the head is one layer where the target has many, and its output layer has a few
-thousand rows where the target's has its whole vocabulary. Why it agrees with the target: the target's
-last hidden state already holds most of what decides the next token; the head only has to carry it
-one step forward.
+- `core.eagle3.Eagle3Head` (EAGLE-3, what specviz trains and writes, in the speculators format vLLM
+  serves): reads the target's hidden states at three layers, fused;
+- `DraftHead` below (EAGLE-1 shaped, Li et al. 2024, arXiv 2401.15077: the first specviz heads, still
+  loaded for the shipped head): reads the target's last hidden state f_i (after the final norm) and
+  predicts f_{i+1}; the target's LM head rows of a reduced draft vocabulary turn it into a token.
+
+At position i a head reads (the target's feature of position i, the embedding of token i+1, the
+target's own embedding matrix, shared); drafting further it reads its own output of the step before in
+place of the target's feature. It is cheap (one layer where the target has many; a few thousand output
+rows where the target has its whole vocabulary) and agrees with the target because the target's hidden
+states already hold most of what decides the next tokens.
 
 The drafter needs the target's hidden states of the accepted positions: the decoding loop hands them
-over after each verification (`Drafter.observe`, asked for by `wants_hidden_states`). The very first
-cycle has none yet (the prompt has not been through the target), so it drafts nothing.
+over after each verification (`Drafter.observe`, the layers named by `Drafter.hidden_layers`). The very
+first cycle has none yet (the prompt has not been through the target), so it drafts nothing.
 
 Exactness: a sampled draft token is drawn from the head's warped distribution over the draft
 vocabulary, scattered into the target's vocabulary (zero elsewhere); that is the distribution it was
-drawn from, so the verification's rejection sampling stays exact.
-
-Chains (`HeadDrafter`, alone and batched) and EAGLE-2 token trees (`HeadTreeDrafter`, one request:
-depth by depth the most probable nodes grow their most probable children, one head forward per
-depth under a tree mask; verified as one-hot candidates, so exact too)."""
+drawn from, so the verification's rejection sampling stays exact. Trees: depth by depth the most
+probable nodes grow their most probable children, one head forward per depth under a tree mask;
+verified as one-hot candidates, so exact too."""
 
 from __future__ import annotations
 

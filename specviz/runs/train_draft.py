@@ -263,7 +263,7 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
     held = max(1, int(len(sequences) * HELD_OUT))
     train_part, test_part = slice(held, None), slice(0, held)
 
-    # 3. The draft vocabulary and the head; its output rows start as the target's own (a good start).
+    # 3. The draft vocabulary and the head; its final norm and output rows start as the target's own.
     vocab_size = config.vocab_size
     responses = [lab[length:] for lab, length in zip(labels[train_part], prompt_lengths[train_part])]
     vocab = choose_vocab(responses, options.draft_vocab, always=list(eos))
@@ -283,6 +283,9 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
     head.set_vocab(vocab)
     with torch.no_grad():
         head.lm_head.weight.copy_(target.get_output_embeddings().weight[vocab.to(device)].float().cpu())
+        final_norm = getattr(target.get_decoder(), "norm", None)
+        if final_norm is not None and final_norm.weight.shape == head.norm.weight.shape:
+            head.norm.weight.copy_(final_norm.weight.float().cpu())
     head = head.to(device=device, dtype=torch.float32).bind(target)
     shape = {"layers": list(layers), "draft_vocab": vocab.numel(), "intermediate": options.intermediate}
     optimizer = torch.optim.AdamW(head.parameters(), lr=options.lr, weight_decay=0.0)
