@@ -88,35 +88,43 @@ def aux_features(target, head, tokens):
 
 
 def teacher_forced_draft(target, head, tokens, n):
-    """The head's greedy draft of n tokens after `tokens` without any cache: the target's three layers
-    of the whole sequence fused, the head over every position at once; each further token appends the
-    head's own pre-norm output (what vLLM's proposer feeds back) and the drafted token."""
+    """The head's greedy draft of n tokens after `tokens` without any cache: the target's hidden states
+    the head reads (fused) of the whole sequence, the head over every position at once; each further
+    token appends the head's own output (what vLLM's proposer feeds back) and the drafted token. Any
+    head: EAGLE-3 or the first specviz heads (which read the last hidden state as it is)."""
     with torch.inference_mode():
         features = head.fuse(aux_features(target, head, tokens))[:, :-1]       # h_i reads token i+1
         ids = torch.tensor([tokens[1:]])
         drafted = []
         for _ in range(n):
             out = head(features, ids)[0][:, -1:]
-            token = head.vocab[head.logits(out[0, 0]).argmax()]
+            token = head.vocab[head.logits(out[0, 0]).float().argmax()]
             drafted.append(int(token))
             features, ids = torch.cat([features, out], dim=1), torch.cat([ids, token.view(1, 1)], dim=1)
     return drafted
+
+
+def assert_drafts_are_teacher_forced(target, head, prompts, per_row):
+    """Every drafted chain of each row's cycles is the head's cache-free prediction (10 deep ones at least)."""
+    checked = deep = 0
+    for row, cycles in per_row.items():
+        tokens = list(prompts[row])
+        for cycle in cycles:
+            if cycle.drafted:
+                assert cycle.drafted == teacher_forced_draft(target, head, tokens, len(cycle.drafted))
+                checked += 1
+                deep += len(cycle.drafted) > 1
+            tokens += cycle.emitted
+    assert checked >= 10 and deep >= 10
 
 
 def test_every_drafted_token_is_what_the_head_computes_from_the_whole_sequence(target):
     # A head whose drafts often pass (draft ids = every target id), so cycles accept, roll back and
     # draft deep: each drafted chain must still be the head's cache-free prediction.
     drafter = HeadDrafter(random_head(seed=3, draft_ids=torch.arange(V)).bind(target))
-    checked = deep = 0
-    for prompt in PROMPTS:
-        tokens = list(prompt)
-        for cycle in speculative_decode(target, drafter, torch.tensor([prompt]), max_new_tokens=24, k=3):
-            if cycle.drafted:
-                assert cycle.drafted == teacher_forced_draft(target, drafter.head, tokens, len(cycle.drafted))
-                checked += 1
-                deep += len(cycle.drafted) > 1
-            tokens += cycle.emitted
-    assert checked >= 10 and deep >= 10
+    per_row = {row: list(speculative_decode(target, drafter, torch.tensor([prompt]), max_new_tokens=24, k=3))
+               for row, prompt in enumerate(PROMPTS)}
+    assert_drafts_are_teacher_forced(target, drafter.head, PROMPTS, per_row)
 
 
 @pytest.mark.parametrize("norm_before_residual", [False, True])

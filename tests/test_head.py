@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import make_llama
+from test_eagle3 import assert_drafts_are_teacher_forced
 from test_sampling import V, exact_joint, pooled_chisquare
 
 from specviz import speculative_decode
@@ -390,22 +391,6 @@ def test_the_loop_hands_the_drafter_the_target_hidden_states_of_every_kept_posit
         assert torch.allclose(kept[row], full[:n], atol=1e-4)
 
 
-def teacher_forced_draft(target, head, tokens: list[int], n: int) -> list[int]:
-    """The head's greedy draft of n tokens after `tokens`, as training computes it: the target's
-    features of the whole sequence from one forward, the head over every position at once with no
-    cache; each further token appends the head's own predicted feature and its drafted token."""
-    with torch.inference_mode():
-        hidden = target(torch.tensor([tokens]), output_hidden_states=-1).hidden_states[-1]
-        features, ids = hidden[:, :-1].to(head.fc.weight.dtype), torch.tensor([tokens[1:]])  # f_i reads token i+1
-        drafted = []
-        for _ in range(n):
-            predicted = head(features, ids)[0][:, -1:]                   # the feature of the newest position
-            token = head.vocab[head.logits(predicted[0, 0]).float().argmax()]
-            drafted.append(int(token))
-            features, ids = torch.cat([features, predicted], dim=1), torch.cat([ids, token.view(1, 1)], dim=1)
-    return drafted
-
-
 @pytest.mark.parametrize("batched", [False, True], ids=["alone", "batch"])
 def test_the_heads_drafts_in_the_loop_are_its_teacher_forced_predictions(batched):
     # Inside the loop the head drafts from cached keys and values, features handed over pass by pass,
@@ -423,13 +408,4 @@ def test_the_heads_drafts_in_the_loop_are_its_teacher_forced_predictions(batched
     else:
         per_row = {row: list(speculative_decode(target, drafter, torch.tensor([prompt]), max_new_tokens=16, k=3))
                    for row, prompt in enumerate(prompts)}
-    checked = deep = 0
-    for row, cycles in per_row.items():
-        tokens = list(prompts[row])
-        for cycle in cycles:
-            if cycle.drafted:
-                assert cycle.drafted == teacher_forced_draft(target, drafter.head, tokens, len(cycle.drafted))
-                checked += 1
-                deep += len(cycle.drafted) > 1
-            tokens += cycle.emitted
-    assert checked >= 10 and deep >= 10
+    assert_drafts_are_teacher_forced(target, drafter.head, prompts, per_row)
