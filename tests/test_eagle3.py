@@ -155,32 +155,34 @@ def test_the_training_time_test_unrolls_exactly_the_drafting_steps(target, norm_
 CONSTANT = 17
 
 
-def constant_head_folder(path, target_config, draft_ids=(3, 11, CONSTANT, 40)):
+def constant_head_folder(path, constant=CONSTANT, *, vocab=V, hidden=HIDDEN, heads=4, kv_heads=2, layers=(1, 3, 4),
+                         eps=1e-6, verifier="tiny-llama"):
     """A head written with safetensors and json only, in the speculators layout, whose every draft is
-    CONSTANT: gate_proj = up_proj makes the MLP's silu(g) * g >= 0, down_proj puts it on coordinate 0
+    `constant`: gate_proj = up_proj makes the MLP's silu(g) * g >= 0, down_proj puts it on coordinate 0
     alone, where the residual is zero (fc and o_proj rows 0 are zero); the final norm keeps only
     coordinate 0, so the normed output is a positive multiple of e_0 whatever the features, and
-    lm_head's one non-zero row (draft id 2, which d2t maps to CONSTANT) scores it; the rest score 0."""
+    lm_head's one non-zero row (the draft id d2t maps to `constant`) scores it; the rest score 0."""
     torch.manual_seed(0)
-    h, inter, heads, kv, dim = HIDDEN, 48, 4, 2, 8
-    draft = torch.tensor(draft_ids)
-    gate = torch.randn(inter, h)
+    h, inter, dim = hidden, 48, hidden // heads
+    draft_ids = sorted({3, 11, 40, constant})
+    draft, row = torch.tensor(draft_ids), draft_ids.index(constant)
+    gate = torch.randn(inter, h) / h ** 0.5
     down = torch.zeros(h, inter)
     down[0] = 1.0
-    fc, o_proj = torch.randn(h, 3 * h), torch.randn(h, heads * dim)
+    fc, o_proj = torch.randn(h, 3 * h) / h ** 0.5, torch.randn(h, heads * dim) / h ** 0.5
     fc[0] = 0.0
     o_proj[0] = 0.0
     norm = torch.zeros(h)
     norm[0] = 1.0
     lm_head = torch.zeros(len(draft_ids), h)
-    lm_head[2, 0] = 100.0
-    t2d = torch.zeros(V, dtype=torch.bool)
+    lm_head[row, 0] = 100.0
+    t2d = torch.zeros(vocab, dtype=torch.bool)
     t2d[draft] = True
     weights = {"fc.weight": fc, "layers.0.input_layernorm.weight": torch.ones(h),
                "layers.0.hidden_norm.weight": torch.ones(h),
-               "layers.0.self_attn.q_proj.weight": torch.randn(heads * dim, 2 * h),
-               "layers.0.self_attn.k_proj.weight": torch.randn(kv * dim, 2 * h),
-               "layers.0.self_attn.v_proj.weight": torch.randn(kv * dim, 2 * h),
+               "layers.0.self_attn.q_proj.weight": torch.randn(heads * dim, 2 * h) / h ** 0.5,
+               "layers.0.self_attn.k_proj.weight": torch.randn(kv_heads * dim, 2 * h) / h ** 0.5,
+               "layers.0.self_attn.v_proj.weight": torch.randn(kv_heads * dim, 2 * h) / h ** 0.5,
                "layers.0.self_attn.o_proj.weight": o_proj,
                "layers.0.post_attention_layernorm.weight": torch.ones(h),
                "layers.0.mlp.gate_proj.weight": gate, "layers.0.mlp.up_proj.weight": gate.clone(),
@@ -189,21 +191,21 @@ def constant_head_folder(path, target_config, draft_ids=(3, 11, CONSTANT, 40)):
     path.mkdir(exist_ok=True)
     save_file(weights, str(path / "model.safetensors"))
     config = {"speculators_model_type": "eagle3", "architectures": ["Eagle3Speculator"],
-              "transformer_layer_config": {"model_type": "llama", "vocab_size": V, "hidden_size": h,
+              "transformer_layer_config": {"model_type": "llama", "vocab_size": vocab, "hidden_size": h,
                                            "intermediate_size": inter, "num_hidden_layers": 1,
-                                           "num_attention_heads": heads, "num_key_value_heads": kv,
-                                           "rms_norm_eps": target_config.rms_norm_eps,
-                                           "max_position_embeddings": 512, "rope_theta": 10000.0},
+                                           "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+                                           "rms_norm_eps": eps, "max_position_embeddings": 2048,
+                                           "rope_theta": 10000.0},
               "draft_vocab_size": len(draft_ids), "target_hidden_size": h, "norm_before_residual": False,
-              "eagle_aux_hidden_state_layer_ids": [1, 3, 4],
+              "eagle_aux_hidden_state_layer_ids": list(layers),
               "speculators_config": {"proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 4}],
-                                     "verifier": {"name_or_path": "tiny-llama"}}}
+                                     "verifier": {"name_or_path": verifier}}}
     (path / "config.json").write_text(json.dumps(config))
     return path
 
 
 def test_a_head_written_by_hand_in_the_speculators_layout_drafts_what_its_weights_say(target, tmp_path):
-    folder = constant_head_folder(tmp_path / "constant", target.config)
+    folder = constant_head_folder(tmp_path / "constant", eps=target.config.rms_norm_eps)
     drafter = load_head(folder, target)
     assert drafter.default_k == 4 and drafter.hidden_layers == (1, 3, 4)
     cycles = list(speculative_decode(target, drafter, torch.tensor([PROMPTS[0]]), max_new_tokens=20, k=4))

@@ -7,8 +7,8 @@ as vLLM's `--speculative-config`.
   a draft model to `draft_model`; `suffix` to vLLM's suffix decoding (which needs `arctic-inference` in
   vLLM's environment: vLLM says so if it is missing); a draft head (`head`, `head:DIR`, `head:ORG/NAME`,
   in the speculators format: models.heads) to `eagle3` with that folder or hub id (the first specviz
-  heads, head.json, are EAGLE-1 shaped and specviz's own: refused). Early exit and trees have no vLLM counterpart
-  and are refused. Any other method (eagle, eagle3, mtp, ...) passes through as JSON
+  heads, head.json, are EAGLE-1 shaped and specviz's own: refused). Early exit and trees have no vLLM
+  counterpart and are refused. Any other method (eagle, eagle3, mtp, ...) passes through as JSON
   (`--speculative-config`), its draft length set per k measured.
 """
 
