@@ -78,7 +78,9 @@ def build_train_tab(*, loader: Loader, run_tab=None, tabs: gr.Tabs | None = None
                     gr.skip()
             head = (target_text.strip(), f"head:{folder_text}", options.k)
             yield (f"Done: {progress.message}. Race it with the button above, or in the Run tab: drafter "
-                   f"<i>Draft model</i>, <code>head:{folder_text}</code>."), gr.skip(), \
+                   f"<i>Draft model</i>, <code>head:{folder_text}</code>. On vLLM (method eagle3): "
+                   f"<code>python -m specviz load --engine vllm --draft head:{folder_text} --k {options.k}</code>."), \
+                gr.skip(), \
                 gr.update(visible=run_tab is not None), head
         except SpecvizError as error:
             yield error_html(str(error)), gr.skip(), gr.skip(), gr.skip()
