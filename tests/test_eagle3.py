@@ -193,6 +193,7 @@ def constant_head_folder(path, constant=CONSTANT, *, vocab=V, hidden=HIDDEN, hea
     config = {"speculators_model_type": "eagle3", "architectures": ["Eagle3Speculator"],
               "transformer_layer_config": {"model_type": "llama", "vocab_size": vocab, "hidden_size": h,
                                            "intermediate_size": inter, "num_hidden_layers": 1,
+                                           "hidden_act": "silu", "head_dim": dim, "tie_word_embeddings": False,
                                            "num_attention_heads": heads, "num_key_value_heads": kv_heads,
                                            "rms_norm_eps": eps, "max_position_embeddings": 2048,
                                            "rope_theta": 10000.0},
