@@ -312,3 +312,8 @@ def test_a_trained_head_drafts_at_its_own_best_k_unless_k_is_given(tmp_path):
     folder.mkdir()
     (folder / "head.json").write_text(json.dumps(dict(shipped, k=3)))
     assert k_of("--draft", f"head:{folder}") == 3
+    # A head in the speculators format: its proposal method's speculative_tokens.
+    (folder / "config.json").write_text(json.dumps({
+        "speculators_model_type": "eagle3", "transformer_layer_config": {"model_type": "llama"},
+        "speculators_config": {"proposal_methods": [{"speculative_tokens": 5}], "verifier": {"name_or_path": "x"}}}))
+    assert k_of("--draft", f"head:{folder}") == 5

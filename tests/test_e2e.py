@@ -193,7 +193,7 @@ def test_a_head_trained_in_the_train_tab_races_in_one_click(app_url, browser, tm
     page.wait_for_function("/Done|error/i.test(document.querySelector('#train-status').textContent)",
                            timeout=RUN_SECONDS * 1000, polling=500)
     assert "Done" in page.locator("#train-status").text_content(), page.locator("#train-status").text_content()
-    assert (tmp_path / "head" / "head.json").is_file()
+    assert (tmp_path / "head" / "config.json").is_file()
     page.locator("#train-race").click()
     summary = wait_for_stats(page, r"Finished|could not go ahead", RUN_SECONDS)
     assert "could not go ahead" not in summary, summary

@@ -48,7 +48,7 @@ def specviz(*args, timeout=600, **kwargs) -> subprocess.CompletedProcess:
 
 # ----------------------------------------------------------------------------- no vLLM needed
 
-def test_drafters_map_to_vllm_configs(monkeypatch):
+def test_drafters_map_to_vllm_configs(monkeypatch, tmp_path):
     assert speculative_config("ngram", 0) is None
     assert speculative_config("ngram", 4) == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1,
                                               "prompt_lookup_max": 3}
@@ -60,6 +60,18 @@ def test_drafters_map_to_vllm_configs(monkeypatch):
     assert speculative_config("ngram", 3, given) == dict(given, num_speculative_tokens=3)
     with pytest.raises(SpecvizError, match="no drafter like 'self:8'"):
         speculative_config("self:8", 4)
+    # A draft head: vLLM's eagle3 with the head's folder (speculators format); a first specviz head
+    # (head.json, EAGLE-1 shaped, such as the shipped one until it is retrained) is refused with why.
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "config.json").write_text("{}")
+    assert speculative_config(f"head:{head}", 3) == {"method": "eagle3", "model": str(head.resolve()),
+                                                     "num_speculative_tokens": 3}
+    assert speculative_config("head:org/eagle3-head", 2)["model"] == "org/eagle3-head"     # a hub id as given
+    (head / "config.json").unlink()
+    (head / "head.json").write_text("{}")
+    with pytest.raises(SpecvizError, match="vLLM serves heads in the speculators format"):
+        speculative_config(f"head:{head}", 3)
     configs = engine_configs("ngram", [0, 2, 4])
     assert [c.k for c in configs] == [0, 2, 4] and configs[0].speculative_config is None
     assert [c.label for c in configs] == ["plain", "ngram k=2", "ngram k=4"]
@@ -624,3 +636,54 @@ def test_the_compare_tab_runs_a_prompt_set_on_vllm_only_where_it_is_offered(monk
     views = [v for v in compare_tab.compare_work(LOCAL)("", two, 16, 0, CHAT, examples, None, 1, VLLM)
              if v is not compare_tab.TICK]
     assert "the same target" in views[-1].status
+
+
+@pytest.mark.slow
+def test_one_eagle3_head_gives_one_answer_in_vllm_and_in_specviz(servers, vllm_python, builtin_folder, tmp_path):
+    # A head written by hand in the speculators layout for the built-in target (it always drafts " the",
+    # test_eagle3.constant_head_folder), served by vLLM as method eagle3 and drafting in specviz's loop:
+    # fp32 greedy texts equal the plain server's, and the two engines accept the same drafts (per
+    # request, the same histogram of accepted lengths, give or take one step: vLLM's last step drafts
+    # past what specviz's budget lets it).
+    from test_eagle3 import constant_head_folder
+
+    from specviz import speculative_decode
+    from specviz.engines import closed_loop
+    from specviz.engines.vllm_client import Request
+    from specviz.engines.vllm_server import SERVED_NAME, find_vllm, start_server
+    from specviz.models import encode_prompt, load_pair
+    from specviz.models.heads import load_head
+    from specviz.runs.engine_load import acceptance
+
+    pair = load_pair(None, "ngram", dtype="float32")
+    config = pair.target.config
+    the = pair.tokenizer.encode(" the", add_special_tokens=False)[0]
+    folder = constant_head_folder(tmp_path / "head", the, vocab=config.vocab_size, hidden=config.hidden_size,
+                                  heads=config.num_attention_heads, kv_heads=config.num_key_value_heads,
+                                  layers=(2, 15, 27), eps=config.rms_norm_eps, verifier="SmolLM2-135M-Instruct")
+    k = 3
+    requests = [Request(i, p, True, NEW_TOKENS) for i, p in enumerate(PROMPTS)]
+    plain = sorted(closed_loop(servers[0], SERVED_NAME, requests, 1), key=lambda r: r.index)
+    handle = start_server(find_vllm(vllm_python), builtin_folder, label="test eagle3", dtype="fp32",
+                          speculative_config=speculative_config(f"head:{folder}", k), log_dir=tmp_path)
+    try:
+        handle.wait_ready(600)
+        spec = sorted(closed_loop(handle.url, SERVED_NAME, requests, 1), key=lambda r: r.index)
+    finally:
+        handle.stop()
+    drafter = load_head(folder, pair.target, target_name=pair.target_name)
+    accepted = 0
+    for prompt, theirs, ours in zip(PROMPTS, spec, plain):
+        assert theirs.text == ours.text
+        cycles = list(speculative_decode(pair.target, drafter, encode_prompt(pair.tokenizer, prompt),
+                                         max_new_tokens=NEW_TOKENS, k=k, eos_token_id=pair.eos_token_ids))
+        assert {t for c in cycles for t in c.drafted} == {the}
+        own = [0] * (k + 1)
+        for cycle in cycles:
+            if cycle.drafted:
+                own[cycle.num_accepted] += 1
+        histogram = (acceptance([theirs])["acceptance_histogram"] + [0] * (k + 1))[:k + 1]
+        assert histogram[1:] == own[1:] and abs(histogram[0] - own[0]) <= 1, (prompt, histogram, own)
+        accepted += sum(own[1:])
+    assert accepted > 0           # " the" was accepted somewhere: the comparison compared something
+

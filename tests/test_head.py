@@ -1,6 +1,7 @@
-"""The trained draft head (core.head, runs.train_draft, models.heads): a tiny target trains a tiny head
-in seconds that agrees with it more often than the last token's most frequent follower; drafting with
-it is lossless (greedy equals `generate` in fp32, alone and in a batch; sampled runs follow the target's
+"""The trained draft head (core.head, runs.train_draft, models.heads): a tiny target trains a tiny
+EAGLE-3 head in seconds that agrees with it more often than the last token's most frequent follower,
+saved in the speculators format; drafting with it (and with the first specviz heads, EAGLE-1 shaped,
+`small_head`) is lossless (greedy equals `generate` in fp32, alone and in a batch; sampled runs follow the target's
 exact distribution, with a power check); a head made for another target, a corrupt or partial file
 and too little training data are refused with what is wrong."""
 
@@ -12,12 +13,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import make_llama
+from test_eagle3 import assert_drafts_are_teacher_forced
 from test_sampling import V, exact_joint, pooled_chisquare
 
 from specviz import speculative_decode
 from specviz.catalog import TRAIN_PROMPTS_FILE
 from specviz.core.decoding import batched_speculative_decode
 from specviz.core.events import row_outputs
+from specviz.core.eagle3 import Eagle3Head
 from specviz.core.head import DraftHead, HeadConfig, HeadDrafter, HeadTreeDrafter
 from specviz.core.request import row_seed
 from specviz.core.sampling import Sampler
@@ -28,8 +31,8 @@ from specviz.models.tiny import ByteTokenizer, encode_bytes, tiny_models
 from specviz.runs.train_draft import TrainOptions, train_head
 from specviz.settings import LOCAL, hosted, parse_draft, validate, RunSettings
 
-TINY_OPTIONS = TrainOptions(tokens=2500, minutes=3, max_new_tokens=64, batch=20, epochs=6, intermediate=128,
-                            draft_vocab=256, train_batch=2, lr=3e-3)
+TINY_OPTIONS = TrainOptions(tokens=2500, minutes=3, max_new_tokens=64, batch=20, epochs=10, intermediate=128,
+                            draft_vocab=256, train_batch=1, lr=6e-3)
 
 
 def train_prompts(n=40, start=0):
@@ -82,13 +85,20 @@ def test_a_tiny_head_trains_in_seconds_and_beats_the_most_frequent_next_token(tr
     # Held out, on the response tokens (what a head drafts): the head's first drafted token agrees
     # with the target more often than the most frequent follower of the current token (a drafter
     # that knows only the last token).
-    assert done.agreement > done.baseline + 0.05, (done.agreement, done.baseline)
+    # Measured here (AMD EPYC, fp32): 75.4% against 69.5% (256 held-out positions).
+    assert done.agreement > done.baseline + 0.04, (done.agreement, done.baseline)
     assert done.agreement2 > done.baseline
     losses = [loss for _, loss, _, _ in done.history]
     assert losses[-1] < losses[0] / 2
-    config = json.loads((folder / "head.json").read_text())
-    assert config["target"] == {"name": "tiny-llama", "hidden_size": 128, "vocab_size": 384, "layers": 8}
-    assert config["trained"]["epochs"] == TINY_OPTIONS.epochs and config["trained"]["tokens"] >= 2000
+    config = json.loads((folder / "config.json").read_text())
+    assert config["speculators_model_type"] == "eagle3" and config["target_hidden_size"] == 128
+    assert config["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]        # (2, L // 2, L - 3) of 8 layers
+    assert config["transformer_layer_config"]["vocab_size"] == 384 and config["torch_dtype"] == "float32"
+    notes = json.loads((folder / "specviz.json").read_text())
+    assert notes["trained"]["epochs"] == TINY_OPTIONS.epochs and notes["trained"]["tokens"] >= 2000
+    # Every unrolled step learned (an untrained step agrees almost never): the third drafted token,
+    # read from the head's own outputs twice, agrees nearly as often as the first.
+    assert min(notes["trained"]["agreement_per_step"]) > done.baseline - 0.1, notes["trained"]["agreement_per_step"]
 
 
 def test_training_resumes_after_the_last_finished_epoch(trained, tmp_path):
@@ -105,7 +115,7 @@ def test_training_resumes_after_the_last_finished_epoch(trained, tmp_path):
 def test_greedy_with_the_head_equals_generate(trained, k):
     target, folder, _ = trained
     drafter = make_drafter(parse_draft(f"head:{folder}"), target, target_name="tiny-llama")
-    assert isinstance(drafter, HeadDrafter)
+    assert isinstance(drafter, HeadDrafter) and isinstance(drafter.head, Eagle3Head)
     for text in ("Explain volcanoes in simple terms.", "Write a haiku about rivers.", "Hi"):
         prompt = torch.tensor([list(f"<user>\n{text}\n<assistant>\n".encode())])
         out = [t for c in speculative_decode(target, drafter, prompt, max_new_tokens=40, k=k) for t in c.emitted]
@@ -162,6 +172,18 @@ def small_head(target, draft_vocab, seed=0):
     return HeadDrafter(head.bind(target))
 
 
+def small_eagle3(target, draft_vocab, seed=0):
+    """An untrained EAGLE-3 head over the first `draft_vocab` ids, reading all of a small target's layers."""
+    from transformers import LlamaConfig
+    torch.manual_seed(seed)
+    config = target.config
+    layer = LlamaConfig(vocab_size=config.vocab_size, hidden_size=config.hidden_size, intermediate_size=32,
+                        num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2)
+    layers = tuple(range(config.num_hidden_layers + 1))[-3:]
+    head = Eagle3Head(layer, draft_vocab_size=draft_vocab, target_hidden_size=config.hidden_size, layer_ids=layers)
+    return HeadDrafter(head.set_vocab(torch.arange(draft_vocab)).bind(target))
+
+
 def _second_verdicts(cycles, tree):
     """(second-depth drafts accepted, rejected) in these cycles: a chain's second token, or a tree's
     node at depth 2, that verification reached."""
@@ -181,8 +203,9 @@ def _second_verdicts(cycles, tree):
 HEAD_VOCAB, HEAD_LENGTH = 5, 4      # four tokens: the first cycle has no features, the second drafts two deep
 
 
-@pytest.mark.parametrize("tree", [False, True], ids=["chain", "tree"])
-def test_head_sampling_follows_the_target_distribution(tree):
+@pytest.mark.parametrize("tree,make_head", [(False, small_head), (True, small_head), (False, small_eagle3)],
+                         ids=["chain", "tree", "eagle3-chain"])
+def test_head_sampling_follows_the_target_distribution(tree, make_head):
     # The draft vocabulary leaves two of the target's tokens out: the head's distribution is scattered
     # into the target's vocabulary with zeros there, and the residual still restores the target's. As
     # a tree, the children are the head's top-2, one-hot candidates tried against what is left of the
@@ -190,7 +213,7 @@ def test_head_sampling_follows_the_target_distribution(tree):
     # features yet) the head drafts two deep, and the second depth is both accepted and rejected
     # often, so its verification is what the counts test.
     target = make_llama(0, layers=2, vocab=HEAD_VOCAB, hidden=32)
-    drafter = small_head(target, HEAD_VOCAB - 2)
+    drafter = make_head(target, HEAD_VOCAB - 2)
     if tree:
         drafter = HeadTreeDrafter(drafter, 2, 6)
     prompt = torch.tensor([[1, 2, 3, 1, 2]])
@@ -225,9 +248,11 @@ def test_a_sampled_row_with_the_head_is_that_prompt_alone(trained):
 def test_a_head_for_another_target_is_refused_with_what_differs(trained):
     _, folder, _ = trained
     other, _ = tiny_models(layers=6, hidden=64)
-    with pytest.raises(SpecvizError, match=r"trained for tiny-llama.*hidden size 128 \(the target's: 64\).*"
-                                           r"layer count 8 \(the target's: 6\)"):
+    with pytest.raises(SpecvizError, match=r"trained for tiny-llama.*hidden size 128 \(the target's: 64\)"):
         load_head(folder, other, target_name="other")
+    shallow, _ = tiny_models(layers=4)
+    with pytest.raises(SpecvizError, match=r"reads the target's hidden states \[2, 4, 5\]; other has 5"):
+        load_head(folder, shallow, target_name="other")
     wider = make_llama(0, layers=8, vocab=97, hidden=128)
     with pytest.raises(SpecvizError, match=r"vocabulary 384 \(the target's: 97\)"):
         load_head(folder, wider)
@@ -237,16 +262,16 @@ def test_corrupt_or_partial_head_files_are_refused(trained, tmp_path):
     target, folder, _ = trained
     copy = tmp_path / "copy"
     shutil.copytree(folder, copy)
-    weights = copy / "head.safetensors"
+    weights = copy / "model.safetensors"
     data = weights.read_bytes()
     weights.write_bytes(data[: len(data) // 2])                 # a partial download
-    with pytest.raises(SpecvizError, match="head.safetensors is corrupt or partial"):
+    with pytest.raises(SpecvizError, match="model.safetensors is corrupt or partial"):
         load_head(copy, target)
-    (copy / "head.json").write_text("{not json")
-    with pytest.raises(SpecvizError, match="head.json is corrupt"):
+    (copy / "config.json").write_text("{not json")
+    with pytest.raises(SpecvizError, match="config.json is corrupt"):
         load_head(copy, target)
-    (copy / "head.json").unlink()
-    with pytest.raises(SpecvizError, match="has no head.json"):
+    (copy / "config.json").unlink()
+    with pytest.raises(SpecvizError, match="has no config.json"):
         load_head(copy, target)
     with pytest.raises(SpecvizError, match="no such folder"):
         load_head(tmp_path / "absent", target)
@@ -257,11 +282,11 @@ def test_a_head_missing_weights_is_refused(trained, tmp_path):
     head = load_head(folder, target).head
     from safetensors.torch import load_file, save_file
     copy = tmp_path / "partial"
-    save_head(head, copy, target=target, target_name="tiny-llama", trained={})
-    state = load_file(str(copy / "head.safetensors"))
-    del state["down.weight"]
-    save_file(state, str(copy / "head.safetensors"))
-    with pytest.raises(SpecvizError, match="partial or for another shape.*missing: down.weight"):
+    save_head(head, copy, target_name="tiny-llama", trained={})
+    state = load_file(str(copy / "model.safetensors"))
+    del state["layers.0.mlp.down_proj.weight"]
+    save_file(state, str(copy / "model.safetensors"))
+    with pytest.raises(SpecvizError, match="partial or for another shape.*missing: layers.0.mlp.down_proj.weight"):
         load_head(copy, target)
 
 
@@ -366,22 +391,6 @@ def test_the_loop_hands_the_drafter_the_target_hidden_states_of_every_kept_posit
         assert torch.allclose(kept[row], full[:n], atol=1e-4)
 
 
-def teacher_forced_draft(target, head, tokens: list[int], n: int) -> list[int]:
-    """The head's greedy draft of n tokens after `tokens`, as training computes it: the target's
-    features of the whole sequence from one forward, the head over every position at once with no
-    cache; each further token appends the head's own predicted feature and its drafted token."""
-    with torch.inference_mode():
-        hidden = target(torch.tensor([tokens]), output_hidden_states=-1).hidden_states[-1]
-        features, ids = hidden[:, :-1].to(head.fc.weight.dtype), torch.tensor([tokens[1:]])  # f_i reads token i+1
-        drafted = []
-        for _ in range(n):
-            predicted = head(features, ids)[0][:, -1:]                   # the feature of the newest position
-            token = head.vocab[head.logits(predicted[0, 0]).float().argmax()]
-            drafted.append(int(token))
-            features, ids = torch.cat([features, predicted], dim=1), torch.cat([ids, token.view(1, 1)], dim=1)
-    return drafted
-
-
 @pytest.mark.parametrize("batched", [False, True], ids=["alone", "batch"])
 def test_the_heads_drafts_in_the_loop_are_its_teacher_forced_predictions(batched):
     # Inside the loop the head drafts from cached keys and values, features handed over pass by pass,
@@ -399,13 +408,4 @@ def test_the_heads_drafts_in_the_loop_are_its_teacher_forced_predictions(batched
     else:
         per_row = {row: list(speculative_decode(target, drafter, torch.tensor([prompt]), max_new_tokens=16, k=3))
                    for row, prompt in enumerate(prompts)}
-    checked = deep = 0
-    for row, cycles in per_row.items():
-        tokens = list(prompts[row])
-        for cycle in cycles:
-            if cycle.drafted:
-                assert cycle.drafted == teacher_forced_draft(target, drafter.head, tokens, len(cycle.drafted))
-                checked += 1
-                deep += len(cycle.drafted) > 1
-            tokens += cycle.emitted
-    assert checked >= 10 and deep >= 10
+    assert_drafts_are_teacher_forced(target, drafter.head, prompts, per_row)

@@ -1,8 +1,9 @@
-"""`python -m specviz train-draft`: train a draft head (core.head) for a target from the target itself
-(runs.train_draft): the target writes its own continuations of the prompts, its hidden states are
-collected, the head is trained with a progress bar of the loss and the held-out agreement per epoch,
-and saved to --out as head.safetensors + head.json. Run it again with the same --out to resume;
-Ctrl-C keeps the last finished epoch. Use the head with `--draft head:DIR`."""
+"""`python -m specviz train-draft`: train an EAGLE-3 draft head (core.eagle3) for a target from the
+target itself (runs.train_draft): the target writes its own continuations of the prompts, its hidden
+states are collected, the head is trained with a progress bar of the loss and the held-out agreement
+per epoch, and saved to --out in the speculators format (config.json + model.safetensors, which vLLM
+serves). Run it again with the same --out to resume; Ctrl-C keeps the last finished epoch. Use the
+head with `--draft head:DIR`."""
 
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", default=TrainOptions.epochs)
     parser.add_argument("--draft-vocab", default=TrainOptions.draft_vocab, metavar="V",
                         help="rows of the head's output layer: the V most frequent tokens of the training text")
+    parser.add_argument("--steps", default=TrainOptions.steps, metavar="S",
+                        help="drafting steps unrolled in training (the training-time test)")
+    parser.add_argument("--k", default=TrainOptions.k, metavar="K",
+                        help="the draft length written as the head's default")
     parser.add_argument("--dtype", default="auto", help="the target's dtype while it writes and reads the text")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--raw", action="store_true", help="raw completions: do not apply the chat template")
@@ -43,7 +48,8 @@ def main(args: argparse.Namespace) -> int:
     options = TrainOptions(tokens=whole_number("--tokens", args.tokens, 1, 100_000_000),
                            minutes=number("--minutes", args.minutes, 0.05, 24 * 60),
                            epochs=whole_number("--epochs", args.epochs, 1, 1000),
-                           draft_vocab=whole_number("--draft-vocab", args.draft_vocab, 16, 1_000_000))
+                           draft_vocab=whole_number("--draft-vocab", args.draft_vocab, 16, 1_000_000),
+                           steps=whole_number("--steps", args.steps, 1, 16), k=whole_number("--k", args.k, 1, 32))
     if args.out.exists() and not args.out.is_dir():
         raise SpecvizError(f"--out {args.out}: not a folder.")
     prompts = [p.prompt for p in read_prompts(args.prompts, MAX_TRAINING_PROMPTS)]

@@ -34,7 +34,7 @@ from transformers import PreTrainedModel
 from . import trees
 from .drafters import Draft, Drafter, DraftModelDrafter
 from .events import BONUS, RESAMPLED, BatchCycle, Cycle
-from .ragged_cache import RaggedCache
+from .ragged_cache import RaggedCache, hidden_features, hidden_request
 from .request import Request, check_settings, eos_ids, make_samplers, prompt_lists, single_prompt
 from .sampling import draw_uniforms, to_host, verify_chains
 from .timing import Clock, timed_events
@@ -249,8 +249,9 @@ def _chain_pass(target, cache: RaggedCache, drafter: Drafter, live: list[Request
     # first time), right-aligned: row r's n_r + 1 next-token distributions are its last n_r + 1.
     held = cache.lengths()
     blocks = [r.tokens[have:] for r, have in zip(live, held)]
-    hidden = drafter.wants_hidden_states
-    logits, slots, padded = cache.forward(blocks, keep=width + 1, tail=tokens, tail_lengths=lengths, hidden=hidden)
+    hidden = drafter.hidden_layers
+    logits, slots, padded = cache.forward(blocks, keep=width + 1, tail=tokens, tail_lengths=lengths,
+                                          hidden_layers=hidden)
     if len(set(lengths)) > 1:
         shift = torch.tensor([width - n for n in lengths], device=device)
         rows = (shift[:, None] + torch.arange(width + 1, device=device)[None]).clamp_(max=width)
@@ -330,7 +331,7 @@ def _tree_pass(target, cache: RaggedCache, drafter: Drafter, request: Request, d
     cached = plain.get_seq_length()
     masks, position_ids = trees.tree_attention(target, parents, cached, length - cached)
     inputs = torch.cat([torch.tensor([request.tokens[cached:]], device=device), node_ids[None]], dim=1)
-    wanted = {"output_hidden_states": -1} if drafter.wants_hidden_states else {}   # after the final norm
+    wanted = hidden_request(drafter.hidden_layers)
     out = target(inputs, cache=plain, attention_mask=masks, position_ids=position_ids,
                  logits_to_keep=len(parents) + 1, **wanted)
     logits = out.logits[0]
@@ -354,7 +355,7 @@ def _tree_pass(target, cache: RaggedCache, drafter: Drafter, request: Request, d
     if wanted:   # the target's features of what it was fed before the tree, then of the accepted path
         pending = inputs.shape[1] - len(parents)
         rows = list(range(pending)) + [pending + i for i in path]
-        drafter.observe([out.hidden_states[-1][0, rows]])
+        drafter.observe([hidden_features(out, drafter.hidden_layers)[0, rows]])
     fields = dict(
         drafted=drafted, num_accepted=len(path), emitted=emitted, correction=correction, correction_kind=kind,
         correction_prob=correction_prob,

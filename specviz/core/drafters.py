@@ -51,7 +51,9 @@ class Drafter(ABC):
     name = "drafter"
     parameters = 0                    # extra parameters the drafter runs (for display)
     batchable = False                 # drafts for several requests at once (chains only)
-    wants_hidden_states = False       # the loop hands it the target's hidden states (`observe`)
+    # The target's hidden states the loop hands it (`observe`): indices into transformers'
+    # `output_hidden_states` (0 = the embeddings, -1 = the last, after the final norm), concatenated.
+    hidden_layers: tuple[int, ...] = ()
 
     def begin(self, prompt_ids: torch.Tensor) -> None:  # noqa: B027 - an optional hook, empty on purpose
         """Reset state for a new run over `prompt_ids` (1, T). The default does nothing: a stateless
@@ -77,9 +79,9 @@ class Drafter(ABC):
         default does nothing: a drafter that keeps no cache of the sequence has nothing to roll back."""
 
     def observe(self, hidden: Sequence[torch.Tensor]) -> None:  # noqa: B027 - an optional hook, empty on purpose
-        """After a chain pass, for a drafter that `wants_hidden_states`: per request, the target's last
-        hidden states (n, H) of the positions the pass fed and kept (those its cache now holds past
-        what it held before). The default does nothing."""
+        """After a pass, for a drafter with `hidden_layers`: per request, the target's hidden states of
+        those layers, concatenated (n, len(hidden_layers) * H), of the positions the pass fed and kept
+        (those its cache now holds past what it held before). The default does nothing."""
 
     def forget(self) -> None:  # noqa: B027 - an optional hook, empty on purpose
         """Drop whatever was learned from earlier requests. The default does nothing: only drafters
@@ -403,3 +405,4 @@ class SuffixDrafter(Drafter):
     def without_memory(self) -> SuffixDrafter:
         return SuffixDrafter(self.max_match, self.spec_factor, self.min_token_prob, self.budget, self.max_occurrences,
                              self.max_tokens)
+

@@ -1,26 +1,27 @@
-"""A trained draft head (EAGLE-style, Li et al. 2024, arXiv 2401.15077): one small decoder layer that
-drafts from the target's own features. At position i it reads [the target's last hidden state f_i
-(after the final norm: what the target's LM head reads), the embedding of token i+1 (the target's
-own embedding matrix, shared)] and predicts f_{i+1}; the target's LM head rows of a reduced draft
-vocabulary (the most frequent tokens of the training text, EAGLE-3's trick, mapped back to target
-ids) turn that into a draft token. Drafting the next token feeds the predicted feature back in.
+"""Drafting with a trained draft head: chains (`HeadDrafter`, alone and batched) and EAGLE-2 token
+trees (`HeadTreeDrafter`), for either network:
 
-Why it is cheap: the head is one layer where the target has many, and its output layer has a few
-thousand rows where the target's has its whole vocabulary. Why it agrees with the target: the target's
-last hidden state already holds most of what decides the next token; the head only has to carry it
-one step forward.
+- `core.eagle3.Eagle3Head` (EAGLE-3, what specviz trains and writes, in the speculators format vLLM
+  serves): reads the target's hidden states at three layers, fused;
+- `DraftHead` below (EAGLE-1 shaped, Li et al. 2024, arXiv 2401.15077: the first specviz heads, still
+  loaded for the shipped head): reads the target's last hidden state f_i (after the final norm) and
+  predicts f_{i+1}; the target's LM head rows of a reduced draft vocabulary turn it into a token.
+
+At position i a head reads (the target's feature of position i, the embedding of token i+1, the
+target's own embedding matrix, shared); drafting further it reads its own output of the step before in
+place of the target's feature. It is cheap (one layer where the target has many; a few thousand output
+rows where the target has its whole vocabulary) and agrees with the target because the target's hidden
+states already hold most of what decides the next tokens.
 
 The drafter needs the target's hidden states of the accepted positions: the decoding loop hands them
-over after each verification (`Drafter.observe`, asked for by `wants_hidden_states`). The very first
-cycle has none yet (the prompt has not been through the target), so it drafts nothing.
+over after each verification (`Drafter.observe`, the layers named by `Drafter.hidden_layers`). The very
+first cycle has none yet (the prompt has not been through the target), so it drafts nothing.
 
 Exactness: a sampled draft token is drawn from the head's warped distribution over the draft
 vocabulary, scattered into the target's vocabulary (zero elsewhere); that is the distribution it was
-drawn from, so the verification's rejection sampling stays exact.
-
-Chains (`HeadDrafter`, alone and batched) and EAGLE-2 token trees (`HeadTreeDrafter`, one request:
-depth by depth the most probable nodes grow their most probable children, one head forward per
-depth under a tree mask; verified as one-hot candidates, so exact too)."""
+drawn from, so the verification's rejection sampling stays exact. Trees: depth by depth the most
+probable nodes grow their most probable children, one head forward per depth under a tree mask;
+verified as one-hot candidates, so exact too."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from torch import nn
 
 from . import trees
 from .drafters import Draft, Drafter, no_draft
+from .eagle3 import Eagle3Head
 from .request import Request
 from .sampling import Sampler, sample_from
 
@@ -82,6 +84,16 @@ class DraftHead(nn.Module):
         self.lm_rows: torch.Tensor | None = None            # (draft_vocab, hidden): the target's LM head rows
         inv = 1.0 / (config.rope_theta ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim))
         self.register_buffer("inv_freq", inv, persistent=False)
+
+    hidden_layers = (-1,)            # the target's last hidden state, after its final norm
+
+    @property
+    def target_vocab_size(self) -> int:
+        return self.config.target_vocab_size
+
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """The target's features as this head reads them (EAGLE-3 fuses three layers here)."""
+        return features.to(self.fc.weight.dtype)
 
     def bind(self, target) -> DraftHead:
         """Share the target's embedding and take its LM head rows of the draft vocabulary."""
@@ -172,14 +184,15 @@ class HeadDrafter(Drafter):
     forward is small: batching its rows would save little on a CPU)."""
 
     batchable = True
-    wants_hidden_states = True
 
-    def __init__(self, head: DraftHead, name: str = "head"):
+    def __init__(self, head: DraftHead | Eagle3Head, name: str = "head"):
         self.head = head.eval()
         self.name = name
-        self.parameters = sum(p.numel() for p in head.parameters()) + head.lm_rows.numel()
+        self.hidden_layers = head.hidden_layers
+        borrowed = getattr(head, "lm_rows", None)           # EAGLE-1 heads take the target's LM head rows
+        self.parameters = sum(p.numel() for p in head.parameters()) + (0 if borrowed is None else borrowed.numel())
         self.states: list[_HeadState] = []
-        self._target_vocab = head.config.target_vocab_size
+        self._target_vocab = head.target_vocab_size
 
     def begin_batch(self, prompts: Sequence[list[int]]) -> None:
         self.states = [_HeadState() for _ in prompts]
@@ -187,10 +200,11 @@ class HeadDrafter(Drafter):
     def begin(self, prompt_ids: torch.Tensor) -> None:
         self.begin_batch([prompt_ids[0].tolist()])
 
+    @torch.inference_mode()
     def observe(self, hidden: Sequence[torch.Tensor]) -> None:
         for state, block in zip(self.states, hidden):
             if block.shape[0]:
-                state.features.append(block.to(self.head.fc.weight.dtype))
+                state.features.append(self.head.fuse(block))
                 state.count += block.shape[0]
 
     def rollback_batch(self, lengths: Sequence[int]) -> bool:
@@ -270,14 +284,13 @@ class HeadTreeDrafter(Drafter):
     deterministically, so verification treats them as one-hot candidates and stays exact. One request
     at a time (trees are a single request's extension)."""
 
-    wants_hidden_states = True
-
     def __init__(self, base: HeadDrafter, branch: int = 2, budget: int = 16):
         if branch < 1 or budget < 1:
             raise ValueError(f"a draft tree needs branch >= 1 and budget >= 1, got {branch} and {budget}")
         self.base, self.branch, self.budget = base, branch, budget
         self.name = f"{base.name} (tree: top-{branch}, {budget} nodes)"
         self.parameters = base.parameters
+        self.hidden_layers = base.hidden_layers
 
     def begin(self, prompt_ids: torch.Tensor) -> None:
         self.base.begin(prompt_ids)

@@ -109,6 +109,18 @@ def attention_masks(model: PreTrainedModel, seen: torch.Tensor, query_positions:
     return {"full_attention": additive(seen), "sliding_attention": sliding} if per_type else sliding
 
 
+def hidden_request(layers: Sequence[int]) -> dict:
+    """The target forward's keyword asking for these hidden states (none when `layers` is empty)."""
+    return {"output_hidden_states": list(layers)} if layers else {}
+
+
+def hidden_features(out, layers: Sequence[int]) -> torch.Tensor:
+    """The requested hidden states of a forward's output, concatenated on the last dimension."""
+    states = [out.hidden_states[i] for i in layers]
+    return states[0] if len(states) == 1 else torch.cat(states, dim=-1)
+
+
+
 class RaggedCache:
     """A batched KV cache over rows of different lengths (see the module docstring)."""
 
@@ -130,18 +142,19 @@ class RaggedCache:
         return list(self._lengths)
 
     def forward(self, blocks: Sequence[Sequence[int]], keep: int, tail: torch.Tensor | None = None,
-                tail_lengths: Sequence[int] | None = None, hidden: bool = False) -> tuple[torch.Tensor, int, int]:
+                tail_lengths: Sequence[int] | None = None,
+                hidden_layers: Sequence[int] = ()) -> tuple[torch.Tensor, int, int]:
         """Feed row r the tokens `blocks[r]` (host ids) followed by `tail[r, :tail_lengths[r]]` (ids
         already on the device, such as drafted tokens), right-aligned in one (B, W) input (a row with
         nothing to feed: one padding slot). Returns the logits of the last `keep` positions (B, keep,
         V; row r's own are its last len(blocks[r]) + tail_lengths[r]), the pass's key slots (B x
         (C + W)) and how many of them are padding or holes (computed and attended over, then
-        masked: the ragged layout's waste). With `hidden`, the target's last hidden states of the
-        fed tokens are kept for `fed_hidden` (for a drafter that drafts from them: core.head)."""
+        masked: the ragged layout's waste). With `hidden_layers`, the target's hidden states of those
+        layers (concatenated) of the fed tokens are kept for `fed_hidden` (for a drafter that drafts
+        from them: core.head)."""
         tail_lengths = list(tail_lengths) if tail is not None else [0] * len(blocks)
-        wanted = {"output_hidden_states": -1} if hidden else {}   # only the last layer's (after the final norm)
         if self.valid is None:
-            return self._forward_one(blocks[0], keep, tail, tail_lengths[0], wanted)
+            return self._forward_one(blocks[0], keep, tail, tail_lengths[0], hidden_layers)
         device, batch = self.model.device, len(blocks)
         sizes = [len(block) + extra for block, extra in zip(blocks, tail_lengths)]
         width = max(1, max(sizes))
@@ -168,9 +181,9 @@ class RaggedCache:
         key_positions[:, cached:] = positions
         masks = attention_masks(self.model, seen, positions, key_positions)
         out = self.model(ids, cache=self.cache, attention_mask=masks, position_ids=positions,
-                         logits_to_keep=keep, **wanted)
+                         logits_to_keep=keep, **hidden_request(hidden_layers))
         logits = out.logits
-        self._hidden = (out.hidden_states[-1], sizes) if hidden else None
+        self._hidden = (hidden_features(out, hidden_layers), sizes) if hidden_layers else None
         self.valid, self._device_valid = host_columns, columns
         self._lengths = [have + size for have, size in zip(self._lengths, sizes)]
         slots = host_columns.shape[0] * host_columns.shape[1]
@@ -198,19 +211,19 @@ class RaggedCache:
         return ids, columns
 
     def _forward_one(self, block: Sequence[int], keep: int, tail: torch.Tensor | None,
-                     tail_length: int, wanted: dict) -> tuple[torch.Tensor, int, int]:
+                     tail_length: int, hidden_layers: Sequence[int]) -> tuple[torch.Tensor, int, int]:
         device = self.model.device
         parts = [torch.tensor([list(block)], dtype=torch.long, device=device)] if block else []
         if tail is not None and tail_length:
             parts.append(tail[:1, :tail_length])
         ids = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
-        out = self.model(ids, cache=self.cache, logits_to_keep=keep, **wanted)
-        self._hidden = (out.hidden_states[-1], [ids.shape[1]]) if wanted else None
+        out = self.model(ids, cache=self.cache, logits_to_keep=keep, **hidden_request(hidden_layers))
+        self._hidden = (hidden_features(out, hidden_layers), [ids.shape[1]]) if hidden_layers else None
         slots = self.cache.get_seq_length()
         return out.logits, slots, 0
 
     def fed_hidden(self, counts: Sequence[int]) -> list[torch.Tensor]:
-        """After a `forward(..., hidden=True)`: per row, the last hidden states (counts[r], H) of
+        """After a `forward(..., hidden_layers=...)`: per row, the hidden states (counts[r], n * H) of
         the first counts[r] tokens it was fed (rows are right-aligned in the pass's input)."""
         states, sizes = self._hidden
         width = states.shape[1]

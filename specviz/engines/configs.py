@@ -5,8 +5,10 @@ as vLLM's `--speculative-config`.
   a hub id passes through as given (vLLM downloads a hub id itself, unless HF_HUB_OFFLINE is set).
 - `ngram` (prompt lookup) maps to vLLM's ngram proposer with specviz's match lengths (1 to 3 tokens),
   a draft model to `draft_model`; `suffix` to vLLM's suffix decoding (which needs `arctic-inference` in
-  vLLM's environment: vLLM says so if it is missing). Early exit and trees have no vLLM counterpart
-  and are refused. Any other method (eagle, eagle3, mtp, ...) passes through as JSON
+  vLLM's environment: vLLM says so if it is missing); a draft head (`head`, `head:DIR`, `head:ORG/NAME`,
+  in the speculators format: models.heads) to `eagle3` with that folder or hub id (the first specviz
+  heads, head.json, are EAGLE-1 shaped and specviz's own: refused). Early exit and trees have no vLLM
+  counterpart and are refused. Any other method (eagle, eagle3, mtp, ...) passes through as JSON
   (`--speculative-config`), its draft length set per k measured.
 """
 
@@ -14,8 +16,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..errors import SpecvizError
+from ..models.heads import CONFIG, shipped_head
 from ..models.sources import BUILTINS, DEFAULT_TARGET, Progress, builtin_source, resolve_source
 from ..settings import parse_draft
 
@@ -63,6 +67,19 @@ def model_location(spec: str | None, progress: Progress | None = None) -> str:
     return source.location
 
 
+def head_location(spec) -> str:
+    """What vLLM's eagle3 `model` gets for 'head' (the shipped head of the built-in target) or 'head:DIR'."""
+    location = spec.folder or str(shipped_head(DEFAULT_TARGET))
+    folder = Path(location).expanduser()
+    if folder.is_dir():
+        if not (folder / CONFIG).is_file():
+            raise SpecvizError(f"Draft head {location}: vLLM serves heads in the speculators format (config.json + "
+                               "model.safetensors, written by `python -m specviz train-draft`); this one is an "
+                               "older specviz head only specviz's own loop runs.")
+        return str(folder.resolve())
+    return location
+
+
 def load_json(text: str | None, example: str) -> object:
     """--speculative-config's JSON (None when not given); `example` ends the message for bad JSON."""
     if text is None or not text.strip():
@@ -99,6 +116,8 @@ def speculative_config(draft: str | None, k: int, given: dict | None = None,
         return {"method": "suffix", "num_speculative_tokens": k}
     if spec.kind == "model":
         return {"method": "draft_model", "model": model_location(spec.text, progress), "num_speculative_tokens": k}
+    if spec.kind == "head":
+        return {"method": "eagle3", "model": head_location(spec), "num_speculative_tokens": k}
     raise SpecvizError(f"vLLM has no drafter like {spec.name!r} (early exit and trees are specviz's own): use "
                        "ngram, suffix, a draft model, or --speculative-config JSON for eagle3, mtp and the others.")
 

@@ -1,9 +1,19 @@
-"""Trained draft heads on disk (core.head): a folder with `head.safetensors` (the head's own weights and
-its draft vocabulary) and `head.json` (its shape, the target it was trained for, how it was trained,
-the draft length it drafts best at). `load_head` refuses a head made for another target (hidden size,
-vocabulary, layer count), a corrupt or partial file, and says which. `save_head` writes both files
-(the weights first, the config last, each through a temporary name: an interrupted save leaves the
-previous head whole). The head shipped for the built-in target lives under assets/heads/."""
+"""Draft heads on disk, in the `speculators` format that vLLM serves (`{"method": "eagle3", "model": DIR}`):
+a folder (or a hub id) with `config.json` and `model.safetensors`.
+
+config.json: `speculators_model_type: "eagle3"`, `transformer_layer_config` (a one-layer Llama config of
+the target's width and vocabulary), `draft_vocab_size`, `target_hidden_size`, `norm_before_residual`
+(written always: vLLM assumes true when it is absent), `eagle_aux_hidden_state_layer_ids` (transformers'
+`output_hidden_states` indices), `speculators_config` (`proposal_methods[0].speculative_tokens`: the
+draft length; `verifier.name_or_path`: the target). The weights: `fc.weight`, `layers.0.*`, `norm.weight`,
+`lm_head.weight`, `d2t` (target id = draft id + d2t), `t2d`; no embedding (the target's is shared).
+specviz's own notes (how it was trained, what it measured) sit beside them in `specviz.json`.
+
+`load_head` refuses a head for another target (width, vocabulary, layers), a corrupt or partial file,
+a variant this loop does not run (fc norms, normed outputs), and says which. The first specviz heads
+(`head.json` + `head.safetensors`, EAGLE-1 shaped) still load, for the head shipped under assets/heads/
+until it is retrained; nothing writes them any more. `save_head` writes the weights first and the
+config last, each through a temporary name: an interrupted save leaves the previous head whole."""
 
 from __future__ import annotations
 
@@ -14,36 +24,115 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
-from transformers import PreTrainedModel
+from transformers import LlamaConfig, PreTrainedModel
 
 from ..catalog import ASSETS
+from ..core.eagle3 import Eagle3Head, default_layer_ids
 from ..core.head import DraftHead, HeadConfig, HeadDrafter
 from ..errors import SpecvizError
+from .sources import hub_offline
 
-FORMAT = "specviz-draft-head"
-VERSION = 1
-WEIGHTS, CONFIG = "head.safetensors", "head.json"
+CONFIG, WEIGHTS, NOTES = "config.json", "model.safetensors", "specviz.json"
+LEGACY_FORMAT, LEGACY_VERSION = "specviz-draft-head", 1
+LEGACY_CONFIG, LEGACY_WEIGHTS = "head.json", "head.safetensors"
 SHIPPED_HEADS = ASSETS / "heads"
 DEFAULT_K = 2                       # best measured for the shipped head (README: Trained draft heads)
+LAYER_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+              "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps", "rope_parameters", "attention_bias",
+              "mlp_bias", "tie_word_embeddings", "bos_token_id", "eos_token_id")
+UNSUPPORTED = ("norm_before_fc", "fc_norm", "norm_output")   # vLLM variants this loop does not run
 
 
 def shipped_head(target_name: str) -> Path:
     """The folder of the head shipped for a built-in target (refused if there is none)."""
     folder = SHIPPED_HEADS / target_name
-    if not (folder / CONFIG).is_file():
-        shipped = sorted(p.parent.name for p in SHIPPED_HEADS.glob(f"*/{CONFIG}"))
+    if not ((folder / CONFIG).is_file() or (folder / LEGACY_CONFIG).is_file()):
+        shipped = sorted({p.parent.name for name in (CONFIG, LEGACY_CONFIG) for p in SHIPPED_HEADS.glob(f"*/{name}")})
         raise SpecvizError(f"No draft head ships for {target_name}: 'head' alone is the head shipped for "
                            f"{', '.join(shipped) or 'no target'}; train one with `python -m specviz train-draft "
                            "--target ... --out DIR` and use 'head:DIR'.")
     return folder
 
 
+def head_folder(location: Path | str) -> Path:
+    """A head's folder: `location` itself, or a hub id (ORG/NAME) fetched with huggingface_hub (its
+    config.json and safetensors only)."""
+    folder = Path(location).expanduser()
+    text = str(location)
+    if folder.exists() or text.startswith((".", "/", "~")) or text.count("/") != 1:
+        if not folder.is_dir():
+            raise SpecvizError(f"Draft head {location}: no such folder.")
+        return folder
+    from huggingface_hub import snapshot_download
+    try:
+        return Path(snapshot_download(text, allow_patterns=[CONFIG, "*.safetensors", NOTES]))
+    except Exception as error:  # noqa: BLE001 - the hub raises many kinds; each becomes one message
+        offline = " HF_HUB_OFFLINE is set: only heads already in the local hub cache load." if hub_offline() else ""
+        raise SpecvizError(f"Draft head {text!r}: not a folder here, and fetching it from the Hugging Face hub "
+                           f"failed ({str(error).splitlines()[0][:200]}).{offline} Download it elsewhere and "
+                           "pass its folder, or check the id.") from None
+
+
+def _json(path: Path, folder: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise SpecvizError(f"Draft head {folder}: {path.name} is corrupt (not JSON: {error}).") from None
+    if not isinstance(data, dict):
+        raise SpecvizError(f"Draft head {folder}: {path.name} is not a JSON object.")
+    return data
+
+
+def read_config(folder: Path | str) -> dict:
+    """The head's config.json (speculators), or a first specviz head's head.json (its "format" says so)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise SpecvizError(f"Draft head {folder}: no such folder.")
+    if not (folder / CONFIG).is_file():
+        if (folder / LEGACY_CONFIG).is_file():
+            return _legacy_config(folder)
+        raise SpecvizError(f"Draft head {folder}: it has no {CONFIG} (a head folder holds {CONFIG} and {WEIGHTS} in "
+                           "the speculators format, written by `python -m specviz train-draft`).")
+    data = _json(folder / CONFIG, folder)
+    kind = data.get("speculators_model_type")
+    if kind != "eagle3":
+        raise SpecvizError(f"Draft head {folder}: {CONFIG} is not an EAGLE-3 head in the speculators format "
+                           f"(speculators_model_type {kind!r}; specviz runs 'eagle3').")
+    layer = data.get("transformer_layer_config")
+    if not isinstance(layer, dict) or layer.get("model_type", "llama") != "llama":
+        raise SpecvizError(f"Draft head {folder}: its transformer_layer_config is missing or not a Llama layer.")
+    used = [key for key in UNSUPPORTED if data.get(key)]
+    if used:
+        raise SpecvizError(f"Draft head {folder}: it uses {', '.join(used)}, which specviz's loop does not run yet.")
+    notes = _json(folder / NOTES, folder) if (folder / NOTES).is_file() else {}
+    try:
+        proposal = data["speculators_config"]["proposal_methods"][0]
+        k = int(proposal.get("speculative_tokens", DEFAULT_K))
+    except (KeyError, IndexError, TypeError, ValueError):
+        k = DEFAULT_K
+    return {**data, "k": k, "notes": notes}
+
+
+def _legacy_config(folder: Path) -> dict:
+    data = _json(folder / LEGACY_CONFIG, folder)
+    if data.get("format") != LEGACY_FORMAT:
+        raise SpecvizError(f"Draft head {folder}: {LEGACY_CONFIG} is not a specviz draft head's config.")
+    if data.get("version") != LEGACY_VERSION:
+        raise SpecvizError(f"Draft head {folder}: format version {data.get('version')!r}, this specviz reads "
+                           f"version {LEGACY_VERSION}.")
+    try:
+        data["head"] = HeadConfig(**data["head"])
+    except (KeyError, TypeError) as error:
+        raise SpecvizError(f"Draft head {folder}: {LEGACY_CONFIG} lacks the head's shape ({error}).") from None
+    return data
+
+
 def default_k(spec, target_name: str) -> int:
-    """The draft length a head found best (its config's k): the shipped head's for 'head', DIR's for
+    """The draft length a head found best (its config's): the shipped head's for 'head', DIR's for
     'head:DIR'; the shipped default when the config cannot be read (loading then says why)."""
     try:
         folder = spec.folder or shipped_head(target_name)
-        return int(read_config(folder).get("k", DEFAULT_K))
+        return int(read_config(folder).get("k", DEFAULT_K)) if Path(folder).is_dir() else DEFAULT_K
     except (SpecvizError, ValueError, TypeError):
         return DEFAULT_K
 
@@ -53,85 +142,149 @@ def target_shape(target: PreTrainedModel) -> dict:
     return {"hidden_size": config.hidden_size, "vocab_size": config.vocab_size, "layers": config.num_hidden_layers}
 
 
-def read_config(folder: Path | str) -> dict:
-    folder = Path(folder)
-    path = folder / CONFIG
-    if not folder.is_dir():
-        raise SpecvizError(f"Draft head {folder}: no such folder.")
-    if not path.is_file():
-        raise SpecvizError(f"Draft head {folder}: it has no {CONFIG} (a head folder holds {CONFIG} and {WEIGHTS}, "
-                           "written by `python -m specviz train-draft`).")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as error:
-        raise SpecvizError(f"Draft head {folder}: {CONFIG} is corrupt (not JSON: {error}).") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise SpecvizError(f"Draft head {folder}: {CONFIG} is not a specviz draft head's config.")
-    if data.get("version") != VERSION:
-        raise SpecvizError(f"Draft head {folder}: format version {data.get('version')!r}, this specviz reads "
-                           f"version {VERSION}.")
-    try:
-        data["head"] = HeadConfig(**data["head"])
-    except (KeyError, TypeError) as error:
-        raise SpecvizError(f"Draft head {folder}: {CONFIG} lacks the head's shape ({error}).") from None
-    return data
-
-
-def check_target(data: dict, target: PreTrainedModel, folder, target_name: str) -> None:
-    trained_for = data.get("target", {})
-    actual = target_shape(target)
+def _refuse_mismatch(folder, trained_for: dict, actual: dict, target_name: str, made_for: str) -> None:
     labels = {"hidden_size": "hidden size", "vocab_size": "vocabulary", "layers": "layer count"}
     differ = [f"{labels[key]} {trained_for.get(key)} (the target's: {actual[key]})"
-              for key in labels if trained_for.get(key) != actual[key]]
+              for key in labels if key in trained_for and trained_for[key] != actual[key]]
     if differ:
-        raise SpecvizError(f"Draft head {folder} was trained for {trained_for.get('name', 'another target')}, not "
-                           f"{target_name}: {', '.join(differ)}. Train a head for this target with "
-                           "`python -m specviz train-draft`.")
+        raise SpecvizError(f"Draft head {folder} was trained for {made_for}, not {target_name}: {', '.join(differ)}. "
+                           "Train a head for this target with `python -m specviz train-draft`.")
 
 
-def load_head(folder: Path | str, target: PreTrainedModel, *, target_name: str = "the target",
-              name: str | None = None) -> HeadDrafter:
-    """The drafter of the head in `folder`, bound to `target` (its embedding and LM head rows shared)."""
-    folder = Path(folder)
-    data = read_config(folder)
-    check_target(data, target, folder, target_name)
-    weights = folder / WEIGHTS
-    if not weights.is_file():
-        raise SpecvizError(f"Draft head {folder}: {WEIGHTS} is missing.")
-    try:
-        state = load_file(str(weights))
-    except (SafetensorError, OSError, ValueError) as error:
-        raise SpecvizError(f"Draft head {folder}: {WEIGHTS} is corrupt or partial ({error}).") from None
-    head = DraftHead(data["head"])
-    expected = head.state_dict()
+def _weights(folder: Path, names: list[str]) -> dict[str, torch.Tensor]:
+    files = [folder / n for n in names if (folder / n).is_file()] or sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise SpecvizError(f"Draft head {folder}: {names[0]} is missing.")
+    state = {}
+    for path in files:
+        try:
+            state.update(load_file(str(path)))
+        except (SafetensorError, OSError, ValueError) as error:
+            raise SpecvizError(f"Draft head {folder}: {path.name} is corrupt or partial ({error}).") from None
+    return state
+
+
+def _check_keys(folder: Path, expected: dict, state: dict, file: str) -> None:
     missing, unknown = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
     wrong = sorted(key for key in set(expected) & set(state) if expected[key].shape != state[key].shape)
     if missing or wrong or unknown:
-        raise SpecvizError(f"Draft head {folder}: {WEIGHTS} is partial or for another shape "
+        raise SpecvizError(f"Draft head {folder}: {file} is partial or for another shape "
                            f"(missing: {', '.join(missing) or 'none'}; wrong shape: {', '.join(wrong) or 'none'}; "
                            f"unknown: {', '.join(unknown) or 'none'}).")
+
+
+def eagle3_head(data: dict, target: PreTrainedModel | None = None) -> Eagle3Head:
+    """An (untrained) head of the shape config.json describes."""
+    layer = LlamaConfig(**{key: value for key, value in data["transformer_layer_config"].items()
+                           if key not in ("architectures", "model_type")})
+    layers = data.get("eagle_aux_hidden_state_layer_ids")
+    if not layers:
+        if target is None:
+            raise SpecvizError("A head without eagle_aux_hidden_state_layer_ids needs its target to default them.")
+        layers = default_layer_ids(target_shape(target)["layers"])
+    return Eagle3Head(layer, draft_vocab_size=int(data.get("draft_vocab_size") or layer.vocab_size),
+                      target_hidden_size=int(data.get("target_hidden_size") or layer.hidden_size),
+                      layer_ids=tuple(int(i) for i in layers),
+                      norm_before_residual=bool(data.get("norm_before_residual", True)))
+
+
+def _speculators_state(state: dict, head: Eagle3Head) -> dict:
+    """Other writers' names to the speculators ones ('model.' prefixes, EAGLE's 'midlayer.'); no
+    embedding (the target's is used); d2t / t2d made when a full-vocabulary head has none."""
+    renamed = {}
+    for key, value in state.items():
+        key = key.removeprefix("model.").replace("midlayer.", "layers.0.")
+        if key != "embed_tokens.weight":
+            renamed[key] = value
+    if "d2t" not in renamed and head.draft_vocab_size == head.target_vocab_size:
+        renamed["d2t"] = torch.zeros(head.draft_vocab_size, dtype=torch.long)
+    if "t2d" not in renamed and "d2t" in renamed:
+        t2d = torch.zeros(head.target_vocab_size, dtype=torch.bool)
+        t2d[torch.arange(head.draft_vocab_size) + renamed["d2t"].long()] = True
+        renamed["t2d"] = t2d
+    return renamed
+
+
+def load_head(location: Path | str, target: PreTrainedModel, *, target_name: str = "the target",
+              name: str | None = None) -> HeadDrafter:
+    """The drafter of the head in `location` (a folder or a hub id), bound to `target`."""
+    folder = head_folder(location)
+    data = read_config(folder)
+    if data.get("format") == LEGACY_FORMAT:
+        head = _load_legacy(folder, data, target, target_name)
+    else:
+        head = _load_eagle3(folder, data, target, target_name)
+    drafter = HeadDrafter(head, name=name or f"head:{location}")
+    drafter.default_k = int(data.get("k", DEFAULT_K))
+    drafter.trained = data.get("trained") or data.get("notes", {}).get("trained", {})
+    return drafter
+
+
+def _load_eagle3(folder: Path, data: dict, target: PreTrainedModel, target_name: str) -> Eagle3Head:
+    head = eagle3_head(data, target)
+    actual = target_shape(target)
+    verifier = (data.get("speculators_config") or {}).get("verifier") or {}
+    _refuse_mismatch(folder, {"hidden_size": head.target_hidden_size, "vocab_size": head.target_vocab_size},
+                     actual, target_name, verifier.get("name_or_path") or "another target")
+    if max(head.hidden_layers) > actual["layers"] or min(head.hidden_layers) < 0:
+        raise SpecvizError(f"Draft head {folder} reads the target's hidden states {list(head.hidden_layers)}; "
+                           f"{target_name} has {actual['layers'] + 1} (0 to {actual['layers']}).")
+    state = _speculators_state(_weights(folder, [WEIGHTS]), head)
+    _check_keys(folder, head.state_dict(), state, WEIGHTS)
+    d2t = state["d2t"].long()
+    ids = torch.arange(d2t.numel()) + d2t
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= head.target_vocab_size):
+        raise SpecvizError(f"Draft head {folder}: its draft vocabulary (d2t) maps to ids outside the target's.")
+    head.load_state_dict({**state, "d2t": d2t})
+    head = head.to(device=target.device, dtype=target.dtype).refresh_vocab().bind(target)
+    return head
+
+
+def _load_legacy(folder: Path, data: dict, target: PreTrainedModel, target_name: str) -> DraftHead:
+    _refuse_mismatch(folder, data.get("target", {}), target_shape(target), target_name,
+                     data.get("target", {}).get("name", "another target"))
+    head = DraftHead(data["head"])
+    state = _weights(folder, [LEGACY_WEIGHTS])
+    _check_keys(folder, head.state_dict(), state, LEGACY_WEIGHTS)
     vocab = state["vocab"]
     if vocab.numel() and (int(vocab.min()) < 0 or int(vocab.max()) >= data["head"].target_vocab_size):
         raise SpecvizError(f"Draft head {folder}: its draft vocabulary maps to ids outside the target's.")
     head.load_state_dict(state)
-    head = head.to(device=target.device, dtype=target.dtype).bind(target)
-    drafter = HeadDrafter(head, name=name or f"head:{folder}")
-    drafter.default_k = int(data.get("k", DEFAULT_K))
-    drafter.trained = data.get("trained", {})
-    return drafter
+    return head.to(device=target.device, dtype=target.dtype).bind(target)
 
 
-def save_head(head: DraftHead, folder: Path | str, *, target: PreTrainedModel, target_name: str, trained: dict,
-              k: int = DEFAULT_K) -> None:
+def speculators_config(head: Eagle3Head, *, verifier: str, k: int, dtype: torch.dtype) -> dict:
+    """config.json for `head` (module docstring)."""
+    dtype_name = str(dtype).removeprefix("torch.")
+    full = head.layer_config.to_dict()
+    layer = {key: full[key] for key in LAYER_KEYS if key in full}
+    layer.update(num_hidden_layers=1, architectures=["LlamaForCausalLM"], model_type="llama", dtype=dtype_name,
+                 rope_theta=full.get("rope_parameters", {}).get("rope_theta", 10000.0))   # for older readers
+    return {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
+            "speculators_version": "0.3.0", "torch_dtype": dtype_name,
+            "transformer_layer_config": layer, "draft_vocab_size": head.draft_vocab_size,
+            "target_hidden_size": head.target_hidden_size, "norm_before_residual": head.norm_before_residual,
+            "eagle_aux_hidden_state_layer_ids": list(head.hidden_layers),
+            "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
+                                   "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": k}],
+                                   "verifier": {"name_or_path": verifier, "architectures": ["LlamaForCausalLM"]}}}
+
+
+def _write(path: Path, write) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    write(temporary)
+    os.replace(temporary, path)
+
+
+def save_head(head: Eagle3Head, folder: Path | str, *, target_name: str, trained: dict, k: int = DEFAULT_K,
+              verifier: str | None = None) -> None:
+    """Write the head in the speculators format, its weights in the dtype they have (the dtype trained)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     state = {key: value.detach().to("cpu").contiguous() for key, value in head.state_dict().items()}
-    state = {key: value if key == "vocab" else value.to(torch.bfloat16) for key, value in state.items()}
-    temporary = folder / (WEIGHTS + ".tmp")
-    save_file(state, str(temporary))
-    os.replace(temporary, folder / WEIGHTS)
-    config = {"format": FORMAT, "version": VERSION, "head": head.config.to_dict(),
-              "target": {"name": target_name, **target_shape(target)}, "k": k, "trained": trained}
-    temporary = folder / (CONFIG + ".tmp")
-    temporary.write_text(json.dumps(config, indent=1), encoding="utf-8")
-    os.replace(temporary, folder / CONFIG)
+    dtype = head.fc.weight.dtype
+    _write(folder / WEIGHTS, lambda path: save_file(state, str(path)))
+    notes = {"target": target_name, "k": k, "trained": trained}
+    _write(folder / NOTES, lambda path: path.write_text(json.dumps(notes, indent=1), encoding="utf-8"))
+    config = speculators_config(head, verifier=verifier or target_name, k=k, dtype=dtype)
+    _write(folder / CONFIG, lambda path: path.write_text(json.dumps(config, indent=1), encoding="utf-8"))

@@ -1,16 +1,18 @@
-"""Training a draft head (core.head) for a target, from the target itself (self-distillation):
+"""Training an EAGLE-3 draft head (core.eagle3) for a target, from the target itself (self-distillation):
 
 1. The target writes the training text: its own greedy continuations of the prompts, in batches
    (core.plain's batched decoding). Saved as `sequences.json` in the output folder.
-2. One target forward per sequence gives, at every position, its last hidden state (the head's
-   input) and its argmax (the head's label: what the target would choose there).
-3. The draft vocabulary: the most frequent labels (at most `draft_vocab` of them).
-4. Training: the head reads (f_i, token i+1) and predicts f_{i+1} (smooth L1) and the target's token at
-   i+2 (cross-entropy over the draft vocabulary). A second pass trains the second drafting step: it
-   reads its own predicted feature where drafting has no target feature, and sees the earlier
-   positions' true ones (`DraftHead.forward(context=...)`). Each epoch ends with the held-out top-1
-   agreement with the target (the first step's and the second's), and the head saved: Ctrl-C keeps
-   the last finished epoch, and a second run with the same folder resumes from it.
+2. One target forward per few sequences gives, at every position, its hidden states at the head's
+   three layers (the head's input) and its next-token distribution, kept as its top `top_k`
+   probabilities (the soft targets; the argmax is the top-1 label).
+3. The draft vocabulary: the most frequent top-1 labels of the replies (at most `draft_vocab`).
+4. Training, on whole sequences at their real positions (no windows cut from position 0): the
+   training-time test unrolls `steps` drafting steps (`Eagle3Head.unrolled`: step s reads step
+   s - 1's own output, as drafting does), each scored by cross-entropy against the target's
+   distribution over the draft vocabulary, step s weighted 0.8^s. Only the replies' positions are
+   scored (the prompt is read as context). Each epoch ends with the held-out top-1 agreement with the
+   target per step, and the head saved in the speculators format, in the dtype trained (fp32): Ctrl-C
+   keeps the last finished epoch, and a second run with the same folder resumes from it.
 
 `train_head` yields one `Progress` per report; the command line and the app render them."""
 
@@ -28,7 +30,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..core.head import DraftHead, HeadConfig
+from transformers import LlamaConfig
+
+from ..core.eagle3 import Eagle3Head, default_layer_ids
 from ..core.plain import batched_autoregressive_decode
 from ..errors import SpecvizError
 from ..models import encode_prompt
@@ -36,8 +40,9 @@ from ..models.heads import save_head
 
 MIN_TRAINING_TOKENS = 2_000       # below this a head learns nothing worth drafting with
 HELD_OUT = 0.1                    # share of sequences kept for measuring agreement
-WINDOW = 128                      # training windows (positions) per sequence chunk
+MAX_LENGTH = 768                  # positions of a sequence trained on (longer ones are cut)
 FEATURE_BATCH = 8                 # sequences per target forward when collecting features
+STEP_WEIGHT = 0.8                 # the training-time test's step s counts 0.8^s
 SEQUENCES, STATE = "sequences.json", "training.pt"
 
 
@@ -49,11 +54,13 @@ class TrainOptions:
     batch: int = 64                   # prompts generated together (measured here: 569 tokens/s at 64, bf16)
     epochs: int = 8
     draft_vocab: int = 8192
-    intermediate: int = 1024          # the head's MLP width
+    intermediate: int = 1536          # the head's MLP width
     lr: float = 1e-3
-    train_batch: int = 8              # windows per optimizer step
+    train_batch: int = 4              # sequences per optimizer step
     seed: int = 0
-    k: int = 2                        # the draft length written as the head's default
+    k: int = 3                        # the draft length written as the head's default
+    steps: int = 3                    # drafting steps unrolled in training (the training-time test)
+    top_k: int = 16                   # the target's most probable tokens kept per position (soft targets)
 
 
 @dataclass(frozen=True)
@@ -96,17 +103,20 @@ def generate_sequences(target, tokenizer, prompts: Sequence[str], options: Train
 
 
 @torch.inference_mode()
-def batched_target_features(target, sequences: Sequence[list[int]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per sequence, (n, H) the target's last hidden states (after its final norm) and (n,) its argmax at
-    each position, from one forward over all: right-padded, so that no real position sees a padding one
-    (attention is causal) and each row's features are its own alone."""
+def batched_target_features(target, sequences: Sequence[list[int]], layers: Sequence[int], top_k: int
+                            ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Per sequence: (n, len(layers) * H) the target's hidden states at `layers` (bf16), and its top_k
+    next-token probabilities (n, top_k) (bf16) and their ids (n, top_k), from one forward over all:
+    right-padded, so that no real position sees a padding one (attention is causal)."""
     width = max(len(s) for s in sequences)
     ids = torch.zeros(len(sequences), width, dtype=torch.long)
     for row, sequence in enumerate(sequences):
         ids[row, :len(sequence)] = torch.tensor(sequence)
-    out = target(ids.to(target.device), output_hidden_states=-1)
-    states, labels = out.hidden_states[-1].to("cpu", torch.bfloat16), out.logits.argmax(dim=-1).cpu()
-    return [(states[row, :len(s)], labels[row, :len(s)]) for row, s in enumerate(sequences)]
+    out = target(ids.to(target.device), output_hidden_states=list(layers))
+    states = torch.cat([out.hidden_states[i] for i in layers], dim=-1).to("cpu", torch.bfloat16)
+    top = torch.softmax(out.logits.float(), dim=-1).topk(top_k, dim=-1)
+    probs, top_ids = top.values.to("cpu", torch.bfloat16), top.indices.cpu().int()
+    return [(states[row, :len(s)], probs[row, :len(s)], top_ids[row, :len(s)]) for row, s in enumerate(sequences)]
 
 
 def choose_vocab(labels: Sequence[torch.Tensor], size: int, always: Sequence[int] = ()) -> torch.Tensor:
@@ -127,7 +137,7 @@ def bigram_baseline(train_tokens, train_labels, test_tokens, test_labels, train_
                     test_starts=None) -> tuple[float, float]:
     """Held-out agreement of two baselines: always the most frequent label; the most frequent label
     after the current token (a drafter that knows only the last token). Scored where the head is
-    (`_windows`): the labels from each sequence's `starts` entry (its prompt's length) on."""
+    (`_examples`): the labels from each sequence's `starts` entry (its prompt's length) on."""
     counts, after = Counter(), {}
     for tokens, labels, start in zip(train_tokens, train_labels, train_starts or [1] * len(train_tokens)):
         start = max(start, 1)
@@ -146,67 +156,55 @@ def bigram_baseline(train_tokens, train_labels, test_tokens, test_labels, train_
     return hits_top / max(total, 1), hits_after / max(total, 1)
 
 
-def _windows(tokens: torch.Tensor, features: torch.Tensor, labels: torch.Tensor, prompt_length: int = 0
-             ) -> list[tuple]:
-    """A sequence of n tokens as training examples, cut into windows: position i reads (f_i, token
-    i+1) and is scored against f_{i+1} and label i+1 (the target's token at i+2), i = 0..n-2. Only
-    labels of the response count (label i+1 with i+1 >= the prompt's length: the tokens a head
-    drafts; the prompt's positions are still read, as the head's context): a fixed chat template
-    and system prompt are easy to learn and would inflate the agreement."""
-    n = tokens.shape[0]
-    out = []
-    for start in range(0, n - 1, WINDOW):
-        end = min(start + WINDOW, n - 1)
-        response = torch.arange(start + 1, end + 1) >= prompt_length
-        out.append((start, features[start:end], tokens[start + 1:end + 1], features[start + 1:end + 1],
-                    labels[start + 1:end + 1], response))
-    return out
+def _examples(tokens: torch.Tensor, aux: torch.Tensor, probs: torch.Tensor, ids: torch.Tensor,
+              prompt_length: int = 0) -> tuple:
+    """A sequence of n tokens as one example at its real positions: position i reads (h_i, token i+1)
+    and is scored against the target's distribution at i+1 (its choice of token i+2), i = 0..n-2;
+    only replies are scored (i+1 >= the prompt's length: a fixed chat template and system prompt are
+    easy to learn and would inflate the agreement)."""
+    n = min(tokens.shape[0], MAX_LENGTH)
+    scored = torch.arange(1, n) >= prompt_length
+    return aux[:n - 1], tokens[1:n], probs[1:n], ids[1:n], scored
 
 
-def _batch(windows: list[tuple], index: torch.Tensor, device, dtype):
-    length = max(w[1].shape[0] for w in windows)
+def _batch(examples: list[tuple], index: torch.Tensor, device, dtype):
+    """Right-padded tensors of a few sequences; soft targets as (draft ids, probabilities) with ids
+    outside the draft vocabulary at probability 0 (they cannot be drafted)."""
+    length = max(e[0].shape[0] for e in examples)
 
     def pad(tensors, value=0):
         return torch.stack([F.pad(t, (0, 0, 0, length - t.shape[0]) if t.dim() == 2 else (0, length - t.shape[0]),
                                   value=value) for t in tensors]).to(device)
 
-    features = pad([w[1] for w in windows]).to(dtype)
-    tokens = pad([w[2] for w in windows])
-    next_features = pad([w[3] for w in windows]).to(dtype)
-    # Out of the draft vocabulary or in the prompt: not trained on (a miss when scored).
-    labels = pad([torch.where(w[5], index[w[4]], -100) for w in windows], value=-100)
-    mask = pad([torch.ones(w[1].shape[0]) for w in windows]).bool()
-    scored = pad([w[5] for w in windows], value=False)
-    return features, tokens, next_features, labels, mask, scored
+    aux = pad([e[0] for e in examples]).to(dtype)
+    tokens = pad([e[1] for e in examples])
+    draft_ids = pad([index[e[3].long()] for e in examples], value=-100)
+    probs = pad([e[2].float() for e in examples]).masked_fill(draft_ids < 0, 0.0)
+    label = pad([index[e[3][:, 0].long()] for e in examples], value=-100)     # the target's argmax, in draft ids
+    scored = pad([e[4] for e in examples], value=False)
+    return aux, tokens, draft_ids, probs, label, scored
 
 
-def head_losses(head: DraftHead, batch, two_steps: bool = True):
-    """(loss, first-step hits, second-step hits, scored positions, second-step scored positions)."""
-    features, tokens, next_features, labels, mask, response = batch
-    out, context = head(features, tokens)
-    logits = head.logits(out).float()
-    loss = _cross_entropy(logits, labels)
-    loss = loss + 0.2 * F.smooth_l1_loss(out[mask].float(), next_features[mask].float())
-    hits = ((logits.argmax(-1) == labels) & (labels >= 0)).sum()
-    scored = response.sum()
-    hits2 = scored2 = torch.zeros((), dtype=torch.long)
-    if two_steps and features.shape[1] > 1:
-        # The second drafting step at position j reads the first step's prediction of f_j.
-        predicted = torch.cat([features[:, :1], out[:, :-1]], dim=1)
-        out2, _ = head(predicted, tokens, context=context)
-        logits2 = head.logits(out2[:, 1:]).float()
-        labels2 = labels[:, 1:]
-        loss = loss + 0.6 * _cross_entropy(logits2, labels2)
-        hits2 = ((logits2.argmax(-1) == labels2) & (labels2 >= 0)).sum()
-        scored2 = response[:, 1:].sum()
-    return loss, hits, hits2, scored, scored2
-
-
-def _cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean over the labelled positions; zero (not NaN) for a window of prompt positions only."""
-    if not bool((labels >= 0).any()):
-        return logits.sum() * 0.0
-    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+def head_losses(head: Eagle3Head, batch, steps: int):
+    """(loss, per-step top-1 hits (steps,), per-step scored positions (steps,)) of the training-time test."""
+    aux, tokens, draft_ids, probs, label, scored = batch
+    outs = head.unrolled(head.fuse(aux), tokens, steps)
+    loss = aux.new_zeros((), dtype=torch.float32)
+    hits, counts = torch.zeros(steps, dtype=torch.long), torch.zeros(steps, dtype=torch.long)
+    mass = probs.sum(-1, keepdim=True)
+    for step, out in enumerate(outs):
+        valid = scored.clone()
+        valid[:, :step] = False                       # no chain of this depth starts before position 0
+        logp = torch.log_softmax(head.logits(out).float(), dim=-1)
+        # Soft cross-entropy against the target's distribution over the draft vocabulary (renormalised).
+        picked = logp.gather(-1, draft_ids.clamp(min=0))
+        per_position = -(picked * probs).sum(-1) / mass.squeeze(-1).clamp(min=1e-6)
+        weight = valid & (mass.squeeze(-1) > 0)
+        if bool(weight.any()):
+            loss = loss + STEP_WEIGHT ** step * per_position[weight].mean()
+        hits[step] = ((logp.argmax(-1) == label) & (label >= 0) & valid).sum()
+        counts[step] = valid.sum()
+    return loss, hits, counts
 
 
 # ----------------------------------------------------------------------------- the whole run
@@ -250,55 +248,67 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
                            f"at least {MIN_TRAINING_TOKENS} tokens in 2 sequences ({short} more tokens): give more "
                            "prompts, more --tokens or more --minutes.")
 
-    # 2. Features and labels, one target forward per few sequences.
-    tokens, features, labels = [], [], []
+    # 2. Features and soft targets, one target forward per few sequences.
+    config = target.config.get_text_config()
+    layers = default_layer_ids(config.num_hidden_layers)
+    tokens, features, probs, top_ids = [], [], [], []
     for i in range(0, len(sequences), FEATURE_BATCH):
-        for sequence, (f, lab) in zip(sequences[i:i + FEATURE_BATCH],
-                                      batched_target_features(target, sequences[i:i + FEATURE_BATCH])):
-            tokens.append(torch.tensor(sequence)), features.append(f), labels.append(lab)
+        batch = [s[:MAX_LENGTH] for s in sequences[i:i + FEATURE_BATCH]]
+        for sequence, (f, p, ids) in zip(batch, batched_target_features(target, batch, layers, options.top_k)):
+            tokens.append(torch.tensor(sequence)), features.append(f), probs.append(p), top_ids.append(ids)
         if i % (4 * FEATURE_BATCH) == 0 or len(tokens) == len(sequences):
             yield Progress("features", len(tokens) / len(sequences),
                            f"target features of {len(tokens)}/{len(sequences)} sequences")
+    labels = [ids[:, 0].long() for ids in top_ids]
     held = max(1, int(len(sequences) * HELD_OUT))
     train_part, test_part = slice(held, None), slice(0, held)
 
-    # 3. The draft vocabulary and the head.
-    vocab_size = target.config.get_text_config().vocab_size
+    # 3. The draft vocabulary and the head; its final norm and output rows start as the target's own.
+    vocab_size = config.vocab_size
     responses = [lab[length:] for lab, length in zip(labels[train_part], prompt_lengths[train_part])]
     vocab = choose_vocab(responses, options.draft_vocab, always=list(eos))
     index = torch.full((vocab_size,), -100, dtype=torch.long)
     index[vocab] = torch.arange(vocab.numel())
-    config = target.config.get_text_config()
-    head_config = HeadConfig(hidden_size=config.hidden_size, num_heads=config.num_attention_heads,
-                             intermediate_size=options.intermediate, target_vocab_size=vocab_size,
-                             target_layers=config.num_hidden_layers, draft_vocab_size=vocab.numel(),
-                             rms_norm_eps=getattr(config, "rms_norm_eps", 1e-5),
-                             rope_theta=float(getattr(config, "rope_theta", None) or 10000.0))
-    head = DraftHead(head_config)
-    head.vocab.copy_(vocab)
+    layer_config = LlamaConfig(vocab_size=vocab_size, hidden_size=config.hidden_size,
+                               intermediate_size=options.intermediate, num_hidden_layers=1,
+                               num_attention_heads=config.num_attention_heads,
+                               num_key_value_heads=getattr(config, "num_key_value_heads", None)
+                               or config.num_attention_heads,
+                               head_dim=getattr(config, "head_dim", None),
+                               max_position_embeddings=config.max_position_embeddings,
+                               rms_norm_eps=getattr(config, "rms_norm_eps", 1e-5),
+                               rope_parameters=getattr(config, "rope_parameters", None))
+    head = Eagle3Head(layer_config, draft_vocab_size=vocab.numel(), target_hidden_size=config.hidden_size,
+                      layer_ids=layers, norm_before_residual=False)
+    head.set_vocab(vocab)
+    with torch.no_grad():
+        head.lm_head.weight.copy_(target.get_output_embeddings().weight[vocab.to(device)].float().cpu())
+        final_norm = getattr(target.get_decoder(), "norm", None)
+        if final_norm is not None and final_norm.weight.shape == head.norm.weight.shape:
+            head.norm.weight.copy_(final_norm.weight.float().cpu())
     head = head.to(device=device, dtype=torch.float32).bind(target)
-    head.lm_rows = head.lm_rows.float()
+    shape = {"layers": list(layers), "draft_vocab": vocab.numel(), "intermediate": options.intermediate}
     optimizer = torch.optim.AdamW(head.parameters(), lr=options.lr, weight_decay=0.0)
     history, first_epoch = [], 0
     state_path = out / STATE
     if state_path.is_file():
         saved = torch.load(state_path, weights_only=False)
-        if saved["vocab"].tolist() == vocab.tolist() and saved["config"] == head_config.to_dict():
+        if saved["vocab"].tolist() == vocab.tolist() and saved.get("shape") == shape:
             head.load_state_dict(saved["head"])
             optimizer.load_state_dict(saved["optimizer"])
             history, first_epoch = saved["history"], saved["epoch"]
             yield Progress("train", 0.0, f"resuming after epoch {first_epoch}", epoch=first_epoch, history=history)
 
-    train_windows = [w for part in zip(tokens[train_part], features[train_part], labels[train_part],
-                                       prompt_lengths[train_part]) for w in _windows(*part)]
-    test_windows = [w for part in zip(tokens[test_part], features[test_part], labels[test_part],
-                                      prompt_lengths[test_part]) for w in _windows(*part)]
+    train_examples = [_examples(*part) for part in zip(tokens[train_part], features[train_part], probs[train_part],
+                                                       top_ids[train_part], prompt_lengths[train_part])]
+    test_examples = [_examples(*part) for part in zip(tokens[test_part], features[test_part], probs[test_part],
+                                                      top_ids[test_part], prompt_lengths[test_part])]
     _, baseline = bigram_baseline(tokens[train_part], labels[train_part], tokens[test_part], labels[test_part],
                                   prompt_lengths[train_part], prompt_lengths[test_part])
-    steps_per_epoch = math.ceil(len(train_windows) / options.train_batch)
+    steps_per_epoch = math.ceil(len(train_examples) / options.train_batch)
     total_steps = steps_per_epoch * options.epochs
     trained = dict(sequences=len(sequences), tokens=total, draft_vocab=vocab.numel(), held_out_sequences=held,
-                   baseline=baseline)
+                   baseline=baseline, steps=options.steps, top_k=options.top_k, dtype="float32")
     rng = random.Random(options.seed)
     warmup = max(1, min(50, total_steps // 10))
 
@@ -307,7 +317,7 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
         if time.monotonic() > deadline and history:
             break
         head.train()
-        rng.shuffle(train_windows)
+        rng.shuffle(train_examples)
         losses = []
         for step in range(steps_per_epoch):
             global_step = epoch * steps_per_epoch + step
@@ -316,9 +326,9 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
             lr = options.lr * min(1.0, (global_step + 1) / warmup) * decay
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            chunk = train_windows[step * options.train_batch:(step + 1) * options.train_batch]
+            chunk = train_examples[step * options.train_batch:(step + 1) * options.train_batch]
             with torch.enable_grad():
-                loss, *_ = head_losses(head, _batch(chunk, index, device, torch.float32))
+                loss, *_ = head_losses(head, _batch(chunk, index, device, torch.float32), options.steps)
                 optimizer.zero_grad()
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -330,14 +340,15 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
                                epoch=epoch + 1, loss=losses[-1], baseline=baseline, history=list(history))
             if time.monotonic() > deadline and history:
                 break
-        agreement, agreement2 = evaluate(head, test_windows, index, device)
+        per_step = evaluate(head, test_examples, index, device, options.steps)
+        agreement, agreement2 = per_step[0], per_step[1] if len(per_step) > 1 else 0.0
         history.append((epoch + 1, sum(losses) / len(losses), agreement, agreement2))
         head.eval()
-        save_head(head, out, target=target, target_name=target_name, k=options.k,
-                  trained={**trained, "epochs": epoch + 1, "history": history,
+        save_head(head, out, target_name=target_name, k=options.k, verifier=target_name,
+                  trained={**trained, "epochs": epoch + 1, "history": history, "agreement_per_step": per_step,
                            "minutes": round((time.monotonic() - started) / 60, 2)})
         torch.save({"head": head.state_dict(), "optimizer": optimizer.state_dict(), "history": history,
-                    "epoch": epoch + 1, "vocab": vocab, "config": head_config.to_dict()}, state_path)
+                    "epoch": epoch + 1, "vocab": vocab, "shape": shape}, state_path)
         yield Progress("epoch", 1.0, f"epoch {epoch + 1}: loss {history[-1][1]:.3f}, held-out agreement "
                        f"{agreement:.1%} (second token {agreement2:.1%}; the last token's most frequent "
                        f"follower {baseline:.1%})", epoch=epoch + 1, loss=history[-1][1], agreement=agreement,
@@ -349,11 +360,12 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
 
 
 @torch.inference_mode()
-def evaluate(head: DraftHead, windows: list[tuple], index: torch.Tensor, device) -> tuple[float, float]:
-    """Held-out top-1 agreement with the target: of the first drafting step, of the second."""
+def evaluate(head: Eagle3Head, examples: list[tuple], index: torch.Tensor, device, steps: int) -> list[float]:
+    """Held-out top-1 agreement with the target of each drafting step (step s from the head's own
+    outputs of the steps before)."""
     head.eval()
-    hits = hits2 = scored = scored2 = 0
-    for start in range(0, len(windows), 32):
-        _, h, h2, s, s2 = head_losses(head, _batch(windows[start:start + 32], index, device, torch.float32))
-        hits, hits2, scored, scored2 = hits + int(h), hits2 + int(h2), scored + int(s), scored2 + int(s2)
-    return hits / max(scored, 1), hits2 / max(scored2, 1)
+    hits, counts = torch.zeros(steps, dtype=torch.long), torch.zeros(steps, dtype=torch.long)
+    for start in range(0, len(examples), 8):
+        _, h, c = head_losses(head, _batch(examples[start:start + 8], index, device, torch.float32), steps)
+        hits, counts = hits + h, counts + c
+    return [int(h) / max(int(c), 1) for h, c in zip(hits, counts)]

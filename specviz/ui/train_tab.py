@@ -35,10 +35,12 @@ RACE_JS = "() => { setTimeout(() => document.querySelector('#run').click(), 300)
 
 def build_train_tab(*, loader: Loader, run_tab=None, tabs: gr.Tabs | None = None) -> None:
     """The tab; with the Run tab's `RunTab` and the `tabs`, a finished head is raced in one click."""
-    gr.Markdown("Train a **draft head** for a target from the target's own text: the target writes its "
-                "continuations of the prompts, its last hidden states are collected, and a one-layer head "
-                "learns to carry them one token forward. The head is saved after every epoch; when training "
-                "ends, one click races it in the Run tab (or type `head:FOLDER` there as the draft model).")
+    gr.Markdown("Train an **EAGLE-3 draft head** for a target from the target's own text: the target writes "
+                "its continuations of the prompts, its hidden states at a low, a middle and a high layer are "
+                "collected, and a one-layer head learns to draft the next tokens from them, three steps deep. "
+                "The head is saved after every epoch in the speculators format (the same folder serves on vLLM "
+                "as `{\"method\": \"eagle3\", \"model\": FOLDER}`); when training ends, one click races it "
+                "in the Run tab (or type `head:FOLDER` there as the draft model).")
     with gr.Row():
         target = gr.Textbox("", label="Target (empty: the built-in SmolLM2-135M-Instruct)", elem_id="train-target")
         prompt_set = gr.Dropdown([TRAINING_PROMPTS, *preset_prompt_sets()], value=TRAINING_PROMPTS,
@@ -76,7 +78,9 @@ def build_train_tab(*, loader: Loader, run_tab=None, tabs: gr.Tabs | None = None
                     gr.skip()
             head = (target_text.strip(), f"head:{folder_text}", options.k)
             yield (f"Done: {progress.message}. Race it with the button above, or in the Run tab: drafter "
-                   f"<i>Draft model</i>, <code>head:{folder_text}</code>."), gr.skip(), \
+                   f"<i>Draft model</i>, <code>head:{folder_text}</code>. On vLLM (method eagle3): "
+                   f"<code>python -m specviz load --engine vllm --draft head:{folder_text} --k {options.k}</code>."), \
+                gr.skip(), \
                 gr.update(visible=run_tab is not None), head
         except SpecvizError as error:
             yield error_html(str(error)), gr.skip(), gr.skip(), gr.skip()

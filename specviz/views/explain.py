@@ -147,19 +147,23 @@ is a smaller model, with the target's tokenizer or with another one (then, greed
 re-tokenized into the target's tokens each cycle and the candidates are verified one-hot, like prompt
 lookup's; sampling, it drafts only tokens both vocabularies share, with their renormalised probabilities).
 
-A **trained draft head** (`head`, `head:DIR`; EAGLE, Li et al. 2024) is a small network trained on the
-target's own text (`python -m specviz train-draft`). It never reads the tokens from scratch: it reads the
-target's **last hidden state** at the newest accepted position (the vector the target's output layer
-turns into its next token, which already holds most of what decides it) together with the embedding of
-the token just chosen, and carries it one step forward through a single decoder layer; its guess goes
-back in for the next draft token. It is cheap because it is one layer where the target has many, and its
-output layer scores only the few thousand most frequent tokens (rows of the target's own output layer)
-where the target scores its whole vocabulary; the hidden states cost nothing extra, the verification
-pass computes them anyway.
+A **trained draft head** (`head`, `head:DIR`, `head:ORG/NAME`; EAGLE-3, Li et al. 2025) is a small
+network trained on the target's own text (`python -m specviz train-draft`). It never reads the tokens from
+scratch: at the newest accepted position it reads the target's hidden states at **three depths**, a low
+layer (2), a middle one ($L/2$) and a high one ($L-3$) of the target's $L$ layers, fused by one linear
+layer, together with the embedding of the token just chosen, and runs them through a single decoder layer;
+its output goes back in for the next draft token. Why three layers: the low one still says what the
+current token is, the high one what the target is about to say; the very last layer (what EAGLE-1 read)
+is already shaped for the target's own next token and carries less about the one after it. It is cheap
+because it is one layer where the target has many, and its output layer scores only the few thousand most
+frequent tokens where the target scores its whole vocabulary; the hidden states cost nothing extra, the
+verification pass computes them anyway. The same folder (the `speculators` format) serves on vLLM as
+`{"method": "eagle3", "model": DIR}`.
 
 ```
-target: tokens -> all its layers -> hidden state h_i -> full output layer (every token) -> token i+1
-head:   [h_i, embedding(token i+1)] -> 1 layer -> guess of h_(i+1) -> output rows of frequent tokens -> draft
+target: tokens -> layers 1..L -> full output layer (every token) -> token i+1
+              layers 2, L/2, L-3 -> h_i (fused)
+head:   [embedding(token i+1), h_i] -> 1 layer -> output rows of frequent tokens -> draft; its output -> next step
 ```
 
 ### Greedy verification (temperature 0)
