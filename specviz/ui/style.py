@@ -93,6 +93,7 @@ body.sv-large .sv-text { font-size: 1.2em !important; }
 .sv-load-rows { display: flex; flex-wrap: wrap; gap: 8px; }
 .sv-load-rows .sv-panel { flex: 1 1 220px; min-width: 0; font-size: 0.85em; }
 .sv-load-rows .sv-text { max-height: 12em; overflow-y: auto; }
+.sv-load-config pre { white-space: pre-wrap; overflow-wrap: anywhere; }
 """
 
 # Plotly sizes its charts on window resize events: send one after the zoom changes.
