@@ -94,6 +94,11 @@ def mean_figures(runs: list[dict]) -> dict:
     return dict({key: sum(run[key] for run in runs) / len(runs) for key in keys}, runs=runs)
 
 
+def by_run(figures: dict, when: str) -> float:
+    """Output throughput of the one run of vllm bench serve made `when` (before / after the point)."""
+    return next(run["output_throughput"] for run in figures["runs"] if run["when"] == when)
+
+
 def ratio(a: float, b: float) -> float:
     return a / b if b else 0.0
 
@@ -144,6 +149,10 @@ def side_by_side(args, settings, prompts, engine, folder) -> dict:
             "vllm_bench_serve": {"plain": plain, "spec": spec, "throughput_ratio": vllm_throughput,
                                  "tpot_ratio": vllm_tpot, "pays": vllm_throughput > 1.0},
             "throughput_ratio_agreement": ratio(point.throughput_ratio, vllm_throughput),
+            # vllm bench serve against itself: its ratio from the runs before the points only, and
+            # from the runs after them only (minutes apart): the host's drift, the floor of any agreement
+            "vllm_bench_serve_by_run": {when: ratio(by_run(spec, when), by_run(plain, when))
+                                        for when in ("before", "after")},
             "tpot_ratio_agreement": ratio(point.tpot_ratio, vllm_tpot)})
     return {"rows": rows, "sweep": result.to_dict()}
 
@@ -209,6 +218,11 @@ def print_tables(report: dict, tolerance: float) -> bool:
               f"{r['throughput_ratio_agreement']:.3f}, TPOT ratio {r['tpot_ratio_agreement']:.3f}; decisions "
               f"{'agree' if r['specviz']['pays'] == r['vllm_bench_serve']['pays'] else 'DIFFER'}"
               f"{'' if agree else f' (outside {tolerance:.0%})'}")
+        own = r["vllm_bench_serve_by_run"]
+        inside = min(own.values()) <= r["specviz"]["throughput_ratio"] <= max(own.values())
+        print(f"    vllm bench serve against itself: throughput ratio {own['before']:.3f} from its runs before "
+              f"the points, {own['after']:.3f} after ({ratio(own['after'], own['before']):.3f}); specviz's "
+              f"{r['specviz']['throughput_ratio']:.3f} lies {'inside' if inside else 'outside'} that bracket")
     return ok
 
 
