@@ -31,6 +31,12 @@ xllamacpp_missing = pytest.mark.skipif(
     reason="xllamacpp is not installed (pip install 'specviz[llamacpp]')")
 
 
+# llama.cpp's threads wait for each other by spinning: with as many threads as cores, a test server
+# starves the other xdist worker's tests (browsers timed out, and the sweep ran past 300 s, in a CI
+# run here). One thread has nothing to wait for.
+ONE_THREAD = ("--threads", "1")
+
+
 def env(**extra) -> dict:
     return dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", **extra)
 
@@ -180,7 +186,7 @@ def sweep(tmp_path_factory):
     before = servers()
     out = specviz("load", "--engine", "llamacpp", "--draft", "ngram", "--batch", "1,4", "--k", "0,4", "--prompts",
                   "rewrite", "--max-new-tokens", str(NEW_TOKENS), "--json", str(folder / "out.json"),
-                  "--engine-log-dir", str(folder / "logs"))
+                  "--engine-log-dir", str(folder / "logs"), *ONE_THREAD, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return out, json.loads((folder / "out.json").read_text()), before
 
@@ -225,7 +231,7 @@ def test_no_llamacpp_server_outlives_the_sweep(sweep):
 
 def _start(args, tmp_path):
     log_dir = tmp_path / "logs"
-    proc = subprocess.Popen([sys.executable, "-m", "specviz", "load", "--engine", "llamacpp", *args,
+    proc = subprocess.Popen([sys.executable, "-m", "specviz", "load", "--engine", "llamacpp", *args, *ONE_THREAD,
                              "--engine-log-dir", str(log_dir)], cwd=ROOT, env=env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     return proc, log_dir

@@ -19,7 +19,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def app_url():
-    with running_app() as url:
+    with running_app(SPECVIZ_LLAMACPP_THREADS="1") as url:     # see test_engine_llamacpp.ONE_THREAD
         yield url
 
 

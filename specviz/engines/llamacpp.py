@@ -65,6 +65,14 @@ class LlamaCppInstall:
                 "version": self.version, "system_info": self.system_info}
 
 
+def server_threads() -> int:
+    """Threads for a llama.cpp server: SPECVIZ_LLAMACPP_THREADS, else every core. Its threads wait for
+    each other by spinning, so on a machine shared with other work fewer threads than cores keep
+    every step from waiting on a thread that is not running."""
+    given = os.environ.get("SPECVIZ_LLAMACPP_THREADS", "")
+    return int(given) if given.isdigit() and int(given) > 0 else (os.cpu_count() or 1)
+
+
 def _cpu_name() -> str:
     try:
         return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
@@ -216,7 +224,7 @@ def counted_acceptance(before: dict, after: dict) -> dict:
 class LlamaCppEngine:
     model: str                                  # a GGUF file (`gguf_location`)
     server: str | None = None                   # a llama-server binary; None: xllamacpp
-    threads: int = field(default_factory=lambda: os.cpu_count() or 1)
+    threads: int = field(default_factory=lambda: server_threads())
     parallel: int = 1                           # slots: the sweep's largest batch
     engine_args: Sequence[str] = ()             # more llama-server flags for every server started
     urls: dict[int, str] = field(default_factory=dict)

@@ -101,6 +101,7 @@ def engine_work(view_type, limits: Limits, drafter, draft_model, batches_text, k
         lines: list[str] = []
         if choice == LLAMACPP:
             engine = LlamaCppEngine(model=llamacpp.gguf_location(settings.target), parallel=max(batches),
+                                    threads=llamacpp.server_threads(),
                                     say=lines.append, stopped=lambda: stop.requested)
         else:
             engine = VllmEngine(model=model_location(settings.target), dtype=settings.dtype,
