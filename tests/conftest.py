@@ -202,6 +202,20 @@ def running_app(**extra_env):
 
 
 @pytest.fixture(scope="module")
+def cores_alone():
+    """Held for a module whose timing bounds cannot share the two cores with the llama.cpp Load tab's
+    browser test (test_first_screen; test_load_llamacpp_browser): the two never overlap on the xdist
+    workers; the one that comes second waits."""
+    import fcntl
+    import tempfile
+    from pathlib import Path
+
+    with open(Path(tempfile.gettempdir()) / "specviz-tests-cores-alone.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+@pytest.fixture(scope="module")
 def browser():
     """Headless Chromium, one per test module, driven by playwright."""
     playwright = pytest.importorskip("playwright.sync_api")

@@ -36,7 +36,7 @@ BOX = """(selector) => {
 
 
 @pytest.fixture(scope="module")
-def app_url():
+def app_url(cores_alone):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

@@ -18,7 +18,7 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def app_url():
+def app_url(cores_alone):
     with running_app(SPECVIZ_LLAMACPP_THREADS="1") as url:     # see test_engine_llamacpp.ONE_THREAD
         yield url
 
