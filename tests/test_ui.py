@@ -551,3 +551,50 @@ def test_teach_explains_a_cross_tokenizer_cycle(tiny):
     assert view.position.startswith("Cycle 1 of")
     assert "**Drafted across tokenizers**" in view.narrative and "was **cut**" in view.narrative
     assert '<details class="sv-retok"' in view.tokens
+
+
+def test_the_app_starts_on_a_host_too_busy_to_answer_gradios_first_localhost_check():
+    """Gradio's own check gives up at once on a refused connection (and after 3 s on a slow one); the
+    patient check launch_options installs asks again until the server answers (here after 2 s)."""
+    import socket
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from gradio import networking
+
+    from specviz.ui.app import launch_options
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/"
+    launch_options()
+    assert networking.url_ok.specviz_patient
+    wrapper = networking.url_ok
+    launch_options()  # a second call keeps one wrapper, not a wrapper around a wrapper
+    assert networking.url_ok is wrapper
+
+    class Ok(BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    servers = []
+
+    def serve_later():
+        time.sleep(2.0)
+        servers.append(HTTPServer(("127.0.0.1", port), Ok))
+        servers[0].serve_forever()
+
+    threading.Thread(target=serve_later, daemon=True).start()
+    started = time.monotonic()
+    try:
+        assert networking.url_ok(url)
+        assert time.monotonic() - started >= 2.0
+    finally:
+        while not servers:
+            time.sleep(0.1)
+        servers[0].shutdown()

@@ -8,6 +8,7 @@ import gc
 import logging
 import os
 import threading
+import time
 
 import gradio as gr
 import torch
@@ -134,11 +135,37 @@ def release_freed_memory() -> None:
 
 def launch_options(hosted: bool | None = None) -> dict:
     """Keyword arguments for `demo.launch` (Gradio 6 takes the theme, CSS and head scripts there);
-    hosted, at most SESSION_CAPACITY sessions' page state is kept at once."""
+    hosted, at most SESSION_CAPACITY sessions' page state is kept at once. Also makes Gradio's
+    can-I-reach-localhost check patient (see patient_localhost_check)."""
+    patient_localhost_check()
     options = dict(theme=theme(), css=CSS, head=HEAD, max_file_size=MAX_UPLOAD)
     if is_hosted() if hosted is None else hosted:
         options["state_session_capacity"] = SESSION_CAPACITY
     return options
+
+
+def patient_localhost_check(seconds: float = 60.0) -> None:
+    """`launch` asks its own server for `/` once (a 3 s timeout) and, on a miss, stops with "When
+    localhost is not accessible, a shareable link must be created". A host whose cores are busy
+    (loading a model, a test suite, another server) misses that 3 s and the app never starts: ask
+    again for up to `seconds` before giving the same answer."""
+    from gradio import networking
+
+    check = getattr(networking, "url_ok", None)
+    if check is None or getattr(check, "specviz_patient", False):
+        return
+
+    def patient(url: str) -> bool:
+        deadline = time.monotonic() + seconds
+        while True:
+            if check(url):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(1.0)
+
+    patient.specviz_patient = True
+    networking.url_ok = patient
 
 
 def configure_torch() -> str:
