@@ -3,6 +3,8 @@
 import contextlib
 import os
 import time
+from pathlib import Path
+from typing import NamedTuple
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -34,6 +36,20 @@ def pytest_cmdline_main(config):
     if config.args_source != pytest.Config.ArgsSource.TESTPATHS or config.option.capture == "no" \
             or config.option.usepdb:
         config.option.numprocesses = 0
+
+
+# The longest modules first (seconds in a CI run here, two workers): xdist hands each worker the next
+# module in collection order as it finishes one, so the long ones start early and the short ones fill
+# in at the end, instead of one worker running a five-minute module while the other has finished.
+LONGEST_FIRST = ["test_engine_vllm", "test_e2e", "test_load_vllm_browser", "test_sampling", "test_first_screen",
+                 "test_offline_pair", "test_recording_bounds", "test_head", "test_engine_llamacpp",
+                 "test_load_llamacpp_browser", "test_soak", "test_load_browser", "test_batched",
+                 "test_cross_tokenizer"]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.module.__name__, len(rank)))     # stable: files keep their order
 
 
 @pytest.fixture
@@ -157,62 +173,95 @@ def tiny():
 CHROMIUM = "/usr/bin/chromium"       # Debian's package (playwright cannot download its own browser here)
 
 
-def wait_for_app(process, url: str, seconds: float) -> None:
-    """Until the app started as `process` (stderr piped) answers at `url`; fails if it exits or times out."""
-    import time
-    import urllib.request
+def free_port() -> int:
+    import socket
 
-    deadline = time.monotonic() + seconds
-    while True:
-        if process.poll() is not None:
-            pytest.fail(f"the server exited: {process.stderr.read().decode()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                pytest.fail(f"the server did not answer within {seconds:.0f} s")
-            time.sleep(0.5)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class App(NamedTuple):
+    url: str
+    pid: int
 
 
 @contextlib.contextmanager
-def running_app(**extra_env):
-    """`python app.py` on a free port, not hosted, with `extra_env`; yields its URL, terminated on leaving."""
-    import socket
+def running_app(*args: str, tiny: bool = False, log: Path | None = None, seconds: float = 180, **extra_env):
+    """An app server on a free port; yields App(url, pid) once it answers, terminated (killed after 20 s)
+    on leaving. Default: `python app.py` as the README starts it, not hosted. tiny=True:
+    `tests/serve_tiny.py ARGS` (the tiny in-process models in hosted mode; args `slow`, `long`). Its output
+    goes to `log` (or a temporary file); a start that fails or times out shows the output's end."""
     import subprocess
     import sys
-    from pathlib import Path
+    import tempfile
+    import time
+    import urllib.request
 
     root = Path(__file__).resolve().parent.parent
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", GRADIO_SERVER_PORT=str(port),
-               PYTHONPATH=str(root), **extra_env)
-    env.pop("SPECVIZ_HOSTED", None)
-    process = subprocess.Popen([sys.executable, str(root / "app.py")], env=env, cwd=root,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    port = free_port()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False",
+               GRADIO_SERVER_NAME="127.0.0.1", GRADIO_SERVER_PORT=str(port), PYTHONPATH=str(root))
+    if tiny:
+        env["OMP_NUM_THREADS"] = "1"
+    for hosted in ("SPECVIZ_HOSTED", "SPACE_ID"):
+        env.pop(hosted, None)
+    env.update(extra_env)
+    script = root / "tests" / "serve_tiny.py" if tiny else root / "app.py"
+    if log is None:
+        log = Path(tempfile.mkdtemp(prefix="specviz-app-")) / "app.log"
+    with open(log, "w") as output:
+        process = subprocess.Popen([sys.executable, str(script), *args], env=env, cwd=root, stdout=output,
+                                   stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + seconds
     try:
-        wait_for_app(process, url, 180)
-        yield url
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"{script.name} exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(url, timeout=5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"{script.name} did not answer within {seconds:.0f} s:\n{log.read_text()[-3000:]}")
+                time.sleep(0.5)
+        yield App(url, process.pid)
     finally:
         process.terminate()
-        process.wait(timeout=60)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
-@pytest.fixture(scope="module")
-def cores_alone():
-    """Held for a module whose timing bounds cannot share the two cores with the llama.cpp Load tab's
-    browser test (test_first_screen; test_load_llamacpp_browser): the two never overlap on the xdist
-    workers; the one that comes second waits."""
+# ----------------------------------------------------------------------------- tests that need the cores alone
+
+# The suite runs on two xdist workers. A test marked `alone` (a bound on how soon the page shows
+# something) runs while the other worker runs nothing: every test holds a shared lock for its whole
+# protocol (setup with its module's fixtures, call, teardown), an `alone` one an exclusive lock. A
+# turnstile keeps the exclusive request from waiting forever: while it waits, no new test starts.
+ALONE_LOCKS = ("specviz-tests-turnstile.lock", "specviz-tests-cores.lock")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
     import fcntl
     import tempfile
-    from pathlib import Path
 
-    with open(Path(tempfile.gettempdir()) / "specviz-tests-cores-alone.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    turnstile, cores = (open(Path(tempfile.gettempdir()) / name, "a") for name in ALONE_LOCKS)
+    try:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(cores, fcntl.LOCK_EX if item.get_closest_marker("alone") else fcntl.LOCK_SH)
+        fcntl.flock(turnstile, fcntl.LOCK_UN)
         yield
+    finally:
+        turnstile.close()
+        cores.close()
 
 
 @pytest.fixture(scope="module")

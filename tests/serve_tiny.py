@@ -1,5 +1,6 @@
 """A specviz app on tiny in-process models, for the API and cancellation tests: `python
-tests/serve_tiny.py PORT [slow] [long]`. Hosted mode: every allowed target name runs the tiny target.
+tests/serve_tiny.py [slow] [long]` on GRADIO_SERVER_PORT (conftest.running_app(tiny=True) starts it).
+Hosted mode: every allowed target name runs the tiny target.
 `slow` uses a wider target (about 20-40 ms a token on one thread) so that a run lasts seconds;
 `long` one with a 2,048-token context, so that prompts can reach the hosted cap (the soak test)."""
 
@@ -17,7 +18,7 @@ from specviz.ui import build_demo, configure_torch, launch_options  # noqa: E402
 
 
 def main() -> None:
-    port, slow, long = int(sys.argv[1]), "slow" in sys.argv[2:], "long" in sys.argv[2:]
+    slow, long = "slow" in sys.argv[1:], "long" in sys.argv[1:]
     configure_torch()
     tiny = TinyModels()
     if slow:
@@ -29,8 +30,7 @@ def main() -> None:
         return tiny.pair(None, settings.draft, progress)
 
     demo = build_demo(loader=loader, hosted=True)
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=False,
-                **launch_options(hosted=True))
+    demo.launch(prevent_thread_lock=False, **launch_options(hosted=True))   # GRADIO_SERVER_NAME/_PORT
 
 
 if __name__ == "__main__":

@@ -3,67 +3,26 @@ subprocess, every public endpoint called with out-of-range values, and a cancel 
 stop the server's work."""
 
 import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import running_app
 
 from specviz.views.run_view import RunView
 
-HERE = Path(__file__).resolve().parent
 STATS = RunView._fields.index("stats")     # the Run endpoint's outputs: the run's views, in RunView's order
 CHAT = "Chat template"
 EARLY_EXIT = "Early exit (target's first layers)"
 PROMPT_LOOKUP = "Prompt lookup (n-gram)"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def serve(*options):
-    port = free_port()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", OMP_NUM_THREADS="1",
-               PYTHONPATH=str(HERE.parent))
-    process = subprocess.Popen([sys.executable, str(HERE / "serve_tiny.py"), str(port), *options], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"the server exited: {process.stderr.read().decode()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return process, url
-        except OSError:
-            time.sleep(0.5)
-    process.kill()
-    pytest.fail("the server did not start")
-
-
-def stop(process) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-
-
 @pytest.fixture(scope="module")
 def client():
     from gradio_client import Client
 
-    process, url = serve()
-    try:
-        yield Client(url, verbose=False)
-    finally:
-        stop(process)
+    with running_app(tiny=True) as app:
+        yield Client(app.url, verbose=False)
 
 
 def run_inputs(**changes):
@@ -182,19 +141,16 @@ def busy_fraction(pid: int, seconds: float) -> float:
 def test_a_cancelled_teach_run_stops_the_servers_work():
     from gradio_client import Client
 
-    process, url = serve("slow")
-    try:
-        client = Client(url, verbose=False)
+    with running_app("slow", tiny=True) as app:
+        client = Client(app.url, verbose=False)
         # A warm-up run (loads the models), then three runs, each cancelled once it is decoding:
         # with a handler that ignores the cancel, they would go on decoding side by side.
         client.predict("the cat", EARLY_EXIT, "", 1, 4, 0.8, 0, 8, CHAT, api_name="/teach")
         for _ in range(3):
             job = client.submit("the cat sat on the", EARLY_EXIT, "", 1, 4, 0.8, 0, 128, CHAT, api_name="/teach")
             deadline = time.monotonic() + 30
-            while busy_fraction(process.pid, 0.5) < 0.5:
+            while busy_fraction(app.pid, 0.5) < 0.5:
                 assert time.monotonic() < deadline, "the run never started"
             job.cancel()
         time.sleep(2.0)             # a cycle in flight, the cancel round trip
-        assert busy_fraction(process.pid, 3.0) < 0.15
-    finally:
-        stop(process)
+        assert busy_fraction(app.pid, 3.0) < 0.15

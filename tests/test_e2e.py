@@ -10,16 +10,14 @@ import contextlib
 import os
 import re
 import statistics
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from conftest import CHROMIUM
+from conftest import CHROMIUM, running_app
 ROOT = Path(__file__).resolve().parent.parent
 STARTUP_SECONDS = 180
 RUN_SECONDS = 600                      # a slow shared CPU decodes a few tokens per second
@@ -33,50 +31,19 @@ pytestmark = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
-def running_app(log_path: Path):
-    """`python app.py` on a free port, as its README command starts it; yields its address."""
-    port = free_port()
-    env = dict(os.environ, GRADIO_SERVER_PORT=str(port), GRADIO_SERVER_NAME="127.0.0.1", HF_HUB_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", SPECVIZ_HOSTED="0")
-    env.pop("SPACE_ID", None)
-    with open(log_path, "w") as log:
-        process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + STARTUP_SECONDS
-    try:
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"app.py exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url, timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"app.py did not answer within {STARTUP_SECONDS} s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(1)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log_text = log_path.read_text()
-        assert "run failed" not in log_text, log_text[-3000:]  # the handler logs unexpected errors so
+def app_with_a_clean_log(log_path: Path):
+    """`python app.py` as its README command starts it (conftest.running_app); on leaving, its log must
+    hold no "run failed" (the handler logs unexpected errors so)."""
+    with running_app(log=log_path, seconds=STARTUP_SECONDS) as app:
+        yield app.url
+    log_text = log_path.read_text()
+    assert "run failed" not in log_text, log_text[-3000:]
 
 
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
-    with running_app(tmp_path_factory.mktemp("app") / "app.log") as url:
+    with app_with_a_clean_log(tmp_path_factory.mktemp("app") / "app.log") as url:
         yield url
 
 
@@ -250,7 +217,7 @@ def test_the_default_example_measures_the_same_speedup_in_every_fresh_app(browse
     prompt, flags = default_example_settings()
     figures = []
     for start in range(FRESH_STARTS):
-        with running_app(tmp_path / f"app-{start}.log") as url:
+        with app_with_a_clean_log(tmp_path / f"app-{start}.log") as url:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(url)
             page.locator("#run").click()           # the page's defaults: the default example

@@ -18,9 +18,9 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def app_url(cores_alone):
-    with running_app(SPECVIZ_LLAMACPP_THREADS="1") as url:     # see test_engine_llamacpp.ONE_THREAD
-        yield url
+def app_url():
+    with running_app(SPECVIZ_LLAMACPP_THREADS="1") as app:     # see test_engine_llamacpp.ONE_THREAD
+        yield app.url
 
 
 def test_a_sweep_on_llamacpp_in_the_load_tab_and_stop_ends_its_server(app_url, browser):

@@ -33,8 +33,8 @@ def api_servers() -> list[int]:
 
 @pytest.fixture(scope="module")
 def vllm_app_url():
-    with running_app(SPECVIZ_VLLM_PYTHON=_vllm_python(), VLLM_CPU_KVCACHE_SPACE="1") as url:
-        yield url
+    with running_app(SPECVIZ_VLLM_PYTHON=_vllm_python(), VLLM_CPU_KVCACHE_SPACE="1") as app:
+        yield app.url
 
 
 def test_a_sweep_on_vllm_in_the_load_tab_and_stop_ends_its_servers(vllm_app_url, browser):

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_api import STATS, serve, stop
+from conftest import running_app
+from test_api import STATS
 from tiny_pair import WORDS
 
 SUFFIX = "Suffix decoding (tree from the longest earlier match)"
@@ -47,15 +48,14 @@ def test_suffix_memory_returns_when_the_sessions_close():
     from gradio_client import Client
 
     rng = random.Random(0)
-    process, url = serve("long")
-    try:
+    with running_app("long", tiny=True) as app:
         def sessions() -> float:
             """SESSIONS sessions doing RUNS_PER_SESSION runs each; the RSS at the end, before they close."""
-            clients = [Client(url, verbose=False) for _ in range(SESSIONS)]
+            clients = [Client(app.url, verbose=False) for _ in range(SESSIONS)]
             for _ in range(RUNS_PER_SESSION):
                 for client in clients:
                     assert "Finished" in client.predict(*run_inputs(long_prompt(rng)), api_name="/run")[STATS]
-            peak = rss_mb(process.pid)
+            peak = rss_mb(app.pid)
             for client in clients:
                 client.close()                      # the heartbeat ends: Gradio's unload event
             return peak
@@ -63,11 +63,10 @@ def test_suffix_memory_returns_when_the_sessions_close():
         # A first round warms what every run touches once (kernels, Gradio's caches, the allocator's
         # high-water mark); the baseline is after it. A second round must give back what it took.
         sessions()
-        baseline = settle(process.pid)
+        baseline = settle(app.pid)
         peak = sessions()
-        after = settle(process.pid)
+        after = settle(app.pid)
         print(f"\nsoak: {SESSIONS} sessions x {RUNS_PER_SESSION} suffix runs of ~1,000-token prompts: "
               f"RSS baseline {baseline:.0f} MB, peak {peak:.0f} MB, after closing {after:.0f} MB")
         assert after - baseline <= SOAK_MARGIN_MB, (baseline, peak, after)
-    finally:
-        stop(process)
+
