@@ -80,6 +80,14 @@ def serving(engine, config: EngineConfig, start: Callable[[], ServerHandle]) -> 
         yield Served(handle.url, SERVED_NAME, handle.log, config)
 
 
+class StartsServers:
+    """The `serve` of an engine that starts its own servers: `serving` around the engine's
+    `start(config) -> ServerHandle` (the one thing that differs: the command)."""
+
+    def serve(self, config: EngineConfig) -> AbstractContextManager[Served]:
+        return serving(self, config, lambda: self.start(config))
+
+
 class Engine(Protocol):
     """What a sweep (`runs.engine_load`, `runs.engine_compare`) asks of a serving engine."""
 
@@ -115,7 +123,7 @@ class Engine(Protocol):
 
 
 @dataclass
-class VllmEngine:
+class VllmEngine(StartsServers):
     model: str                                  # what vLLM's --model gets (`configs.model_location`)
     vllm_python: str | None = None              # --vllm-python, else SPECVIZ_VLLM_PYTHON
     dtype: str = "auto"
@@ -164,7 +172,7 @@ class VllmEngine:
             return self.install.environment()
         return {"device": "unknown: servers given by URL", "urls": sorted(set(self.urls.values()))}
 
-    def serve(self, config: EngineConfig) -> AbstractContextManager[Served]:
-        return serving(self, config, lambda: start_server(
-            self.install, self.model, label=config.label, dtype=self.dtype,
-            speculative_config=config.speculative_config, engine_args=self.engine_args, log_dir=self.log_dir))
+    def start(self, config: EngineConfig) -> ServerHandle:
+        return start_server(self.install, self.model, label=config.label, dtype=self.dtype,
+                            speculative_config=config.speculative_config, engine_args=self.engine_args,
+                            log_dir=self.log_dir)

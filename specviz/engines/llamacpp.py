@@ -31,7 +31,6 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,8 +38,8 @@ from ..errors import SpecvizError
 from ..models.sources import BUILTINS, DEFAULT_TARGET, cache_folder, resolve_source
 from ..settings import parse_draft
 from .configs import EngineConfig, load_json
-from .engine import SERVERS, Served, serving
-from .vllm_server import SERVED_NAME, START_TIMEOUT, free_port, start_watched
+from .engine import SERVERS, Served, StartsServers
+from .vllm_server import SERVED_NAME, START_TIMEOUT, ServerHandle, free_port, start_watched
 
 INSTALL_HINT = ("Install llama.cpp's server for Python with `pip install 'specviz[llamacpp]'` (or `pip install "
                 "xllamacpp`), or give a llama-server binary with --llama-server PATH.")
@@ -221,7 +220,7 @@ def counted_acceptance(before: dict, after: dict) -> dict:
 # ----------------------------------------------------------------------------- the engine
 
 @dataclass
-class LlamaCppEngine:
+class LlamaCppEngine(StartsServers):
     model: str                                  # a GGUF file (`gguf_location`)
     server: str | None = None                   # a llama-server binary; None: xllamacpp
     threads: int = field(default_factory=lambda: server_threads())
@@ -265,13 +264,10 @@ class LlamaCppEngine:
             return self.install.environment(self.threads)
         return {"device": "unknown: servers given by URL", "urls": sorted(set(self.urls.values()))}
 
-    def serve(self, config: EngineConfig) -> AbstractContextManager[Served]:
-        def start():
-            port = free_port()
-            command = [*self.install.command, *self.server_flags(config), "--port", str(port)]
-            return start_watched(command, port, label=config.label, name=self.title, log_dir=self.log_dir)
-
-        return serving(self, config, start)
+    def start(self, config: EngineConfig) -> ServerHandle:
+        port = free_port()
+        command = [*self.install.command, *self.server_flags(config), "--port", str(port)]
+        return start_watched(command, port, label=config.label, name=self.title, log_dir=self.log_dir)
 
     def counters(self, served: Served) -> dict | None:
         if served.config.speculative_config is None:
