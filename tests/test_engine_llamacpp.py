@@ -9,6 +9,7 @@ cannot start, each leaving no llama.cpp process behind.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -266,3 +267,29 @@ def test_a_server_that_cannot_start_gives_its_log_and_leaves_nothing(tmp_path):
     assert out.returncode == 2 and "The llama.cpp server (plain) exited" in out.stderr, out.stderr[-2000:]
     assert "--no-such-flag" in out.stderr                      # its log's last lines say why
     assert wait_gone(servers() - before, 5)
+
+
+@pytest.mark.slow
+@xllamacpp_missing
+def test_the_compare_tab_runs_a_prompt_set_on_llamacpp(monkeypatch):
+    # The Compare tab's engine choice over a prompt set (the rewrite set): the plain server and one
+    # prompt-lookup server, real ones; llama.cpp's acceptance and equal texts in the status; no server left.
+    import html
+
+    from specviz.settings import LOCAL
+    from specviz.ui import compare_sets, compare_tab
+    from specviz.ui.common import CHAT
+    from specviz.ui.load_engine import LLAMACPP
+
+    monkeypatch.setenv("SPECVIZ_LLAMACPP_THREADS", "1")        # see ONE_THREAD
+    (rewrite,) = [source for source in compare_sets.sources(LOCAL) if source.startswith("Set: rewrite")]
+    before = servers()
+    rows = [[True, "", "ngram", 4, False, 0, ""]]
+    views = [v for v in compare_tab.compare_work(LOCAL)("", rows, NEW_TOKENS, 0, CHAT, rewrite, None, 1, LLAMACPP)
+             if v is not compare_tab.TICK]
+    status = html.unescape(views[-1].status)
+    assert "llama.cpp: 1 configuration over 5 prompts" in status, status
+    accepted = re.search(r"llama.cpp's mean acceptance length ([0-9.]+), ([0-9]+)% of drafts accepted", status)
+    assert accepted and float(accepted[1]) > 1 and int(accepted[2]) > 0, status
+    assert "differs from plain" not in status, status
+    assert wait_gone(servers() - before, 10)

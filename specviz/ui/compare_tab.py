@@ -24,7 +24,7 @@ from .budget import check_comparison_prompt, load_tokenizers
 from .common import (CHAT, CONCURRENCY_ID, RAW, TICK, StopSignal, Throttle, click_with_stop, error_html, export_folder,
                      failure, gpu_task, slider_max_new_tokens, streaming)
 from .compare_sets import (FROM_FILE, MAX_REPEATS, ONE_PROMPT, full_view, prompts_for, set_stream, sources)
-from .load_engine import OWN, VLLM, engine_set_stream, vllm_offered
+from .load_engine import OWN, engine_set_stream, offered_engines
 from .fields import NumberBox, NumberSlider
 
 MAX_CONFIGS = 4
@@ -176,9 +176,9 @@ def compare_work(limits: Limits, loader: Loader | None = None, *, sweep: bool = 
                                     limits=limits)
             if source != ONE_PROMPT and not sweep:
                 prompts = prompts_for(source, upload, limits)
-                if engine == VLLM:
+                if engine != OWN:
                     yield from engine_set_stream(configs, prompts, whole_number("rounds", repeats, 1, MAX_REPEATS),
-                                                 limits, _set_view, full_view, stop)
+                                                 limits, _set_view, full_view, stop, engine)
                     return
                 yield from set_stream(configs, prompts, repeats, limits, loader, _set_view, stop)
                 return
@@ -293,9 +293,9 @@ def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run:
                                  file_types=[".txt", ".jsonl"], visible=False, elem_id="cmp-upload")
                 repeats = NumberSlider(1, MAX_REPEATS, value=1, step=1, label="Rounds over the set",
                                        elem_id="cmp-repeats")
-                engine = gr.Radio([OWN, VLLM], value=OWN, label="Engine over a prompt set (vLLM: one server per "
-                                  "configuration against its plain server, concurrency 1)",
-                                  visible=vllm_offered(limits), elem_id="cmp-engine")
+                engine = gr.Radio(offered_engines(limits), value=OWN, label="Engine over a prompt set (vLLM, "
+                                  "llama.cpp: one server per configuration against its plain server, concurrency 1)",
+                                  visible=len(offered_engines(limits)) > 1, elem_id="cmp-engine")
     with gr.Row(equal_height=False, elem_classes=["sv-actions"]):
         run = gr.Button("Compare", variant="primary", size="md", scale=2, elem_id="cmp-run")
         run_sweep = gr.Button("Sweep k = 1..8", size="md", scale=1, min_width=140, elem_id="cmp-sweep")

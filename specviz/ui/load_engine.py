@@ -22,6 +22,7 @@ import gradio as gr
 
 from ..catalog import preset_prompt_sets
 from ..engines import LlamaCppEngine, VllmEngine, engine_configs, llamacpp, model_location
+from ..engines.configs import speculative_config
 from ..errors import SpecvizError
 from ..runs.engine_load import EngineProgress, engine_sweep
 from ..settings import Limits, RunSettings, validate, whole_numbers
@@ -54,6 +55,25 @@ def offered_engines(limits: Limits) -> list[str]:
     return [OWN] + [VLLM] * vllm_offered(limits) + [LLAMACPP] * llamacpp_offered(limits)
 
 
+def make_engine(choice: str, settings: RunSettings, parallel: int, stop: StopSignal, say=None):
+    """The engine `choice` names for `settings`' target: llama.cpp on its GGUF with `parallel` slots,
+    or vLLM with the operator's arguments."""
+    if choice == LLAMACPP:
+        return LlamaCppEngine(model=llamacpp.gguf_location(settings.target), parallel=parallel,
+                              threads=llamacpp.server_threads(), say=say, stopped=lambda: stop.requested)
+    return VllmEngine(model=model_location(settings.target), dtype=settings.dtype, engine_args=operator_args(),
+                      say=say, stopped=lambda: stop.requested)
+
+
+def refuse_unoffered(choice: str, limits: Limits) -> str:
+    """The engine's name in messages; a message when this (hosted) app does not offer it."""
+    title = "llama.cpp" if choice == LLAMACPP else "vLLM"
+    if choice not in offered_engines(limits):
+        raise SpecvizError(f"This hosted demo does not run {title} (its operator can enable it with "
+                           f"SPECVIZ_HOSTED_{'LLAMACPP' if choice == LLAMACPP else 'VLLM'}=1).")
+    return title
+
+
 def _decision(result) -> str:
     text = decision(result)
     copy = config_to_copy(result)
@@ -81,9 +101,7 @@ def engine_work(view_type, limits: Limits, drafter, draft_model, batches_text, k
     stream = None
     title = "llama.cpp" if choice == LLAMACPP else "vLLM"
     try:
-        if choice not in offered_engines(limits):
-            raise SpecvizError(f"This hosted demo does not run {title} (its operator can enable it with "
-                               f"SPECVIZ_HOSTED_{'LLAMACPP' if choice == LLAMACPP else 'VLLM'}=1).")
+        refuse_unoffered(choice, limits)
         batches = whole_numbers("Batch sizes", batches_text, 1, 64)
         ks = whole_numbers("Draft lengths k", ks_text, 0, 64)
         settings = validate(RunSettings(draft=draft_spec(drafter, draft_model, 8), k=max(max(ks), 1),
@@ -99,13 +117,7 @@ def engine_work(view_type, limits: Limits, drafter, draft_model, batches_text, k
                  f"set; {settings.max_new_tokens} new tokens")
         yield status_only(render.status_html(state, f"Finding {title}\u2026"))
         lines: list[str] = []
-        if choice == LLAMACPP:
-            engine = LlamaCppEngine(model=llamacpp.gguf_location(settings.target), parallel=max(batches),
-                                    threads=llamacpp.server_threads(),
-                                    say=lines.append, stopped=lambda: stop.requested)
-        else:
-            engine = VllmEngine(model=model_location(settings.target), dtype=settings.dtype,
-                                engine_args=operator_args(), say=lines.append, stopped=lambda: stop.requested)
+        engine = make_engine(choice, settings, max(batches), stop, lines.append)
         stream = engine_sweep(settings, prompts, engine, configs, batches=batches, ks=ks)
         progress: EngineProgress | None = None
         for progress in stream:
@@ -132,33 +144,31 @@ def engine_work(view_type, limits: Limits, drafter, draft_model, batches_text, k
 # ----------------------------------------------------------------------------- the Compare tab over a prompt set
 
 def engine_set_stream(configs: list[RunSettings], prompts, repeats: int, limits: Limits, view, full_view,
-                      stop: StopSignal) -> Iterator:
-    """The Compare tab's prompt-set comparison on vLLM (`runs.engine_compare`): each configuration's
-    server against the plain one at concurrency 1; `full_view` is compare_sets' own view of a
-    `PromptSetComparison`, with vLLM's acceptance and every mismatch added to its status."""
-    from ..engines.configs import EngineConfig, speculative_config
+                      stop: StopSignal, choice: str = VLLM) -> Iterator:
+    """The Compare tab's prompt-set comparison on vLLM or llama.cpp (`choice`; `runs.engine_compare`):
+    each configuration's server against the plain one at concurrency 1; `full_view` is compare_sets'
+    own view of a `PromptSetComparison`, with the engine's acceptance and every mismatch added to its
+    status."""
+    from ..engines.configs import EngineConfig
     from ..runs.engine_compare import engine_compare
 
-    if not vllm_offered(limits):
-        raise SpecvizError("This hosted demo does not run vLLM (its operator can enable it with "
-                           "SPECVIZ_HOSTED_VLLM=1).")
+    title = refuse_unoffered(choice, limits)
     first = configs[0]
     if any((c.target, c.temperature, c.chat) != (first.target, first.temperature, first.chat) for c in configs):
-        raise SpecvizError("On vLLM every configuration runs against one plain server: give every row the same "
-                           "target and temperature.")
-    engine_list = [EngineConfig(0, None)] + [EngineConfig(c.k, speculative_config(c.draft, c.k)) for c in configs]
-    engine = VllmEngine(model=model_location(first.target), dtype=first.dtype,
-                        engine_args=operator_args(),
-                        stopped=lambda: stop.requested)
-    state = (f"vLLM: {len(configs)} configuration{'s' if len(configs) > 1 else ''} over {len(prompts)} prompts, "
+        raise SpecvizError(f"On {title} every configuration runs against one plain server: give every row the "
+                           "same target and temperature.")
+    spec = llamacpp.speculative_config if choice == LLAMACPP else speculative_config
+    engine_list = [EngineConfig(0, None)] + [EngineConfig(c.k, spec(c.draft, c.k)) for c in configs]
+    engine = make_engine(choice, first, 1, stop)
+    state = (f"{title}: {len(configs)} configuration{'s' if len(configs) > 1 else ''} over {len(prompts)} prompts, "
              f"{repeats} round{'s' if repeats > 1 else ''}, each against the plain server at concurrency 1")
-    yield view(render.status_html(state, "Starting vLLM's servers\u2026"), None, None, None)
+    yield view(render.status_html(state, f"Starting {title}'s servers\u2026"), None, None, None)
     finished, out = 0, None
     stream = engine_compare(first, prompts, engine, engine_list, repeats=repeats)
     try:
         for out in stream:
             if stop.requested:
-                yield (full_view(out.comparison, state, view, headline="Stopped; the vLLM servers are stopped.")
+                yield (full_view(out.comparison, state, view, headline=f"Stopped; the {title} servers are stopped.")
                        if out.comparison.results else view(render.status_html(state, "Stopped."), None, None, None))
                 return
             if len(out.comparison.results) > finished:
@@ -167,15 +177,15 @@ def engine_set_stream(configs: list[RunSettings], prompts, repeats: int, limits:
     finally:
         stream.close()
     if out is not None:
-        yield full_view(out.comparison, state + "; " + engine_note(out), view)
+        yield full_view(out.comparison, state + "; " + engine_note(out, title), view)
 
 
-def engine_note(out) -> str:
-    """vLLM's acceptance per configuration and the outputs that differ from the plain server's."""
-    parts = [f"{label}: vLLM's mean acceptance length {f['mean_acceptance_length']:.2f}, "
+def engine_note(out, title: str = "vLLM") -> str:
+    """The engine's acceptance per configuration and the outputs that differ from the plain server's."""
+    parts = [f"{label}: {title}'s mean acceptance length {f['mean_acceptance_length']:.2f}, "
              f"{f['draft_acceptance_rate']:.0%} of drafts accepted" for label, f in out.acceptance.items() if f]
     for m in out.mismatches:
         d = m["first_difference"]
         parts.append(f"{m['config']} on {m['prompt_id']} differs from plain at word {d['word']} "
                      f"({d['text']!r} vs {d['plain_text']!r})")
-    return "; ".join(parts) or "vLLM reported no acceptance figures"
+    return "; ".join(parts) or f"{title} reported no acceptance figures"
