@@ -30,7 +30,7 @@ def acceptance_figure(result: EngineLoadResult | None) -> go.Figure:
     """Per k and batch size, the share of vLLM's speculative steps whose draft was accepted at least
     to each position (from vLLM's acceptance histogram)."""
     figure = go.Figure(layout=layout(f"{_title(result)}'s acceptance by draft position", "draft position",
-                                     "share of steps accepted this far", hovermode="closest"))
+                                     "steps accepted this far", hovermode="closest"))
     points = [p for p in (result.points if result else []) if p.k and getattr(p, "acceptance", None)]
     if not points:
         return waiting(figure, "Run a sweep on vLLM or llama.cpp to see its acceptance by draft position")
@@ -42,7 +42,8 @@ def acceptance_figure(result: EngineLoadResult | None) -> go.Figure:
             marker=dict(color=config_colour(ks.index(point.k)), opacity=0.45 + 0.55 / point.batch ** 0.5),
             hovertemplate=(f"k = {point.k}, batch {point.batch}, position %{{x}}: %{{y:.0%}} of "
                            f"{point.acceptance['num_spec_steps']} steps<extra></extra>")))
-    figure.update_layout(barmode="group", yaxis_range=[0, 1], xaxis=dict(dtick=1, title=dict(text="draft position")))
+    figure.update_layout(barmode="group", yaxis=dict(range=[0, 1], tickformat=".0%"),
+                         xaxis=dict(dtick=1, title=dict(text="draft position")))
     return figure
 
 
