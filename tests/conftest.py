@@ -38,18 +38,34 @@ def pytest_cmdline_main(config):
         config.option.numprocesses = 0
 
 
-# The longest modules first (seconds in a CI run here, two workers): xdist hands each worker the next
-# module in collection order as it finishes one, so the long ones start early and the short ones fill
-# in at the end, instead of one worker running a five-minute module while the other has finished.
-LONGEST_FIRST = ["test_engine_vllm", "test_e2e", "test_load_vllm_browser", "test_sampling", "test_first_screen",
-                 "test_offline_pair", "test_recording_bounds", "test_head", "test_engine_llamacpp",
-                 "test_load_llamacpp_browser", "test_soak", "test_load_browser", "test_batched",
+# The modules that start real engine servers (vLLM on a CPU takes about a minute of both cores to
+# start, and its tests start about a dozen) run one after another on one worker, as one xdist scope:
+# side by side on two workers, the vLLM engine tests and the vLLM Load tab's browser test each took
+# half as long again and the browser test timed out (a CI run here). They come first, and then the
+# longest of the other modules (seconds in a CI run here, two workers), so that xdist, handing each
+# worker the next scope as it finishes one, does not leave one worker running a five-minute module
+# at the end while the other has finished.
+ENGINE_SERVERS = ["test_engine_vllm", "test_load_vllm_browser", "test_engine_llamacpp", "test_load_llamacpp_browser"]
+LONGEST_FIRST = [*ENGINE_SERVERS, "test_e2e", "test_sampling", "test_first_screen", "test_offline_pair",
+                 "test_recording_bounds", "test_head", "test_soak", "test_load_browser", "test_batched",
                  "test_cross_tokenizer"]
 
 
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.module.__name__, len(rank)))     # stable: files keep their order
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's per-file scheduling (`--dist loadfile`), with the engine-server modules as one scope."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class EnginesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return "engine servers" if Path(file).stem in ENGINE_SERVERS else file
+
+    return EnginesTogether(config, log)
 
 
 @pytest.fixture

@@ -240,7 +240,10 @@ def _start(args, tmp_path):
 
 @pytest.mark.slow
 @xllamacpp_missing
-def test_ctrl_c_leaves_no_llamacpp_server(tmp_path):
+@pytest.mark.parametrize("sent, code, seconds", [(signal.SIGINT, 130, 10), (signal.SIGKILL, -signal.SIGKILL, 30)],
+                         ids=["ctrl-c", "sigkill"])
+def test_ctrl_c_or_sigkill_leaves_no_llamacpp_server(tmp_path, sent, code, seconds):
+    # Ctrl-C: specviz stops its server itself; SIGKILL: specviz cannot, the server's watchdog does.
     before = servers()
     proc, log_dir = _start(["--batch", "1", "--k", "0", "--prompts", "rewrite", "--max-new-tokens", "256",
                             "--repeats", "50"], tmp_path)
@@ -253,9 +256,9 @@ def test_ctrl_c_leaves_no_llamacpp_server(tmp_path):
         time.sleep(0.2)
     assert running, "the server never started"
     time.sleep(1.0)                                     # requests in flight
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == 130, proc.stderr.read()[-2000:]
-    assert wait_gone(running, 10), "a llama.cpp server outlived Ctrl-C"
+    proc.send_signal(sent)
+    assert proc.wait(timeout=60) == code, proc.stderr.read()[-2000:]
+    assert wait_gone(running, seconds), f"a llama.cpp server outlived {sent.name}"
 
 
 @pytest.mark.slow
