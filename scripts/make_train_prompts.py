@@ -1,6 +1,7 @@
 """Write assets/train_prompts.txt: the chat prompts a draft head for the built-in target is trained on
-(`python -m specviz train-draft --prompts train`). Every prompt is a task template filled with a topic,
-drawn without repetition from their product with a fixed seed, so the file is reproducible:
+(`python -m specviz train-draft --prompts train`). Half are user messages the target wrote itself
+(assets/self_prompts.txt, from scripts/make_self_prompts.py), alternating with task templates filled with
+a topic, drawn without repetition from their product with a fixed seed, so the file is reproducible:
 
     python scripts/make_train_prompts.py [--count 4000] [--seed 0]
 
@@ -142,6 +143,9 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=6000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(TRAIN_PROMPTS_FILE))
+    parser.add_argument("--self-prompts", default=str(ROOT / "assets" / "self_prompts.txt"),
+                        help="user messages the target wrote (scripts/make_self_prompts.py): when the file "
+                             "exists, they are the first half of the count, alternating with template prompts")
     args = parser.parse_args()
     topics = list(dict.fromkeys(t.strip() for t in TOPICS.split(";") if t.strip()))
     topics = [t for t in topics if not any(word in t.lower() for word in HELD_OUT_WORDS)]
@@ -150,9 +154,15 @@ def main() -> int:
     product = [template.format(t=topic) for template in TEMPLATES for topic in topics]
     product = [p for p in product if p not in measured]
     random.Random(args.seed).shuffle(product)
-    chosen = product[:args.count]
+    own = Path(args.self_prompts)
+    written = [p for p in own.read_text(encoding="utf-8").splitlines() if p.strip()] if own.is_file() else []
+    written = written[:args.count // 2]
+    templated = product[:args.count - len(written)]
+    # Alternating, so that any prefix of the file (train-draft stops at its token budget) has both kinds.
+    chosen = [p for pair in zip(written, templated) for p in pair] + templated[len(written):]
     Path(args.out).write_text("\n".join(chosen) + "\n", encoding="utf-8")
-    print(f"{len(chosen)} prompts ({len(TEMPLATES)} templates x {len(topics)} topics = {len(product)}) -> {args.out}")
+    print(f"{len(chosen)} prompts: {len(written)} the target wrote ({own.name}), {len(templated)} from "
+          f"{len(TEMPLATES)} templates x {len(topics)} topics = {len(product)} -> {args.out}")
     return 0
 
 
