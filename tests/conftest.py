@@ -14,6 +14,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from specviz.core.events import BONUS, RESAMPLED, Cycle
+from specviz.engines.vllm_server import free_port
 
 VOCAB = 97
 
@@ -187,14 +188,6 @@ def tiny():
 # ----------------------------------------------------------------------------- browser tests
 
 CHROMIUM = "/usr/bin/chromium"       # Debian's package (playwright cannot download its own browser here)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class App(NamedTuple):

@@ -556,17 +556,15 @@ def test_teach_explains_a_cross_tokenizer_cycle(tiny):
 def test_the_app_starts_on_a_host_too_busy_to_answer_gradios_first_localhost_check():
     """Gradio's own check gives up at once on a refused connection (and after 3 s on a slow one); the
     patient check launch_options installs asks again until the server answers (here after 2 s)."""
-    import socket
     import threading
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
     from gradio import networking
 
+    from specviz.engines.vllm_server import free_port
     from specviz.ui.app import launch_options
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     url = f"http://127.0.0.1:{port}/"
     launch_options()
     assert networking.url_ok.specviz_patient

@@ -223,7 +223,7 @@ def counted_acceptance(before: dict, after: dict) -> dict:
 class LlamaCppEngine(StartsServers):
     model: str                                  # a GGUF file (`gguf_location`)
     server: str | None = None                   # a llama-server binary; None: xllamacpp
-    threads: int = field(default_factory=lambda: server_threads())
+    threads: int = field(default_factory=server_threads)
     parallel: int = 1                           # slots: the sweep's largest batch
     engine_args: Sequence[str] = ()             # more llama-server flags for every server started
     urls: dict[int, str] = field(default_factory=dict)

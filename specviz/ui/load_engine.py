@@ -59,15 +59,20 @@ def make_engine(choice: str, settings: RunSettings, parallel: int, stop: StopSig
     """The engine `choice` names for `settings`' target: llama.cpp on its GGUF with `parallel` slots,
     or vLLM with the operator's arguments."""
     if choice == LLAMACPP:
-        return LlamaCppEngine(model=llamacpp.gguf_location(settings.target), parallel=parallel,
-                              threads=llamacpp.server_threads(), say=say, stopped=lambda: stop.requested)
+        return LlamaCppEngine(model=llamacpp.gguf_location(settings.target), parallel=parallel, say=say,
+                              stopped=lambda: stop.requested)
     return VllmEngine(model=model_location(settings.target), dtype=settings.dtype, engine_args=operator_args(),
                       say=say, stopped=lambda: stop.requested)
 
 
+def engine_title(choice: str) -> str:
+    """How messages write the engine a choice names."""
+    return "llama.cpp" if choice == LLAMACPP else "vLLM"
+
+
 def refuse_unoffered(choice: str, limits: Limits) -> str:
     """The engine's name in messages; a message when this (hosted) app does not offer it."""
-    title = "llama.cpp" if choice == LLAMACPP else "vLLM"
+    title = engine_title(choice)
     if choice not in offered_engines(limits):
         raise SpecvizError(f"This hosted demo does not run {title} (its operator can enable it with "
                            f"SPECVIZ_HOSTED_{'LLAMACPP' if choice == LLAMACPP else 'VLLM'}=1).")
@@ -99,7 +104,7 @@ def engine_work(view_type, limits: Limits, drafter, draft_model, batches_text, k
                          acceptance=skip)
 
     stream = None
-    title = "llama.cpp" if choice == LLAMACPP else "vLLM"
+    title = engine_title(choice)
     try:
         refuse_unoffered(choice, limits)
         batches = whole_numbers("Batch sizes", batches_text, 1, 64)
