@@ -571,6 +571,31 @@ def test_compare_on_vllm_draft_model_against_the_plain_server(servers, builtin_f
     assert "identical to the plain server's" in run.stdout or "differs from the plain server's" in run.stdout
 
 
+@pytest.mark.slow
+def test_the_load_tab_runs_one_drafter_on_all_three_engines(servers, monkeypatch):
+    """The Load tab's "all three": the own loop on the built-in model, vLLM on the module's servers (named
+    by the operator's SPECVIZ_VLLM_URLS, so none is started) and llama.cpp's real server, then the three
+    side by side: each engine's step cost, speedup and acceptance, the servers' greedy texts equal to plain."""
+    from specviz.settings import LOCAL
+    from specviz.ui import load_tab
+    from specviz.ui.common import PROMPT_LOOKUP, TICK
+
+    monkeypatch.setenv("SPECVIZ_VLLM_URLS", f"0={servers[0]},4={servers[4]}")
+    monkeypatch.setenv("SPECVIZ_LLAMACPP_THREADS", "1")      # beside the vLLM servers on two cores
+    shown = [v for v in load_tab.load_work_fn(LOCAL)(PROMPT_LOOKUP, "", 8, "1", "0,4", "rewrite", 16, load_tab.ALL)
+             if v is not TICK]
+    last = shown[-1]
+    assert "Finished: three engines" in last.status, last.rows
+    assert "no figures" not in last.rows, last.rows
+    for title in ("specviz&#x27;s loop", "vLLM", "llama.cpp"):
+        assert last.rows.count(f"<td>{title}</td>") == 1, last.rows
+    # the servers' greedy texts equal their plain server's: the vLLM and llama.cpp rows end in "yes"
+    assert last.rows.count("<td>yes</td></tr>") >= 2, last.rows
+    assert [t.name for t in last.speedup.data] == ["specviz's loop", "vLLM", "llama.cpp"]
+    assert all(y > 0 for t in last.throughput.data for y in t.y)          # each engine's plain step cost
+    assert last.decision.startswith("Batch 1, k = 4: specviz's loop **") and "llama.cpp **" in last.decision
+
+
 def test_the_load_tab_offers_vllm_hosted_only_when_the_operator_enables_it(monkeypatch):
     from specviz.settings import LOCAL, hosted
     from specviz.ui import load_tab

@@ -204,3 +204,90 @@ def test_the_tab_joins_the_gpu_queue_and_its_stop_sets_the_runs_signal(tiny):
     (stop,) = [f for f in blocks.fns.values() if (tab.stop._id, "click") in f.targets]
     assert stop.fn.__qualname__ == "StopSignal.request" and not stop.queue
     assert stop.inputs[0]._id == fn.inputs[-1]._id
+
+
+# ----------------------------------------------------------------------------- all three engines
+
+def engine_point(batch, k, speedup, plain_tokens_per_s, tokens_per_pass=2.0):
+    return replace(point(batch, k, speedup), plain_tokens_per_s=plain_tokens_per_s,
+                   spec_tokens_per_s=plain_tokens_per_s * speedup, tokens_per_pass=tokens_per_pass if k else 1.0)
+
+
+def test_three_engines_side_by_side_show_each_engines_step_cost_speedup_and_failure():
+    from specviz.views.engines_side_by_side import (EngineRun, lesson, side_by_side_html, speedup_by_engine_figure,
+                                                    step_cost_figure, tokens_per_pass_figure)
+
+    own = LoadResult(settings={"dtype": "bfloat16", "clock": "thread CPU time"}, environment={},
+                     points=[engine_point(1, 0, 1.0, 8.0), engine_point(1, 4, 1.66, 8.0, 2.9),
+                             engine_point(2, 4, 1.2, 12.0, 2.8)])
+    llama = LoadResult(settings={"engine": "llamacpp", "decision_metric_text": "output throughput (tokens/s) x",
+                                 "clock": "wall time at the client", "dtype": "auto"}, environment={},
+                       points=[engine_point(1, 0, 1.0, 125.0), engine_point(1, 4, 1.04, 125.0, 2.7),
+                               engine_point(2, 4, 0.9, 200.0, 2.6)])
+    runs = [EngineRun("specviz's loop", own), EngineRun("vLLM", error="No Python interpreter at /x"),
+            EngineRun("llama.cpp", llama)]
+    table = side_by_side_html(runs)
+    assert table.count("<tr>") == 1 + 4                    # the header, two speculative points per measured engine
+    assert "<td>125.0</td>" in table and "<td>8.0</td>" in table     # a plain step in ms: 1000 x batch / tokens/s
+    assert "<td>10.0</td>" in table                           # batch 2 at 200 tokens/s
+    assert "No Python interpreter at /x" in table and "the GGUF as stored" in table and "thread CPU time" in table
+    text = lesson(runs)
+    assert text.startswith("Batch 1, k = 4:") and "specviz's loop **1.66\u00d7**" in text
+    assert "llama.cpp **1.04\u00d7**" in text and "a plain step 8.0 ms" in text and "vLLM" not in text
+    speedups = speedup_by_engine_figure(runs)
+    assert [t.name for t in speedups.data] == ["specviz's loop", "llama.cpp"]
+    assert list(speedups.data[0].y) == [1.66, 1.2] and list(speedups.data[0].x) == ["1", "2"]
+    assert list(step_cost_figure(runs).data[1].y) == [8.0, 10.0]
+    assert list(tokens_per_pass_figure(runs).data[0].y) == [2.9, 2.8]
+    empty = [EngineRun("vLLM", error="x")]
+    assert lesson(empty) == "" and not speedup_by_engine_figure(empty).data
+
+
+def test_all_three_engines_is_offered_locally_only_with_every_engine_and_refuses_early_exit(monkeypatch):
+    from specviz.ui.common import EARLY_EXIT
+
+    assert load_tab.ALL in load_tab.engine_choices(LOCAL)
+    monkeypatch.delenv("SPECVIZ_HOSTED_VLLM", raising=False)
+    limits = hosted(presets())
+    assert load_tab.ALL not in load_tab.engine_choices(limits)
+    (view,) = list(load_tab.load_work_fn(limits)(PROMPT_LOOKUP, "", 8, "1", "0,4", "rewrite", 16, load_tab.ALL))
+    assert "does not offer all three engines" in view.status
+    (view,) = list(load_tab.load_work_fn(LOCAL)(EARLY_EXIT, "", 8, "1", "0,4", "rewrite", 16, load_tab.ALL))
+    assert "early exit runs only in specviz" in view.status
+
+
+def test_all_three_engines_run_in_turn_and_a_failing_engine_leaves_its_reason(tiny, monkeypatch):
+    """The tab's own work for each engine in turn: the own loop on the tiny pair, then vLLM and llama.cpp
+    as a hosted app that enables neither (their refusals); the last view puts what ran beside the reasons.
+    (tests/test_engine_vllm.py runs all three for real.)"""
+    from specviz.ui.load_engine import OWN
+
+    monkeypatch.delenv("SPECVIZ_HOSTED_VLLM", raising=False)
+    monkeypatch.delenv("SPECVIZ_HOSTED_LLAMACPP", raising=False)
+    stop = StopSignal()
+
+    def run_one(choice, outcome, dtype):
+        limits = LOCAL if choice == OWN else hosted(presets())
+        return load_tab.load_work_fn(limits, tiny.loader)(PROMPT_LOOKUP, "", 8, "1", "0,2", "repeated", 8, choice,
+                                                          stop, outcome, dtype)
+
+    shown = [v for v in load_tab.all_engines_work(run_one, PROMPT_LOOKUP, LOCAL, stop) if v is not TICK]
+    steps = [next((n for n in (1, 2, 3) if f"Engine {n} of 3" in v.status), None) for v in shown[:-1]]
+    assert steps == sorted(steps) and set(steps) == {1, 2, 3}          # one engine after the other
+    last = shown[-1]
+    assert "Finished: three engines" in last.status
+    assert "does not run vLLM" in last.rows and "does not run llama.cpp" in last.rows
+    assert last.rows.count("<td>specviz&#x27;s loop</td>") == 1 and "<td>vLLM</td>" not in last.rows
+    assert [t.name for t in last.speedup.data] == ["specviz's loop"]
+    assert last.decision.startswith("Batch 1, k = 2: specviz's loop **")
+
+
+def test_vllm_servers_named_by_the_operator_are_used_by_k(monkeypatch):
+    from specviz.errors import SpecvizError
+    from specviz.ui.load_engine import operator_urls
+
+    monkeypatch.setenv("SPECVIZ_VLLM_URLS", "0=http://127.0.0.1:8000, 4=http://127.0.0.1:8001")
+    assert operator_urls() == {0: "http://127.0.0.1:8000", 4: "http://127.0.0.1:8001"}
+    monkeypatch.setenv("SPECVIZ_VLLM_URLS", "4:http://x")
+    with pytest.raises(SpecvizError, match="SPECVIZ_VLLM_URLS '4:http://x': write K=URL"):
+        operator_urls()

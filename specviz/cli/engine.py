@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..engines import (TITLES, LlamaCppEngine, VllmEngine, engine_configs, llamacpp, model_location,
                        parse_speculative_config, vllm_dtype)
+from ..engines.configs import parse_server_urls
 from ..engines.vllm_server import START_TIMEOUT, VLLM_ENV
 from ..errors import SpecvizError
 from ..files import write_atomic
@@ -51,14 +52,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def engine_urls(values: list[str]) -> dict[int, str]:
-    urls = {}
-    for value in values:
-        k, sep, url = value.partition("=")
-        if not sep or not k.strip().isdigit() or not url.startswith(("http://", "https://")):
-            raise SpecvizError(f"--engine-url {value!r}: write K=URL, e.g. 0=http://127.0.0.1:8000 for the plain "
-                               "server and 4=http://127.0.0.1:8001 for the speculative one at k = 4.")
-        urls[int(k)] = url
-    return urls
+    return parse_server_urls(values, "--engine-url")
 
 
 def check_engine_flags(args: argparse.Namespace) -> None:

@@ -90,6 +90,19 @@ def load_json(text: str | None, example: str) -> object:
         raise SpecvizError(f"--speculative-config is not JSON ({error}): give an object such as {example}.") from None
 
 
+def parse_server_urls(values, given_as: str) -> dict[int, str]:
+    """Running servers by draft length, from "K=URL" items (`given_as`: the flag or variable, for the
+    message): 0 the plain server, 4 the speculative one at k = 4."""
+    urls = {}
+    for value in values:
+        k, sep, url = value.strip().partition("=")
+        if not sep or not k.strip().isdigit() or not url.strip().startswith(("http://", "https://")):
+            raise SpecvizError(f"{given_as} {value!r}: write K=URL, e.g. 0=http://127.0.0.1:8000 for the plain "
+                               "server and 4=http://127.0.0.1:8001 for the speculative one at k = 4.")
+        urls[int(k)] = url.strip()
+    return urls
+
+
 def parse_speculative_config(text: str | None) -> dict | None:
     """--speculative-config's JSON object (None when not given)."""
     config = load_json(text, '\'{"method": "eagle3", "model": "ORG/NAME", "num_speculative_tokens": 4}\'')

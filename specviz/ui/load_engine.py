@@ -10,6 +10,9 @@ interpreter and SPECVIZ_VLLM_ARGS the arguments every server gets (none by defau
 engine adds `--enforce-eager --max-model-len 1024` itself, on a GPU nothing, see
 `engines.vllm_server.DEVICE_DEFAULTS`). In hosted mode the engine choice is off unless the
 operator sets SPECVIZ_HOSTED_VLLM=1; the hosted caps on batch sizes, k and tokens apply to it too.
+SPECVIZ_VLLM_URLS ("0=http://host:8000,4=http://host:8001") points the app at vLLM servers already
+running, by draft length, as `--engine-url` does on the command line: those configurations are
+measured there and no server is started for them.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import gradio as gr
 
 from ..catalog import preset_prompt_sets
 from ..engines import LlamaCppEngine, VllmEngine, engine_configs, llamacpp, model_location
-from ..engines.configs import speculative_config
+from ..engines.configs import parse_server_urls, speculative_config
 from ..errors import SpecvizError
 from ..runs.engine_load import EngineProgress, engine_sweep
 from ..settings import Limits, RunSettings, validate, whole_numbers
@@ -39,6 +43,21 @@ LLAMACPP = "llama.cpp (the server on your machine)"
 def operator_args() -> list[str]:
     """SPECVIZ_VLLM_ARGS: what every server the app starts gets (the device's defaults come on top)."""
     return shlex.split(os.environ.get("SPECVIZ_VLLM_ARGS", ""))
+
+
+def operator_urls() -> dict[int, str]:
+    """SPECVIZ_VLLM_URLS: running vLLM servers by draft length, which the app uses instead of starting its own."""
+    text = os.environ.get("SPECVIZ_VLLM_URLS", "").strip()
+    return parse_server_urls([item for item in text.split(",") if item.strip()], "SPECVIZ_VLLM_URLS")
+
+
+@dataclass
+class Outcome:
+    """How one engine's run ended, for a caller that runs several (the Load tab's "all three"): the
+    finished sweep (None when it failed before one) and the message of a failure."""
+
+    result: object = None
+    error: str | None = None
 
 
 def vllm_offered(limits: Limits) -> bool:
@@ -62,7 +81,7 @@ def make_engine(choice: str, settings: RunSettings, parallel: int, stop: StopSig
         return LlamaCppEngine(model=llamacpp.gguf_location(settings.target), parallel=parallel, say=say,
                               stopped=lambda: stop.requested)
     return VllmEngine(model=model_location(settings.target), dtype=settings.dtype, engine_args=operator_args(),
-                      say=say, stopped=lambda: stop.requested)
+                      urls=operator_urls(), say=say, stopped=lambda: stop.requested)
 
 
 def engine_title(choice: str) -> str:
@@ -95,8 +114,10 @@ def engine_view(view_type, result, state: str, headline: str, message: str):
 
 
 def engine_work(view_type, limits: Limits, drafter, draft_model, batches_text, ks_text, set_name, max_new_tokens,
-                stop: StopSignal, choice: str = VLLM) -> Iterator:
-    """The Run button's work on vLLM or llama.cpp (`choice`; `view_type` is the tab's LoadView)."""
+                stop: StopSignal, choice: str = VLLM, outcome: Outcome | None = None, dtype: str = "auto") -> Iterator:
+    """The Run button's work on vLLM or llama.cpp (`choice`; `view_type` is the tab's LoadView); how it
+    ended goes to `outcome` when given."""
+    outcome = outcome if outcome is not None else Outcome()
     skip = gr.skip()
 
     def status_only(html: str):
@@ -110,7 +131,7 @@ def engine_work(view_type, limits: Limits, drafter, draft_model, batches_text, k
         batches = whole_numbers("Batch sizes", batches_text, 1, 64)
         ks = whole_numbers("Draft lengths k", ks_text, 0, 64)
         settings = validate(RunSettings(draft=draft_spec(drafter, draft_model, 8), k=max(max(ks), 1),
-                                        max_new_tokens=max_new_tokens, temperature=0.0), limits)
+                                        max_new_tokens=max_new_tokens, temperature=0.0, dtype=dtype), limits)
         check_load_caps(batches, ks, settings.max_new_tokens, limits)
         sets = preset_prompt_sets()
         if set_name not in sets:
@@ -126,6 +147,7 @@ def engine_work(view_type, limits: Limits, drafter, draft_model, batches_text, k
         stream = engine_sweep(settings, prompts, engine, configs, batches=batches, ks=ks)
         progress: EngineProgress | None = None
         for progress in stream:
+            outcome.result = progress.result
             if stop.requested:     # the finished points stay; the servers stop as the sweep closes
                 stream.close()
                 yield engine_view(view_type, progress.result, state,
@@ -140,7 +162,8 @@ def engine_work(view_type, limits: Limits, drafter, draft_model, batches_text, k
         if stop.requested:
             yield status_only(render.status_html(title, f"Stopped; the {title} servers are stopped."))
         else:
-            yield status_only(error_html(failure(exc, f"load sweep on {title}")))
+            outcome.error = failure(exc, f"load sweep on {title}")
+            yield status_only(error_html(outcome.error))
     finally:
         if stream is not None:
             stream.close()

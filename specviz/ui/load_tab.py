@@ -10,6 +10,7 @@ soon as the pair's tokenizer is loaded and before anything is decoded.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -25,13 +26,15 @@ from ..runs.run import cycle_text, encode
 from ..settings import Limits, RunSettings, validate, whole_numbers
 from ..views import render
 from ..views.engine_view import acceptance_figure
+from ..views.engines_side_by_side import (EngineRun, lesson, side_by_side_html, speedup_by_engine_figure,
+                                          step_cost_figure, tokens_per_pass_figure)
 from ..views.load_view import decision, load_figures, outputs_note, rows_html
 from ..views.render import cycle_html
 from .budget import check_load_caps, check_load_work, check_prompt_tokens, load_work, prompt_tokens
 from .common import (CONCURRENCY_ID, DRAFT_MODEL, EARLY_EXIT, PROMPT_LOOKUP, TICK, StopSignal, Throttle,
                      click_with_stop, draft_spec, error_html, failure, gpu_task, slider_max_new_tokens, streaming)
 from .fields import NumberSlider
-from .load_engine import LLAMACPP, OWN, VLLM, engine_work, offered_engines
+from .load_engine import LLAMACPP, OWN, VLLM, Outcome, engine_work, offered_engines
 
 DRAFTERS = [PROMPT_LOOKUP, DRAFT_MODEL, EARLY_EXIT]     # the drafters batched decoding drafts with
 DEFAULT_BATCHES, DEFAULT_KS = "1,2,4", "0,2,4"         # small enough for a CPU
@@ -111,23 +114,73 @@ class BatchRows:
         return rows_html(title, self.cycles, statuses)
 
 
+ALL = "All three, one after the other (the same drafter, prompts and batch sizes on each)"
+ALL_ENGINES = ((OWN, "specviz's loop"), (VLLM, "vLLM"), (LLAMACPP, "llama.cpp"))
+
+
+def engine_choices(limits: Limits) -> list[str]:
+    """The Load tab's engine choices: the offered engines, and all three together when all are offered."""
+    engines = offered_engines(limits)
+    return engines + [ALL] * (len(engines) == len(ALL_ENGINES))
+
+
+def all_engines_work(run_one, drafter: str, limits: Limits, stop: StopSignal) -> Iterator[LoadView | object]:
+    """The same sweep on each engine in turn (`run_one(choice, outcome, dtype)` is the tab's own work for
+    one engine), each engine's own views while it runs, then the three side by side
+    (`views.engines_side_by_side`). vLLM runs the weights in the dtype the own loop chose ("auto" on a CPU:
+    float32), so both do the same arithmetic; llama.cpp runs the GGUF as stored. An engine that fails
+    leaves its reason in the table; the others run."""
+    if drafter not in (PROMPT_LOOKUP, DRAFT_MODEL):
+        yield _only_status(error_html("All three engines draft with prompt lookup or a draft model: early exit "
+                                      "runs only in specviz's own loop."))
+        return
+    if ALL not in engine_choices(limits):
+        yield _only_status(error_html("This app does not offer all three engines (vLLM or llama.cpp is off here)."))
+        return
+    runs: list[EngineRun] = []
+    dtype = "auto"
+    for number, (choice, title) in enumerate(ALL_ENGINES, 1):
+        outcome = Outcome()
+        step = f"<div class='sv-engines-step'>Engine {number} of {len(ALL_ENGINES)}: {html.escape(title)}</div>"
+        for view in run_one(choice, outcome, dtype):
+            yield view if view is TICK else view._replace(status=step + view.status)
+        if choice == OWN and not limits.hosted and getattr(outcome.result, "settings", None):   # hosted: auto
+            dtype = outcome.result.settings.get("dtype") or dtype
+        runs.append(EngineRun(title, outcome.result if getattr(outcome.result, "points", None) else None,
+                              outcome.error))
+        if stop.requested:
+            break
+    finished = f"Stopped after {len(runs)} of 3 engines." if stop.requested else "Finished: three engines."
+    yield LoadView(status=render.status_html("One drafter on three engines", finished),
+                   rows=side_by_side_html(runs), speedup=speedup_by_engine_figure(runs),
+                   throughput=step_cost_figure(runs), latency=tokens_per_pass_figure(runs),
+                   decision=lesson(runs) or "No engine measured a speculative point.", acceptance=gr.skip())
+
+
 def load_work_fn(limits: Limits, loader: Loader | None = None):
     """The Run button's work (see `common.streaming`): a view after each finished point, the batch's
     rows at most every UPDATE_SECONDS in between, TICKs after every other forward."""
 
     def work(drafter, draft_model, exit_layer, batches_text, ks_text, set_name, max_new_tokens, engine=OWN,
-             stop: StopSignal | None = None) -> Iterator[LoadView | object]:
+             stop: StopSignal | None = None, outcome: Outcome | None = None,
+             dtype: str = "auto") -> Iterator[LoadView | object]:
         stop = stop or StopSignal()
+        outcome = outcome if outcome is not None else Outcome()
+        if engine == ALL:
+            yield from all_engines_work(
+                lambda choice, ended, dtype: work(drafter, draft_model, exit_layer, batches_text, ks_text, set_name,
+                                                  max_new_tokens, choice, stop, ended, dtype), drafter, limits, stop)
+            return
         if engine in (VLLM, LLAMACPP):
             yield from engine_work(LoadView, limits, drafter, draft_model, batches_text, ks_text, set_name,
-                                   max_new_tokens, stop, engine)
+                                   max_new_tokens, stop, engine, outcome, dtype)
             return
         stream = None
         try:
             batches = whole_numbers("Batch sizes", batches_text, 1, MAX_BATCH)
             ks = whole_numbers("Draft lengths k", ks_text, 0, MAX_K)
             settings = validate(RunSettings(draft=draft_spec(drafter, draft_model, exit_layer), k=max(max(ks), 1),
-                                            max_new_tokens=max_new_tokens, temperature=0.0), limits)
+                                            max_new_tokens=max_new_tokens, temperature=0.0, dtype=dtype), limits)
             check_draft_spec(settings)
             check_load_caps(batches, ks, settings.max_new_tokens, limits)
             sets = preset_prompt_sets()
@@ -157,6 +210,7 @@ def load_work_fn(limits: Limits, loader: Loader | None = None):
             stream = sweep(settings, prompts, pair, batches=batches, ks=ks)
             progress = None
             for progress in stream:
+                outcome.result = progress.result
                 if stop.requested:   # the points that finished stay; the one in progress is dropped
                     yield result_view(progress, state, f"Stopped after {_points(progress)}.",
                                       gr.skip())
@@ -171,7 +225,8 @@ def load_work_fn(limits: Limits, loader: Loader | None = None):
                     yield TICK
             yield result_view(progress, state, "Finished.", gr.skip())
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
-            yield _only_status(error_html(failure(exc, "load sweep")))
+            outcome.error = failure(exc, "load sweep")
+            yield _only_status(error_html(outcome.error))
         finally:
             if stream is not None:   # a Stop ends the sweep within the forward in flight
                 stream.close()
@@ -216,7 +271,7 @@ def build_load_tab(*, limits: Limits, loader: Loader | None = None) -> LoadTab:
                 top = min(slider_max_new_tokens(limits), 64 if limits.hosted else 256)
                 max_new_tokens = NumberSlider(8, top, value=DEFAULT_NEW_TOKENS, step=8, label="Max new tokens",
                                               elem_id="load-max-new-tokens")
-                engines = offered_engines(limits)
+                engines = engine_choices(limits)
                 engine = gr.Radio(engines, value=OWN, label="Engine (vLLM, llama.cpp: one server per configuration; "
                                   "SPECVIZ_VLLM_PYTHON names vLLM's environment)", visible=len(engines) > 1,
                                   elem_id="load-engine")
@@ -236,7 +291,8 @@ def build_load_tab(*, limits: Limits, loader: Loader | None = None) -> LoadTab:
     drafter.change(lambda d: (gr.update(visible=d == DRAFT_MODEL), gr.update(visible=d == EARLY_EXIT)), drafter,
                    [draft_model, exit_layer], queue=False, api_visibility="private")
     # A serving engine drafts with prompt lookup or a draft model; its acceptance chart replaces nothing, it is added.
-    engine.change(lambda e: gr.update(visible=e != OWN), engine, acceptance, queue=False, api_visibility="private")
+    engine.change(lambda e: gr.update(visible=e in (VLLM, LLAMACPP)), engine, acceptance, queue=False,
+                  api_visibility="private")
     inputs = [drafter, draft_model, exit_layer, batches, ks, prompt_set, max_new_tokens, engine]
     outputs = [status, rows, speedup, throughput, latency, verdict, acceptance]
 

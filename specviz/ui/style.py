@@ -94,6 +94,12 @@ body.sv-large .sv-text { font-size: 1.2em !important; }
 .sv-load-rows .sv-panel { flex: 1 1 220px; min-width: 0; font-size: 0.85em; }
 .sv-load-rows .sv-text { max-height: 12em; overflow-y: auto; }
 .sv-load-config pre { white-space: pre-wrap; overflow-wrap: anywhere; }
+.sv-engines { overflow-x: auto; }
+.sv-engines-table { font-size: 0.9em; border-collapse: collapse; }
+.sv-engines-table th, .sv-engines-table td { padding: 2px 8px; text-align: right; white-space: nowrap; }
+.sv-engines-table th:first-child, .sv-engines-table td:first-child { text-align: left; }
+.sv-engines-notes { font-size: 0.85em; opacity: 0.85; margin-top: 4px; }
+.sv-engines-step { font-weight: 600; margin-bottom: 2px; }
 """
 
 # Plotly sizes its charts on window resize events: send one after the zoom changes.
