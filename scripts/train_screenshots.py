@@ -1,7 +1,9 @@
 """The Train tab's screenshots: `python scripts/train_screenshots.py` serves the app and drives it in
 headless Chromium: the Train tab while it trains a head for the built-in SmolLM2-135M-Instruct on a
 small budget (assets/train.png: 4,000 tokens and a few epochs, a couple of minutes rather than the
-shipped head's 50), its Race button racing that fresh head in the Run tab, then the Run tab racing the
+shipped head's hour), its Race button racing that fresh head in the Run tab, its vLLM button sweeping
+the same folder on vLLM in the Load tab (method eagle3, batch sizes 1, 2, 4, k 0 and the head's;
+assets/train_sweep.png; needs SPECVIZ_VLLM_PYTHON, skipped without it), then the Run tab racing the
 shipped head against plain decoding (assets/head_race.png)."""
 
 import os
@@ -47,6 +49,14 @@ def main() -> int:
         text_matches(page, "#train-status", "Done", 900)
         page.click("#train-race")                      # the fresh head races in the Run tab
         text_matches(page, "#stats", "Finished|could not go ahead", 900)
+        if os.environ.get("SPECVIZ_VLLM_PYTHON"):      # the same folder on vLLM, from the Train tab's second button
+            page.get_by_role("tab", name="Train").click()
+            page.click("#train-sweep")
+            text_matches(page, "#load-status", "Finished|Stopped|could not", 1500)
+            page.wait_for_timeout(1500)
+            print("sweep:", page.locator("#load-status").inner_text(), "|", page.locator("#load-decision").inner_text())
+            page.screenshot(path=str(ROOT / "assets" / "train_sweep.png"), full_page=True)
+            page.get_by_role("tab", name="Run").click()
         page.locator("#settings").first.click()
         page.get_by_label("Draft model", exact=True).first.check()
         page.locator("#draft-model textarea, #draft-model input").first.fill("head")

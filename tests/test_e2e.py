@@ -161,6 +161,10 @@ def test_a_head_trained_in_the_train_tab_races_in_one_click(app_url, browser, tm
                            timeout=RUN_SECONDS * 1000, polling=500)
     assert "Done" in page.locator("#train-status").text_content(), page.locator("#train-status").text_content()
     assert (tmp_path / "head" / "config.json").is_file()
+    # The Load tab sweeps the built-in target only: a head for another target gets the command line.
+    assert not page.locator("#train-sweep").is_visible()
+    assert "--engine vllm" in page.locator("#train-status").text_content()
+    assert "--target tiny" in page.locator("#train-status").text_content()
     page.locator("#train-race").click()
     summary = wait_for_stats(page, r"Finished|could not go ahead", RUN_SECONDS)
     assert "could not go ahead" not in summary, summary

@@ -63,7 +63,7 @@ def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> g
             with gr.Tab("Compare", id="compare-tab"):
                 build_compare_tab(limits=limits, loader=loader, last_run=last_run)
             with gr.Tab("Load", id="load-tab"):
-                build_load_tab(limits=limits, loader=loader)
+                load_tab = build_load_tab(limits=limits, loader=loader)
             with gr.Tab("Teach", id="teach-tab"):
                 build_teach_tab(limits=limits, loader=loader, last_run=last_run)
             with gr.Tab("Explain", id="explain-tab"):
@@ -72,7 +72,7 @@ def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> g
                 build_replay_tab()
             if not limits.hosted:          # training writes files and runs for minutes: one's own machine only
                 with gr.Tab("Train", id="train-tab"):
-                    build_train_tab(loader=loader, run_tab=run_tab, tabs=tabs)
+                    build_train_tab(loader=loader, run_tab=run_tab, tabs=tabs, load_tab=load_tab)
         # A session that ends (tab closed, API client gone) frees its suffix memory and its page state
         # at once. One handler: Gradio runs each unload handler as an event of that session, which
         # would give the session a fresh page state again after `forget_session` had dropped it.

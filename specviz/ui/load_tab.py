@@ -244,6 +244,7 @@ class LoadTab(NamedTuple):
     plots: list
     decision: gr.Markdown
     event: object
+    settings: tuple = ()       # drafter, draft model, batch sizes, k, engine: what another tab may fill in
 
 
 def build_load_tab(*, limits: Limits, loader: Loader | None = None) -> LoadTab:
@@ -307,4 +308,5 @@ def build_load_tab(*, limits: Limits, loader: Loader | None = None) -> LoadTab:
     handler = streaming(gpu_task(flat_work, duration=LOAD_GPU_SECONDS))
     event = click_with_stop(run, stop, handler, inputs, outputs, concurrency_limit=1, concurrency_id=CONCURRENCY_ID,
                             show_progress="minimal", api_name="load")
-    return LoadTab(run, stop, status, rows, [speedup, throughput, latency, acceptance], verdict, event)
+    return LoadTab(run, stop, status, rows, [speedup, throughput, latency, acceptance], verdict, event,
+                   (drafter, draft_model, batches, ks, engine))

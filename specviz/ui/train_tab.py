@@ -16,6 +16,7 @@ from ..runs.train_draft import TrainOptions, train_head
 from ..settings import LOCAL, RunSettings, validate
 from ..views.charts import training_figure, waiting
 from .common import CONCURRENCY_ID, DRAFT_MODEL, error_html
+from .load_engine import VLLM, offered_engines
 
 TRAINING_PROMPTS = "training prompts (chat; none from the benchmark or the examples)"
 
@@ -29,12 +30,16 @@ def prompts_for(choice: str) -> list[str]:
     return [p.prompt for p in sets[choice]]
 
 
-# After the fields are filled in, the Run tab's own Run button starts the race (the one run path).
+# After the fields are filled in, the Run tab's own Run button starts the race (the one run path);
+# the Load tab's own Run button starts the sweep on vLLM.
 RACE_JS = "() => { setTimeout(() => document.querySelector('#run').click(), 300); }"
+SWEEP_JS = "() => { setTimeout(() => document.querySelector('#load-run').click(), 500); }"
+SWEEP_BATCHES = "1,2,4"
 
 
-def build_train_tab(*, loader: Loader, run_tab=None, tabs: gr.Tabs | None = None) -> None:
-    """The tab; with the Run tab's `RunTab` and the `tabs`, a finished head is raced in one click."""
+def build_train_tab(*, loader: Loader, run_tab=None, tabs: gr.Tabs | None = None, load_tab=None) -> None:
+    """The tab; with the Run tab's `RunTab` and the `tabs`, a finished head is raced in one click, and
+    with the Load tab's `LoadTab` swept on vLLM in another (the same folder, method eagle3)."""
     gr.Markdown("Train an **EAGLE-3 draft head** for a target from the target's own text: the target writes "
                 "its continuations of the prompts, its hidden states at a low, a middle and a high layer are "
                 "collected, and a one-layer head learns to draft the next tokens from them, three steps deep. "
@@ -55,6 +60,7 @@ def build_train_tab(*, loader: Loader, run_tab=None, tabs: gr.Tabs | None = None
     with gr.Row():
         train = gr.Button("Train", variant="primary", elem_id="train")
         race = gr.Button("Race this head against plain decoding", visible=False, elem_id="train-race")
+        sweep = gr.Button("Sweep this head on vLLM (Load tab)", visible=False, elem_id="train-sweep")
     status = gr.HTML(elem_id="train-status")
     trained = gr.State(None)          # the finished head: (target text, 'head:DIR', its k)
     chart = gr.Plot(waiting(training_figure([]), "the loss and the agreement appear after each epoch"),
@@ -66,7 +72,7 @@ def build_train_tab(*, loader: Loader, run_tab=None, tabs: gr.Tabs | None = None
             prompts = prompts_for(choice)
             if not str(out).strip():
                 raise SpecvizError("Name a folder to save the head to.")
-            yield "Loading the target ...", gr.skip(), gr.update(visible=False), None
+            yield "Loading the target ...", gr.skip(), gr.update(visible=False), gr.update(visible=False), None
             pair = loader(settings, None)
             options = TrainOptions(tokens=int(n_tokens), minutes=float(n_minutes), epochs=int(n_epochs))
             folder_text = str(out).strip()
@@ -75,18 +81,31 @@ def build_train_tab(*, loader: Loader, run_tab=None, tabs: gr.Tabs | None = None
                                        target_name=pair.target_name, eos=pair.eos_token_ids, options=options):
                 figure = training_figure(progress.history, progress.baseline) if progress.history else gr.skip()
                 yield f"<b>{progress.stage}</b> ({progress.fraction:.0%}): {progress.message}", figure, gr.skip(), \
-                    gr.skip()
+                    gr.skip(), gr.skip()
             head = (target_text.strip(), f"head:{folder_text}", options.k)
+            # The Load tab sweeps the built-in target: a head for another target is swept from the command line.
+            sweepable = load_tab is not None and not target_text.strip() and VLLM in offered_engines(LOCAL)
             yield (f"Done: {progress.message}. Race it with the button above, or in the Run tab: drafter "
-                   f"<i>Draft model</i>, <code>head:{folder_text}</code>. On vLLM (method eagle3): "
-                   f"<code>python -m specviz load --engine vllm --draft head:{folder_text} --k {options.k}</code>."), \
-                gr.skip(), \
-                gr.update(visible=run_tab is not None), head
+                   f"<i>Draft model</i>, <code>head:{folder_text}</code>. On vLLM (method eagle3)"
+                   + (", the Load tab with the second button, or" if sweepable else "") +
+                   f": <code>python -m specviz load --engine vllm --draft head:{folder_text} --k 0,{options.k}"
+                   f"{' --target ' + target_text.strip() if target_text.strip() else ''}</code>."), \
+                gr.skip(), gr.update(visible=run_tab is not None), gr.update(visible=sweepable), head
         except SpecvizError as error:
-            yield error_html(str(error)), gr.skip(), gr.skip(), gr.skip()
+            yield error_html(str(error)), gr.skip(), gr.skip(), gr.skip(), gr.skip()
 
-    train.click(run, [target, prompt_set, folder, tokens, minutes, epochs], [status, chart, race, trained],
+    train.click(run, [target, prompt_set, folder, tokens, minutes, epochs], [status, chart, race, sweep, trained],
                 concurrency_id=CONCURRENCY_ID, api_visibility="private")
+    if load_tab is not None and tabs is not None:
+        def fill_load(head):
+            if not head:
+                return [gr.skip()] * 6
+            _, spec, k = head
+            return (DRAFT_MODEL, gr.update(value=spec, visible=True), SWEEP_BATCHES, f"0,{k}", VLLM,
+                    gr.Tabs(selected="load-tab"))
+
+        sweep.click(fill_load, trained, [*load_tab.settings, tabs], queue=False, api_visibility="private").then(
+            None, js=SWEEP_JS, api_visibility="private")
     if run_tab is not None and tabs is not None:
         def fill(head):
             if not head:
