@@ -9,7 +9,7 @@ network, no gradio, no vLLM). scripts/gpu_bench.py measures speed; this checks w
    a draft model, prompt lookup and early exit, equals `batched_autoregressive_decode` of the same
    prompts, request by request (greedy, float32, random Llamas whose logits are spread out so that
    no argmax is a near-tie).
-3. The head: an untrained `DraftHead` bound to the target on the device drafts in the batched loop
+3. The head: an untrained EAGLE-3 head (`Eagle3Head`) bound to the target on the device drafts in the batched loop
    (its features, cache and LM head rows on cuda), again equal to plain decoding; once more in
    bfloat16 (run only: no equality promised there).
 4. Out-of-memory recovery: the loop is run with a batch too large for a memory cap
@@ -46,7 +46,8 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from specviz.core.decoding import batched_speculative_decode  # noqa: E402
 from specviz.core.drafters import PromptLookupDrafter  # noqa: E402
 from specviz.core.events import row_outputs  # noqa: E402
-from specviz.core.head import DraftHead, HeadConfig, HeadDrafter  # noqa: E402
+from specviz.core.eagle3 import Eagle3Head  # noqa: E402
+from specviz.core.head import HeadDrafter  # noqa: E402
 from specviz.core.plain import batched_autoregressive_decode  # noqa: E402
 from specviz.core.timing import Clock  # noqa: E402
 from specviz.errors import OUT_OF_MEMORY, is_out_of_memory, user_message  # noqa: E402
@@ -82,9 +83,11 @@ def head_drafter(target, seed: int = 0) -> HeadDrafter:
     """An untrained head over the whole vocabulary (exactness holds for any draft), on the target's device."""
     torch.manual_seed(seed)
     config = target.config
-    head = DraftHead(HeadConfig(config.hidden_size, 4, 2 * config.hidden_size, VOCAB, config.num_hidden_layers, VOCAB))
-    head.vocab.copy_(torch.arange(VOCAB))
-    head = head.to(device=target.device, dtype=target.dtype)
+    layer = LlamaConfig(vocab_size=VOCAB, hidden_size=config.hidden_size, intermediate_size=2 * config.hidden_size,
+                        num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4)
+    layers = tuple(range(config.num_hidden_layers + 1))[-3:]
+    head = Eagle3Head(layer, draft_vocab_size=VOCAB, target_hidden_size=config.hidden_size, layer_ids=layers)
+    head = head.set_vocab(torch.arange(VOCAB)).to(device=target.device, dtype=target.dtype)
     return HeadDrafter(head.bind(target))
 
 

@@ -138,6 +138,21 @@ recycling electronics; batteries; water purification; clean air; noise pollution
 HELD_OUT_WORDS = ("sleep", "sky", "paris", "interview", "accountant", "house plant", "plants")
 
 
+def topics() -> list[str]:
+    found = list(dict.fromkeys(t.strip() for t in TOPICS.split(";") if t.strip()))
+    return [t for t in found if not any(word in t.lower() for word in HELD_OUT_WORDS)]
+
+
+def template_prompts(seed: int = 0) -> list[str]:
+    """Every template filled with every topic, none a benchmark or example prompt, shuffled with `seed`."""
+    measured = {p.prompt for prompts in preset_prompt_sets().values() for p in prompts}
+    measured |= {e["prompt"] for e in load_examples()}
+    product = [template.format(t=topic) for template in TEMPLATES for topic in topics()]
+    product = [p for p in product if p not in measured]
+    random.Random(seed).shuffle(product)
+    return product
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=6000)
@@ -147,13 +162,7 @@ def main() -> int:
                         help="user messages the target wrote (scripts/make_self_prompts.py): when the file "
                              "exists, they are the first half of the count, alternating with template prompts")
     args = parser.parse_args()
-    topics = list(dict.fromkeys(t.strip() for t in TOPICS.split(";") if t.strip()))
-    topics = [t for t in topics if not any(word in t.lower() for word in HELD_OUT_WORDS)]
-    measured = {p.prompt for prompts in preset_prompt_sets().values() for p in prompts}
-    measured |= {e["prompt"] for e in load_examples()}
-    product = [template.format(t=topic) for template in TEMPLATES for topic in topics]
-    product = [p for p in product if p not in measured]
-    random.Random(args.seed).shuffle(product)
+    product = template_prompts(args.seed)
     own = Path(args.self_prompts)
     written = [p for p in own.read_text(encoding="utf-8").splitlines() if p.strip()] if own.is_file() else []
     written = written[:args.count // 2]
@@ -162,7 +171,7 @@ def main() -> int:
     chosen = [p for pair in zip(written, templated) for p in pair] + templated[len(written):]
     Path(args.out).write_text("\n".join(chosen) + "\n", encoding="utf-8")
     print(f"{len(chosen)} prompts: {len(written)} the target wrote ({own.name}), {len(templated)} from "
-          f"{len(TEMPLATES)} templates x {len(topics)} topics = {len(product)} -> {args.out}")
+          f"{len(TEMPLATES)} templates x {len(topics())} topics = {len(product)} -> {args.out}")
     return 0
 
 

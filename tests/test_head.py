@@ -1,12 +1,14 @@
 """The trained draft head (core.head, runs.train_draft, models.heads): a tiny target trains a tiny
 EAGLE-3 head in seconds that agrees with it more often than the last token's most frequent follower,
-saved in the speculators format; drafting with it (and with the first specviz heads, EAGLE-1 shaped,
-`small_head`) is lossless (greedy equals `generate` in fp32, alone and in a batch; sampled runs follow the target's
-exact distribution, with a power check); a head made for another target, a corrupt or partial file
-and too little training data are refused with what is wrong."""
+saved in the speculators format; drafting with it (and with an untrained head, `small_head`) is
+lossless (greedy equals `generate` in fp32, alone and in a batch; sampled runs follow the target's
+exact distribution, with a power check); a head made for another target, a corrupt or partial file,
+a first specviz head (head.json) and too little training data are refused with what is wrong."""
 
 import json
 import shutil
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +23,7 @@ from specviz.catalog import TRAIN_PROMPTS_FILE
 from specviz.core.decoding import batched_speculative_decode
 from specviz.core.events import row_outputs
 from specviz.core.eagle3 import Eagle3Head
-from specviz.core.head import DraftHead, HeadConfig, HeadDrafter, HeadTreeDrafter
+from specviz.core.head import HeadDrafter, HeadTreeDrafter
 from specviz.core.request import row_seed
 from specviz.core.sampling import Sampler
 from specviz.errors import SpecvizError
@@ -36,7 +38,13 @@ TINY_OPTIONS = TrainOptions(tokens=2500, minutes=3, max_new_tokens=64, batch=20,
 
 
 def train_prompts(n=40, start=0):
-    return TRAIN_PROMPTS_FILE.read_text().splitlines()[start:start + n]
+    """Template chat prompts (scripts/make_train_prompts.py's, in its fixed order): the shipped head's
+    training file mixes them with prompts the built-in target wrote, which a byte-level tiny model
+    does not need."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from make_train_prompts import template_prompts
+
+    return template_prompts()[start:start + n]
 
 
 def tiny_language_model(steps=80):
@@ -164,16 +172,8 @@ def test_batched_rows_with_the_head_equal_generate(trained):
 
 
 def small_head(target, draft_vocab, seed=0):
-    """An untrained head (exactness holds for any draft distribution) over the first `draft_vocab` ids."""
-    torch.manual_seed(seed)
-    config = target.config
-    head = DraftHead(HeadConfig(config.hidden_size, 4, 32, config.vocab_size, config.num_hidden_layers, draft_vocab))
-    head.vocab.copy_(torch.arange(draft_vocab))
-    return HeadDrafter(head.bind(target))
-
-
-def small_eagle3(target, draft_vocab, seed=0):
-    """An untrained EAGLE-3 head over the first `draft_vocab` ids, reading all of a small target's layers."""
+    """An untrained EAGLE-3 head (exactness holds for any draft distribution) over the first `draft_vocab`
+    ids, reading the last three of a small target's hidden states."""
     from transformers import LlamaConfig
     torch.manual_seed(seed)
     config = target.config
@@ -203,9 +203,8 @@ def _second_verdicts(cycles, tree):
 HEAD_VOCAB, HEAD_LENGTH = 5, 4      # four tokens: the first cycle has no features, the second drafts two deep
 
 
-@pytest.mark.parametrize("tree,make_head", [(False, small_head), (True, small_head), (False, small_eagle3)],
-                         ids=["chain", "tree", "eagle3-chain"])
-def test_head_sampling_follows_the_target_distribution(tree, make_head):
+@pytest.mark.parametrize("tree", [False, True], ids=["chain", "tree"])
+def test_head_sampling_follows_the_target_distribution(tree):
     # The draft vocabulary leaves two of the target's tokens out: the head's distribution is scattered
     # into the target's vocabulary with zeros there, and the residual still restores the target's. As
     # a tree, the children are the head's top-2, one-hot candidates tried against what is left of the
@@ -213,7 +212,7 @@ def test_head_sampling_follows_the_target_distribution(tree, make_head):
     # features yet) the head drafts two deep, and the second depth is both accepted and rejected
     # often, so its verification is what the counts test.
     target = make_llama(0, layers=2, vocab=HEAD_VOCAB, hidden=32)
-    drafter = make_head(target, HEAD_VOCAB - 2)
+    drafter = small_head(target, HEAD_VOCAB - 2)
     if tree:
         drafter = HeadTreeDrafter(drafter, 2, 6)
     prompt = torch.tensor([[1, 2, 3, 1, 2]])
@@ -308,6 +307,12 @@ def test_head_specs_are_parsed_and_refused_where_they_cannot_run(tmp_path):
     target, _ = tiny_models()
     with pytest.raises(SpecvizError, match="No draft head ships for tiny-llama"):
         make_drafter(parse_draft("head"), target, target_name="tiny-llama")
+    # A first specviz head (head.json, EAGLE-1 shaped): refused, with how to make an EAGLE-3 one.
+    first = tmp_path / "first"
+    first.mkdir()
+    (first / "head.json").write_text(json.dumps({"format": "specviz-draft-head", "version": 1}))
+    with pytest.raises(SpecvizError, match=r"a first specviz head \(head.json.*train-draft"):
+        load_head(first, target)
 
 
 # ----------------------------------------------------------------------------- the shipped head
@@ -334,10 +339,11 @@ def test_the_shipped_head_drafts_losslessly_for_the_built_in_target(all_threads)
         drafted += sum(len(c.drafted) for c in cycles)
         accepted += sum(c.num_accepted for c in cycles)
     # It drafts for this target, not at random (a random pick of its 8,192 tokens would almost never
-    # pass). Measured here (fp32, deterministic on a CPU): 16 of 87 drafts accepted, 18.4%. The floor
-    # leaves 5 acceptances of margin for another CPU's fp32 kernels: a near-tie flipped in the head's
-    # or the target's argmax ends a cycle early and costs at most the k - 1 = 2 drafts after it.
-    assert accepted >= 0.13 * drafted, (accepted, drafted)
+    # pass). Measured here (Intel Xeon, fp32, deterministic on a CPU): 11 of 100 drafts accepted, 11%
+    # (the EAGLE-1 head it replaced: 16 of 87). The floor leaves 4 acceptances of margin for another
+    # CPU's fp32 kernels: a near-tie flipped in the head's or the target's argmax ends a cycle early and
+    # costs at most the k - 1 = 2 drafts after it.
+    assert accepted >= 0.07 * drafted, (accepted, drafted)
 
 
 def test_the_train_tab_is_offered_locally_and_never_in_a_hosted_demo():
@@ -385,7 +391,8 @@ def test_the_loop_hands_the_drafter_the_target_hidden_states_of_every_kept_posit
         kept[row] = torch.cat(features[row])
         tokens = prompt + out[row]
         with torch.inference_mode():
-            full = target(torch.tensor([tokens]), output_hidden_states=-1).hidden_states[-1][0]
+            states = target(torch.tensor([tokens]), output_hidden_states=True).hidden_states
+            full = torch.cat([states[i] for i in drafter.hidden_layers], dim=-1)[0]
         n = kept[row].shape[0]
         assert n >= len(tokens) - 2                       # every position but the newest (not yet fed)
         assert torch.allclose(kept[row], full[:n], atol=1e-4)

@@ -1,11 +1,6 @@
-"""Drafting with a trained draft head: chains (`HeadDrafter`, alone and batched) and EAGLE-2 token
-trees (`HeadTreeDrafter`), for either network:
-
-- `core.eagle3.Eagle3Head` (EAGLE-3, what specviz trains and writes, in the speculators format vLLM
-  serves): reads the target's hidden states at three layers, fused;
-- `DraftHead` below (EAGLE-1 shaped, Li et al. 2024, arXiv 2401.15077: the first specviz heads, still
-  loaded for the shipped head): reads the target's last hidden state f_i (after the final norm) and
-  predicts f_{i+1}; the target's LM head rows of a reduced draft vocabulary turn it into a token.
+"""Drafting with a trained draft head (`core.eagle3.Eagle3Head`: EAGLE-3, what specviz trains and
+writes, in the speculators format vLLM serves; it reads the target's hidden states at three layers,
+fused): chains (`HeadDrafter`, alone and batched) and EAGLE-2 token trees (`HeadTreeDrafter`).
 
 At position i a head reads (the target's feature of position i, the embedding of token i+1, the
 target's own embedding matrix, shared); drafting further it reads its own output of the step before in
@@ -27,132 +22,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from . import trees
 from .drafters import Draft, Drafter, no_draft
 from .eagle3 import Eagle3Head
 from .request import Request
 from .sampling import Sampler, sample_from
-
-
-@dataclass(frozen=True)
-class HeadConfig:
-    hidden_size: int            # the target's hidden size (the head's width)
-    num_heads: int              # attention heads of the head's one layer
-    intermediate_size: int      # its MLP's width
-    target_vocab_size: int      # the target's vocabulary (draft ids map into it)
-    target_layers: int          # the target's layer count (a head for another target is refused)
-    draft_vocab_size: int       # rows of the reduced output layer
-    rms_norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-
-
-class DraftHead(nn.Module):
-    """The network: fc([norm(f), norm(e)]) -> one pre-norm Llama block (attention with rotary
-    positions, SwiGLU MLP) -> the predicted next feature. Its weights are the only ones it owns; the
-    target's embedding and the LM head rows are handed in (`bind`), not saved with it."""
-
-    def __init__(self, config: HeadConfig):
-        super().__init__()
-        self.config = config
-        h, eps = config.hidden_size, config.rms_norm_eps
-        self.head_dim = h // config.num_heads
-        self.feature_norm, self.embed_norm = nn.RMSNorm(h, eps=eps), nn.RMSNorm(h, eps=eps)
-        self.fc = nn.Linear(2 * h, h, bias=False)
-        self.attn_norm, self.mlp_norm = nn.RMSNorm(h, eps=eps), nn.RMSNorm(h, eps=eps)
-        self.qkv = nn.Linear(h, 3 * h, bias=False)
-        self.o = nn.Linear(h, h, bias=False)
-        self.gate_up = nn.Linear(h, 2 * config.intermediate_size, bias=False)
-        self.down = nn.Linear(config.intermediate_size, h, bias=False)
-        # draft id -> target id (saved with the weights: it is what the head was trained to draft)
-        self.register_buffer("vocab", torch.zeros(config.draft_vocab_size, dtype=torch.long))
-        # The target's embedding, held outside the module's registry: it is neither trained nor saved.
-        self._target_embedding: tuple[nn.Module, ...] = ()
-        self.lm_rows: torch.Tensor | None = None            # (draft_vocab, hidden): the target's LM head rows
-        inv = 1.0 / (config.rope_theta ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim))
-        self.register_buffer("inv_freq", inv, persistent=False)
-
-    hidden_layers = (-1,)            # the target's last hidden state, after its final norm
-
-    @property
-    def target_vocab_size(self) -> int:
-        return self.config.target_vocab_size
-
-    def fuse(self, features: torch.Tensor) -> torch.Tensor:
-        """The target's features as this head reads them (EAGLE-3 fuses three layers here)."""
-        return features.to(self.fc.weight.dtype)
-
-    def bind(self, target) -> DraftHead:
-        """Share the target's embedding and take its LM head rows of the draft vocabulary."""
-        self._target_embedding = (target.get_input_embeddings(),)
-        weight = target.get_output_embeddings().weight
-        self.lm_rows = weight.detach()[self.vocab.to(weight.device)].to(self.fc.weight.dtype)
-        return self
-
-    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():                 # the target's: never trained here (in the head's dtype)
-            return self._target_embedding[0](tokens).to(self.fc.weight.dtype)
-
-    def logits(self, features: torch.Tensor) -> torch.Tensor:
-        """(..., H) features -> (..., draft_vocab) logits."""
-        return features @ self.lm_rows.T
-
-    def forward(self, features: torch.Tensor, tokens: torch.Tensor, start: int = 0,
-                cache: tuple[torch.Tensor, torch.Tensor] | None = None,
-                context: tuple[torch.Tensor, torch.Tensor] | None = None,
-                positions: torch.Tensor | None = None, mask: torch.Tensor | None = None):
-        """features (B, T, H): f_i; tokens (B, T): token i+1; positions start..start+T-1. Returns
-        (predicted features (B, T, H), (keys, values) of these positions).
-
-        cache: earlier positions' keys and values (drafting: the new positions see them and each
-        other causally). context (training the second drafting step): keys and values of the same
-        positions computed from the true features; position i then sees context positions < i and
-        itself only, exactly what a second drafting step sees. positions (T,) and mask (T, P + T: which
-        cached and new positions each new one sees) replace the consecutive positions and the causal
-        mask (drafting a tree: each node sees the prefix and its own ancestors)."""
-        x = self.fc(torch.cat([self.feature_norm(features), self.embed_norm(self.embed(tokens))], dim=-1))
-        batch, length, _ = x.shape
-        q, k, v = self.qkv(self.attn_norm(x)).view(batch, length, 3, self.config.num_heads,
-                                                   self.head_dim).permute(2, 0, 3, 1, 4)
-        if positions is None:
-            positions = torch.arange(start, start + length, device=x.device)
-        positions = positions.to(torch.float32)
-        angles = positions[:, None] * self.inv_freq[None]
-        cos, sin = torch.cat([angles, angles], -1).cos().to(x.dtype), torch.cat([angles, angles], -1).sin().to(x.dtype)
-        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
-        if context is not None:
-            keys, values = context
-            scores = q @ keys.transpose(-1, -2) / self.head_dim ** 0.5               # (B, nh, T, T)
-            earlier = torch.ones(length, length, dtype=torch.bool, device=x.device).tril(-1)
-            scores = scores.masked_fill(~earlier, float("-inf"))
-            own = (q * k).sum(-1, keepdim=True) / self.head_dim ** 0.5             # (B, nh, T, 1)
-            weights = torch.softmax(torch.cat([scores, own], dim=-1).float(), dim=-1).to(x.dtype)
-            attended = weights[..., :length] @ values + weights[..., length:] * v
-        else:
-            if cache is not None:
-                k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
-            # New positions see every cached one and each other causally.
-            if mask is None:
-                past = k.shape[2] - length
-                mask = torch.ones(length, k.shape[2], dtype=torch.bool, device=x.device).tril(past)
-            attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        x = x + self.o(attended.transpose(1, 2).reshape(batch, length, -1))
-        gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
-        x = x + self.down(F.silu(gate) * up)
-        return x, (k, v)
 
 
 # ----------------------------------------------------------------------------- the drafter
@@ -179,18 +56,17 @@ class _HeadState:
 
 
 class HeadDrafter(Drafter):
-    """Drafts a chain with a trained `DraftHead` from the target's features (module docstring). Keeps
+    """Drafts a chain with a trained head from the target's features (module docstring). Keeps
     per request its features and head cache; a batch drafts each request in turn (the head's
     forward is small: batching its rows would save little on a CPU)."""
 
     batchable = True
 
-    def __init__(self, head: DraftHead | Eagle3Head, name: str = "head"):
+    def __init__(self, head: Eagle3Head, name: str = "head"):
         self.head = head.eval()
         self.name = name
         self.hidden_layers = head.hidden_layers
-        borrowed = getattr(head, "lm_rows", None)           # EAGLE-1 heads take the target's LM head rows
-        self.parameters = sum(p.numel() for p in head.parameters()) + (0 if borrowed is None else borrowed.numel())
+        self.parameters = sum(p.numel() for p in head.parameters())
         self.states: list[_HeadState] = []
         self._target_vocab = head.target_vocab_size
 

@@ -11,9 +11,9 @@ specviz's own notes (how it was trained, what it measured) sit beside them in `s
 
 `load_head` refuses a head for another target (width, vocabulary, layers), a corrupt or partial file,
 a variant this loop does not run (fc norms, normed outputs), and says which. The first specviz heads
-(`head.json` + `head.safetensors`, EAGLE-1 shaped) still load, for the head shipped under assets/heads/
-until it is retrained; nothing writes them any more. `save_head` writes the weights first and the
-config last, each through a temporary name: an interrupted save leaves the previous head whole."""
+(`head.json` + `head.safetensors`, EAGLE-1 shaped, in a format only specviz read) are refused with a
+message to retrain them. `save_head` writes the weights first and the config last, each through a
+temporary name: an interrupted save leaves the previous head whole."""
 
 from __future__ import annotations
 
@@ -28,13 +28,12 @@ from transformers import LlamaConfig, PreTrainedModel
 
 from ..catalog import ASSETS
 from ..core.eagle3 import Eagle3Head, default_layer_ids
-from ..core.head import DraftHead, HeadConfig, HeadDrafter
+from ..core.head import HeadDrafter
 from ..errors import SpecvizError
 from .sources import hub_offline
 
 CONFIG, WEIGHTS, NOTES = "config.json", "model.safetensors", "specviz.json"
-LEGACY_FORMAT, LEGACY_VERSION = "specviz-draft-head", 1
-LEGACY_CONFIG, LEGACY_WEIGHTS = "head.json", "head.safetensors"
+FIRST_CONFIG = "head.json"          # the first specviz heads (EAGLE-1 shaped): refused, to be retrained
 SHIPPED_HEADS = ASSETS / "heads"
 DEFAULT_K = 2                       # best measured for the shipped head (README: Trained draft heads)
 LAYER_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
@@ -46,8 +45,8 @@ UNSUPPORTED = ("norm_before_fc", "fc_norm", "norm_output")   # vLLM variants thi
 def shipped_head(target_name: str) -> Path:
     """The folder of the head shipped for a built-in target (refused if there is none)."""
     folder = SHIPPED_HEADS / target_name
-    if not ((folder / CONFIG).is_file() or (folder / LEGACY_CONFIG).is_file()):
-        shipped = sorted({p.parent.name for name in (CONFIG, LEGACY_CONFIG) for p in SHIPPED_HEADS.glob(f"*/{name}")})
+    if not (folder / CONFIG).is_file():
+        shipped = sorted(p.parent.name for p in SHIPPED_HEADS.glob(f"*/{CONFIG}"))
         raise SpecvizError(f"No draft head ships for {target_name}: 'head' alone is the head shipped for "
                            f"{', '.join(shipped) or 'no target'}; train one with `python -m specviz train-draft "
                            "--target ... --out DIR` and use 'head:DIR'.")
@@ -84,13 +83,16 @@ def _json(path: Path, folder: Path) -> dict:
 
 
 def read_config(folder: Path | str) -> dict:
-    """The head's config.json (speculators), or a first specviz head's head.json (its "format" says so)."""
+    """The head's config.json (speculators), with its default k and specviz's notes."""
     folder = Path(folder)
     if not folder.is_dir():
         raise SpecvizError(f"Draft head {folder}: no such folder.")
     if not (folder / CONFIG).is_file():
-        if (folder / LEGACY_CONFIG).is_file():
-            return _legacy_config(folder)
+        if (folder / FIRST_CONFIG).is_file():
+            raise SpecvizError(f"Draft head {folder} is a first specviz head ({FIRST_CONFIG}, EAGLE-1 shaped, a format "
+                               "only older specviz read): this specviz reads EAGLE-3 heads in the speculators format, "
+                               "which vLLM serves too. Train it again with `python -m specviz train-draft --target "
+                               "... --out DIR`.")
         raise SpecvizError(f"Draft head {folder}: it has no {CONFIG} (a head folder holds {CONFIG} and {WEIGHTS} in "
                            "the speculators format, written by `python -m specviz train-draft`).")
     data = _json(folder / CONFIG, folder)
@@ -111,20 +113,6 @@ def read_config(folder: Path | str) -> dict:
     except (KeyError, IndexError, TypeError, ValueError):
         k = DEFAULT_K
     return {**data, "k": k, "notes": notes}
-
-
-def _legacy_config(folder: Path) -> dict:
-    data = _json(folder / LEGACY_CONFIG, folder)
-    if data.get("format") != LEGACY_FORMAT:
-        raise SpecvizError(f"Draft head {folder}: {LEGACY_CONFIG} is not a specviz draft head's config.")
-    if data.get("version") != LEGACY_VERSION:
-        raise SpecvizError(f"Draft head {folder}: format version {data.get('version')!r}, this specviz reads "
-                           f"version {LEGACY_VERSION}.")
-    try:
-        data["head"] = HeadConfig(**data["head"])
-    except (KeyError, TypeError) as error:
-        raise SpecvizError(f"Draft head {folder}: {LEGACY_CONFIG} lacks the head's shape ({error}).") from None
-    return data
 
 
 def default_k(spec, target_name: str) -> int:
@@ -210,13 +198,9 @@ def load_head(location: Path | str, target: PreTrainedModel, *, target_name: str
     """The drafter of the head in `location` (a folder or a hub id), bound to `target`."""
     folder = head_folder(location)
     data = read_config(folder)
-    if data.get("format") == LEGACY_FORMAT:
-        head = _load_legacy(folder, data, target, target_name)
-    else:
-        head = _load_eagle3(folder, data, target, target_name)
-    drafter = HeadDrafter(head, name=name or f"head:{location}")
+    drafter = HeadDrafter(_load_eagle3(folder, data, target, target_name), name=name or f"head:{location}")
     drafter.default_k = int(data.get("k", DEFAULT_K))
-    drafter.trained = data.get("trained") or data.get("notes", {}).get("trained", {})
+    drafter.trained = data.get("notes", {}).get("trained", {})
     return drafter
 
 
@@ -238,19 +222,6 @@ def _load_eagle3(folder: Path, data: dict, target: PreTrainedModel, target_name:
     head.load_state_dict({**state, "d2t": d2t})
     head = head.to(device=target.device, dtype=target.dtype).refresh_vocab().bind(target)
     return head
-
-
-def _load_legacy(folder: Path, data: dict, target: PreTrainedModel, target_name: str) -> DraftHead:
-    _refuse_mismatch(folder, data.get("target", {}), target_shape(target), target_name,
-                     data.get("target", {}).get("name", "another target"))
-    head = DraftHead(data["head"])
-    state = _weights(folder, [LEGACY_WEIGHTS])
-    _check_keys(folder, head.state_dict(), state, LEGACY_WEIGHTS)
-    vocab = state["vocab"]
-    if vocab.numel() and (int(vocab.min()) < 0 or int(vocab.max()) >= data["head"].target_vocab_size):
-        raise SpecvizError(f"Draft head {folder}: its draft vocabulary maps to ids outside the target's.")
-    head.load_state_dict(state)
-    return head.to(device=target.device, dtype=target.dtype).bind(target)
 
 
 def speculators_config(head: Eagle3Head, *, verifier: str, k: int, dtype: torch.dtype) -> dict:
