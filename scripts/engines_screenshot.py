@@ -7,7 +7,6 @@ page at 390x844 to /tmp/load_engines_phone.png (is the table readable on a phone
     SPECVIZ_VLLM_PYTHON=~/.cache/specviz-vllm-venv/bin/python HF_HUB_OFFLINE=1 python scripts/engines_screenshot.py
 """
 
-import os
 import sys
 from pathlib import Path
 
@@ -15,9 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from screenshots import CHROMIUM_ARGS, text_matches  # noqa: E402
+from screenshots import CHROMIUM_ARGS, serving_app, text_matches  # noqa: E402
 
-from specviz.ui import build_demo, configure_torch, launch_options  # noqa: E402
 from specviz.ui.load_tab import ALL  # noqa: E402
 
 
@@ -50,11 +48,5 @@ def main(url: str, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    configure_torch()
-    demo = build_demo(hosted=False)
-    port = int(os.environ.get("GRADIO_SERVER_PORT", "7873"))
-    demo.launch(server_port=port, prevent_thread_lock=True, **launch_options())
-    try:
-        main(f"http://127.0.0.1:{port}/", ROOT / "assets")
-    finally:
-        demo.close()
+    with serving_app(7873) as app_url:
+        main(app_url, ROOT / "assets")

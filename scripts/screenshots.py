@@ -14,6 +14,7 @@
 import json
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,6 +24,20 @@ from specviz.ui import build_demo, configure_torch, launch_options  # noqa: E402
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
+
+
+@contextmanager
+def serving_app(default_port: int):
+    """The whole app on the built-in model, as `python app.py` serves it (GRADIO_SERVER_PORT, else
+    `default_port`), for the screenshot scripts: yields its URL and closes it on leaving."""
+    configure_torch()
+    demo = build_demo(hosted=False)
+    port = int(os.environ.get("GRADIO_SERVER_PORT", str(default_port)))
+    demo.launch(server_port=port, prevent_thread_lock=True, **launch_options())
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
 
 
 def text_matches(page, selector: str, pattern: str, timeout_s: float) -> None:
@@ -128,11 +143,5 @@ def screenshots(url: str, out: Path, sizes_only: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    configure_torch()
-    demo = build_demo(hosted=False)
-    port = int(os.environ.get("GRADIO_SERVER_PORT", "7871"))
-    demo.launch(server_port=port, prevent_thread_lock=True, **launch_options())
-    try:
-        screenshots(f"http://127.0.0.1:{port}/", ROOT / "assets", sizes_only=sys.argv[1:] == ["sizes"])
-    finally:
-        demo.close()
+    with serving_app(7871) as app_url:
+        screenshots(app_url, ROOT / "assets", sizes_only=sys.argv[1:] == ["sizes"])

@@ -15,9 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from screenshots import CHROMIUM_ARGS, text_matches  # noqa: E402
-
-from specviz.ui import build_demo, configure_torch, launch_options  # noqa: E402
+from screenshots import CHROMIUM_ARGS, serving_app, text_matches  # noqa: E402
 
 
 PROMPT = "Explain how a refrigerator keeps food cold, in a short paragraph."   # a chat prompt it never saw
@@ -26,13 +24,8 @@ PROMPT = "Explain how a refrigerator keeps food cold, in a short paragraph."   #
 def main() -> int:
     from playwright.sync_api import sync_playwright
 
-    configure_torch()
-    port = int(os.environ.get("GRADIO_SERVER_PORT", "7893"))
-    demo = build_demo(hosted=False)
-    demo.launch(server_port=port, prevent_thread_lock=True, **launch_options())
-    url = f"http://127.0.0.1:{port}"
     folder = Path(tempfile.mkdtemp()) / "tiny-head"
-    with sync_playwright() as p:
+    with serving_app(7893) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1366, "height": 900})
         page.goto(url)
@@ -73,7 +66,6 @@ def main() -> int:
         page.evaluate("window.scrollTo(0, 0)")
         page.screenshot(path=str(ROOT / "assets" / "head_race.png"), full_page=False)
         browser.close()
-    demo.close()
     return 0
 
 

@@ -51,10 +51,6 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                            f"{name}: {text}" for name, text in DECISION_METRICS.items()) + " (default %(default)s)")
 
 
-def engine_urls(values: list[str]) -> dict[int, str]:
-    return parse_server_urls(values, "--engine-url")
-
-
 def check_engine_flags(args: argparse.Namespace) -> None:
     """The engine flags make sense only with a serving engine (--vllm-python with vLLM's,
     --llama-server with llama.cpp's)."""
@@ -75,17 +71,18 @@ def check_engine_flags(args: argparse.Namespace) -> None:
 def make_engine(args: argparse.Namespace, settings: RunSettings, say, parallel: int = 1):
     if args.start_timeout <= 0:
         raise SpecvizError(f"--start-timeout must be above 0, got {args.start_timeout}.")
+    urls = parse_server_urls(args.engine_url, "--engine-url")
     if args.engine == "llamacpp":
         return LlamaCppEngine(model=llamacpp.gguf_location(settings.target), server=args.llama_server,
                               threads=getattr(args, "threads", None) or os.cpu_count() or 1, parallel=parallel,
-                              engine_args=list(args.engine_arg), urls=engine_urls(args.engine_url),
-                              log_dir=args.engine_log_dir, start_timeout=args.start_timeout, say=say)
+                              engine_args=list(args.engine_arg), urls=urls, log_dir=args.engine_log_dir,
+                              start_timeout=args.start_timeout, say=say)
     vllm_dtype(settings.dtype)          # an unknown dtype is refused before vLLM is looked for
     if getattr(args, "threads", None) is not None:
         say("note: --threads sets specviz's torch threads; vLLM's CPU build picks its own (VLLM_CPU_OMP_THREADS_BIND)")
     return VllmEngine(model=model_location(settings.target), vllm_python=args.vllm_python, dtype=settings.dtype,
-                      engine_args=list(args.engine_arg), urls=engine_urls(args.engine_url),
-                      log_dir=args.engine_log_dir, start_timeout=args.start_timeout, say=say)
+                      engine_args=list(args.engine_arg), urls=urls, log_dir=args.engine_log_dir,
+                      start_timeout=args.start_timeout, say=say)
 
 
 def engine_draft_configs(args: argparse.Namespace, draft: str | None, ks):

@@ -16,7 +16,7 @@ from ..runs.train_draft import TrainOptions, train_head
 from ..settings import LOCAL, RunSettings, validate
 from ..views.charts import training_figure, waiting
 from .common import CONCURRENCY_ID, DRAFT_MODEL, error_html
-from .load_engine import VLLM, offered_engines
+from .load_engine import VLLM
 
 TRAINING_PROMPTS = "training prompts (chat; none from the benchmark or the examples)"
 
@@ -84,7 +84,7 @@ def build_train_tab(*, loader: Loader, run_tab=None, tabs: gr.Tabs | None = None
                     gr.skip(), gr.skip()
             head = (target_text.strip(), f"head:{folder_text}", options.k)
             # The Load tab sweeps the built-in target: a head for another target is swept from the command line.
-            sweepable = load_tab is not None and not target_text.strip() and VLLM in offered_engines(LOCAL)
+            sweepable = load_tab is not None and not target_text.strip()
             yield (f"Done: {progress.message}. Race it with the button above, or in the Run tab: drafter "
                    f"<i>Draft model</i>, <code>head:{folder_text}</code>. On vLLM (method eagle3)"
                    + (", the Load tab with the second button, or" if sweepable else "") +

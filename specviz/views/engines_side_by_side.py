@@ -100,27 +100,19 @@ def _axis(runs: Sequence[EngineRun]) -> dict:
 def speedup_by_engine_figure(runs: Sequence[EngineRun]) -> go.Figure:
     """Each engine's speedup over its own plain decoding (95% range) at the largest k, by batch size."""
     k = _largest_k(runs)
-    figure = go.Figure(layout=layout(f"Speedup per engine{f' at k = {k}' if k else ''} (each against its own "
-                                     "plain decoding)", "batch size", "speedup \u00d7", hovermode="closest"))
-    if k is None:
-        return waiting(figure, "Run all three engines to see their speedups side by side")
-    for i, run in enumerate(runs):
-        points = [p for p in _speculative(run.result) if p.k == k]
-        if not points:
-            continue
-        figure.add_trace(go.Bar(
-            x=[str(p.batch) for p in points], y=[p.speedup for p in points], name=run.title,
-            marker_color=config_colour(i),
-            error_y=dict(type="data", symmetric=False, array=[p.speedup_high - p.speedup for p in points],
-                         arrayminus=[p.speedup - p.speedup_low for p in points]),
-            hovertemplate=f"{run.title}, batch %{{x}}: %{{y:.2f}}\u00d7<extra></extra>"))
-    figure.add_hline(y=1.0, line=dict(color=PLAIN_COLOUR, width=1.5, dash="dot"),   # its label clear of the bars
-                     annotation_text="1\u00d7 (plain decoding)", annotation_position="top right")
-    figure.update_layout(barmode="group", xaxis=_axis(runs), yaxis_rangemode="tozero")
+    figure = _bars(runs, f"Speedup per engine{f' at k = {k}' if k else ''} (each against its own plain decoding)",
+                   "speedup \u00d7", lambda p: p.speedup, "\u00d7",
+                   "Run all three engines to see their speedups side by side", ranges=True)
+    if k is not None:
+        figure.add_hline(y=1.0, line=dict(color=PLAIN_COLOUR, width=1.5, dash="dot"),   # its label clear of the bars
+                         annotation_text="1\u00d7 (plain decoding)", annotation_position="top right")
     return figure
 
 
-def _bars(runs: Sequence[EngineRun], title: str, y_title: str, value, unit: str, empty: str) -> go.Figure:
+def _bars(runs: Sequence[EngineRun], title: str, y_title: str, value, unit: str, empty: str,
+          ranges: bool = False) -> go.Figure:
+    """`value` of each engine's points at the largest k, grouped by batch size (`ranges`: with each
+    point's 95% speedup range as an error bar); `empty` before any point."""
     k = _largest_k(runs)
     figure = go.Figure(layout=layout(title, "batch size", y_title, hovermode="closest"))
     if k is None:
@@ -128,8 +120,10 @@ def _bars(runs: Sequence[EngineRun], title: str, y_title: str, value, unit: str,
     for i, run in enumerate(runs):
         points = [p for p in _speculative(run.result) if p.k == k and value(p) is not None]
         if points:
+            errors = dict(type="data", symmetric=False, array=[p.speedup_high - p.speedup for p in points],
+                          arrayminus=[p.speedup - p.speedup_low for p in points]) if ranges else None
             figure.add_trace(go.Bar(x=[str(p.batch) for p in points], y=[value(p) for p in points], name=run.title,
-                                    marker_color=config_colour(i),
+                                    marker_color=config_colour(i), error_y=errors,
                                     hovertemplate=f"{run.title}, batch %{{x}}: %{{y:.2f}} {unit}<extra></extra>"))
     figure.update_layout(barmode="group", xaxis=_axis(runs), yaxis_rangemode="tozero")
     return figure
