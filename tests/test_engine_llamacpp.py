@@ -79,6 +79,11 @@ def test_drafters_map_to_llama_server_flags():
                                           "--model-draft", "/m/draft.gguf"]
     mod = llamacpp.speculative_config(None, 6, {"type": "ngram-mod", "n_match": 8})
     assert "--spec-ngram-mod-n-match" in llamacpp.spec_flags(mod) and mod["draft_n_max"] == 6
+    # ngram-mod's own draft lengths follow k (llama.cpp's defaults, 48 to 64 tokens, ignore --spec-draft-n-max)
+    flags = " ".join(llamacpp.spec_flags(mod))
+    assert "--spec-ngram-mod-n-max 6" in flags and "--spec-ngram-mod-n-min 1" in flags
+    longer = llamacpp.speculative_config(None, 2, {"type": "ngram-mod", "n_min": 4, "n_max": 64})
+    assert (longer["n_min"], longer["n_max"]) == (2, 2)
     assert llamacpp.speculative_config("ngram", 0) is None
     with pytest.raises(SpecvizError, match="llama.cpp has no drafter like"):
         llamacpp.speculative_config("self:8", 4)

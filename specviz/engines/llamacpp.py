@@ -139,6 +139,12 @@ def speculative_config(draft: str | None, k: int, given: dict | None = None) -> 
         config = dict(given, draft_n_max=k)
         if config.get("type") in ("ngram-simple", "ngram-map-k"):
             config.setdefault("size_m", k)
+        if config.get("type") == "ngram-mod":
+            # ngram-mod drafts n_min to n_max tokens whatever --spec-draft-n-max says (its defaults, 48
+            # to 64, drafted up to 44 tokens a step at "k = 4" here): its n_max is the sweep's k, and it
+            # drafts whatever it finds up to k, as specviz's prompt lookup does, unless n_min is given.
+            config["n_max"] = k
+            config["n_min"] = min(int(config.get("n_min", 1)), k)
         return config
     spec = parse_draft(draft)
     if spec.kind == "ngram":
