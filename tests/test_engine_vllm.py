@@ -499,8 +499,10 @@ def _start_and_interrupt(args, sig, tmp_path):
     """Start `load --engine vllm` (it starts its own server), wait until vLLM's engine core runs, then
     send `sig` to specviz; returns (specviz's exit code, the server's group id)."""
     log_dir = tmp_path / "logs"
-    proc = subprocess.Popen([sys.executable, "-m", "specviz", "load", "--engine", "vllm", *args,
-                             "--engine-log-dir", str(log_dir)], cwd=ROOT, env=env(),
+    # Far more work than the wait below can outlast (a CI run here saw a 4-request sweep finish before
+    # the signal was sent, on a loaded host): the signal always lands mid-sweep.
+    proc = subprocess.Popen([sys.executable, "-m", "specviz", "load", "--engine", "vllm", *args, "--max-new-tokens",
+                             "256", "--repeats", "25", "--engine-log-dir", str(log_dir)], cwd=ROOT, env=env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     deadline, pgid = time.monotonic() + 240, None
     while time.monotonic() < deadline:
@@ -514,6 +516,7 @@ def _start_and_interrupt(args, sig, tmp_path):
     assert pgid is not None, "the server never started its engine core"
     members = [p for p in os.listdir("/proc") if p.isdigit() and _pgid(int(p)) == pgid]
     assert len(members) >= 2     # the API server and its engine core
+    assert proc.poll() is None, "specviz ended before it could be interrupted"
     proc.send_signal(sig)
     code = proc.wait(timeout=60)
     return code, pgid, proc.stderr.read()

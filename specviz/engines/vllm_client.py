@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from ..errors import SpecvizError
 
 READ_TIMEOUT = 300.0    # seconds without a byte from the server before a request fails
+WAKE_SECONDS = 0.5      # how often the closed loop's waiting thread wakes to notice a Ctrl-C
 
 
 @dataclass(frozen=True)
@@ -255,7 +256,13 @@ def closed_loop(url: str, model: str, requests: Sequence[Request], concurrency: 
     running = len(threads)
     try:
         while running:
-            item = done.get()
+            try:
+                # A timeout, not a bare get(): a Ctrl-C that the kernel hands to one of the stream
+                # threads reaches this (the main) thread only when it runs Python code again, which a
+                # lock wait without one defers until the next answer comes, a minute away on a slow server.
+                item = done.get(timeout=WAKE_SECONDS)
+            except queue.Empty:
+                continue
             if item is None:
                 running -= 1
             elif isinstance(item, BaseException):
