@@ -245,6 +245,29 @@ def running_app(*args: str, tiny: bool = False, log: Path | None = None, seconds
             process.wait()
 
 
+def default_sigint():
+    """A child's preexec_fn: SIGINT back to its default before it starts. A shell that starts pytest with
+    `&` and no job control sets SIGINT to ignored, an ignored signal stays ignored across exec, and Python
+    then installs no KeyboardInterrupt handler: the command under test would never see the Ctrl-C a test
+    sends (the vLLM and llama.cpp Ctrl-C tests failed so, in a full run here started with `&`)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def wait_or_kill(process, seconds: float) -> int:
+    """`process.wait(seconds)`, killing it if it is still running then (a test that fails here must not
+    leave a sweep running beside the rest of the suite)."""
+    import subprocess
+
+    try:
+        return process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        pytest.fail(f"the command was still running {seconds:.0f} s after the signal (killed)")
+
+
 # ----------------------------------------------------------------------------- tests that need the cores alone
 
 # The suite runs on two xdist workers. A test marked `alone` (a bound on how soon the page shows

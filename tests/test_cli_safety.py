@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_llama
+from conftest import default_sigint, make_llama
 from test_cli import folder, no_loading, one_error_line  # noqa: F401 - fixtures
 from tiny_pair import PROMPT, WORDS
 from tokenizers import Tokenizer, models, pre_tokenizers
@@ -301,13 +301,6 @@ def test_an_unexpected_error_promises_no_log():
 
 
 # ----------------------------------------------------------------------------- Ctrl-C
-
-def default_sigint():
-    """Run in the child before it starts: SIGINT back to its default. A shell that starts pytest with
-    `&` and no job control sets SIGINT to ignored, and an ignored signal stays ignored across exec:
-    the command under test would never see the Ctrl-C this test sends."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
 
 def test_ctrl_c_keeps_the_finished_runs_of_a_prompt_set(folder, tmp_path):  # noqa: F811
     prompts = tmp_path / "prompts.txt"

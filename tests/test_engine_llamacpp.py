@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import default_sigint, wait_or_kill
 
 from specviz.engines import llamacpp
 from specviz.engines.configs import EngineConfig
@@ -239,7 +240,7 @@ def _start(args, tmp_path):
     log_dir = tmp_path / "logs"
     proc = subprocess.Popen([sys.executable, "-m", "specviz", "load", "--engine", "llamacpp", *args, *ONE_THREAD,
                              "--engine-log-dir", str(log_dir)], cwd=ROOT, env=env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, preexec_fn=default_sigint)
     return proc, log_dir
 
 
@@ -262,7 +263,7 @@ def test_ctrl_c_or_sigkill_leaves_no_llamacpp_server(tmp_path, sent, code, secon
     assert running, "the server never started"
     time.sleep(1.0)                                     # requests in flight
     proc.send_signal(sent)
-    assert proc.wait(timeout=60) == code, proc.stderr.read()[-2000:]
+    assert wait_or_kill(proc, 60) == code, proc.stderr.read()[-2000:]
     assert wait_gone(running, seconds), f"a llama.cpp server outlived {sent.name}"
 
 

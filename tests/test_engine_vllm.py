@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import default_sigint, wait_or_kill
 
 from specviz.engines import configs as engine_configs_module
 from specviz.engines.configs import (EngineConfig, engine_configs, per_batch_schedule, recommended_config,
@@ -499,11 +500,11 @@ def _start_and_interrupt(args, sig, tmp_path):
     """Start `load --engine vllm` (it starts its own server), wait until vLLM's engine core runs, then
     send `sig` to specviz; returns (specviz's exit code, the server's group id)."""
     log_dir = tmp_path / "logs"
-    # Far more work than the wait below can outlast (a CI run here saw a 4-request sweep finish before
-    # the signal was sent, on a loaded host): the signal always lands mid-sweep.
+    # More work than the wait below can outlast, so that a signal that is not acted on shows as such
     proc = subprocess.Popen([sys.executable, "-m", "specviz", "load", "--engine", "vllm", *args, "--max-new-tokens",
                              "256", "--repeats", "25", "--engine-log-dir", str(log_dir)], cwd=ROOT, env=env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            preexec_fn=default_sigint)
     deadline, pgid = time.monotonic() + 240, None
     while time.monotonic() < deadline:
         logs = list(log_dir.glob("*.log")) if log_dir.exists() else []
@@ -518,7 +519,7 @@ def _start_and_interrupt(args, sig, tmp_path):
     assert len(members) >= 2     # the API server and its engine core
     assert proc.poll() is None, "specviz ended before it could be interrupted"
     proc.send_signal(sig)
-    code = proc.wait(timeout=60)
+    code = wait_or_kill(proc, 60)
     return code, pgid, proc.stderr.read()
 
 
