@@ -181,7 +181,11 @@ def test_teach_stop_keeps_the_cycles_so_far(app_url, browser):
     page.get_by_role("tab", name="Teach").click()
     set_max_new_tokens(page, 128, prefix="teach-")
     page.locator("#teach-run").click()
-    time.sleep(3)                          # decoding 128 tokens with early exit takes far longer here
+    # Stop once two cycles are decoded (decoding 128 tokens with early exit takes far longer here): a fixed
+    # 3 s wait left one cycle on a loaded CI run here, and a one-cycle run has no cycle 2 to step to.
+    two_cycles = "/(^|\\D)([2-9]|[1-9]\\d+) cycles, /"
+    page.wait_for_function(f"{two_cycles}.test(document.querySelector('#teach-position').innerText)",
+                           timeout=120_000, polling=100)
     page.locator("#teach-stop").click()
     page.wait_for_function("document.querySelector('#teach-position').innerText.includes('Stopped')",
                            timeout=60_000, polling=250)
