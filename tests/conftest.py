@@ -52,17 +52,39 @@ LONGEST_FIRST = [*ENGINE_SERVERS, "test_e2e", "test_sampling", "test_first_scree
                  "test_cross_tokenizer"]
 
 
+# The tests marked `alone` (below) run as one more xdist scope, first, on one worker, holding the cores
+# from the first to the last of them: one wait for the other worker's current test instead of one per
+# test. Handed out one at a time between the other worker's tests, each waited for whatever long test
+# ran there (a vLLM sweep, a browser test: 3-4 minutes) while its own worker idled (a profile here: 786
+# worker-seconds idle in the first 25 minutes). xdist's controller sees node ids, not marks, so the scope
+# is named here, and collection fails when it and the marks disagree.
+ALONE = ("tests/test_first_screen.py::",
+         "tests/test_e2e.py::test_the_default_example_measures_the_same_speedup_in_every_fresh_app")
+
+
+def in_alone_scope(nodeid: str) -> bool:
+    return nodeid.startswith(ALONE)
+
+
 def pytest_collection_modifyitems(config, items):
+    disagree = [item.nodeid for item in items
+                if in_alone_scope(item.nodeid) != (item.get_closest_marker("alone") is not None)]
+    if disagree:
+        raise pytest.UsageError(f"tests/conftest.py's ALONE and the `alone` marks disagree on: {disagree}")
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.module.__name__, len(rank)))     # stable: files keep their order
+    # stable: files keep their order
+    items.sort(key=lambda item: -1 if in_alone_scope(item.nodeid) else rank.get(item.module.__name__, len(rank)))
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """xdist's per-file scheduling (`--dist loadfile`), with the engine-server modules as one scope."""
+    """xdist's per-file scheduling (`--dist loadfile`), with the engine-server modules as one scope and the
+    `alone` tests as another."""
     from xdist.scheduler import LoadFileScheduling
 
     class EnginesTogether(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
+            if in_alone_scope(nodeid):
+                return "cores alone"
             file = nodeid.split("::", 1)[0]
             return "engine servers" if Path(file).stem in ENGINE_SERVERS else file
 
@@ -272,28 +294,36 @@ def wait_or_kill(process, seconds: float) -> int:
 
 # The suite runs on two xdist workers. A test marked `alone` (a bound on how soon the page shows
 # something) runs while the other worker runs nothing: every test holds a shared lock for its whole
-# protocol (setup with its module's fixtures, call, teardown), an `alone` one an exclusive lock. A
-# turnstile keeps the exclusive request from waiting forever: while it waits, no new test starts.
+# protocol (setup with its module's fixtures, call, teardown), an `alone` one an exclusive lock, kept
+# until the next test of its worker is not `alone` (they run together, as one scope, above). A turnstile
+# keeps the exclusive request from waiting forever: while it waits, no new test starts.
 ALONE_LOCKS = ("specviz-tests-turnstile.lock", "specviz-tests-cores.lock")
+_held_alone = None          # the cores lock, held exclusively by this worker across its `alone` tests
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
+    global _held_alone
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         yield
         return
     import fcntl
     import tempfile
 
-    turnstile, cores = (open(Path(tempfile.gettempdir()) / name, "a") for name in ALONE_LOCKS)
+    alone = item.get_closest_marker("alone") is not None
+    cores = _held_alone
+    if cores is None:
+        turnstile, cores = (open(Path(tempfile.gettempdir()) / name, "a") for name in ALONE_LOCKS)
+        with turnstile:
+            fcntl.flock(turnstile, fcntl.LOCK_EX)
+            fcntl.flock(cores, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        _held_alone = cores if alone else None
     try:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        fcntl.flock(cores, fcntl.LOCK_EX if item.get_closest_marker("alone") else fcntl.LOCK_SH)
-        fcntl.flock(turnstile, fcntl.LOCK_UN)
         yield
     finally:
-        turnstile.close()
-        cores.close()
+        if not (alone and nextitem is not None and nextitem.get_closest_marker("alone") is not None):
+            cores.close()
+            _held_alone = None
 
 
 @pytest.fixture(scope="module")
