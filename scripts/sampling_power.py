@@ -1,9 +1,10 @@
-"""How many runs tests/test_sampling.py's chi-square tests need: for each sampler setting there, the share
+"""How many runs the whole-run chi-square tests need (tests/test_sampling.py, and test_head.py's and
+test_batched.py's sampling tests): for each prompt and sampler setting there, the share
 of 1,000 simulated sets of N draws from a sampler at 1.25 times the temperature (a subtler fault than the
-tests' power check at twice) that the test rejects at p < 1e-4. The tests' RUNS is the smallest N with
-at least 99% (tests/test_sampling.py says which setting keeps more).
+tests' power check at twice) that the test rejects at p < 1e-4. The tests take the smallest N with at
+least 99% (tests/test_sampling.py says which setting keeps more).
 
-    python scripts/sampling_power.py          # about 2 minutes on one core
+    python scripts/sampling_power.py          # about 3 minutes on one core
 
 Power depends on the exact distribution and the alternative only, not on the drafter, so one line stands
 for every drafter tested at that setting."""
@@ -14,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from conftest import make_llama                                  # noqa: E402
 from test_sampling import V, exact_joint, pooled_chisquare       # noqa: E402
@@ -30,17 +32,23 @@ SETTINGS = {                                # the prompts and samplers of test_s
     "T 0.7, top-k 4": (CHAIN, dict(temperature=0.7, top_k=4)),
     "tree prompt, T 1.0": (TREE, dict(temperature=1.0)),
     "tree prompt, T 0.8, top-k 4": (TREE, dict(temperature=0.8, top_k=4)),
+    "batched row [4], T 1.0": ([[4]], dict(temperature=1.0)),                  # test_batched's other rows
+    "batched row [0 5 ...], T 1.0": ([[0, 5, 0, 5, 0, 5, 2, 1]], dict(temperature=1.0)),
 }
+HEAD_VOCAB, HEAD_LENGTH = 5, 4            # test_head's sampling test: its own target, four tokens
 
 
 def main() -> None:
     torch.set_num_threads(1)
     target = make_llama(0, layers=2, vocab=V, hidden=32)          # test_sampling.small_pair's target
     rng = np.random.default_rng(0)
-    for name, (prompt, kw) in SETTINGS.items():
+    head_target = make_llama(0, layers=2, vocab=HEAD_VOCAB, hidden=32)
+    cases = [(name, target, prompt, kw, V, 3) for name, (prompt, kw) in SETTINGS.items()]
+    cases.append(("test_head: T 1.0, 4 tokens", head_target, CHAIN, dict(temperature=1.0), HEAD_VOCAB, HEAD_LENGTH))
+    for name, model, prompt, kw, vocab, length in cases:
         top_k, top_p = kw.get("top_k", 0), kw.get("top_p", 1.0)
-        exact = exact_joint(target, torch.tensor(prompt), Sampler(kw["temperature"], top_k, top_p))
-        wrong = exact_joint(target, torch.tensor(prompt), Sampler(kw["temperature"] * 1.25, top_k, top_p))
+        exact = exact_joint(model, torch.tensor(prompt), Sampler(kw["temperature"], top_k, top_p), length, vocab)
+        wrong = exact_joint(model, torch.tensor(prompt), Sampler(kw["temperature"] * 1.25, top_k, top_p), length, vocab)
         wrong = wrong / wrong.sum()
         shares = []
         for n in (1000, 1500, 2000, 2500):

@@ -149,10 +149,11 @@ def pooled_chisquare(observed, probs):
     return chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
 
 
-# Runs per test: the fewest of 1,000 / 1,500 / 2,000 / 2,500 at which a sampler at 1.25 times the
-# temperature (far subtler than the power checks' twice) is rejected at p < 1e-4 in at least 99% of
-# 1,000 simulated sets of draws (scripts/sampling_power.py): 1,500 for every setting here but top-p 0.8
-# with top-k 4, where truncation hides most of that change (23% at 2,500, 6% at 1,500): it keeps 2,500.
+# Runs per test: at least the fewest of 1,000 / 1,500 / 2,000 / 2,500 at which a sampler at 1.25 times
+# the temperature (far subtler than the power checks' twice) is rejected at p < 1e-4 in 99% of 1,000
+# simulated sets of draws (scripts/sampling_power.py): 1,500 covers every setting here (T 0.8 with
+# top-k 3 needs it) but top-p 0.8 with top-k 4, where truncation hides most of that change (rejected
+# in 23% at 2,500, 6% at 1,500): it keeps the 2,500 every test had.
 RUNS = 1500
 
 
