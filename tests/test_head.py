@@ -109,6 +109,19 @@ def test_a_tiny_head_trains_in_seconds_and_beats_the_most_frequent_next_token(tr
     assert min(notes["trained"]["agreement_per_step"]) > done.baseline - 0.1, notes["trained"]["agreement_per_step"]
 
 
+def test_generation_writes_about_the_token_budget_not_a_whole_batch():
+    # A budget of 2,000 tokens wrote 12,288 (one batch of 64 prompts at 192 new tokens each): a batch now
+    # takes only the prompts the rest of the budget needs, at least two.
+    from specviz.runs.train_draft import generate_sequences
+
+    target, _ = tiny_models(layers=2, hidden=64)
+    options = TrainOptions(tokens=300, max_new_tokens=64, batch=20)
+    prompts = [f"prompt {i}" for i in range(40)]
+    *_, (generated, sequences, _) = generate_sequences(target, ByteTokenizer(), prompts, options, eos=[],
+                                                       deadline=float("inf"), chat=False)
+    assert 300 <= generated <= 300 + 64 and len(sequences) == 5
+
+
 def test_training_resumes_after_the_last_finished_epoch(trained, tmp_path):
     target, folder, _ = trained
     shutil.copytree(folder, tmp_path / "again")
