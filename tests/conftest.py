@@ -47,7 +47,7 @@ def pytest_cmdline_main(config):
 # worker the next scope as it finishes one, does not leave one worker running a five-minute module
 # at the end while the other has finished.
 ENGINE_SERVERS = ["test_engine_vllm", "test_load_vllm_browser", "test_engine_llamacpp", "test_load_llamacpp_browser"]
-LONGEST_FIRST = [*ENGINE_SERVERS, "test_e2e", "test_sampling", "test_first_screen", "test_offline_pair",
+LONGEST_FIRST = [*ENGINE_SERVERS, "test_e2e", "test_sampling", "test_offline_pair",
                  "test_recording_bounds", "test_head", "test_soak", "test_load_browser", "test_batched",
                  "test_cross_tokenizer"]
 
@@ -56,7 +56,7 @@ LONGEST_FIRST = [*ENGINE_SERVERS, "test_e2e", "test_sampling", "test_first_scree
 # from the first to the last of them: one wait for the other worker's current test instead of one per
 # test. Handed out one at a time between the other worker's tests, each waited for whatever long test
 # ran there (a vLLM sweep, a browser test: 3-4 minutes) while its own worker idled (a profile here: 786
-# worker-seconds idle in the first 25 minutes). xdist's controller sees node ids, not marks, so the scope
+# worker-seconds idle in a 43-minute run). xdist's controller sees node ids, not marks, so the scope
 # is named here, and collection fails when it and the marks disagree.
 ALONE = ("tests/test_first_screen.py::",
          "tests/test_e2e.py::test_the_default_example_measures_the_same_speedup_in_every_fresh_app")
@@ -72,8 +72,11 @@ def pytest_collection_modifyitems(config, items):
     if disagree:
         raise pytest.UsageError(f"tests/conftest.py's ALONE and the `alone` marks disagree on: {disagree}")
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    # stable: files keep their order
-    items.sort(key=lambda item: -1 if in_alone_scope(item.nodeid) else rank.get(item.module.__name__, len(rank)))
+
+    def rank_of(item) -> int:
+        return -1 if in_alone_scope(item.nodeid) else rank.get(item.module.__name__, len(rank))
+
+    items.sort(key=rank_of)     # stable: files keep their order
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -3,6 +3,7 @@ checked at load, text that cannot be encoded, bounded reads, opening in the queu
 costs what was drafted, a cache bounded in bytes, a report bounded by its input, and the worst file
 under the caps rendered within a stated time and memory."""
 
+import functools
 import json
 import os
 import random
@@ -45,6 +46,21 @@ def template():
 
     settings = RunSettings(target="tiny", draft="ngram", k=4, max_new_tokens=32, chat=False)
     return rec.recording([execute(settings, PROMPT, TinyModels().loader(settings), baseline=True)])
+
+
+@pytest.fixture(scope="module")
+def worst_file(template, tmp_path_factory):
+    """`worst_file(kind)`: the path of recording_cases' worst file of that kind, written once for the
+    module (the footprint and the rendering tests read the same four files)."""
+    folder = tmp_path_factory.mktemp("worst")
+
+    @functools.cache
+    def path(kind: str) -> Path:
+        out = folder / f"{kind}.json"
+        out.write_text(rec.dumps(cases.worst(kind, template)))
+        return out
+
+    return path
 
 
 def chain_recording(template, cycles=4, k=4, seconds=0.01, steps=4, **settings):
@@ -287,9 +303,8 @@ def test_the_replay_cache_is_bounded_in_bytes(template, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["chain", "tree", "events"])
-def test_the_footprint_estimate_follows_the_memory_held(template, kind, tmp_path):
-    path = tmp_path / f"{kind}.json"
-    path.write_text(rec.dumps(cases.worst(kind, template)))
+def test_the_footprint_estimate_follows_the_memory_held(worst_file, kind):
+    path = worst_file(kind)
     tracemalloc.start()
     opened = rec.load(path)
     held, _ = tracemalloc.get_traced_memory()
@@ -359,9 +374,8 @@ WORST_PEAK_BYTES = 2**30      # measured: 145, 172, 305 and 233 MB above the pro
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["chain", "tree", "events", "depths"])
-def test_the_worst_file_under_the_caps_renders_within_bounds(template, kind, tmp_path):
-    path = tmp_path / f"{kind}.json"
-    path.write_text(rec.dumps(cases.worst(kind, template)))
+def test_the_worst_file_under_the_caps_renders_within_bounds(worst_file, kind):
+    path = worst_file(kind)
     assert path.stat().st_size <= rec.MAX_BYTES
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "recording_cases.py"), str(path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600, check=False,
