@@ -162,6 +162,7 @@ SAMPLING_PROMPTS = [torch.tensor([[1, 2, 3, 1, 2]]), torch.tensor([[4]]), torch.
 
 
 @pytest.mark.parametrize("draft", ["model", "ngram", pytest.param("self:1", marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_each_sampled_row_follows_its_target_distribution(small_models, draft):
     target, drafts = small_models
     kw = {"k": 2, "temperature": 1.0}

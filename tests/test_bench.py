@@ -237,6 +237,7 @@ def test_bench_command_reports_bad_input(capsys, argv, message):
     assert out == "" and err.strip().splitlines()[-1].startswith("error: ") and message in err
 
 
+@pytest.mark.slow
 def test_gpu_script_smoke_mode_runs_on_cpu_without_gradio(tmp_path):
     # Runs the script as `python scripts/gpu_bench.py ...` would, then checks it never imported gradio.
     code = ("import sys; sys.path.insert(0, 'scripts'); import gpu_bench; rc = gpu_bench.main(sys.argv[1:]); "

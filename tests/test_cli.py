@@ -153,6 +153,7 @@ def test_bench_checks_its_output_paths_first(no_loading, capsys):
     assert "--markdown" in line
 
 
+@pytest.mark.slow
 def test_undecodable_argv_bytes_are_one_error_line(tmp_path):
     # Bytes that are not UTF-8 reach Python as lone surrogates (surrogateescape); nothing is loaded.
     result = subprocess.run([sys.executable, "-m", "specviz", "run", "--target", "/no/such/model", b"caf\xe9 \xff"],
@@ -210,6 +211,7 @@ def test_every_subcommand_is_registered():
     assert "{run,compare,bench,load,replay,report,train-draft}" in cli.build_parser().format_usage()
 
 
+@pytest.mark.slow
 def test_a_subcommand_that_fails_to_import_is_not_dropped():
     # The dispatcher imports every subcommand at its top: one that cannot be imported stops the
     # command line with its ImportError instead of vanishing from it.
@@ -227,6 +229,7 @@ def test_no_cli_module_imports_its_package():
     assert graph.find_modules_that_directly_import("specviz.cli") == {"specviz.__main__"}
 
 
+@pytest.mark.slow
 def test_module_entry_point_help():
     result = subprocess.run([sys.executable, "-m", "specviz", "run", "--help"], capture_output=True, text=True,
                             timeout=120, cwd=ROOT)

@@ -105,6 +105,7 @@ def test_model_text_is_made_printable_in_run(tmp_path, capsys):
         assert "\x1b" not in out + err and "\x07" not in out + err and "\u241b]0;owned\u2407" in out
 
 
+@pytest.mark.slow
 def test_an_undecodable_file_name_is_shown_not_fatal(live, tmp_path):
     # Bytes that are not UTF-8 in argv arrive as lone surrogates, which a strict UTF-8 stdout cannot
     # encode (and which a lenient one would write back as raw bytes, such as a C1 \x9b).
@@ -146,6 +147,7 @@ def test_plain_flag_prints_exactly_the_generated_text(live, tmp_path, capsys):
     assert "tokens per target pass" in err and "legend" not in out
 
 
+@pytest.mark.slow
 def test_a_reader_that_stops_reading_ends_the_replay_quietly(live, tmp_path):
     record = fresh_record(live)
     for cycle in record["runs"][0]["cycles"]:      # 0.2 s per cycle: the reader leaves mid-replay
@@ -302,6 +304,7 @@ def test_an_unexpected_error_promises_no_log():
 
 # ----------------------------------------------------------------------------- Ctrl-C
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_the_finished_runs_of_a_prompt_set(folder, tmp_path):  # noqa: F811
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("".join(f"{PROMPT} {i}\n" for i in range(60)))

@@ -265,6 +265,7 @@ def test_text_after_keeps_a_leading_space():
 
 # ----------------------------------------------------------------------------- sampling
 
+@pytest.mark.slow
 def test_sampling_through_a_cross_tokenizer_draft_follows_the_target():
     # Six target words, a character-level draft: one-hot candidates keep speculative sampling exact.
     # (No draft token reads as one of these words, " ab" with its space: TLI would draft nothing.)
@@ -360,6 +361,7 @@ def sentencepiece_tokenizer_of_six() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>")
 
 
+@pytest.mark.slow
 def test_sampling_with_token_level_intersection_follows_the_target():
     # A six-token SentencePiece-style target drafted by a byte-level model: five of the draft's 262
     # tokens read as target tokens ('Ġ', 'a', 'b', 'Ġa', 'Ġb'), the rest never can, so the

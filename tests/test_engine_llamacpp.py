@@ -136,6 +136,7 @@ def _stand_in(tmp_path, body: str) -> dict:
     return env(PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
 
 
+@pytest.mark.slow
 def test_an_unknown_speculative_api_is_refused_by_the_command(tmp_path):
     stand_in = _stand_in(tmp_path, "class _S:\n    n_max = 4\n\nclass CommonParams:\n"
                                    "    def __init__(self):\n        self.speculative = _S()\n\n"
@@ -148,6 +149,7 @@ def test_an_unknown_speculative_api_is_refused_by_the_command(tmp_path):
     assert not servers()
 
 
+@pytest.mark.slow
 def test_a_missing_xllamacpp_is_one_message_with_the_install_command(tmp_path):
     stand_in = _stand_in(tmp_path, "raise ImportError('No module named xllamacpp')\n")
     out = specviz("load", "--engine", "llamacpp", "--batch", "1", "--k", "0", "--prompts", "rewrite", env=stand_in)

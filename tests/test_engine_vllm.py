@@ -275,6 +275,7 @@ def test_the_load_views_draw_an_engine_sweep_without_a_theory_line():
 
 @pytest.mark.parametrize("python, said", [("/nonexistent/python", "No Python interpreter at /nonexistent/python"),
                                           (sys.executable, "No working vLLM at")])
+@pytest.mark.slow
 def test_no_vllm_is_one_message_with_the_install_command(python, said, tmp_path):
     out = specviz("load", "--engine", "vllm", "--vllm-python", python, "--batch", "1", "--k", "0,4",
                   "--prompts", "rewrite", "--json", str(tmp_path / "x.json"), timeout=300)
@@ -284,6 +285,7 @@ def test_no_vllm_is_one_message_with_the_install_command(python, said, tmp_path)
     assert not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.slow
 def test_engine_flags_need_engine_vllm():
     out = specviz("load", "--engine-arg=--tensor-parallel-size=2", "--batch", "1", timeout=120)
     assert out.returncode == 2 and "go with --engine vllm" in out.stderr
@@ -306,6 +308,7 @@ def _wait_gone(pgid: int, seconds: float = 30.0) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_watchdog_kills_the_whole_group_when_its_parent_is_killed(tmp_path):
     # A stand-in server that, like vLLM's, spawns a child, both ignoring SIGTERM (so SIGKILL must follow).
     tree = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "

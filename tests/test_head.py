@@ -86,6 +86,7 @@ def trained(tmp_path_factory):
     return target, folder, reports
 
 
+@pytest.mark.slow
 def test_a_tiny_head_trains_in_seconds_and_beats_the_most_frequent_next_token(trained):
     _, folder, reports = trained
     done = reports[-1]
@@ -122,6 +123,7 @@ def test_generation_writes_about_the_token_budget_not_a_whole_batch():
     assert 300 <= generated <= 300 + 64 and len(sequences) == 5
 
 
+@pytest.mark.slow
 def test_training_resumes_after_the_last_finished_epoch(trained, tmp_path):
     target, folder, _ = trained
     shutil.copytree(folder, tmp_path / "again")
@@ -133,6 +135,7 @@ def test_training_resumes_after_the_last_finished_epoch(trained, tmp_path):
 
 
 @pytest.mark.parametrize("k", [1, 3, 5])
+@pytest.mark.slow
 def test_greedy_with_the_head_equals_generate(trained, k):
     target, folder, _ = trained
     drafter = make_drafter(parse_draft(f"head:{folder}"), target, target_name="tiny-llama")
@@ -144,6 +147,7 @@ def test_greedy_with_the_head_equals_generate(trained, k):
 
 
 @pytest.mark.parametrize("branch,budget,k", [(2, 8, 3), (3, 12, 4)])
+@pytest.mark.slow
 def test_greedy_with_a_head_tree_equals_generate(trained, branch, budget, k):
     target, folder, _ = trained
     chain = load_head(folder, target)
@@ -163,6 +167,7 @@ def test_greedy_with_a_head_tree_equals_generate(trained, branch, budget, k):
     assert mean["tree"] > mean["chain"] + 0.2, mean
 
 
+@pytest.mark.slow
 def test_a_head_tree_is_what_run_drafts_with_a_branch(trained):
     target, folder, _ = trained
     from types import SimpleNamespace
@@ -174,6 +179,7 @@ def test_a_head_tree_is_what_run_drafts_with_a_branch(trained):
     assert isinstance(tree, HeadTreeDrafter) and tree.branch == 2
 
 
+@pytest.mark.slow
 def test_batched_rows_with_the_head_equal_generate(trained):
     target, folder, _ = trained
     drafter = make_drafter(parse_draft(f"head:{folder}"), target, target_name="tiny-llama")
@@ -217,6 +223,7 @@ HEAD_VOCAB, HEAD_LENGTH = 5, 4      # four tokens: the first cycle has no featur
 
 
 @pytest.mark.parametrize("tree", [False, True], ids=["chain", "tree"])
+@pytest.mark.slow
 def test_head_sampling_follows_the_target_distribution(tree):
     # The draft vocabulary leaves two of the target's tokens out: the head's distribution is scattered
     # into the target's vocabulary with zeros there, and the residual still restores the target's. As
@@ -244,6 +251,7 @@ def test_head_sampling_follows_the_target_distribution(tree):
     assert pooled_chisquare(counts, joint[2.0]) < 1e-4
 
 
+@pytest.mark.slow
 def test_a_sampled_row_with_the_head_is_that_prompt_alone(trained):
     target, folder, _ = trained
     drafter = load_head(folder, target)
@@ -257,6 +265,7 @@ def test_a_sampled_row_with_the_head_is_that_prompt_alone(trained):
 
 # ----------------------------------------------------------------------------- bad input
 
+@pytest.mark.slow
 def test_a_head_for_another_target_is_refused_with_what_differs(trained):
     _, folder, _ = trained
     other, _ = tiny_models(layers=6, hidden=64)
@@ -270,6 +279,7 @@ def test_a_head_for_another_target_is_refused_with_what_differs(trained):
         load_head(folder, wider)
 
 
+@pytest.mark.slow
 def test_corrupt_or_partial_head_files_are_refused(trained, tmp_path):
     target, folder, _ = trained
     copy = tmp_path / "copy"
@@ -289,6 +299,7 @@ def test_corrupt_or_partial_head_files_are_refused(trained, tmp_path):
         load_head(tmp_path / "absent", target)
 
 
+@pytest.mark.slow
 def test_a_head_missing_weights_is_refused(trained, tmp_path):
     target, folder, _ = trained
     head = load_head(folder, target).head

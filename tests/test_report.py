@@ -38,6 +38,7 @@ def recorded(tmp_path_factory):
 LIVE = {}   # recording path -> the live run it was saved from
 
 
+@pytest.mark.slow
 def test_report_opens_offline_with_tokens_charts_and_summary(recorded, tmp_path):
     playwright = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():
@@ -82,6 +83,7 @@ def test_replay_fast_prints_the_recorded_text(recorded, capsys):
     assert "tokens per target pass" in out and "measured speedup" in out
 
 
+@pytest.mark.slow
 def test_replay_plays_at_the_recorded_speed(recorded):
     run = rec.load(recorded[0]).runs[0]
     recorded_seconds = max(t for t, _ in rec.timeline(run))

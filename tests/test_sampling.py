@@ -164,6 +164,7 @@ RUNS = 1500
     pytest.param("smaller", dict(k=2, temperature=1.3, top_p=0.7), RUNS, marks=pytest.mark.slow),
     pytest.param("ngram", dict(k=3, temperature=1.0, top_p=0.8, top_k=4), 2500, marks=pytest.mark.slow),
 ])
+@pytest.mark.slow
 def test_speculative_sampling_matches_target_distribution(small_pair, drafter, kw, runs):
     target, smaller, unrelated = small_pair
     draft = {"smaller": smaller, "unrelated": unrelated, "ngram": PromptLookupDrafter()}[drafter]
@@ -199,6 +200,7 @@ def test_uniform_draws_recompute_verdicts(small_pair):
 
 @pytest.mark.parametrize("kw", [dict(k=2, temperature=1.0),
                                 pytest.param(dict(k=3, temperature=0.7, top_k=4), marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_draft_model_tree_sampling_matches_target_distribution(small_pair, kw):
     # The draft's top-2 children are deterministic candidates: the target's distribution must hold.
     from specviz.core.draft_trees import DraftTreeDrafter
@@ -217,6 +219,7 @@ def test_draft_model_tree_sampling_matches_target_distribution(small_pair, kw):
 @pytest.mark.parametrize("drafter", ["ngram-tree", "suffix"])
 @pytest.mark.parametrize("kw", [dict(k=2, temperature=1.0),
                                 pytest.param(dict(k=3, temperature=0.8, top_k=4), marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_tree_sampling_matches_target_distribution(small_pair, kw, drafter):
     # "1 2" was followed by 3, by 4 and by 5: the n-gram tree offers all three as sibling
     # candidates, tried one after another against what is left of the target's distribution.
