@@ -161,7 +161,7 @@ def small_models():
 SAMPLING_PROMPTS = [torch.tensor([[1, 2, 3, 1, 2]]), torch.tensor([[4]]), torch.tensor([[0, 5, 0, 5, 0, 5, 2, 1]])]
 
 
-@pytest.mark.parametrize("draft", ["model", "ngram", pytest.param("self:1", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("draft", ["model", "ngram", "self:1"])
 @pytest.mark.slow
 def test_each_sampled_row_follows_its_target_distribution(small_models, draft):
     target, drafts = small_models

@@ -160,9 +160,9 @@ RUNS = 1500
 @pytest.mark.parametrize("drafter, kw, runs", [
     ("smaller", dict(k=2, temperature=1.0), RUNS),
     ("ngram", dict(k=2, temperature=1.0), RUNS),
-    pytest.param("unrelated", dict(k=3, temperature=0.8, top_k=3), RUNS, marks=pytest.mark.slow),
-    pytest.param("smaller", dict(k=2, temperature=1.3, top_p=0.7), RUNS, marks=pytest.mark.slow),
-    pytest.param("ngram", dict(k=3, temperature=1.0, top_p=0.8, top_k=4), 2500, marks=pytest.mark.slow),
+    ("unrelated", dict(k=3, temperature=0.8, top_k=3), RUNS),
+    ("smaller", dict(k=2, temperature=1.3, top_p=0.7), RUNS),
+    ("ngram", dict(k=3, temperature=1.0, top_p=0.8, top_k=4), 2500),
 ])
 @pytest.mark.slow
 def test_speculative_sampling_matches_target_distribution(small_pair, drafter, kw, runs):
@@ -199,7 +199,7 @@ def test_uniform_draws_recompute_verdicts(small_pair):
 
 
 @pytest.mark.parametrize("kw", [dict(k=2, temperature=1.0),
-                                pytest.param(dict(k=3, temperature=0.7, top_k=4), marks=pytest.mark.slow)])
+                                dict(k=3, temperature=0.7, top_k=4)])
 @pytest.mark.slow
 def test_draft_model_tree_sampling_matches_target_distribution(small_pair, kw):
     # The draft's top-2 children are deterministic candidates: the target's distribution must hold.
@@ -218,7 +218,7 @@ def test_draft_model_tree_sampling_matches_target_distribution(small_pair, kw):
 
 @pytest.mark.parametrize("drafter", ["ngram-tree", "suffix"])
 @pytest.mark.parametrize("kw", [dict(k=2, temperature=1.0),
-                                pytest.param(dict(k=3, temperature=0.8, top_k=4), marks=pytest.mark.slow)])
+                                dict(k=3, temperature=0.8, top_k=4)])
 @pytest.mark.slow
 def test_tree_sampling_matches_target_distribution(small_pair, kw, drafter):
     # "1 2" was followed by 3, by 4 and by 5: the n-gram tree offers all three as sibling
