@@ -17,6 +17,7 @@ from pathlib import Path
 import gradio as gr
 import pytest
 import recording_cases as cases
+from run_queue import Stopwatch
 from tiny_pair import PROMPT
 
 from specviz.cli import entry
@@ -118,14 +119,15 @@ def test_drawing_a_large_run_takes_a_bounded_share_of_its_replay(template, tmp_p
     path.write_text(rec.dumps(record))
     replay_tab.open_recording(None, str(path))        # opened before, as the upload did
     monkeypatch.setattr(rec, "MAX_PLAYBACK_SECONDS", 20.0)
-    start, cpu = time.monotonic(), time.process_time()
-    *_, last = replay_tab.replay_work(None, str(path), None, "Recorded speed")
-    elapsed, cpu = time.monotonic() - start, time.process_time() - cpu
+    with Stopwatch() as took:
+        *_, last = replay_tab.replay_work(None, str(path), None, "Recorded speed")
     assert "Replayed" in last[STATS]
     # Drawing takes about FRAME_SHARE of the time, plus the final view (~1 s under load); the
-    # pacing's 20 s stretch by at most that share.
-    assert cpu < 0.4 * elapsed + 2, (cpu, elapsed)
-    assert elapsed < 20 / (1 - replay_tab.FRAME_SHARE) + 10, elapsed
+    # pacing's 20 s stretch by at most that share, once the time the replay waited for a core is left
+    # out (CI's other worker and a vLLM server beside it once stretched it to 45 s; under load a
+    # replay draws less often, as each view's wall time sets the quiet after it).
+    assert took.cpu < 0.4 * took.wall + 2, took
+    assert took.on_a_core < 20 / (1 - replay_tab.FRAME_SHARE) + 10, took
     replay_tab._opened.clear()
 
 
