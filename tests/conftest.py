@@ -3,6 +3,7 @@
 import contextlib
 import os
 import time
+import weakref
 from pathlib import Path
 from typing import NamedTuple
 
@@ -151,10 +152,22 @@ def truncated_copy(model, layers: int):
     return small
 
 
+_references: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def reference(target, prompt, eos=None, n=40):
-    """`target.generate`'s greedy continuation of `prompt`: what speculative decoding must equal."""
-    out = target.generate(prompt, do_sample=False, max_new_tokens=n, eos_token_id=eos, pad_token_id=0)
-    return out[0, prompt.shape[1]:].tolist()
+    """`target.generate`'s greedy continuation of `prompt`: what speculative decoding must equal.
+    Computed once per model, prompt and arguments (parametrized tests over k or the drafter ask
+    for the same one); the key holds the model's config and every parameter's storage and version,
+    so a model changed in place is generated again."""
+    state = (target.config.to_json_string(), target.generation_config.to_json_string(),
+             tuple((p.data_ptr(), p._version) for p in target.parameters()))
+    key = (state, tuple(prompt.shape), tuple(prompt.flatten().tolist()), eos, n)
+    known = _references.setdefault(target, {})
+    if key not in known:
+        out = target.generate(prompt, do_sample=False, max_new_tokens=n, eos_token_id=eos, pad_token_id=0)
+        known[key] = out[0, prompt.shape[1]:].tolist()
+    return list(known[key])
 
 
 def make_cycle(index=0, drafted=(1, 2, 3), num_accepted=1, correction=9, **fields) -> Cycle:

@@ -11,6 +11,8 @@ from conftest import running_app
 
 from specviz.views.run_view import RunView
 
+pytestmark = pytest.mark.slow       # an app server in a subprocess (~11 s to start): CI runs it, the edit loop does not
+
 STATS = RunView._fields.index("stats")     # the Run endpoint's outputs: the run's views, in RunView's order
 CHAT = "Chat template"
 EARLY_EXIT = "Early exit (target's first layers)"
