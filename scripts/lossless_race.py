@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specviz.catalog import prompt_set  # noqa: E402 - after the sys.path insert
 from specviz.models.host import environment  # noqa: E402
-from specviz.runs import execute, load  # noqa: E402
+from specviz.runs.run import execute, load  # noqa: E402
 from specviz.settings import RunSettings, validate  # noqa: E402
 
 

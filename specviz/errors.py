@@ -11,7 +11,7 @@ each says where the details are with `details`.
 
 from __future__ import annotations
 
-import torch
+import sys
 
 
 class SpecvizError(Exception):
@@ -22,14 +22,19 @@ OUT_OF_MEMORY = ("Out of memory on the device. Try fewer new tokens, a shorter p
                  "or dtype bfloat16.")
 
 
+# torch is looked up, not imported: an out-of-memory error from torch can only come once torch is
+# loaded, and the command line's replay, report and engine commands never load it.
+
 def is_out_of_memory(exc: BaseException) -> bool:
-    return isinstance(exc, torch.OutOfMemoryError) or (isinstance(exc, RuntimeError)
-                                                       and "out of memory" in str(exc).lower())
+    torch = sys.modules.get("torch")
+    return ((torch is not None and isinstance(exc, torch.OutOfMemoryError))
+            or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()))
 
 
 def free_device_memory() -> None:
     """After an out-of-memory error: hand the cached blocks back so the next run can start."""
-    if torch.cuda.is_available():
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
         torch.cuda.empty_cache()
 
 

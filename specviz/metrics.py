@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from itertools import accumulate
 
-from .core import trees
+from .core import tree_shape
 from .core.events import RESAMPLED, Cycle, Step
 
 
@@ -105,7 +105,7 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
     # position is by depth: of the cycles whose draft reached depth i, the share that accepted it.
     # Counted from how many cycles stop reaching (and accepting) at each depth, so the cost is one
     # pass over the cycles and one over the depths, not one over the cycles per depth.
-    reach = [trees.draft_reach(c) for c in cycles]
+    reach = [tree_shape.draft_reach(c) for c in cycles]
     longest = max(reach + [c.k for c in cycles] + [0])
     histogram = [0] * (longest + 1)
     reached_last = [0] * (longest + 1)        # [d]: cycles whose draft reached depth d and no deeper

@@ -23,7 +23,7 @@ from tiny_pair import PROMPT
 from specviz.cli import entry
 from specviz.core.events import Cycle
 from specviz.errors import SpecvizError
-from specviz.core.trees import draft_reach
+from specviz.core.tree_shape import draft_reach
 from specviz.metrics import summarize
 from specviz.runs import execute
 from specviz.runs import recording as rec

@@ -8,7 +8,7 @@ import torch
 
 from conftest import make_gpt2, make_llama, make_qwen2, reference
 from specviz import speculative_decode
-from specviz.core import trees
+from specviz.core import tree_shape, trees
 from specviz.core.drafters import Draft, Drafter, NgramTreeDrafter
 
 N = 40
@@ -51,10 +51,10 @@ def test_tree_mask_and_positions():
                     [1, 1, 1, 1, 1, 0, 1, 0],
                     [1, 1, 1, 1, 1, 1, 0, 1]]
     assert positions.tolist() == [[3, 4, 5, 5, 6]]
-    assert trees.children([-1, -1, 0]) == [[0, 1], [2], [], []]
-    assert trees.subtree_without([-1, 0, 1, -1], {1}) == [0, 3]
+    assert tree_shape.children([-1, -1, 0]) == [[0, 1], [2], [], []]
+    assert tree_shape.subtree_without([-1, 0, 1, -1], {1}) == [0, 3]
     with pytest.raises(ValueError):
-        trees.check_tree([0])
+        tree_shape.check_tree([0])
 
 
 @pytest.mark.parametrize("make", [make_llama, make_gpt2, make_qwen2])

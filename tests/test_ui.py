@@ -14,7 +14,7 @@ from tiny_pair import PROMPT
 
 from specviz.errors import SpecvizError
 from specviz.runs import last, race
-from specviz.runs.run import interleave
+from specviz.core.events import interleave
 from specviz.settings import LOCAL, RunSettings, hosted
 from specviz.ui import build_demo, common, run_tab
 from specviz.ui.common import DRAFT_MODEL, EARLY_EXIT, PROMPT_LOOKUP, RAW, TICK

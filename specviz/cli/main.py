@@ -8,6 +8,9 @@
     report    recordings as one standalone HTML page (no model needed)
     train-draft   a draft head trained for a target from its own text (`--draft head:DIR`)
 
+Each command's module is imported only when that command runs (`COMMANDS`): `--help` and `replay`
+start without torch, and `run` does not import what `bench` needs.
+
 This package is the only place that reads argv: it builds `RunSettings` from the flags and passes
 them through `settings.validate`, checks the prompt and every output path, and only then loads a
 model. Every failure, argparse's included, ends as exactly one `error: ...` line on stderr (the
@@ -18,14 +21,13 @@ the user can fix, 130 for Ctrl-C, 1 for the unexpected (with a traceback when SP
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import traceback
-
-import torch
+from collections.abc import Iterable
 
 from ..errors import expected, user_message
-from . import bench, compare, load, replay, run, train_draft
 from .common import fail
 
 HELPS = {"run": "decode one prompt and show every cycle",
@@ -49,19 +51,28 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+# name: (module of this package, its add-arguments function, its main function)
+COMMANDS = {"run": ("run", "add_arguments", "main"),
+            "compare": ("compare", "add_arguments", "main"),
+            "bench": ("bench", "add_arguments", "main"),
+            "load": ("load", "add_arguments", "main"),
+            "replay": ("replay", "add_replay_arguments", "replay_main"),
+            "report": ("replay", "add_report_arguments", "report_main"),
+            "train-draft": ("train_draft", "add_arguments", "main")}
+
+
+def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or with `commands` only those commands' arguments (every command is
+    still listed with its help line; the others' modules are not imported)."""
+    chosen = set(COMMANDS if commands is None else commands)
     parser = Parser(prog="python -m specviz", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, add_arguments, main in (("run", run.add_arguments, run.main),
-                                      ("compare", compare.add_arguments, compare.main),
-                                      ("bench", bench.add_arguments, bench.main),
-                                      ("load", load.add_arguments, load.main),
-                                      ("replay", replay.add_replay_arguments, replay.replay_main),
-                                      ("report", replay.add_report_arguments, replay.report_main),
-                                      ("train-draft", train_draft.add_arguments, train_draft.main)):
+    for name, (module, add_arguments, main) in COMMANDS.items():
         p = sub.add_parser(name, help=HELPS[name], description=HELPS[name])
-        add_arguments(p)
-        p.set_defaults(handler=main)
+        if name in chosen:
+            handlers = importlib.import_module(f".{module}", __package__)
+            getattr(handlers, add_arguments)(p)
+            p.set_defaults(handler=getattr(handlers, main))
     return parser
 
 
@@ -70,15 +81,19 @@ DETAILS = "Run again with SPECVIZ_DEBUG=1 for the traceback."
 
 
 def entry(argv: list[str] | None = None) -> int:
-    try:
-        args = build_parser().parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    try:     # the command is the first word: the top level takes no option but --help
+        args = build_parser(given[:1]).parse_args(given)
     except UsageError as error:
         return fail(str(error))
     if getattr(args, "threads", None) is not None:
         if args.threads < 1:
             return fail(f"--threads must be at least 1, got {args.threads}.")
+        import torch
+
         torch.set_num_threads(args.threads)
-    torch.set_grad_enabled(False)
+    if "torch" in sys.modules:      # the command's module runs a model here (the decoding loops are
+        sys.modules["torch"].set_grad_enabled(False)       # in inference mode anyway)
     try:
         return args.handler(args)
     except KeyboardInterrupt:

@@ -16,7 +16,6 @@ from ..errors import SpecvizError
 from ..files import check_paths
 from ..runs import recording
 from ..runs.result import cycle_output_text
-from ..views.report import report_html
 from .common import check_output_file, make_console, printable, read_recording, say, write_output
 from .run import PLAIN_HELP, cycle_rich_text, print_legend_and_summary, print_summary, uses_marks
 
@@ -87,6 +86,8 @@ def report_main(args: argparse.Namespace) -> int:
     check_paths(args.files, [("-o", args.output)])
     check_output_file(args.output, "-o")
     recordings = [read_recording(path) for path in args.files]
+    from ..views.report import report_html     # plotly: only the report draws charts
+
     page = report_html(recordings, title=args.title)
     write_output(args.output, page)
     print(printable(f"wrote {args.output} ({len(page.encode()) / 1e6:.1f} MB, "

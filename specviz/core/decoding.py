@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-from . import trees
+from . import tree_shape, trees
 from .drafters import Draft, Drafter, DraftModelDrafter
 from .events import BONUS, RESAMPLED, BatchCycle, Cycle
 from .ragged_cache import RaggedCache, hidden_features, hidden_request
@@ -163,7 +163,7 @@ def _cycles(target, drafter: Drafter, requests: list[Request], options: LoopOpti
         if options.dynamic_k:
             for request, cycle in zip(live, cycles):
                 if cycle.drafted:
-                    full = cycle.num_accepted == trees.draft_reach(cycle)
+                    full = cycle.num_accepted == tree_shape.draft_reach(cycle)
                     request.k = min(request.k + 2, options.max_k) if full else max(request.k - 1, 1)
         # 4. Report.
         yield BatchCycle(index=index, requests=[r.index for r in live], cycles=cycles, draft_seconds=draft_seconds,
@@ -314,13 +314,13 @@ def _tree_pass(target, cache: RaggedCache, drafter: Drafter, request: Request, d
     # A branch never runs past an EOS token (a one-hot candidate stops just before it, as in a
     # chain) nor deeper than the length budget allows.
     parents = list(draft.parents)
-    trees.check_tree(parents)
+    tree_shape.check_tree(parents)
     tokens = draft.tokens.tolist()
     one_hot = draft.probs is None
-    cut = {i for i, d in enumerate(trees.depths(parents)) if d > request.budget}
+    cut = {i for i, d in enumerate(tree_shape.depths(parents)) if d > request.budget}
     cut |= {i for i, t in enumerate(tokens) if t in eos} if one_hot else {
         c for i, t in enumerate(tokens) if t in eos for c in range(len(parents)) if parents[c] == i}
-    kept = trees.subtree_without(parents, cut)
+    kept = tree_shape.subtree_without(parents, cut)
     device = target.device
     parents, node_ids = trees.reindex(parents, kept), draft.tokens[kept].to(device)
     draft_probs = None if one_hot else draft.probs[kept].to(device)
@@ -345,7 +345,7 @@ def _tree_pass(target, cache: RaggedCache, drafter: Drafter, request: Request, d
         verdict = trees.verify_tree_sampled(sampler.probs(logits), draft_probs, node_ids, parents,
                                             sampler.uniform(len(parents), device), sampler.generator)
     path = verdict.path
-    at_leaf = not trees.children(parents)[path[-1] + 1 if path else 0]
+    at_leaf = not tree_shape.children(parents)[path[-1] + 1 if path else 0]
     emitted, correction, kind, correction_prob = end_of_cycle([drafted[i] for i in path], at_leaf, verdict.correction,
                                                               verdict.correction_prob, eos)
 

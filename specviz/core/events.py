@@ -6,7 +6,7 @@ computed from these records; nothing downstream reaches back into the loop.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
 # The one vocabulary of verdicts, used by every layer. A drafted token (or tree node) is accepted,
@@ -162,3 +162,23 @@ def row_outputs(events: Iterable[BatchCycle | BatchStep]) -> dict[int, list[int]
             for request, token in zip(event.requests, event.tokens):
                 out.setdefault(request, []).append(token)
     return out
+
+
+def interleave(spec: Iterator[Cycle], plain: Iterator[Step] | None) -> Iterator[Cycle | Step]:
+    """Always advance the method that has used less of its own time so far."""
+    spec_seconds = plain_seconds = 0.0
+    spec_live, plain_live = True, plain is not None
+    while spec_live or plain_live:
+        if spec_live and (not plain_live or spec_seconds <= plain_seconds):
+            event = next(spec, None)
+            if event is None:
+                spec_live = False
+                continue
+            spec_seconds += event.seconds
+        else:
+            event = next(plain, None)
+            if event is None:
+                plain_live = False
+                continue
+            plain_seconds += event.seconds
+        yield event

@@ -31,44 +31,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .events import ACCEPTED, NOT_REACHED, REJECTED, Cycle
+from .events import ACCEPTED, NOT_REACHED, REJECTED
 from .ragged_cache import attention_masks, sliding_window
+from .tree_shape import children, depths
 from .sampling import draw, greedy_reads, residual, to_host
-
-
-def depths(parents: list[int]) -> list[int]:
-    """Depth of each node (a child of the last token has depth 1)."""
-    out: list[int] = []
-    for parent in parents:
-        out.append(1 if parent < 0 else out[parent] + 1)
-    return out
-
-
-def draft_reach(cycle: Cycle) -> int:
-    """How deep a cycle's draft went: a chain's length, a tree's deepest node."""
-    return max(depths(cycle.parents), default=0) if cycle.is_tree else len(cycle.drafted)
-
-
-def children(parents: list[int]) -> list[list[int]]:
-    """children[0]: the root's children; children[1 + i]: node i's, in the order drafted."""
-    out: list[list[int]] = [[] for _ in range(len(parents) + 1)]
-    for node, parent in enumerate(parents):
-        out[parent + 1].append(node)
-    return out
-
-
-def check_tree(parents: list[int]) -> None:
-    if any(not -1 <= p < i for i, p in enumerate(parents)):
-        raise ValueError(f"a tree lists each node after its parent (parents {parents})")
-
-
-def subtree_without(parents: list[int], drop: set[int]) -> list[int]:
-    """The nodes kept when `drop` and all their descendants are removed, in order."""
-    removed: set[int] = set()
-    for node, parent in enumerate(parents):
-        if node in drop or parent in removed:
-            removed.add(node)
-    return [i for i in range(len(parents)) if i not in removed]
 
 
 def reindex(parents: list[int], kept: list[int]) -> list[int]:

@@ -11,16 +11,30 @@ OpenAI-compatible servers, behind one interface (`engine.Engine`).
 
 This layer sits under the runs (which measure with it) and over the models (whose built-in model it
 hands to vLLM as a folder). It imports neither torch nor transformers itself.
+
+The names below are imported on first use (lazy_loader), so that importing one module of this
+package does not import all of them (`python -m specviz --help` starts without torch).
 """
 
-from .configs import (EngineConfig, engine_configs, model_location, parse_speculative_config, recommended_config,
-                      vllm_dtype)
-from .engine import SERVERS, TITLES, Engine, Served, VllmEngine, stop_all
-from .llamacpp import LlamaCppEngine
-from .vllm_client import Request, Response, closed_loop
-from .vllm_server import INSTALL_HINT, VllmInstall, find_vllm
+from __future__ import annotations
 
-__all__ = ["EngineConfig", "engine_configs", "model_location", "parse_speculative_config", "recommended_config",
-           "vllm_dtype", "SERVERS", "TITLES", "Engine", "Served", "VllmEngine",
-           "LlamaCppEngine", "stop_all", "Request", "Response", "closed_loop",
-           "INSTALL_HINT", "VllmInstall", "find_vllm"]
+from typing import TYPE_CHECKING
+
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "configs": ["EngineConfig", "engine_configs", "model_location", "parse_speculative_config", "recommended_config",
+                "vllm_dtype"],
+    "engine": ["SERVERS", "TITLES", "Engine", "Served", "VllmEngine", "stop_all"],
+    "llamacpp": ["LlamaCppEngine"],
+    "vllm_client": ["Request", "Response", "closed_loop"],
+    "vllm_server": ["INSTALL_HINT", "VllmInstall", "find_vllm"],
+})
+
+if TYPE_CHECKING:      # what the names are, for readers and type checkers
+    from .configs import (EngineConfig, engine_configs, model_location, parse_speculative_config, recommended_config,
+                          vllm_dtype)
+    from .engine import SERVERS, TITLES, Engine, Served, VllmEngine, stop_all
+    from .llamacpp import LlamaCppEngine
+    from .vllm_client import Request, Response, closed_loop
+    from .vllm_server import INSTALL_HINT, VllmInstall, find_vllm

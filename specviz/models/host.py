@@ -22,10 +22,12 @@ import math
 import os
 import platform
 from dataclasses import asdict, dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..catalog import VERSION
+
+if TYPE_CHECKING:
+    import torch
 
 CPUINFO = "/proc/cpuinfo"
 PROC_STAT = "/proc/stat"
@@ -77,6 +79,8 @@ def read_cpuinfo() -> CpuInfo:
 def host_description(device: str | torch.device) -> str:
     """One line naming what computes on `device`: 'NVIDIA H200 (CUDA 12.8)', or 'AMD EPYC, 2 cores,
     1 torch thread' (the thread count decides which clock times a CPU run, and how fast it is)."""
+    import torch     # here: reading a recording (which holds this line) needs no torch
+
     if str(device).startswith("cuda") and torch.cuda.is_available():
         return f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})"
     name = read_cpuinfo().name or platform.processor() or platform.machine() or "unknown CPU"
@@ -87,6 +91,7 @@ def host_description(device: str | torch.device) -> str:
 def environment(device: str | torch.device) -> dict:
     """The machine and the software versions, as recorded with `--json` output and recordings, and
     the host's 1-minute load average when it is written (each run's summary has its own `HostLoad`)."""
+    import torch
     import transformers
 
     return {"device_name": host_description(device), "torch": torch.__version__,

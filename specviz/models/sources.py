@@ -15,9 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
 from ..errors import SpecvizError
 from ..settings import parse_draft
 
@@ -168,6 +165,9 @@ def _builtin_folder(builtin: Builtin, progress: Progress | None) -> Path:
         return folder
 
     def write(scratch: Path) -> None:
+        import torch        # here: naming a model (what the command line checks first) needs neither
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
         gguf = builtin.find_gguf(scratch)
         report(progress, 0.05, f"Converting the built-in {builtin.name} from GGUF into {folder} "
                                 "(once; about 20 s on a CPU)")

@@ -27,14 +27,13 @@ from typing_extensions import TypedDict   # pydantic needs this one on Python < 
 
 import pydantic
 
-from ..core.events import Cycle, Step
+from ..core.events import Cycle, Step, interleave
 from ..errors import SpecvizError
 from ..files import read_limited, write_atomic
 from ..models.host import HostLoad, environment
 from ..settings import LOCAL, RunSettings, validate
 from .recording_checks import MAX_NOTE_CHARS, check_cost, check_cycle, check_text, check_time
 from .result import CycleText, Run
-from .run import interleave
 
 FORMAT = "specviz-recording"
 VERSION = 1

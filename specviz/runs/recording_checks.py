@@ -9,7 +9,7 @@ import json
 import math
 
 from ..core.events import ACCEPTED, BONUS, NOT_REACHED, REJECTED, RESAMPLED, Cycle
-from ..core.trees import check_tree
+from ..core.tree_shape import check_tree
 from ..errors import SpecvizError
 from ..settings import LOCAL, MAX_BRANCH
 from .result import CycleText

@@ -32,7 +32,7 @@ from ..core.timing import Clock
 from ..core.draft_trees import DraftTreeDrafter
 from ..core.drafters import DraftModelDrafter, Drafter
 from ..core.head import HeadDrafter, HeadTreeDrafter
-from ..core.events import Cycle, Step
+from ..core.events import Cycle, interleave
 from ..errors import SpecvizError
 from ..models import Detokenizer, ModelPair, check_context, encode_prompt, load_pair
 from ..models.host import HostLoad, read_cpu_times
@@ -98,26 +98,6 @@ def encode(settings: RunSettings, prompt: str, pair: ModelPair) -> torch.Tensor:
         drafter.read_prompt_as(input_ids[0].tolist(),
                                encode_prompt(drafter.draft_tokenizer, prompt, chat=True)[0].tolist())
     return input_ids.to(pair.device)
-
-
-def interleave(spec: Iterator[Cycle], plain: Iterator[Step] | None) -> Iterator[Cycle | Step]:
-    """Always advance the method that has used less of its own time so far."""
-    spec_seconds = plain_seconds = 0.0
-    spec_live, plain_live = True, plain is not None
-    while spec_live or plain_live:
-        if spec_live and (not plain_live or spec_seconds <= plain_seconds):
-            event = next(spec, None)
-            if event is None:
-                spec_live = False
-                continue
-            spec_seconds += event.seconds
-        else:
-            event = next(plain, None)
-            if event is None:
-                plain_live = False
-                continue
-            plain_seconds += event.seconds
-        yield event
 
 
 def drafter_for(settings: RunSettings, pair: ModelPair) -> Drafter:

@@ -13,7 +13,8 @@ import time
 import gradio as gr
 import torch
 
-from ..runs import Loader, load
+from ..runs import Loader
+from ..runs.run import load
 from ..settings import RunSettings
 from .common import (QUEUE_MAX_SIZE, TEMP_FILE_SECONDS, TEMP_SWEEP_SECONDS, SessionMemories, is_hosted, limits_for,
                      session_loader, sweep_old_exports)

@@ -29,7 +29,8 @@ import gradio as gr
 
 from ..catalog import list_presets
 from ..errors import SpecvizError, expected, user_message
-from ..runs import Loader, load, recording
+from ..runs import Loader, recording
+from ..runs.run import load
 from ..settings import LOCAL, Limits, hosted, whole_number
 from ..views import render
 from .spaces import GPU

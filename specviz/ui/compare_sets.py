@@ -12,7 +12,8 @@ import gradio as gr
 
 from ..catalog import BenchPrompt, preset_prompt_sets, read_prompt_file
 from ..errors import SpecvizError
-from ..runs import Loader, PromptSetComparison, iter_prompt_set, load
+from ..runs import Loader, PromptSetComparison, iter_prompt_set
+from ..runs.run import load
 from ..settings import Limits, RunSettings, check_prompt, whole_number
 from ..views import prompt_sets as views
 from ..views import render

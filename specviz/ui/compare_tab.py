@@ -12,7 +12,8 @@ from typing import NamedTuple
 import gradio as gr
 
 from ..errors import SpecvizError
-from ..runs import (Comparison, Loader, PromptSetComparison, Sweep, config_label, iter_comparison, iter_sweep, load)
+from ..runs import Comparison, Loader, PromptSetComparison, Sweep, config_label, iter_comparison, iter_sweep
+from ..runs.run import load
 from ..settings import Limits, RunSettings, check_prompt, flag, validate, whole_number
 from ..views import explain, render
 from ..views.export import export_comparison

@@ -20,7 +20,7 @@ from itertools import accumulate
 import plotly.graph_objects as go
 
 from ..core.events import ACCEPTED, Cycle, Step
-from ..core.trees import draft_reach
+from ..core.tree_shape import draft_reach
 from ..metrics import EqualWork, SpecStats, Speed, running_speedup
 from .render import COLOURS
 

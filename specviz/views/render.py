@@ -16,7 +16,7 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..core import trees
+from ..core import tree_shape
 from ..core.events import ACCEPTED, BONUS, NOT_REACHED, REJECTED, RESAMPLED, Cycle
 from ..runs.result import CycleText
 from .retokenization import retokenization, retokenization_html
@@ -57,7 +57,7 @@ def cycle_pieces(cycle: Cycle, text: CycleText) -> list[Piece]:
     across = retokenization(cycle, text)
     accepted = cycle.accepted_nodes
     rejected = [i for i, v in enumerate(cycle.verdicts) if v == REJECTED]
-    depths = trees.depths(cycle.parents) if cycle.is_tree else None
+    depths = tree_shape.depths(cycle.parents) if cycle.is_tree else None
     was_accepted = set(accepted)
     for i in accepted + rejected:
         verdict = ACCEPTED if i in was_accepted else REJECTED
@@ -88,7 +88,7 @@ def tree_note(cycle: Cycle, text: CycleText) -> str:
     if not cycle.is_tree:
         return ""
     verdicts = cycle.verdicts
-    kids = trees.children(cycle.parents)   # kids[node + 1]: a node's children; kids[0]: the root's
+    kids = tree_shape.children(cycle.parents)   # kids[node + 1]: a node's children; kids[0]: the root's
 
     def branch(node: int) -> str:   # a node's text and its first descendants' after it
         out = text.drafted[node]

@@ -17,7 +17,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..core import trees
+from ..core import tree_shape
 from ..core.events import ACCEPTED, NOT_REACHED, REJECTED, Cycle
 
 TokenText = Callable[[int], str]
@@ -178,7 +178,7 @@ def tree_walk(cycle: Cycle) -> list[tuple[int, int, int]]:
     """(depth, node reached, child tested) for each child the target tested, in order, at each node it
     reached (its children not marked "not reached": sampling tries them in turn until one is
     accepted; greedy compares every one with the argmax). Node -1 is the root (the last token)."""
-    kids = trees.children(cycle.parents)   # kids[node + 1]: a node's children; kids[0]: the root's
+    kids = tree_shape.children(cycle.parents)   # kids[node + 1]: a node's children; kids[0]: the root's
     walk = []
     for depth, visited in enumerate([-1] + cycle.accepted_nodes):
         tried = [c for c in kids[visited + 1] if cycle.verdicts[c] != NOT_REACHED]
