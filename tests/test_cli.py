@@ -304,7 +304,7 @@ def test_run_in_the_targets_tokens_prints_no_cross_tokenizer_line(folder, capsys
 def test_a_trained_head_drafts_at_its_own_best_k_unless_k_is_given(tmp_path):
     # `--draft head` alone is the shipped head with the draft length it measured best (its config's k).
     from specviz.cli.common import settings_from
-    from specviz.models.heads import SHIPPED_HEADS
+    from specviz.models.head_files import SHIPPED_HEADS
 
     parser = cli.build_parser()
 

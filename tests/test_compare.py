@@ -10,7 +10,8 @@ from tiny_pair import PROMPT
 from specviz import cli, metrics
 from specviz.errors import SpecvizError
 from specviz.metrics import expected_speedup, measure_speed, pooled_alpha
-from specviz.runs.compare import Comparison, compare, config_labels, iter_comparison, sweep
+from specviz.runs.compare import compare, iter_comparison, sweep
+from specviz.runs.comparison import Comparison, config_labels
 from specviz.settings import RunSettings, validate
 from specviz.views import prose
 from specviz.views.figures import comparison_figures, sweep_figure

@@ -60,6 +60,11 @@ def test_a_lazy_namespace_names_what_it_loads(package):
             mapping = ast.literal_eval(next(k.value for k in node.keywords if k.arg == "submod_attrs"))
             attached = {name: "." + sub for sub, names in mapping.items() for name in names}
     assert attached and attached == typed
+    # A module imported later would replace a name of the same spelling on its package (runs.load, the
+    # load sweep, once hid the function that loads a pair).
+    import pkgutil
+
+    assert set(attached) & {info.name for info in pkgutil.iter_modules(module.__path__)} == set()
     for name, sub in attached.items():
         value = getattr(module, name)
         assert importlib.import_module(sub, package).__dict__[name] is value
@@ -67,7 +72,8 @@ def test_a_lazy_namespace_names_what_it_loads(package):
 
 def test_the_command_line_imports_only_what_its_command_needs():
     """`--help` imports neither torch, transformers, plotly nor gradio, nor any command's module (it
-    took ~9 s before a word was printed); a command's parser holds only that command's arguments."""
+    took ~9 s before a word was printed); `replay` and `report` import no torch; a command's parser
+    holds only that command's arguments."""
     code = ("import sys; from specviz.cli import entry\n"
             "try:\n    entry(['--help'])\nexcept SystemExit:\n    pass\n"
             "heavy = sorted(m for m in ('torch', 'transformers', 'plotly', 'gradio') if m in sys.modules)\n"
@@ -77,6 +83,12 @@ def test_the_command_line_imports_only_what_its_command_needs():
     assert result.returncode == 0, result.stderr[-2000:]
     assert "{run,compare,bench,load,replay,report,train-draft}" in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "[] ['specviz.cli.main']"
+    # What needs no model imports no torch: replaying and reporting a recording, the engines' layer.
+    code = ("import sys, specviz.cli.replay, specviz.views.report, specviz.engines\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'gradio') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]"
 
     from specviz.cli import main
 

@@ -75,7 +75,7 @@ def test_report_opens_offline_with_tokens_charts_and_summary(recorded, tmp_path)
 
 
 def test_replay_fast_prints_the_recorded_text(recorded, capsys):
-    from specviz.cli.run import rich_text
+    from specviz.cli.terminal import rich_text
 
     assert entry(["replay", str(recorded[0]), "--fast", "--no-color"]) == 0
     out = capsys.readouterr().out

@@ -165,7 +165,8 @@ def test_parse_configs_reads_strings_from_the_page():
 
 
 def test_compare_puts_a_chain_and_a_tree_side_by_side(tiny):
-    from specviz.runs import compare, config_labels
+    from specviz.runs import config_labels
+    from specviz.runs.compare import compare
 
     chain, tree = compare_tab.parse_configs([[True, "", "self:2", 3, False, 0, 1],
                                              [True, "", "self:2", 3, False, 0, "2"]],

@@ -20,6 +20,7 @@ from pathlib import Path
 from ..catalog import MAX_PROMPTS, prompt_set, read_prompt_file
 from ..errors import SpecvizError
 from ..files import is_stream, read_limited, write_atomic
+from ..models.head_files import default_k
 from ..models.sources import DEFAULT_TARGET
 from ..runs import recording
 from ..settings import LOCAL, RunSettings, validate
@@ -92,9 +93,7 @@ def settings_from(args: argparse.Namespace, **overrides) -> RunSettings:
     settings = validate(RunSettings(**values), LOCAL)
     if "k" not in values and settings.draft.kind == "head":
         # A trained head drafts best at the k it measured (its config's k), not the general default.
-        from ..models import heads     # here, not above: it imports torch, which --help and replay never need
-
-        settings = replace(settings, k=heads.default_k(settings.draft, settings.target or DEFAULT_TARGET))
+        settings = replace(settings, k=default_k(settings.draft, settings.target or DEFAULT_TARGET))
     return settings
 
 

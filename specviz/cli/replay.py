@@ -17,7 +17,7 @@ from ..files import check_paths
 from ..runs import recording
 from ..runs.result import cycle_output_text
 from .common import check_output_file, make_console, printable, read_recording, say, write_output
-from .run import PLAIN_HELP, cycle_rich_text, print_legend_and_summary, print_summary, uses_marks
+from .terminal import PLAIN_HELP, cycle_rich_text, print_legend_and_summary, print_summary, uses_marks
 
 # The terminal keeps the recorded pacing (the app compresses it to recording.MAX_PLAYBACK_SECONDS
 # instead): past an hour of waiting, a replay is not what anyone asked for, so it needs --fast or --speed.

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecvizError
-from ..models.heads import CONFIG, shipped_head
+from ..models.head_files import CONFIG, shipped_head
 from ..models.sources import BUILTINS, DEFAULT_TARGET, Progress, builtin_source, resolve_source
 from ..settings import parse_draft
 

@@ -1,19 +1,20 @@
-"""Draft heads on disk, in the `speculators` format that vLLM serves (`{"method": "eagle3", "model": DIR}`):
-a folder (or a hub id) with `config.json` and `model.safetensors`.
+"""Draft heads on disk, in the `speculators` format that vLLM serves (`{"method": "eagle3", "model": DIR}`): a
+folder (or a hub id) with `config.json` and `model.safetensors`.
 
-config.json: `speculators_model_type: "eagle3"`, `transformer_layer_config` (a one-layer Llama config of
-the target's width and vocabulary), `draft_vocab_size`, `target_hidden_size`, `norm_before_residual`
-(written always: vLLM assumes true when it is absent), `eagle_aux_hidden_state_layer_ids` (transformers'
-`output_hidden_states` indices), `speculators_config` (`proposal_methods[0].speculative_tokens`: the
-draft length; `verifier.name_or_path`: the target). The weights: `fc.weight`, `layers.0.*`, `norm.weight`,
+config.json: `speculators_model_type: "eagle3"`, `transformer_layer_config` (a one-layer Llama config of the
+target's width and vocabulary), `draft_vocab_size`, `target_hidden_size`, `norm_before_residual` (written
+always: vLLM assumes true when it is absent), `eagle_aux_hidden_state_layer_ids` (transformers'
+`output_hidden_states` indices), `speculators_config` (`proposal_methods[0].speculative_tokens`: the draft
+length; `verifier.name_or_path`: the target). The weights: `fc.weight`, `layers.0.*`, `norm.weight`,
 `lm_head.weight`, `d2t` (target id = draft id + d2t), `t2d`; no embedding (the target's is shared).
 specviz's own notes (how it was trained, what it measured) sit beside them in `specviz.json`.
 
-`load_head` refuses a head for another target (width, vocabulary, layers), a corrupt or partial file,
-a variant this loop does not run (fc norms, normed outputs), and says which. The first specviz heads
-(`head.json` + `head.safetensors`, EAGLE-1 shaped, in a format only specviz read) are refused with a
-message to retrain them. `save_head` writes the weights first and the config last, each through a
-temporary name: an interrupted save leaves the previous head whole."""
+The files (names, the shipped heads, reading config.json) are `models.head_files`. `load_head` refuses a
+head for another target (width, vocabulary, layers), a corrupt or partial file, a variant this loop does not
+run (fc norms, normed outputs), and says which. The first specviz heads (`head.json` + `head.safetensors`,
+EAGLE-1 shaped, in a format only specviz read) are refused with a message to retrain them. `save_head`
+writes the weights first and the config last, each through a temporary name: an interrupted save leaves the
+previous head whole."""
 
 from __future__ import annotations
 
@@ -26,103 +27,14 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, PreTrainedModel
 
-from ..catalog import ASSETS
 from ..core.eagle3 import Eagle3Head, default_layer_ids
 from ..core.head import HeadDrafter
 from ..errors import SpecvizError
-from .sources import hub_offline
+from .head_files import CONFIG, DEFAULT_K, NOTES, WEIGHTS, head_folder, read_config
 
-CONFIG, WEIGHTS, NOTES = "config.json", "model.safetensors", "specviz.json"
-FIRST_CONFIG = "head.json"          # the first specviz heads (EAGLE-1 shaped): refused, to be retrained
-SHIPPED_HEADS = ASSETS / "heads"
-DEFAULT_K = 2                       # best measured for the shipped head (README: Trained draft heads)
 LAYER_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
               "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps", "rope_parameters", "attention_bias",
               "mlp_bias", "tie_word_embeddings", "bos_token_id", "eos_token_id")
-UNSUPPORTED = ("norm_before_fc", "fc_norm", "norm_output")   # vLLM variants this loop does not run
-
-
-def shipped_head(target_name: str) -> Path:
-    """The folder of the head shipped for a built-in target (refused if there is none)."""
-    folder = SHIPPED_HEADS / target_name
-    if not (folder / CONFIG).is_file():
-        shipped = sorted(p.parent.name for p in SHIPPED_HEADS.glob(f"*/{CONFIG}"))
-        raise SpecvizError(f"No draft head ships for {target_name}: 'head' alone is the head shipped for "
-                           f"{', '.join(shipped) or 'no target'}; train one with `python -m specviz train-draft "
-                           "--target ... --out DIR` and use 'head:DIR'.")
-    return folder
-
-
-def head_folder(location: Path | str) -> Path:
-    """A head's folder: `location` itself, or a hub id (ORG/NAME) fetched with huggingface_hub (its
-    config.json and safetensors only)."""
-    folder = Path(location).expanduser()
-    text = str(location)
-    if folder.exists() or text.startswith((".", "/", "~")) or text.count("/") != 1:
-        if not folder.is_dir():
-            raise SpecvizError(f"Draft head {location}: no such folder.")
-        return folder
-    from huggingface_hub import snapshot_download
-    try:
-        return Path(snapshot_download(text, allow_patterns=[CONFIG, "*.safetensors", NOTES]))
-    except Exception as error:  # noqa: BLE001 - the hub raises many kinds; each becomes one message
-        offline = " HF_HUB_OFFLINE is set: only heads already in the local hub cache load." if hub_offline() else ""
-        raise SpecvizError(f"Draft head {text!r}: not a folder here, and fetching it from the Hugging Face hub "
-                           f"failed ({str(error).splitlines()[0][:200]}).{offline} Download it elsewhere and "
-                           "pass its folder, or check the id.") from None
-
-
-def _json(path: Path, folder: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as error:
-        raise SpecvizError(f"Draft head {folder}: {path.name} is corrupt (not JSON: {error}).") from None
-    if not isinstance(data, dict):
-        raise SpecvizError(f"Draft head {folder}: {path.name} is not a JSON object.")
-    return data
-
-
-def read_config(folder: Path | str) -> dict:
-    """The head's config.json (speculators), with its default k and specviz's notes."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise SpecvizError(f"Draft head {folder}: no such folder.")
-    if not (folder / CONFIG).is_file():
-        if (folder / FIRST_CONFIG).is_file():
-            raise SpecvizError(f"Draft head {folder} is a first specviz head ({FIRST_CONFIG}, EAGLE-1 shaped, a format "
-                               "only older specviz read): this specviz reads EAGLE-3 heads in the speculators format, "
-                               "which vLLM serves too. Train it again with `python -m specviz train-draft --target "
-                               "... --out DIR`.")
-        raise SpecvizError(f"Draft head {folder}: it has no {CONFIG} (a head folder holds {CONFIG} and {WEIGHTS} in "
-                           "the speculators format, written by `python -m specviz train-draft`).")
-    data = _json(folder / CONFIG, folder)
-    kind = data.get("speculators_model_type")
-    if kind != "eagle3":
-        raise SpecvizError(f"Draft head {folder}: {CONFIG} is not an EAGLE-3 head in the speculators format "
-                           f"(speculators_model_type {kind!r}; specviz runs 'eagle3').")
-    layer = data.get("transformer_layer_config")
-    if not isinstance(layer, dict) or layer.get("model_type", "llama") != "llama":
-        raise SpecvizError(f"Draft head {folder}: its transformer_layer_config is missing or not a Llama layer.")
-    used = [key for key in UNSUPPORTED if data.get(key)]
-    if used:
-        raise SpecvizError(f"Draft head {folder}: it uses {', '.join(used)}, which specviz's loop does not run yet.")
-    notes = _json(folder / NOTES, folder) if (folder / NOTES).is_file() else {}
-    try:
-        proposal = data["speculators_config"]["proposal_methods"][0]
-        k = int(proposal.get("speculative_tokens", DEFAULT_K))
-    except (KeyError, IndexError, TypeError, ValueError):
-        k = DEFAULT_K
-    return {**data, "k": k, "notes": notes}
-
-
-def default_k(spec, target_name: str) -> int:
-    """The draft length a head found best (its config's): the shipped head's for 'head', DIR's for
-    'head:DIR'; the shipped default when the config cannot be read (loading then says why)."""
-    try:
-        folder = spec.folder or shipped_head(target_name)
-        return int(read_config(folder).get("k", DEFAULT_K)) if Path(folder).is_dir() else DEFAULT_K
-    except (SpecvizError, ValueError, TypeError):
-        return DEFAULT_K
 
 
 def target_shape(target: PreTrainedModel) -> dict:

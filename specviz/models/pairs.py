@@ -18,7 +18,8 @@ from ..errors import SpecvizError
 from ..settings import DraftSpec, parse_draft
 from .cache import lock as _lock
 from .devices import resolve_device
-from .heads import load_head, shipped_head
+from .head_files import shipped_head
+from .heads import load_head
 from .loading import load_cached, pick_dtype
 from .sources import (
     DEFAULT_TARGET,

@@ -3,8 +3,8 @@ benchmark against transformers' assisted generation (`bench`). All of them go th
 grows a `result.Run`; `recording` saves finished runs and reads them back.
 
 The names below are imported on first use (lazy_loader), so that importing one module of this
-package does not import all of them. `run.load` (a model pair) is imported from `runs.run`: the
-package's `load` is the load sweep's module (`runs.load`).
+package does not import all of them. A name that is also a module's here is imported from its
+module: `runs.run.load` (a model pair; `runs.load` is the load sweep) and `runs.compare.compare`.
 """
 
 from __future__ import annotations
@@ -14,15 +14,16 @@ from typing import TYPE_CHECKING
 import lazy_loader
 
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "compare": ["Comparison", "Sweep", "compare", "config_label", "config_labels", "iter_comparison", "iter_sweep",
-                "sweep"],
+    "compare": ["iter_comparison", "iter_sweep", "sweep"],
+    "comparison": ["Comparison", "Sweep", "config_label", "config_labels"],
     "prompt_sets": ["PromptSetComparison", "compare_prompt_set", "iter_prompt_set"],
     "result": ["CycleText", "Run"],
     "run": ["Loader", "execute", "last", "load_stepwise", "race"],
 })
 
 if TYPE_CHECKING:      # what the names are, for readers and type checkers
-    from .compare import Comparison, Sweep, compare, config_label, config_labels, iter_comparison, iter_sweep, sweep
+    from .compare import iter_comparison, iter_sweep, sweep
+    from .comparison import Comparison, Sweep, config_label, config_labels
     from .prompt_sets import PromptSetComparison, compare_prompt_set, iter_prompt_set
     from .result import CycleText, Run
     from .run import Loader, execute, last, load_stepwise, race

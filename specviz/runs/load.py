@@ -47,7 +47,7 @@ from ..catalog import BenchPrompt
 from ..core.plain import batched_autoregressive_decode
 from ..core.decoding import batched_speculative_decode
 from ..core.events import row_outputs
-from ..core.events import BatchCycle, BatchStep
+from ..core.events import BatchCycle, BatchStep, interleave
 from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.drafters import DraftModelDrafter, PromptLookupDrafter
 from ..core.head import HeadDrafter
@@ -58,7 +58,7 @@ from ..models import ModelPair
 from ..models.host import HostLoad, environment, read_cpu_times
 from ..settings import RunSettings
 from .calibration import Calibration, calibrate, predicted_speedup
-from .run import encode, interleave, last
+from .run import encode, last
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16)
 DEFAULT_KS = (0, 1, 2, 4, 8)

@@ -7,7 +7,7 @@ tokens. The hosted limits (`settings.hosted`):
 - every prompt (and every earlier turn of a prompt in a set) at most `Limits.max_prompt_tokens`;
 - a prompt-set comparison at most `Limits.max_work_tokens` over all its decodes: per round and per
   prompt, each configuration's speculative decode (and one per earlier turn), and each plain
-  baseline (configurations that share a baseline, as `runs.compare.baseline_key` says, share one).
+  baseline (configurations that share a baseline, as `runs.comparison.baseline_key` says, share one).
 
 The one-prompt requests are bounded by the prompt cap alone: a Run or Teach decodes the prompt twice
 at most (2 x (1,024 + 256) = 2,560 tokens), Compare at most 4 configurations and 4 baselines
@@ -27,7 +27,7 @@ from ..catalog import BenchPrompt
 from ..errors import SpecvizError
 from ..models import encode_prompt
 from ..runs import Loader, load_stepwise
-from ..runs.compare import baseline_key
+from ..runs.comparison import baseline_key
 from ..settings import Limits, RunSettings
 from .common import TICK
 

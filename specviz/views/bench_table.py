@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..runs.compare import CROSS_TOKENIZER_MARK
+from ..runs.comparison import CROSS_TOKENIZER_MARK
 
 # (header, summary key, format); the last column counts outputs identical to plain decoding.
 COLUMNS = [("draft", "draft", "{}"), ("category", "category", "{}"), ("accept", "acceptance_rate", "{:.0%}"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..metrics import EQUAL_LENGTH, SHARED_PREFIX, draft_cost, drafted_per_cycle, ideal_speedup, pass_seconds
-from ..runs.compare import Comparison, Sweep, ranked
+from ..runs.comparison import Comparison, Sweep, ranked
 from ..runs.result import Run
 
 X = "\u00d7"

@@ -1,0 +1,101 @@
+"""A draft head's files, read without torch: their names, the heads shipped in assets/, a folder or
+hub id made a folder, and its config.json (speculators' EAGLE-3 format, checked) with its draft length.
+`models.heads` loads and saves the weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..catalog import ASSETS
+from ..errors import SpecvizError
+from .sources import hub_offline
+
+CONFIG, WEIGHTS, NOTES = "config.json", "model.safetensors", "specviz.json"
+FIRST_CONFIG = "head.json"          # the first specviz heads (EAGLE-1 shaped): refused, to be retrained
+SHIPPED_HEADS = ASSETS / "heads"
+DEFAULT_K = 2                       # best measured for the shipped head (README: Trained draft heads)
+UNSUPPORTED = ("norm_before_fc", "fc_norm", "norm_output")   # vLLM variants this loop does not run
+
+
+def shipped_head(target_name: str) -> Path:
+    """The folder of the head shipped for a built-in target (refused if there is none)."""
+    folder = SHIPPED_HEADS / target_name
+    if not (folder / CONFIG).is_file():
+        shipped = sorted(p.parent.name for p in SHIPPED_HEADS.glob(f"*/{CONFIG}"))
+        raise SpecvizError(f"No draft head ships for {target_name}: 'head' alone is the head shipped for "
+                           f"{', '.join(shipped) or 'no target'}; train one with `python -m specviz train-draft "
+                           "--target ... --out DIR` and use 'head:DIR'.")
+    return folder
+
+
+def head_folder(location: Path | str) -> Path:
+    """A head's folder: `location` itself, or a hub id (ORG/NAME) fetched with huggingface_hub (its
+    config.json and safetensors only)."""
+    folder = Path(location).expanduser()
+    text = str(location)
+    if folder.exists() or text.startswith((".", "/", "~")) or text.count("/") != 1:
+        if not folder.is_dir():
+            raise SpecvizError(f"Draft head {location}: no such folder.")
+        return folder
+    from huggingface_hub import snapshot_download
+    try:
+        return Path(snapshot_download(text, allow_patterns=[CONFIG, "*.safetensors", NOTES]))
+    except Exception as error:  # noqa: BLE001 - the hub raises many kinds; each becomes one message
+        offline = " HF_HUB_OFFLINE is set: only heads already in the local hub cache load." if hub_offline() else ""
+        raise SpecvizError(f"Draft head {text!r}: not a folder here, and fetching it from the Hugging Face hub "
+                           f"failed ({str(error).splitlines()[0][:200]}).{offline} Download it elsewhere and "
+                           "pass its folder, or check the id.") from None
+
+
+def _json(path: Path, folder: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise SpecvizError(f"Draft head {folder}: {path.name} is corrupt (not JSON: {error}).") from None
+    if not isinstance(data, dict):
+        raise SpecvizError(f"Draft head {folder}: {path.name} is not a JSON object.")
+    return data
+
+
+def read_config(folder: Path | str) -> dict:
+    """The head's config.json (speculators), with its default k and specviz's notes."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise SpecvizError(f"Draft head {folder}: no such folder.")
+    if not (folder / CONFIG).is_file():
+        if (folder / FIRST_CONFIG).is_file():
+            raise SpecvizError(f"Draft head {folder} is a first specviz head ({FIRST_CONFIG}, EAGLE-1 shaped, a format "
+                               "only older specviz read): this specviz reads EAGLE-3 heads in the speculators format, "
+                               "which vLLM serves too. Train it again with `python -m specviz train-draft --target "
+                               "... --out DIR`.")
+        raise SpecvizError(f"Draft head {folder}: it has no {CONFIG} (a head folder holds {CONFIG} and {WEIGHTS} in "
+                           "the speculators format, written by `python -m specviz train-draft`).")
+    data = _json(folder / CONFIG, folder)
+    kind = data.get("speculators_model_type")
+    if kind != "eagle3":
+        raise SpecvizError(f"Draft head {folder}: {CONFIG} is not an EAGLE-3 head in the speculators format "
+                           f"(speculators_model_type {kind!r}; specviz runs 'eagle3').")
+    layer = data.get("transformer_layer_config")
+    if not isinstance(layer, dict) or layer.get("model_type", "llama") != "llama":
+        raise SpecvizError(f"Draft head {folder}: its transformer_layer_config is missing or not a Llama layer.")
+    used = [key for key in UNSUPPORTED if data.get(key)]
+    if used:
+        raise SpecvizError(f"Draft head {folder}: it uses {', '.join(used)}, which specviz's loop does not run yet.")
+    notes = _json(folder / NOTES, folder) if (folder / NOTES).is_file() else {}
+    try:
+        proposal = data["speculators_config"]["proposal_methods"][0]
+        k = int(proposal.get("speculative_tokens", DEFAULT_K))
+    except (KeyError, IndexError, TypeError, ValueError):
+        k = DEFAULT_K
+    return {**data, "k": k, "notes": notes}
+
+
+def default_k(spec, target_name: str) -> int:
+    """The draft length a head found best (its config's): the shipped head's for 'head', DIR's for
+    'head:DIR'; the shipped default when the config cannot be read (loading then says why)."""
+    try:
+        folder = spec.folder or shipped_head(target_name)
+        return int(read_config(folder).get("k", DEFAULT_K)) if Path(folder).is_dir() else DEFAULT_K
+    except (SpecvizError, ValueError, TypeError):
+        return DEFAULT_K
