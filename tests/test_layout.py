@@ -72,8 +72,8 @@ def test_a_lazy_namespace_names_what_it_loads(package):
 
 def test_the_command_line_imports_only_what_its_command_needs():
     """`--help` imports neither torch, transformers, plotly nor gradio, nor any command's module (it
-    took ~9 s before a word was printed); `replay` and `report` import no torch; a command's parser
-    holds only that command's arguments."""
+    took ~9 s before a word was printed); `replay`, `report` and the engine commands import no torch;
+    a command's parser holds only that command's arguments."""
     code = ("import sys; from specviz.cli import entry\n"
             "try:\n    entry(['--help'])\nexcept SystemExit:\n    pass\n"
             "heavy = sorted(m for m in ('torch', 'transformers', 'plotly', 'gradio') if m in sys.modules)\n"
@@ -83,8 +83,10 @@ def test_the_command_line_imports_only_what_its_command_needs():
     assert result.returncode == 0, result.stderr[-2000:]
     assert "{run,compare,bench,load,replay,report,train-draft}" in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "[] ['specviz.cli.main']"
-    # What needs no model imports no torch: replaying and reporting a recording, the engines' layer.
-    code = ("import sys, specviz.cli.replay, specviz.views.report, specviz.engines\n"
+    # What needs no model imports no torch: replaying and reporting a recording, and the commands that
+    # measure an engine's server (the local paths of load and compare import it when they run).
+    code = ("import sys, specviz.cli.replay, specviz.views.report, specviz.engines, specviz.cli.load\n"
+            "import specviz.cli.compare, specviz.runs.engine_load, specviz.runs.engine_compare\n"
             "print(sorted(m for m in ('torch', 'transformers', 'gradio') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]

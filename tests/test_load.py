@@ -15,7 +15,8 @@ from specviz.errors import SpecvizError
 from specviz.models import ModelPair
 from specviz.runs.bench import plain_against_generate
 from specviz.runs.calibration import CALIBRATION_SAMPLES, calibrate, cost_at
-from specviz.runs.load import LoadPoint, LoadResult, run_sweep, sweep
+from specviz.runs.load import run_sweep, sweep
+from specviz.runs.load_result import LoadPoint, LoadResult
 from specviz.settings import LOCAL, DraftSpec, RunSettings, parse_draft, validate
 
 PROMPTS = [BenchPrompt("a", "test", "the cat sat on the mat and the cat sat on the"),

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 import pytest
 from conftest import counting_forwards
 
-from specviz.runs.load import LoadPoint, LoadResult
+from specviz.runs.load_result import LoadPoint, LoadResult
 from specviz.settings import LOCAL, hosted
 from specviz.ui import load_tab
 from specviz.ui.budget import LOAD_MAX_BATCH, load_work

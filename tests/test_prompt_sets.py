@@ -13,7 +13,8 @@ from specviz.catalog import BenchPrompt, preset_prompt_sets, read_prompt_file
 from specviz.cli import entry
 from specviz.errors import SpecvizError
 from specviz.metrics import bootstrap_median, paired_ratio
-from specviz.runs.prompt_sets import PromptRun, PromptSetComparison, compare_prompt_set
+from specviz.runs.prompt_set_result import PromptRun, PromptSetComparison
+from specviz.runs.prompt_sets import compare_prompt_set
 from specviz.settings import RunSettings
 from specviz.views import prompt_sets as views
 

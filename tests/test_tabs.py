@@ -388,7 +388,7 @@ def test_a_prompt_set_answers_first_and_unstarted_rows_wait():
     # Issue 18: the answer was the second sentence of the headline; a configuration not started read
     # "0 prompts, 0.00x, 0.00-0.00x".
     from specviz.catalog import BenchPrompt
-    from specviz.runs.prompt_sets import PromptRun, PromptSetComparison
+    from specviz.runs.prompt_set_result import PromptRun, PromptSetComparison
     from specviz.settings import RunSettings
     from specviz.views import prompt_sets
 

@@ -16,8 +16,6 @@ from pathlib import Path
 from ..errors import SpecvizError
 from ..files import check_paths
 from ..runs import recording
-from ..runs.compare import compare, sweep
-from ..runs.run import load
 from ..settings import check_prompt
 from ..views import prose
 from .common import (add_decoding_arguments, add_model_arguments, check_output_file, check_output_folder, fail,
@@ -53,6 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_engine_arguments(parser)
 
 
+def load(settings, progress=None):
+    """The model pair (`runs.run.load`), imported when the comparison runs here: a comparison on an
+    engine's server loads no model in this process, and starts without torch."""
+    from ..runs.run import load as load_pair
+
+    return load_pair(settings, progress)
+
+
 def main(args: argparse.Namespace) -> int:
     # Everything the user typed is checked before a model is loaded.
     drafts = args.draft or ["ngram"]
@@ -79,6 +85,8 @@ def main(args: argparse.Namespace) -> int:
     if args.json is not None or args.repeats != 1:
         raise SpecvizError("--json and --repeats go with --prompts (a set of prompts).")
     prompt = check_prompt(args.prompt if args.prompt is not None else "")
+
+    from ..runs.compare import compare, sweep
 
     # `loader=load` is passed explicitly (not left to the default) so that it is this module's name.
     progress = progress_printer()

@@ -11,9 +11,8 @@ from pathlib import Path
 
 from ..errors import SpecvizError
 from ..files import check_paths, write_atomic
-from ..runs.bench import TINY_TARGET
-from ..runs.load import DEFAULT_BATCHES, DEFAULT_KS, LoadResult, check_draft_spec, check_drafter, sweep
-from ..runs.run import load
+from ..models.sources import TINY_TARGET
+from ..runs.load_result import DEFAULT_BATCHES, DEFAULT_KS, LoadResult
 from ..settings import whole_numbers
 from ..views.load_view import outputs_note
 from .common import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, progress_printer, rich_table,
@@ -21,6 +20,14 @@ from .common import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_
 from .engine import SERVING, add_engine_arguments, check_engine_flags, load_main
 
 MAX_BATCH = 64
+
+
+def load(settings, progress=None):
+    """The model pair (`runs.run.load`), imported when the sweep runs here: a sweep on an engine's
+    server loads no model in this process, and starts without torch."""
+    from ..runs.run import load as load_pair
+
+    return load_pair(settings, progress)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,12 +62,16 @@ def main(args: argparse.Namespace) -> int:
     settings = settings_from(args, k=max(max(ks), 1))
     check_engine_flags(args)
     if args.engine not in SERVING:
+        from ..runs.load import check_draft_spec
+
         check_draft_spec(settings)
     prompts = read_prompts(args.prompts)
     check_output_file(args.json, "--json")
     check_paths([args.prompts] if Path(args.prompts).is_file() else [], [("--json", args.json)])
     if args.engine in SERVING:
         return load_main(args, settings, prompts, batches, ks)
+
+    from ..runs.load import check_drafter, sweep
 
     pair = load(settings, None if args.quiet else progress_printer())
     check_drafter(pair)

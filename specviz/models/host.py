@@ -99,6 +99,23 @@ def environment(device: str | torch.device) -> dict:
             "host_load_average": load_average(), "host_cpus": os.cpu_count()}
 
 
+def client_environment() -> dict:
+    """The machine a client of an engine's server runs on (it runs no model): its CPU, the installed
+    versions (read from the package metadata: torch is not imported), the 1-minute load average."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    name = read_cpuinfo().name or platform.processor() or platform.machine() or "unknown CPU"
+    return {"device_name": f"{name}, {os.cpu_count()} cores", "torch": installed("torch"),
+            "transformers": installed("transformers"), "specviz": VERSION,
+            "host_load_average": load_average(), "host_cpus": os.cpu_count()}
+
+
 # ----------------------------------------------------------------------------- how busy it is
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[float, str], None]   # (fraction done, message)
 DEFAULT_TARGET = "SmolLM2-135M-Instruct"
+TINY_TARGET = "tiny"     # the tiny random-weight pair built in-process (`models.tiny`), for tests and benchmarks
 
 
 def report(progress: Progress | None, fraction: float, message: str) -> None:

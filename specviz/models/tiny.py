@@ -2,7 +2,7 @@
 that need no model files at all. Its forwards are so cheap that it measures mostly per-token overhead.
 
 `tiny_pair` is the pair as a `ModelPair` (what `runs.race` takes), with `ByteTokenizer` standing in
-for a tokenizer; the target name `TINY_TARGET` ('tiny', as in `--target tiny`) builds it."""
+for a tokenizer; the target name `sources.TINY_TARGET` ('tiny', as in `--target tiny`) builds it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from ..settings import DraftSpec, parse_draft
 from .devices import DTYPES, resolve_device
 from .pairs import ModelPair, make_drafter
 
-TINY_TARGET = "tiny"   # the target name that builds this pair (`runs.run.load`)
 TINY_VOCAB = 384       # bytes 0-255 plus unused ids
 TINY_DRAFT_LAYERS = 2
 TINY_TARGET_NAME = "tiny-llama"

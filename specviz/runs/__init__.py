@@ -16,7 +16,8 @@ import lazy_loader
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
     "compare": ["iter_comparison", "iter_sweep", "sweep"],
     "comparison": ["Comparison", "Sweep", "config_label", "config_labels"],
-    "prompt_sets": ["PromptSetComparison", "compare_prompt_set", "iter_prompt_set"],
+    "prompt_set_result": ["PromptSetComparison"],
+    "prompt_sets": ["compare_prompt_set", "iter_prompt_set"],
     "result": ["CycleText", "Run"],
     "run": ["Loader", "execute", "last", "load_stepwise", "race"],
 })
@@ -24,6 +25,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
 if TYPE_CHECKING:      # what the names are, for readers and type checkers
     from .compare import iter_comparison, iter_sweep, sweep
     from .comparison import Comparison, Sweep, config_label, config_labels
-    from .prompt_sets import PromptSetComparison, compare_prompt_set, iter_prompt_set
+    from .prompt_set_result import PromptSetComparison
+    from .prompt_sets import compare_prompt_set, iter_prompt_set
     from .result import CycleText, Run
     from .run import Loader, execute, last, load_stepwise, race

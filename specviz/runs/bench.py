@@ -43,7 +43,7 @@ from ..errors import SpecvizError
 from ..metrics import median, ratio, work_rates
 from ..models import ModelPair
 from ..models.host import host_description
-from ..models.tiny import TINY_TARGET
+from ..models.sources import TINY_TARGET
 from ..settings import DraftSpec, RunSettings, parse_draft
 from .prompt_sets import iter_prompt_set
 from .result import Run

@@ -25,7 +25,7 @@ from ..engines import Engine, EngineConfig, Response, closed_loop
 from ..metrics import ratio
 from ..settings import RunSettings
 from .engine_load import ENGINE_CLOCK, WARM_UP_TOKENS, acceptance, first_differing_word, make_requests
-from .prompt_sets import PromptRun, PromptSetComparison
+from .prompt_set_result import PromptRun, PromptSetComparison
 
 
 @dataclass

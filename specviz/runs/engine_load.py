@@ -11,7 +11,7 @@ warm-up at the largest batch, is stopped, and then each speculative server (one 
 same. Co-resident servers each claim most of a GPU's memory; on the project's shared CPU the effect
 of an idle neighbour could not be told from the host's drift (scripts/vllm_side_by_side.py
 --co-resident), and one at a time costs the sweep nothing it needs. The points reuse
-`runs.load.LoadPoint` and `LoadResult` (so the crossover, the best k per batch size, the JSON and the
+`runs.load_result.LoadPoint` and `LoadResult` (so the crossover, the best k per batch size, the JSON and the
 Load tab's charts are the own sweep's), with vLLM's figures added:
 
 - output throughput: all requests' completion tokens / the wall time from the first request sent to
@@ -47,9 +47,9 @@ from ..catalog import BenchPrompt
 from ..engines import SERVERS, Engine, EngineConfig, Request, Response, closed_loop, recommended_config
 from ..errors import SpecvizError
 from ..metrics import first_divergence, paired_ratio, ratio
-from ..models.host import HostLoad, environment, read_cpu_times
+from ..models.host import HostLoad, client_environment, read_cpu_times
 from ..settings import RunSettings
-from .load import LoadPoint, LoadResult, batch_prompts
+from .load_result import LoadPoint, LoadResult, batch_prompts
 
 WARM_UP_TOKENS = 8
 WAVES = 4           # a point sends at least this many requests per stream: a steady state, not one wave
@@ -287,7 +287,7 @@ def engine_sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], engine: 
     engine.check(configs)
     result = EngineLoadResult(
         settings=sweep_settings(settings, prompts, batches, ks, repeats, metric, engine.device, engine.name),
-        environment=dict(engine.environment(), client=environment("cpu")), engine=engine.describe(configs),
+        environment=dict(engine.environment(), client=client_environment()), engine=engine.describe(configs),
         configs=list(configs), recommend=engine.recommended_config)
     greedy = settings.temperature == 0.0
     stop = threading.Event()

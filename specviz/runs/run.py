@@ -36,8 +36,8 @@ from ..core.events import Cycle, interleave
 from ..errors import SpecvizError
 from ..models import Detokenizer, ModelPair, check_context, encode_prompt, load_pair
 from ..models.host import HostLoad, read_cpu_times
-from ..models.sources import Progress
-from ..models.tiny import TINY_TARGET, tiny_pair
+from ..models.sources import TINY_TARGET, Progress
+from ..models.tiny import tiny_pair
 from ..settings import RunSettings
 from .result import CycleText, Run
 

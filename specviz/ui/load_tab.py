@@ -21,7 +21,8 @@ from ..core.events import BatchCycle
 from ..errors import SpecvizError
 from ..models.tokens import Detokenizer
 from ..runs import Loader, load_stepwise
-from ..runs.load import LoadProgress, batch_prompts, check_draft_spec, check_drafter, sweep
+from ..runs.load import LoadProgress, check_draft_spec, check_drafter, sweep
+from ..runs.load_result import batch_prompts
 from ..runs.run import cycle_text, encode
 from ..settings import Limits, RunSettings, validate, whole_numbers
 from ..views import render

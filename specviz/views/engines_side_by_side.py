@@ -1,6 +1,6 @@
 """One drafter on several engines (specviz's own loop, vLLM, llama.cpp), the same prompts and batch
 sizes: the Load tab's "all three" view. Pure functions of each engine's finished sweep (a
-`runs.load.LoadResult`, or None with the reason it has none).
+`runs.load_result.LoadResult`, or None with the reason it has none).
 
 The lesson it shows: speculation saves target steps, so what it buys depends on what a plain step
 costs on that engine as much as on how many drafts are accepted. Each engine's own numbers, measured
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from ..runs.load import LoadPoint, LoadResult
+from ..runs.load_result import LoadPoint, LoadResult
 from .charts import PLAIN_COLOUR, layout, waiting
 from .figures import config_colour
 

@@ -1,4 +1,4 @@
-"""A load sweep (`runs.load.LoadResult`) -> the Load tab's figures, its decision sentence and the
+"""A load sweep (`runs.load_result.LoadResult`) -> the Load tab's figures, its decision sentence and the
 token views of the batch in progress. Pure functions of the result (and of the cycles so far).
 
 - `speedup_figure`: speedup against batch size, one line per k > 0, each point with its 95% range
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from ..runs.load import LoadPoint, LoadResult
+from ..runs.load_result import LoadPoint, LoadResult
 from .charts import PLAIN_COLOUR, THEORY_COLOUR, layout, waiting
 from .figures import config_colour
 from .render import panel_html

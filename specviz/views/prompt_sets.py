@@ -10,7 +10,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from ..files import write_atomic
-from ..runs.prompt_sets import PromptSetComparison
+from ..runs.prompt_set_result import PromptSetComparison
 from .charts import PLAIN_COLOUR, layout
 from .figures import config_colour
 from .prose import CROSS_TOKENIZER_HEADER     # a column only where a configuration drafts across tokenizers
