@@ -8,8 +8,8 @@
     report    recordings as one standalone HTML page (no model needed)
     train-draft   a draft head trained for a target from its own text (`--draft head:DIR`)
 
-Each command's module is imported only when that command runs (`COMMANDS`): `--help` and `replay`
-start without torch, and `run` does not import what `bench` needs.
+Each command's module is imported only when that command runs (`COMMANDS`): `--help`, `replay`,
+`report` and the engine commands start without torch, and `run` does not import what `bench` needs.
 
 This package is the only place that reads argv: it builds `RunSettings` from the flags and passes
 them through `settings.validate`, checks the prompt and every output path, and only then loads a
