@@ -319,11 +319,13 @@ def test_a_drafter_must_say_how_it_proposes():
 def test_a_transformers_that_ignores_the_cache_is_refused_before_any_work(pairs, prompt, monkeypatch):
     # transformers 5.23 and older take `cache=` in **kwargs and drop it: outputs stay right, but every
     # pass recomputes the whole sequence, so every timing would be meaningless. Refused, saying what to install.
-    import transformers
-
+    from specviz.core import ragged_cache
     from specviz.errors import SpecvizError
     from specviz.models import load_model
 
+    # The module object the check reads: transformers 5 puts a new one in sys.modules on first use
+    # (`from transformers import LlamaConfig` replaced it), so `import transformers` here may be another.
+    transformers = ragged_cache.transformers
     target, drafts = pairs["llama"]
     monkeypatch.setattr(transformers, "__version__", "5.23.0")
     for run in (lambda: speculative_decode(target, drafts["smaller"], prompt),
