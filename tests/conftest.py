@@ -11,6 +11,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from specviz.core.events import BONUS, RESAMPLED, Cycle
 from specviz.engines.vllm_server import free_port
@@ -20,22 +22,9 @@ VOCAB = 97
 # Tiny models are dominated by per-op overhead, where extra threads only add contention (and on a
 # loaded 2-core machine, oversubscription). Real-model tests ask for their share of the cores with
 # `all_threads`: all of them, or under pytest-xdist (pyproject's addopts) the cores over the workers.
-# torch and transformers are imported where used, not here: xdist's controller loads this file too,
-# before it starts the workers, and runs no test (importing both held the workers' start by ~6 s).
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-ALL_THREADS = 1            # set in pytest_configure, in the processes that run tests
-
-
-def pytest_configure(config):
-    """In a process that runs tests (an xdist worker, or the only process): one torch thread, and
-    `all_threads`' share of the cores noted first."""
-    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
-        return                      # xdist's controller
-    import torch
-
-    global ALL_THREADS
-    ALL_THREADS = max(1, torch.get_num_threads() // WORKERS)
-    torch.set_num_threads(1)
+ALL_THREADS = max(1, torch.get_num_threads() // WORKERS)
+torch.set_num_threads(1)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -108,8 +97,6 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.fixture
 def all_threads():
-    import torch
-
     torch.set_num_threads(ALL_THREADS)
     yield ALL_THREADS
     torch.set_num_threads(1)
@@ -119,9 +106,6 @@ def make_llama(seed: int, layers: int = 4, vocab: int = VOCAB, hidden: int = 64,
                context: int = 512):
     # A larger initializer_range than the default spreads the logits out, so that greedy argmax
     # is not decided by float round-off between one-token and multi-token forwards.
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
@@ -133,9 +117,6 @@ def make_llama(seed: int, layers: int = 4, vocab: int = VOCAB, hidden: int = 64,
 
 
 def make_gpt2(seed: int, layers: int = 3, vocab: int = VOCAB, hidden: int = 64, eos: int | None = None):
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     torch.manual_seed(seed)
     config = GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=4, n_positions=512,
                         initializer_range=0.3, bos_token_id=None, eos_token_id=eos, pad_token_id=None)
@@ -145,7 +126,6 @@ def make_gpt2(seed: int, layers: int = 3, vocab: int = VOCAB, hidden: int = 64, 
 
 
 def make_qwen2(seed: int, layers: int = 3, vocab: int = VOCAB, hidden: int = 64, eos: int | None = None):
-    import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
@@ -231,15 +211,12 @@ def gpt2():
 
 @pytest.fixture
 def prompt():
-    import torch
-
     return torch.tensor([[5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9]])
 
 
 @pytest.fixture(scope="session")
 def tiny():
     """The tiny model pair (tests/tiny_pair.py): stands in for `specviz.runs.load` as `tiny.loader`."""
-    import torch
     from tiny_pair import TinyModels
 
     torch.set_grad_enabled(False)
@@ -386,8 +363,6 @@ def reordered_copy(model, target_tokenizer, draft_tokenizer):
     draft.load_state_dict({k: v for k, v in model.state_dict().items() if k not in rows}, strict=False)
     target_vocab = target_tokenizer.get_vocab()
     order = [target_vocab[token] for token, _ in sorted(draft_tokenizer.get_vocab().items(), key=lambda kv: kv[1])]
-    import torch
-
     with torch.no_grad():
         draft.model.embed_tokens.weight.copy_(model.model.embed_tokens.weight[order])
         draft.lm_head.weight.copy_(model.lm_head.weight[order])
