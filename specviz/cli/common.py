@@ -84,6 +84,15 @@ def read_prompts(value: str, max_prompts: int = MAX_PROMPTS):
     return prompt_set(value)
 
 
+def load(settings: RunSettings, progress=None):
+    """The model pair (`runs.run.load`), imported on first use: `load` and `compare` on an engine's
+    server load no model in this process and start without torch. The commands import this name, so
+    that a test can replace each command's loader."""
+    from ..runs.run import load as load_pair
+
+    return load_pair(settings, progress)
+
+
 def settings_from(args: argparse.Namespace, **overrides) -> RunSettings:
     """The validated `RunSettings` the flags describe (flags a subcommand lacks keep their defaults)."""
     names = ("target", "draft", "k", "dynamic_k", "max_k", "temperature", "top_k", "top_p", "seed",

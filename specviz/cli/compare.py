@@ -19,7 +19,7 @@ from ..runs import recording
 from ..settings import check_prompt
 from ..views import prose
 from .common import (add_decoding_arguments, add_model_arguments, check_output_file, check_output_folder, fail,
-                     make_console, printable, progress_printer, rich_table, say, settings_from, write_output)
+                     load, make_console, printable, progress_printer, rich_table, say, settings_from, write_output)
 from .engine import SERVING, add_engine_arguments, check_engine_flags, compare_main
 
 # What --export writes into its folder (`views.export`, `views.prompt_sets.write_files`), so that no
@@ -49,14 +49,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-color", action="store_true", help="plain text output")
     parser.add_argument("prompt", nargs="?", default=None, help="the prompt (not with --prompts)")
     add_engine_arguments(parser)
-
-
-def load(settings, progress=None):
-    """The model pair (`runs.run.load`), imported when the comparison runs here: a comparison on an
-    engine's server loads no model in this process, and starts without torch."""
-    from ..runs.run import load as load_pair
-
-    return load_pair(settings, progress)
 
 
 def main(args: argparse.Namespace) -> int:

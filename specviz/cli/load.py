@@ -15,19 +15,11 @@ from ..models.sources import TINY_TARGET
 from ..runs.load_result import DEFAULT_BATCHES, DEFAULT_KS, LoadResult
 from ..settings import whole_numbers
 from ..views.load_view import outputs_note
-from .common import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, progress_printer, rich_table,
-                     read_prompts, settings_from)
+from .common import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, load, progress_printer,
+                     read_prompts, rich_table, settings_from)
 from .engine import SERVING, add_engine_arguments, check_engine_flags, load_main
 
 MAX_BATCH = 64
-
-
-def load(settings, progress=None):
-    """The model pair (`runs.run.load`), imported when the sweep runs here: a sweep on an engine's
-    server loads no model in this process, and starts without torch."""
-    from ..runs.run import load as load_pair
-
-    return load_pair(settings, progress)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
