@@ -81,7 +81,8 @@ def test_drafters_map_to_vllm_configs(monkeypatch, tmp_path):
 @pytest.mark.parametrize("given, expected", [("bf16", "bfloat16"), ("fp32", "float32"), ("fp16", "float16"),
                                              ("half", "float16"), ("float32", "float32"), ("auto", "auto")])
 def test_specviz_dtype_names_reach_vllm_in_its_spelling(given, expected):
-    from specviz.engines.vllm_server import VllmInstall, server_command
+    from specviz.engines.vllm_install import VllmInstall
+    from specviz.engines.vllm_server import server_command
 
     command = server_command(VllmInstall("/venv/bin/python", "0.32.0", "cpu"), "/m", 8000, dtype=given,
                              speculative_config=None)
@@ -96,7 +97,8 @@ def test_an_unknown_dtype_is_a_message():
 
 
 def test_a_gpu_server_never_gets_the_cpu_defaults():
-    from specviz.engines.vllm_server import VllmInstall, server_command
+    from specviz.engines.vllm_install import VllmInstall
+    from specviz.engines.vllm_server import server_command
     from specviz.ui.load_engine import operator_args
 
     def command(device, engine_args=()):
@@ -115,7 +117,7 @@ def test_a_gpu_server_never_gets_the_cpu_defaults():
 
 
 def test_an_old_vllm_is_refused_by_name():
-    from specviz.engines.vllm_server import check_features
+    from specviz.engines.vllm_install import check_features
 
     check_features("0.32.0", [], "/venv/bin/python")
     with pytest.raises(SpecvizError, match="vLLM 0.27.1 at /venv/bin/python is too old.*per-request-spec-decode"):
@@ -285,6 +287,54 @@ def test_no_vllm_is_one_message_with_the_install_command(python, said, tmp_path)
     assert not (tmp_path / "x.json").exists()
 
 
+def _stand_in_vllm(site: Path, *, with_flag: bool = True) -> None:
+    """A package named vllm with the version and the two classes specviz's check reads (not vLLM: the
+    check reads files and classes, and this test changes them)."""
+    (site / "vllm" / "engine").mkdir(parents=True, exist_ok=True)
+    (site / "vllm" / "config").mkdir(parents=True, exist_ok=True)
+    (site / "vllm" / "__init__.py").write_text('__version__ = "9.9.0"\n')
+    for package in ("engine", "config"):
+        (site / "vllm" / package / "__init__.py").write_text("")
+    flag = "    per_request_spec_decode_metrics: bool = False\n" if with_flag else ""
+    (site / "vllm" / "engine" / "arg_utils.py").write_text(
+        f"import dataclasses\n\n@dataclasses.dataclass\nclass EngineArgs:\n    model: str = ''\n{flag}")
+    (site / "vllm" / "config" / "speculative.py").write_text(
+        "import dataclasses\n\n@dataclasses.dataclass\nclass SpeculativeConfig:\n"
+        "    num_speculative_tokens_per_batch_size: dict | None = None\n")
+
+
+@pytest.mark.slow
+def test_the_vllm_check_is_kept_per_installation_and_made_again_when_its_files_change(tmp_path, monkeypatch):
+    """find_vllm imports vLLM's classes once per installation (~13 s of a core on this CPU before every
+    server specviz started): the answer is kept in the cache folder, keyed by the files it was read
+    from, and computed again when one of them changes."""
+    from specviz.engines import vllm_install
+
+    site = tmp_path / "site"
+    _stand_in_vllm(site)
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(vllm_install, "_found", {})
+
+    first = vllm_install.find_vllm(str(python))
+    assert (first.version, first.device, first.torch) == ("9.9.0", "cpu", __import__("torch").__version__)
+    cache = tmp_path / "cache" / vllm_install.CACHE_FILE
+    (key, answer), = json.loads(cache.read_text()).items()
+    assert answer == {"version": "9.9.0", "missing": []}
+    # The next process reads the answer instead of importing vLLM: a changed answer in the cache shows.
+    cache.write_text(json.dumps({key: {"version": "from the cache", "missing": []}}))
+    monkeypatch.setattr(vllm_install, "_found", {})
+    assert vllm_install.find_vllm(str(python)).version == "from the cache"
+    # vLLM's files change (an older vLLM installed in their place): checked again, and refused.
+    _stand_in_vllm(site, with_flag=False)
+    monkeypatch.setattr(vllm_install, "_found", {})
+    with pytest.raises(SpecvizError, match="too old for specviz: it lacks the server flag --per-request-spec"):
+        vllm_install.find_vllm(str(python))
+    assert len(json.loads(cache.read_text())) == 2
+
+
 @pytest.mark.slow
 def test_engine_flags_need_engine_vllm():
     out = specviz("load", "--engine-arg=--tensor-parallel-size=2", "--batch", "1", timeout=120)
@@ -343,7 +393,7 @@ def _pgid(pid: int) -> int | None:
 # ----------------------------------------------------------------------------- with vLLM
 
 def _vllm_python() -> str:
-    from specviz.engines.vllm_server import find_vllm
+    from specviz.engines.vllm_install import find_vllm
 
     try:
         return find_vllm().python
@@ -375,7 +425,8 @@ def prompt_file(tmp_path_factory):
 @pytest.fixture(scope="module")
 def servers(vllm_python, builtin_folder, tmp_path_factory):
     """A plain and an ngram k = 4 server (fp32), started together, shared by this module's tests."""
-    from specviz.engines.vllm_server import find_vllm, start_server
+    from specviz.engines.vllm_install import find_vllm
+    from specviz.engines.vllm_server import start_server
 
     install = find_vllm(vllm_python)
     logs = tmp_path_factory.mktemp("vllm-logs")
@@ -499,9 +550,22 @@ def _server_pgid(port: int) -> int | None:
     return None
 
 
+def _engine_core_started(pgid: int) -> bool:
+    """Whether the server's group holds the engine core's process (spawned by the API server; it is
+    counted from its start, while it still imports vLLM, not from its first log line ~15 s later)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if _pgid(int(pid)) == pgid and b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except (OSError, ProcessLookupError):
+            continue
+    return False
+
+
 def _start_and_interrupt(args, sig, tmp_path):
-    """Start `load --engine vllm` (it starts its own server), wait until vLLM's engine core runs, then
-    send `sig` to specviz; returns (specviz's exit code, the server's group id)."""
+    """Start `load --engine vllm` (it starts its own server), wait until vLLM's API server has started
+    its engine core's process, then send `sig` to specviz; returns (specviz's exit code, the server's
+    group id)."""
     log_dir = tmp_path / "logs"
     # More work than the wait below can outlast, so that a signal that is not acted on shows as such
     proc = subprocess.Popen([sys.executable, "-m", "specviz", "load", "--engine", "vllm", *args, "--max-new-tokens",
@@ -511,10 +575,11 @@ def _start_and_interrupt(args, sig, tmp_path):
     deadline, pgid = time.monotonic() + 240, None
     while time.monotonic() < deadline:
         logs = list(log_dir.glob("*.log")) if log_dir.exists() else []
-        if logs and "EngineCore" in logs[0].read_text(errors="replace"):
+        if logs:
             pgid = _server_pgid(int(logs[0].stem.rsplit("-", 1)[-1]))
-            if pgid is not None:
+            if pgid is not None and _engine_core_started(pgid):
                 break
+            pgid = None
         assert proc.poll() is None, proc.stderr.read()
         time.sleep(0.5)
     assert pgid is not None, "the server never started its engine core"
@@ -682,7 +747,8 @@ def test_one_eagle3_head_gives_one_answer_in_vllm_and_in_specviz(servers, vllm_p
     from specviz import speculative_decode
     from specviz.engines import closed_loop
     from specviz.engines.vllm_client import Request
-    from specviz.engines.vllm_server import SERVED_NAME, find_vllm, start_server
+    from specviz.engines.vllm_install import find_vllm
+    from specviz.engines.vllm_server import SERVED_NAME, start_server
     from specviz.models import encode_prompt, load_pair
     from specviz.models.heads import load_head
     from specviz.runs.engine_load import acceptance

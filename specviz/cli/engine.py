@@ -13,7 +13,8 @@ from pathlib import Path
 from ..engines import (TITLES, LlamaCppEngine, VllmEngine, engine_configs, llamacpp, model_location,
                        parse_speculative_config, vllm_dtype)
 from ..engines.configs import parse_server_urls
-from ..engines.vllm_server import START_TIMEOUT, VLLM_ENV
+from ..engines.vllm_install import VLLM_ENV
+from ..engines.vllm_server import START_TIMEOUT
 from ..errors import SpecvizError
 from ..files import write_atomic
 from ..runs.engine_load import DECISION_METRICS

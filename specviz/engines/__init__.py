@@ -28,7 +28,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
     "engine": ["SERVERS", "TITLES", "Engine", "Served", "VllmEngine", "stop_all"],
     "llamacpp": ["LlamaCppEngine"],
     "vllm_client": ["Request", "Response", "closed_loop"],
-    "vllm_server": ["INSTALL_HINT", "VllmInstall", "find_vllm"],
+    "vllm_install": ["INSTALL_HINT", "VllmInstall", "find_vllm"],
 })
 
 if TYPE_CHECKING:      # what the names are, for readers and type checkers
@@ -37,4 +37,4 @@ if TYPE_CHECKING:      # what the names are, for readers and type checkers
     from .engine import SERVERS, TITLES, Engine, Served, VllmEngine, stop_all
     from .llamacpp import LlamaCppEngine
     from .vllm_client import Request, Response, closed_loop
-    from .vllm_server import INSTALL_HINT, VllmInstall, find_vllm
+    from .vllm_install import INSTALL_HINT, VllmInstall, find_vllm

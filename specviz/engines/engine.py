@@ -20,7 +20,8 @@ from typing import Protocol
 
 from .configs import EngineConfig, recommended_config, vllm_dtype
 from .vllm_client import served_model, server_version
-from .vllm_server import SERVED_NAME, START_TIMEOUT, ServerHandle, VllmInstall, default_args, find_vllm, start_server
+from .vllm_install import VllmInstall, find_vllm
+from .vllm_server import SERVED_NAME, START_TIMEOUT, ServerHandle, default_args, start_server
 
 _running: set[ServerHandle] = set()
 _lock = threading.Lock()

