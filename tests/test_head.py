@@ -146,6 +146,35 @@ def test_greedy_with_the_head_equals_generate(trained, k):
         assert out == target.generate(prompt, max_new_tokens=40, do_sample=False)[0, prompt.shape[1]:].tolist()
 
 
+@pytest.mark.slow
+def test_the_loop_drafts_what_the_head_predicts_from_the_whole_sequence(trained):
+    """Drafting reads the features training read: in greedy decoding at k = 1, each cycle's draft is the
+    head's prediction for that position from the finished sequence read at once (as training and its
+    held-out agreement read it), so acceptance in the loop is the agreement at the positions where
+    cycles start. A feature one position off, or a stale head cache after a rejection, breaks it."""
+    from specviz.core.head import teacher_forced_first_drafts
+    from specviz.core.ragged_cache import hidden_features, hidden_request
+
+    target, folder, _ = trained
+    drafter = load_head(folder, target)
+    compared = accepted = 0
+    for text in ("Explain volcanoes in simple terms.", "Write a haiku about rivers.", "List three fruits."):
+        prompt = torch.tensor([list(f"<user>\n{text}\n<assistant>\n".encode())])
+        emitted, drafts = [], {}            # sequence index of the drafted token -> the loop's draft
+        for cycle in speculative_decode(target, drafter, prompt, max_new_tokens=40, k=1):
+            if len(cycle.drafted):
+                drafts[prompt.shape[1] + len(emitted)] = int(cycle.drafted[0])
+                accepted += cycle.num_accepted
+            emitted += list(cycle.emitted)
+        sequence = torch.cat([prompt[0], torch.tensor(emitted)])
+        with torch.no_grad():
+            out = target(sequence[None], **hidden_request(drafter.hidden_layers))
+        first = teacher_forced_first_drafts(drafter.head, hidden_features(out, drafter.hidden_layers)[0], sequence)
+        assert drafts == {j: int(first[j - 2]) for j in drafts}, text
+        compared += len(drafts)
+    assert compared > 60 and 0 < accepted < compared       # it drafted, and both verdicts occurred
+
+
 @pytest.mark.parametrize("branch,budget,k", [(2, 8, 3), (3, 12, 4)])
 @pytest.mark.slow
 def test_greedy_with_a_head_tree_equals_generate(trained, branch, budget, k):

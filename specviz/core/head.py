@@ -152,6 +152,17 @@ class HeadDrafter(Drafter):
         return Draft(torch.stack(drafted), full)
 
 
+@torch.inference_mode()
+def teacher_forced_first_drafts(head: Eagle3Head, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """The head's greedy first draft at every position of a sequence the target has read whole, as
+    training reads it: `tokens` (n,) the sequence, `hidden` (n, len(hidden_layers) * H) the target's
+    hidden states of the head's layers. Entry i is read from the target's feature of position i and
+    token i + 1, and guesses token i + 2: what the loop drafts first in a cycle whose newest token is
+    i + 1. (n - 1,) target ids."""
+    out, _ = head(head.fuse(hidden)[:-1][None], tokens[1:][None].to(hidden.device), start=0)
+    return head.vocab[head.logits(out[0]).float().argmax(-1)]
+
+
 class HeadTreeDrafter(Drafter):
     """A trained head drafting EAGLE-2 trees (core.draft_trees explains the tree): depth by depth it
     expands the `branch` most probable nodes into their `branch` most probable children, in one head

@@ -1,0 +1,81 @@
+"""Where a trained head's acceptance is lost: in the loop, or in what it learned. On chat prompts outside
+its training set (scripts/bench_head.py's), greedy, fp32, k = 1 (each cycle drafts one token, so its
+acceptance is the first draft's):
+
+    HF_HUB_OFFLINE=1 python scripts/head_agreement.py [--head head | head:DIR] [--max-new-tokens 64]
+
+prints the loop's acceptance; the head's agreement with the target at the same positions, read the
+way training reads a sequence (the finished text through the target once, every position's first
+draft at once: core.head.teacher_forced_first_drafts); and the agreement over every position of the
+replies. The first two are equal when drafting reads what training read; the third, set against the
+held-out agreement training printed, shows how far the chat prompts are from the training text."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+from bench_head import chat_prompts  # noqa: E402
+
+from specviz.core.decoding import speculative_decode  # noqa: E402
+from specviz.core.head import teacher_forced_first_drafts  # noqa: E402
+from specviz.core.ragged_cache import hidden_features, hidden_request  # noqa: E402
+from specviz.models.host import host_description  # noqa: E402
+from specviz.runs.run import encode, load  # noqa: E402
+from specviz.settings import LOCAL, RunSettings, validate  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--head", default="head")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    args = parser.parse_args()
+    settings = validate(RunSettings(draft=args.head, dtype="float32", max_new_tokens=args.max_new_tokens), LOCAL)
+    pair = load(settings)
+    drafter, layers = pair.draft, pair.draft.hidden_layers
+    loop = [0, 0]           # accepted, drafted
+    same = [0, 0]           # the loop's draft equal to the teacher-forced one, compared
+    starts = [0, 0]         # teacher-forced agreement at the cycles' positions: agreed, compared
+    replies = [0, 0]        # teacher-forced agreement over every reply position
+    for prompt in chat_prompts():
+        ids = encode(settings, prompt, pair)
+        emitted, drafts = [], {}
+        for cycle in speculative_decode(pair.target, drafter, ids, max_new_tokens=args.max_new_tokens, k=1,
+                                        eos_token_id=pair.eos_token_ids):
+            if len(cycle.drafted):
+                drafts[ids.shape[1] + len(emitted)] = int(cycle.drafted[0])
+                loop[0] += cycle.num_accepted
+                loop[1] += 1
+            emitted += list(cycle.emitted)
+        sequence = torch.cat([ids[0], torch.tensor(emitted, dtype=ids.dtype)])
+        with torch.no_grad():
+            out = pair.target(sequence[None].to(pair.target.device), **hidden_request(layers))
+        first = teacher_forced_first_drafts(drafter.head, hidden_features(out, layers)[0], sequence).cpu()
+        for j in range(ids.shape[1], len(sequence)):          # token j is guessed by first[j - 2]
+            agreed = int(first[j - 2]) == int(sequence[j])
+            replies[0] += agreed
+            replies[1] += 1
+            if j in drafts:
+                starts[0] += agreed
+                starts[1] += 1
+                same[0] += drafts[j] == int(first[j - 2])
+                same[1] += 1
+    print(f"{pair.draft_name} on {pair.target_name}, {len(chat_prompts())} chat prompts, {args.max_new_tokens} new "
+          f"tokens, greedy, fp32, k = 1; {host_description('cpu')}")
+    print(f"accepted in the loop:                          {loop[0]} of {loop[1]} = {loop[0] / loop[1]:.1%}")
+    print(f"agreement read as training reads, same places: {starts[0]} of {starts[1]} = {starts[0] / starts[1]:.1%}"
+          f" (the loop's draft is that one at {same[0]} of {same[1]})")
+    print(f"agreement over every reply position:           {replies[0]} of {replies[1]} = "
+          f"{replies[0] / replies[1]:.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
