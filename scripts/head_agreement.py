@@ -58,7 +58,9 @@ def main() -> int:
         with torch.no_grad():
             out = pair.target(sequence[None].to(pair.target.device), **hidden_request(layers))
         first = teacher_forced_first_drafts(drafter.head, hidden_features(out, layers)[0], sequence).cpu()
-        for j in range(ids.shape[1], len(sequence)):          # token j is guessed by first[j - 2]
+        # Token j is guessed by first[j - 2]; scored as training scores its held-out agreement: the replies'
+        # tokens after the first (the first is guessed from the prompt's last token, as no cycle drafts it).
+        for j in range(ids.shape[1] + 1, len(sequence)):
             agreed = int(first[j - 2]) == int(sequence[j])
             replies[0] += agreed
             replies[1] += 1

@@ -575,11 +575,10 @@ def _start_and_interrupt(args, sig, tmp_path):
     deadline, pgid = time.monotonic() + 240, None
     while time.monotonic() < deadline:
         logs = list(log_dir.glob("*.log")) if log_dir.exists() else []
-        if logs:
-            pgid = _server_pgid(int(logs[0].stem.rsplit("-", 1)[-1]))
-            if pgid is not None and _engine_core_started(pgid):
-                break
-            pgid = None
+        group = _server_pgid(int(logs[0].stem.rsplit("-", 1)[-1])) if logs else None
+        if group is not None and _engine_core_started(group):
+            pgid = group
+            break
         assert proc.poll() is None, proc.stderr.read()
         time.sleep(0.5)
     assert pgid is not None, "the server never started its engine core"

