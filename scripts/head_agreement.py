@@ -8,13 +8,17 @@ prints the loop's acceptance; the head's agreement with the target at the same p
 way training reads a sequence (the finished text through the target once, every position's first
 draft at once: core.head.teacher_forced_first_drafts); and the agreement over every position of the
 replies. The first two are equal when drafting reads what training read; the third, set against the
-held-out agreement training printed, shows how far the chat prompts are from the training text."""
+held-out agreement training printed, shows how far the chat prompts are from the training text.
+`--held-out FILE` (repeatable) adds the same agreement over the replies to the prompts of FILE that
+training holds out when it trains on FILE (its first 10% in training's shuffled order), in bf16 as
+training reads them: each prompt source's agreement beside the chat prompts'."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from pathlib import Path
 
 import torch
 
@@ -24,11 +28,15 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from bench_head import chat_prompts  # noqa: E402
 
+from specviz.catalog import MAX_TRAINING_PROMPTS, read_prompt_file  # noqa: E402
 from specviz.core.decoding import speculative_decode  # noqa: E402
+from specviz.core.plain import batched_autoregressive_decode  # noqa: E402
 from specviz.core.head import teacher_forced_first_drafts  # noqa: E402
 from specviz.core.ragged_cache import hidden_features, hidden_request  # noqa: E402
 from specviz.models.host import host_description  # noqa: E402
 from specviz.runs.run import encode, load  # noqa: E402
+from specviz.runs.head_data import held_out_prompts  # noqa: E402
+from specviz.runs.train_draft import TrainOptions  # noqa: E402
 from specviz.settings import LOCAL, RunSettings, validate  # noqa: E402
 
 
@@ -36,7 +44,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--head", default="head")
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--held-out", action="append", default=[], metavar="FILE",
+                        help="a training prompt file: also the agreement on the replies to its held-out prompts")
+    parser.add_argument("--limit", type=int, default=32, help="held-out prompts per file (default 32)")
     args = parser.parse_args()
+    for name in args.held_out:
+        print(held_out_agreement(args.head, name, args.limit), flush=True)
     settings = validate(RunSettings(draft=args.head, dtype="float32", max_new_tokens=args.max_new_tokens), LOCAL)
     pair = load(settings)
     drafter, layers = pair.draft, pair.draft.hidden_layers
@@ -77,6 +90,34 @@ def main() -> int:
     print(f"agreement over every reply position:           {replies[0]} of {replies[1]} = "
           f"{replies[0] / replies[1]:.1%}")
     return 0
+
+
+def held_out_agreement(head: str, file: str, limit: int) -> str:
+    """The head's teacher-forced agreement over the replies (192 new tokens at most, as training writes
+    them) to the first `limit` prompts of `file` that training on `file` holds out; bf16, as training."""
+    settings = validate(RunSettings(draft=head, dtype="bfloat16", max_new_tokens=TrainOptions.max_new_tokens),
+                        LOCAL)
+    pair = load(settings)
+    layers = pair.draft.hidden_layers
+    prompts = [p.prompt for p in read_prompt_file(Path(file), MAX_TRAINING_PROMPTS)]
+    chosen = held_out_prompts(prompts)[:limit]
+    encoded = [encode(settings, prompt, pair)[0].tolist() for prompt in chosen]
+    replies = [[] for _ in encoded]
+    for event in batched_autoregressive_decode(pair.target, encoded, max_new_tokens=TrainOptions.max_new_tokens,
+                                               eos_token_id=list(pair.eos_token_ids)):
+        for row, token in zip(event.requests, event.tokens):
+            replies[row].append(token)
+    agreed = compared = 0
+    for prompt, reply in zip(encoded, replies):
+        sequence = torch.tensor(prompt + reply)
+        with torch.no_grad():
+            out = pair.target(sequence[None].to(pair.target.device), **hidden_request(layers))
+        first = teacher_forced_first_drafts(pair.draft.head, hidden_features(out, layers)[0], sequence).cpu()
+        for j in range(len(prompt) + 1, len(sequence)):
+            agreed += int(first[j - 2]) == int(sequence[j])
+            compared += 1
+    return (f"{pair.draft_name}: held-out prompts of {file} ({len(chosen)}), bf16, teacher-forced agreement over "
+            f"the replies: {agreed} of {compared} = {agreed / max(compared, 1):.1%}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ PRESETS_FILE = ASSETS / "presets.json"
 EXAMPLES_FILE = ASSETS / "examples.json"
 BENCH_PROMPTS_FILE = ASSETS / "bench_prompts.json"
 TRAIN_PROMPTS_FILE = ASSETS / "train_prompts.txt"   # chat prompts for training draft heads (none from the sets above)
+HUMAN_PROMPTS_FILE = ASSETS / "human_prompts.txt"   # user messages as people type them, written for specviz:
+                                                  # the shipped head's fine-tuning (none from the sets above)
 PLOTLY_BASIC_JS = ASSETS / "plotly-basic.min.js"     # plotly.js's basic bundle (scatter, bar), MIT
 RECORDINGS = ASSETS / "recordings"
 

@@ -7,6 +7,7 @@ may take minutes on a busy machine). Set SPECVIZ_SCREENSHOT=path.png to also sav
 screenshot after the finished run (SPECVIZ_SCREENSHOT_DARK=path.png for the dark theme)."""
 
 import contextlib
+import json
 import os
 import re
 import statistics
@@ -172,6 +173,16 @@ def test_a_head_trained_in_the_train_tab_races_in_one_click(app_url, browser, tm
     assert page.locator("#draft-model textarea, #draft-model input").first.input_value() == f"head:{tmp_path / 'head'}"
     assert page.locator("#target textarea, #target input").first.input_value() == "tiny"
     assert page.locator("#tokens [data-verdict]").count() > 0
+    # Training goes on from that head: its vocabulary and default k kept, what it scored before written down.
+    page.get_by_role("tab", name="Train").click()
+    page.locator("#train-start textarea, #train-start input").first.fill(f"head:{tmp_path / 'head'}")
+    page.locator("#train-out textarea, #train-out input").first.fill(str(tmp_path / "tuned"))
+    page.locator("#train").click()
+    page.wait_for_function("/Done.*tuned|error/i.test(document.querySelector('#train-status').textContent)",
+                           timeout=RUN_SECONDS * 1000, polling=500)
+    assert "Done" in page.locator("#train-status").text_content(), page.locator("#train-status").text_content()
+    notes = json.loads((tmp_path / "tuned" / "specviz.json").read_text())
+    assert notes["trained"]["started_from"] == f"head:{tmp_path / 'head'}" and notes["trained"]["agreement_before"]
     page.close()
 
 

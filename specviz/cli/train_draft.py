@@ -16,7 +16,7 @@ from pathlib import Path
 from ..catalog import MAX_TRAINING_PROMPTS, TRAIN_PROMPTS_FILE
 from ..errors import SpecvizError
 from ..runs.run import load
-from ..runs.train_draft import TrainOptions, train_head
+from ..runs.train_draft import NEW_HEAD_K, TrainOptions, train_head
 from ..settings import number, whole_number
 from .common import TARGET_HELP, progress_printer, read_prompts, settings_from
 
@@ -35,8 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rows of the head's output layer: the V most frequent tokens of the training text")
     parser.add_argument("--steps", default=TrainOptions.steps, metavar="S",
                         help="drafting steps unrolled in training (the training-time test)")
-    parser.add_argument("--k", default=TrainOptions.k, metavar="K",
-                        help="the draft length written as the head's default")
+    parser.add_argument("--k", default=None, metavar="K",
+                        help=f"the draft length written as the head's default (default {NEW_HEAD_K}, or the "
+                             "--start head's)")
+    parser.add_argument("--start", default=None, metavar="HEAD",
+                        help="go on training this head ('head': the one shipped for the target, 'head:DIR_OR_ID': "
+                             "a folder or hub id) on the new text: its layers, shape and draft vocabulary are kept")
+    parser.add_argument("--lr", default=TrainOptions.lr, metavar="LR", help="peak learning rate")
     parser.add_argument("--dtype", default="auto", help="the target's dtype while it writes and reads the text")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--raw", action="store_true", help="raw completions: do not apply the chat template")
@@ -49,7 +54,8 @@ def main(args: argparse.Namespace) -> int:
                            minutes=number("--minutes", args.minutes, 0.05, 24 * 60),
                            epochs=whole_number("--epochs", args.epochs, 1, 1000),
                            draft_vocab=whole_number("--draft-vocab", args.draft_vocab, 16, 1_000_000),
-                           steps=whole_number("--steps", args.steps, 1, 16), k=whole_number("--k", args.k, 1, 32))
+                           steps=whole_number("--steps", args.steps, 1, 16), lr=number("--lr", args.lr, 1e-7, 1.0),
+                           k=None if args.k is None else whole_number("--k", args.k, 1, 32))
     if args.out.exists() and not args.out.is_dir():
         raise SpecvizError(f"--out {args.out}: not a folder.")
     prompts = [p.prompt for p in read_prompts(args.prompts, MAX_TRAINING_PROMPTS)]
@@ -59,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
     last = None
     try:
         for progress in train_head(pair.target, pair.tokenizer, prompts, args.out, target_name=pair.target_name,
-                                   eos=pair.eos_token_ids, options=options, chat=not args.raw):
+                                   eos=pair.eos_token_ids, options=options, chat=not args.raw, start=args.start):
             last = progress
             if not args.quiet:
                 bar = "#" * int(20 * progress.fraction)

@@ -106,17 +106,20 @@ def _speculators_state(state: dict, head: Eagle3Head) -> dict:
 
 
 def load_head(location: Path | str, target: PreTrainedModel, *, target_name: str = "the target",
-              name: str | None = None) -> HeadDrafter:
-    """The drafter of the head in `location` (a folder or a hub id), bound to `target`."""
+              name: str | None = None, dtype: torch.dtype | None = None) -> HeadDrafter:
+    """The drafter of the head in `location` (a folder or a hub id), bound to `target`, in the target's
+    dtype or `dtype` (training goes on in float32 from the weights as saved)."""
     folder = head_folder(location)
     data = read_config(folder)
-    drafter = HeadDrafter(_load_eagle3(folder, data, target, target_name), name=name or f"head:{location}")
+    head = _load_eagle3(folder, data, target, target_name, dtype or target.dtype)
+    drafter = HeadDrafter(head, name=name or f"head:{location}")
     drafter.default_k = int(data.get("k", DEFAULT_K))
     drafter.trained = data.get("notes", {}).get("trained", {})
     return drafter
 
 
-def _load_eagle3(folder: Path, data: dict, target: PreTrainedModel, target_name: str) -> Eagle3Head:
+def _load_eagle3(folder: Path, data: dict, target: PreTrainedModel, target_name: str, dtype: torch.dtype
+                 ) -> Eagle3Head:
     head = eagle3_head(data, target)
     actual = target_shape(target)
     verifier = (data.get("speculators_config") or {}).get("verifier") or {}
@@ -132,7 +135,7 @@ def _load_eagle3(folder: Path, data: dict, target: PreTrainedModel, target_name:
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= head.target_vocab_size):
         raise SpecvizError(f"Draft head {folder}: its draft vocabulary (d2t) maps to ids outside the target's.")
     head.load_state_dict({**state, "d2t": d2t})
-    head = head.to(device=target.device, dtype=target.dtype).refresh_vocab().bind(target)
+    head = head.to(device=target.device, dtype=dtype).refresh_vocab().bind(target)
     return head
 
 

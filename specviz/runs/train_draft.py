@@ -1,4 +1,5 @@
-"""Training an EAGLE-3 draft head (core.eagle3) for a target, from the target itself (self-distillation):
+"""Training an EAGLE-3 draft head (core.eagle3) for a target, from the target itself (self-distillation;
+steps 1-3's text, features and vocabulary are runs.head_data's):
 
 1. The target writes the training text: its own greedy continuations of the prompts, in batches
    (core.plain's batched decoding). Saved as `sequences.json` in the output folder.
@@ -22,7 +23,6 @@ import json
 import math
 import random
 import time
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,16 +33,18 @@ import torch.nn.functional as F
 from transformers import LlamaConfig
 
 from ..core.eagle3 import Eagle3Head, default_layer_ids
-from ..core.plain import batched_autoregressive_decode
 from ..errors import SpecvizError
-from ..models import encode_prompt
-from ..models.heads import save_head
+from ..models.head_files import shipped_head
+from ..models.heads import load_head, save_head
+from ..settings import parse_draft
+from .head_data import (HELD_OUT, SEED, batched_target_features, bigram_baseline, choose_vocab,
+                        generate_sequences, shuffled)
 
 MIN_TRAINING_TOKENS = 2_000       # below this a head learns nothing worth drafting with
-HELD_OUT = 0.1                    # share of sequences kept for measuring agreement
 MAX_LENGTH = 768                  # positions of a sequence trained on (longer ones are cut)
 FEATURE_BATCH = 8                 # sequences per target forward when collecting features
 STEP_WEIGHT = 0.8                 # the training-time test's step s counts 0.8^s
+NEW_HEAD_K = 3                    # a new head's default draft length (the training-time test's steps)
 SEQUENCES, STATE = "sequences.json", "training.pt"
 
 
@@ -57,8 +59,9 @@ class TrainOptions:
     intermediate: int = 1536          # the head's MLP width
     lr: float = 1e-3
     train_batch: int = 4              # sequences per optimizer step
-    seed: int = 0
-    k: int = 3                        # the draft length written as the head's default
+    seed: int = SEED
+    k: int | None = None              # the draft length written as the head's default (None: NEW_HEAD_K,
+                                      # or the head training starts from keeps its own)
     steps: int = 3                    # drafting steps unrolled in training (the training-time test)
     top_k: int = 16                   # the target's most probable tokens kept per position (soft targets)
 
@@ -74,90 +77,30 @@ class Progress:
     agreement2: float | None = None   # ... of the second (from the head's own feature)
     baseline: float | None = None     # the most frequent next token (given the current one)
     history: list = field(default_factory=list)   # per finished epoch: (epoch, loss, agreement, agreement2)
+    k: int | None = None              # the saved head's default draft length (from the first save on)
 
 
-# ----------------------------------------------------------------------------- data
-
-def generate_sequences(target, tokenizer, prompts: Sequence[str], options: TrainOptions, eos: Sequence[int],
-                       deadline: float, chat: bool = True) -> Iterator[tuple[int, list[list[int]], list[int]]]:
-    """Yields (tokens generated so far, sequences, their prompts' lengths) after each batch, until
-    `options.tokens` or the deadline. A batch takes no more prompts than the tokens still to write need
-    at `max_new_tokens` each (at least two): a budget of 2,000 tokens wrote 12,288 in one batch of 64."""
-    sequences, prompt_lengths, generated = [], [], 0
-    encoded = [encode_prompt(tokenizer, p, chat=chat)[0].tolist() for p in prompts]
-    start = 0
-    while start < len(encoded):
-        needed = max(2, math.ceil((options.tokens - generated) / options.max_new_tokens))
-        batch = encoded[start:start + min(options.batch, needed)]
-        start += len(batch)
-        outputs = [[] for _ in batch]
-        for event in batched_autoregressive_decode(target, batch, max_new_tokens=options.max_new_tokens,
-                                                   eos_token_id=list(eos)):
-            for row, token in zip(event.requests, event.tokens):
-                outputs[row].append(token)
-            if time.monotonic() > deadline:
-                break
-        for prompt, output in zip(batch, outputs):
-            sequences.append(prompt + output)
-            prompt_lengths.append(len(prompt))
-            generated += len(output)
-        yield generated, sequences, prompt_lengths
-        if generated >= options.tokens or time.monotonic() > deadline:
-            return
-
-
-@torch.inference_mode()
-def batched_target_features(target, sequences: Sequence[list[int]], layers: Sequence[int], top_k: int
-                            ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """Per sequence: (n, len(layers) * H) the target's hidden states at `layers` (bf16), and its top_k
-    next-token probabilities (n, top_k) (bf16) and their ids (n, top_k), from one forward over all:
-    right-padded, so that no real position sees a padding one (attention is causal)."""
-    width = max(len(s) for s in sequences)
-    ids = torch.zeros(len(sequences), width, dtype=torch.long)
-    for row, sequence in enumerate(sequences):
-        ids[row, :len(sequence)] = torch.tensor(sequence)
-    out = target(ids.to(target.device), output_hidden_states=list(layers))
-    states = torch.cat([out.hidden_states[i] for i in layers], dim=-1).to("cpu", torch.bfloat16)
-    top = torch.softmax(out.logits.float(), dim=-1).topk(top_k, dim=-1)
-    probs, top_ids = top.values.to("cpu", torch.bfloat16), top.indices.cpu().int()
-    return [(states[row, :len(s)], probs[row, :len(s)], top_ids[row, :len(s)]) for row, s in enumerate(sequences)]
-
-
-def choose_vocab(labels: Sequence[torch.Tensor], size: int, always: Sequence[int] = ()) -> torch.Tensor:
-    """The `size` most frequent labels (ties: lower id), the `always` ids (EOS) among them."""
-    counts = Counter()
-    for block in labels:
-        counts.update(block.tolist())
-    chosen = list(dict.fromkeys(always))[:size]
-    for token, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-        if len(chosen) >= size:
-            break
-        if token not in chosen:
-            chosen.append(token)
-    return torch.tensor(sorted(chosen), dtype=torch.long)
-
-
-def bigram_baseline(train_tokens, train_labels, test_tokens, test_labels, train_starts=None,
-                    test_starts=None) -> tuple[float, float]:
-    """Held-out agreement of two baselines: always the most frequent label; the most frequent label
-    after the current token (a drafter that knows only the last token). Scored where the head is
-    (`_examples`): the labels from each sequence's `starts` entry (its prompt's length) on."""
-    counts, after = Counter(), {}
-    for tokens, labels, start in zip(train_tokens, train_labels, train_starts or [1] * len(train_tokens)):
-        start = max(start, 1)
-        for token, label in zip(tokens[start:].tolist(), labels[start:].tolist()):
-            counts[label] += 1
-            after.setdefault(token, Counter())[label] += 1
-    top = counts.most_common(1)[0][0]
-    best = {token: c.most_common(1)[0][0] for token, c in after.items()}
-    hits_top = hits_after = total = 0
-    for tokens, labels, start in zip(test_tokens, test_labels, test_starts or [1] * len(test_tokens)):
-        start = max(start, 1)
-        for token, label in zip(tokens[start:].tolist(), labels[start:].tolist()):
-            hits_top += label == top
-            hits_after += best.get(token, top) == label
-            total += 1
-    return hits_top / max(total, 1), hits_after / max(total, 1)
+def _new_head(target, config, vocab: torch.Tensor, layers: Sequence[int], options: TrainOptions) -> Eagle3Head:
+    """A fresh head for `target`: one Llama layer of the target's width and heads, its output rows and
+    final norm the target's own (rows of the draft vocabulary)."""
+    layer_config = LlamaConfig(vocab_size=config.vocab_size, hidden_size=config.hidden_size,
+                               intermediate_size=options.intermediate, num_hidden_layers=1,
+                               num_attention_heads=config.num_attention_heads,
+                               num_key_value_heads=getattr(config, "num_key_value_heads", None)
+                               or config.num_attention_heads,
+                               head_dim=getattr(config, "head_dim", None),
+                               max_position_embeddings=config.max_position_embeddings,
+                               rms_norm_eps=getattr(config, "rms_norm_eps", 1e-5),
+                               rope_parameters=getattr(config, "rope_parameters", None))
+    head = Eagle3Head(layer_config, draft_vocab_size=vocab.numel(), target_hidden_size=config.hidden_size,
+                      layer_ids=layers, norm_before_residual=False)
+    head.set_vocab(vocab)
+    with torch.no_grad():
+        head.lm_head.weight.copy_(target.get_output_embeddings().weight[vocab.to(target.device)].float().cpu())
+        final_norm = getattr(target.get_decoder(), "norm", None)
+        if final_norm is not None and final_norm.weight.shape == head.norm.weight.shape:
+            head.norm.weight.copy_(final_norm.weight.float().cpu())
+    return head
 
 
 def _examples(tokens: torch.Tensor, aux: torch.Tensor, probs: torch.Tensor, ids: torch.Tensor,
@@ -214,9 +157,20 @@ def head_losses(head: Eagle3Head, batch, steps: int):
 # ----------------------------------------------------------------------------- the whole run
 
 def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, target_name: str,
-               eos: Sequence[int] = (), options: TrainOptions = TrainOptions(), chat: bool = True
-               ) -> Iterator[Progress]:
-    """Generate, collect features, train, save after each epoch (module docstring). Resumes from `out`."""
+               eos: Sequence[int] = (), options: TrainOptions = TrainOptions(), chat: bool = True,
+               start: str | None = None) -> Iterator[Progress]:
+    """Generate, collect features, train, save after each epoch (module docstring). Resumes from `out`.
+    With `start` ('head': the one shipped for the target; 'head:DIR_OR_ID') training goes on from that
+    head's weights (read in float32), with its layers, draft vocabulary and shape, on the new text:
+    fine-tuning a shipped or downloaded head."""
+    if start is not None:
+        spec = parse_draft(start)
+        if spec.kind != "head":
+            raise SpecvizError(f"Start from {start!r}: a draft head to go on training, 'head' (the one shipped for "
+                               "the target) or 'head:DIR_OR_ID'.")
+        start = load_head(spec.folder or shipped_head(target_name), target, target_name=target_name, name=spec,
+                          dtype=torch.float32)
+    k = options.k or (start.default_k if start is not None else NEW_HEAD_K)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -235,10 +189,11 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
         if not prompts:
             raise SpecvizError("No training prompts: give a prompt set or a file with at least one prompt.")
         sequences, prompt_lengths = [], []
-        order = list(prompts)
-        random.Random(options.seed).shuffle(order)
+        order = shuffled(prompts, options.seed)
         generation_deadline = started + options.minutes * 60 * 0.5   # half of the budget at most
-        for report in generate_sequences(target, tokenizer, order, options, eos, generation_deadline, chat):
+        for report in generate_sequences(target, tokenizer, order, tokens=options.tokens,
+                                         max_new_tokens=options.max_new_tokens, batch=options.batch, eos=eos,
+                                         deadline=generation_deadline, chat=chat):
             generated, sequences, prompt_lengths = report
             elapsed = time.monotonic() - started
             yield Progress("generate", min(1.0, generated / options.tokens),
@@ -254,7 +209,7 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
 
     # 2. Features and soft targets, one target forward per few sequences.
     config = target.config.get_text_config()
-    layers = default_layer_ids(config.num_hidden_layers)
+    layers = tuple(start.hidden_layers) if start is not None else default_layer_ids(config.num_hidden_layers)
     tokens, features, probs, top_ids = [], [], [], []
     for i in range(0, len(sequences), FEATURE_BATCH):
         batch = [s[:MAX_LENGTH] for s in sequences[i:i + FEATURE_BATCH]]
@@ -267,40 +222,30 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
     held = max(1, int(len(sequences) * HELD_OUT))
     train_part, test_part = slice(held, None), slice(0, held)
 
-    # 3. The draft vocabulary and the head; its final norm and output rows start as the target's own.
+    # 3. The draft vocabulary and the head; its final norm and output rows start as the target's own
+    # (or, from a `start` head, everything is that head's).
     vocab_size = config.vocab_size
-    responses = [lab[length:] for lab, length in zip(labels[train_part], prompt_lengths[train_part])]
-    vocab = choose_vocab(responses, options.draft_vocab, always=list(eos))
+    if start is not None:
+        vocab = start.head.vocab.cpu()
+        head = start.head.to(device=device, dtype=torch.float32).bind(target)
+    else:
+        responses = [lab[length:] for lab, length in zip(labels[train_part], prompt_lengths[train_part])]
+        vocab = choose_vocab(responses, options.draft_vocab, always=list(eos))
+        head = _new_head(target, config, vocab, layers, options).to(device=device, dtype=torch.float32).bind(target)
     index = torch.full((vocab_size,), -100, dtype=torch.long)
     index[vocab] = torch.arange(vocab.numel())
-    layer_config = LlamaConfig(vocab_size=vocab_size, hidden_size=config.hidden_size,
-                               intermediate_size=options.intermediate, num_hidden_layers=1,
-                               num_attention_heads=config.num_attention_heads,
-                               num_key_value_heads=getattr(config, "num_key_value_heads", None)
-                               or config.num_attention_heads,
-                               head_dim=getattr(config, "head_dim", None),
-                               max_position_embeddings=config.max_position_embeddings,
-                               rms_norm_eps=getattr(config, "rms_norm_eps", 1e-5),
-                               rope_parameters=getattr(config, "rope_parameters", None))
-    head = Eagle3Head(layer_config, draft_vocab_size=vocab.numel(), target_hidden_size=config.hidden_size,
-                      layer_ids=layers, norm_before_residual=False)
-    head.set_vocab(vocab)
-    with torch.no_grad():
-        head.lm_head.weight.copy_(target.get_output_embeddings().weight[vocab.to(device)].float().cpu())
-        final_norm = getattr(target.get_decoder(), "norm", None)
-        if final_norm is not None and final_norm.weight.shape == head.norm.weight.shape:
-            head.norm.weight.copy_(final_norm.weight.float().cpu())
-    head = head.to(device=device, dtype=torch.float32).bind(target)
-    shape = {"layers": list(layers), "draft_vocab": vocab.numel(), "intermediate": options.intermediate}
+    shape = {"layers": list(layers), "draft_vocab": vocab.numel(), "intermediate": head.layer_config.intermediate_size}
+    if start is not None:
+        shape["started_from"] = str(start.name)
     optimizer = torch.optim.AdamW(head.parameters(), lr=options.lr, weight_decay=0.0)
-    history, first_epoch = [], 0
+    history, first_epoch, before = [], 0, None
     state_path = out / STATE
     if state_path.is_file():
         saved = torch.load(state_path, weights_only=False)
         if saved["vocab"].tolist() == vocab.tolist() and saved.get("shape") == shape:
             head.load_state_dict(saved["head"])
             optimizer.load_state_dict(saved["optimizer"])
-            history, first_epoch = saved["history"], saved["epoch"]
+            history, first_epoch, before = saved["history"], saved["epoch"], saved.get("agreement_before")
             yield Progress("train", 0.0, f"resuming after epoch {first_epoch}", epoch=first_epoch, history=history)
 
     train_examples = [_examples(*part) for part in zip(tokens[train_part], features[train_part], probs[train_part],
@@ -313,6 +258,14 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
     total_steps = steps_per_epoch * options.epochs
     trained = dict(sequences=len(sequences), tokens=total, draft_vocab=vocab.numel(), held_out_sequences=held,
                    baseline=baseline, steps=options.steps, top_k=options.top_k, dtype="float32")
+    if start is not None:
+        trained["started_from"] = str(start.name)
+        if start.trained:               # how the head training starts from was trained, kept beside this
+            trained["started_from_training"] = start.trained
+        if before is None:              # the head's held-out agreement on the new text before training on it
+            before = evaluate(head, test_examples, index, device, options.steps)
+            yield Progress("train", 0.0, f"{start.name} before training: held-out agreement {before[0]:.1%} "
+                           f"(second token {before[1] if len(before) > 1 else 0.0:.1%})", baseline=baseline)
     rng = random.Random(options.seed)
     warmup = max(1, min(50, total_steps // 10))
 
@@ -348,19 +301,20 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
         agreement, agreement2 = per_step[0], per_step[1] if len(per_step) > 1 else 0.0
         history.append((epoch + 1, sum(losses) / len(losses), agreement, agreement2))
         head.eval()
-        save_head(head, out, target_name=target_name, k=options.k, verifier=target_name,
+        save_head(head, out, target_name=target_name, k=k, verifier=target_name,
                   trained={**trained, "epochs": epoch + 1, "history": history, "agreement_per_step": per_step,
-                           "minutes": round((time.monotonic() - started) / 60, 2)})
+                           "minutes": round((time.monotonic() - started) / 60, 2),
+                           **({"agreement_before": before} if before is not None else {})})
         torch.save({"head": head.state_dict(), "optimizer": optimizer.state_dict(), "history": history,
-                    "epoch": epoch + 1, "vocab": vocab, "shape": shape}, state_path)
+                    "epoch": epoch + 1, "vocab": vocab, "shape": shape, "agreement_before": before}, state_path)
         yield Progress("epoch", 1.0, f"epoch {epoch + 1}: loss {history[-1][1]:.3f}, held-out agreement "
                        f"{agreement:.1%} (second token {agreement2:.1%}; the last token's most frequent "
                        f"follower {baseline:.1%})", epoch=epoch + 1, loss=history[-1][1], agreement=agreement,
-                       agreement2=agreement2, baseline=baseline, history=list(history))
+                       agreement2=agreement2, baseline=baseline, history=list(history), k=k)
     final = history[-1] if history else None
     yield Progress("done", 1.0, f"saved to {out}" + (f": held-out agreement {final[2]:.1%}" if final else ""),
                    epoch=len(history), agreement=final[2] if final else None,
-                   agreement2=final[3] if final else None, baseline=baseline, history=list(history))
+                   agreement2=final[3] if final else None, baseline=baseline, history=list(history), k=k)
 
 
 @torch.inference_mode()

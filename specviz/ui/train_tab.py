@@ -9,7 +9,8 @@ from pathlib import Path
 
 import gradio as gr
 
-from ..catalog import MAX_TRAINING_PROMPTS, TRAIN_PROMPTS_FILE, preset_prompt_sets, read_prompt_file
+from ..catalog import (HUMAN_PROMPTS_FILE, MAX_TRAINING_PROMPTS, TRAIN_PROMPTS_FILE, preset_prompt_sets,
+                       read_prompt_file)
 from ..errors import SpecvizError
 from ..runs import Loader
 from ..runs.train_draft import TrainOptions, train_head
@@ -19,11 +20,13 @@ from .common import CONCURRENCY_ID, DRAFT_MODEL, error_html
 from .load_engine import VLLM
 
 TRAINING_PROMPTS = "training prompts (chat; none from the benchmark or the examples)"
+HUMAN_PROMPTS = "messages as people type them (written for specviz; none from the benchmark)"
+PROMPT_FILES = {TRAINING_PROMPTS: TRAIN_PROMPTS_FILE, HUMAN_PROMPTS: HUMAN_PROMPTS_FILE}
 
 
 def prompts_for(choice: str) -> list[str]:
-    if choice == TRAINING_PROMPTS:
-        return [p.prompt for p in read_prompt_file(TRAIN_PROMPTS_FILE, MAX_TRAINING_PROMPTS)]
+    if choice in PROMPT_FILES:
+        return [p.prompt for p in read_prompt_file(PROMPT_FILES[choice], MAX_TRAINING_PROMPTS)]
     sets = preset_prompt_sets()
     if choice not in sets:
         raise SpecvizError(f"No prompt set {choice!r}.")
@@ -48,8 +51,10 @@ def build_train_tab(*, loader: Loader, run_tab=None, tabs: gr.Tabs | None = None
                 "in the Run tab (or type `head:FOLDER` there as the draft model).")
     with gr.Row():
         target = gr.Textbox("", label="Target (empty: the built-in SmolLM2-135M-Instruct)", elem_id="train-target")
-        prompt_set = gr.Dropdown([TRAINING_PROMPTS, *preset_prompt_sets()], value=TRAINING_PROMPTS,
+        prompt_set = gr.Dropdown([*PROMPT_FILES, *preset_prompt_sets()], value=TRAINING_PROMPTS,
                                  label="Prompts", elem_id="train-prompts")
+        start = gr.Textbox("", label="Start from (empty: a new head; head: the shipped one; head:FOLDER)",
+                           elem_id="train-start")
         folder = gr.Textbox("heads/mine", label="Save to folder", elem_id="train-out")
     with gr.Row():
         tokens = gr.Slider(2_000, 200_000, value=20_000, step=1_000, label="Tokens for the target to write",
@@ -66,7 +71,7 @@ def build_train_tab(*, loader: Loader, run_tab=None, tabs: gr.Tabs | None = None
     chart = gr.Plot(waiting(training_figure([]), "the loss and the agreement appear after each epoch"),
                     elem_id="train-chart")
 
-    def run(target_text, choice, out, n_tokens, n_minutes, n_epochs):
+    def run(target_text, choice, start_text, out, n_tokens, n_minutes, n_epochs):
         try:
             settings = validate(RunSettings(target=target_text.strip() or None, draft="ngram"), LOCAL)
             prompts = prompts_for(choice)
@@ -78,24 +83,25 @@ def build_train_tab(*, loader: Loader, run_tab=None, tabs: gr.Tabs | None = None
             folder_text = str(out).strip()
             progress = None
             for progress in train_head(pair.target, pair.tokenizer, prompts, Path(folder_text),
-                                       target_name=pair.target_name, eos=pair.eos_token_ids, options=options):
+                                       target_name=pair.target_name, eos=pair.eos_token_ids, options=options,
+                                       start=start_text.strip() or None):
                 figure = training_figure(progress.history, progress.baseline) if progress.history else gr.skip()
                 yield f"<b>{progress.stage}</b> ({progress.fraction:.0%}): {progress.message}", figure, gr.skip(), \
                     gr.skip(), gr.skip()
-            head = (target_text.strip(), f"head:{folder_text}", options.k)
+            head = (target_text.strip(), f"head:{folder_text}", progress.k)
             # The Load tab sweeps the built-in target: a head for another target is swept from the command line.
             sweepable = load_tab is not None and not target_text.strip()
             yield (f"Done: {progress.message}. Race it with the button above, or in the Run tab: drafter "
                    f"<i>Draft model</i>, <code>head:{folder_text}</code>. On vLLM (method eagle3)"
                    + (", the Load tab with the second button, or" if sweepable else "") +
-                   f": <code>python -m specviz load --engine vllm --draft head:{folder_text} --k 0,{options.k}"
+                   f": <code>python -m specviz load --engine vllm --draft head:{folder_text} --k 0,{progress.k}"
                    f"{' --target ' + target_text.strip() if target_text.strip() else ''}</code>."), \
                 gr.skip(), gr.update(visible=run_tab is not None), gr.update(visible=sweepable), head
         except SpecvizError as error:
             yield error_html(str(error)), gr.skip(), gr.skip(), gr.skip(), gr.skip()
 
-    train.click(run, [target, prompt_set, folder, tokens, minutes, epochs], [status, chart, race, sweep, trained],
-                concurrency_id=CONCURRENCY_ID, api_visibility="private")
+    train.click(run, [target, prompt_set, start, folder, tokens, minutes, epochs],
+                [status, chart, race, sweep, trained], concurrency_id=CONCURRENCY_ID, api_visibility="private")
     if load_tab is not None and tabs is not None:
         def fill_load(head):
             if not head:
