@@ -18,7 +18,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from screenshots import CHROMIUM_ARGS, serving_app, text_matches  # noqa: E402
 
 
-PROMPT = "Explain how a refrigerator keeps food cold, in a short paragraph."   # a chat prompt it never saw
+# A chat prompt the shipped head never saw: the example prompts are kept out of its training files
+# (tests/test_head.py checks), and the refrigerator prompt used before is near one of them now.
+PROMPT = "Give me five simple tips for sleeping better."
 
 
 def main() -> int:
