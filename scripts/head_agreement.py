@@ -48,11 +48,15 @@ def main() -> int:
                         help="a training prompt file: also the agreement on the replies to its held-out prompts")
     parser.add_argument("--limit", type=int, default=32, help="held-out prompts per file (default 32)")
     args = parser.parse_args()
-    for name in args.held_out:
-        print(held_out_agreement(args.head, name, args.limit), flush=True)
+    if args.held_out:
+        bf16 = validate(RunSettings(draft=args.head, dtype="bfloat16", max_new_tokens=TrainOptions.max_new_tokens),
+                        LOCAL)
+        pair16 = load(bf16)
+        for name in args.held_out:
+            print(held_out_agreement(bf16, pair16, name, args.limit), flush=True)
     settings = validate(RunSettings(draft=args.head, dtype="float32", max_new_tokens=args.max_new_tokens), LOCAL)
     pair = load(settings)
-    drafter, layers = pair.draft, pair.draft.hidden_layers
+    drafter = pair.draft
     loop = [0, 0]           # accepted, drafted
     same = [0, 0]           # the loop's draft equal to the teacher-forced one, compared
     starts = [0, 0]         # teacher-forced agreement at the cycles' positions: agreed, compared
@@ -68,9 +72,7 @@ def main() -> int:
                 loop[1] += 1
             emitted += list(cycle.emitted)
         sequence = torch.cat([ids[0], torch.tensor(emitted, dtype=ids.dtype)])
-        with torch.no_grad():
-            out = pair.target(sequence[None].to(pair.target.device), **hidden_request(layers))
-        first = teacher_forced_first_drafts(drafter.head, hidden_features(out, layers)[0], sequence).cpu()
+        first = first_drafts(pair, sequence)
         # Token j is guessed by first[j - 2]; scored as training scores its held-out agreement: the replies'
         # tokens after the first (the first is guessed from the prompt's last token, as no cycle drafts it).
         for j in range(ids.shape[1] + 1, len(sequence)):
@@ -92,13 +94,19 @@ def main() -> int:
     return 0
 
 
-def held_out_agreement(head: str, file: str, limit: int) -> str:
-    """The head's teacher-forced agreement over the replies (192 new tokens at most, as training writes
-    them) to the first `limit` prompts of `file` that training on `file` holds out; bf16, as training."""
-    settings = validate(RunSettings(draft=head, dtype="bfloat16", max_new_tokens=TrainOptions.max_new_tokens),
-                        LOCAL)
-    pair = load(settings)
+def first_drafts(pair, sequence: torch.Tensor) -> torch.Tensor:
+    """Every position's first draft of the finished `sequence`, read as training reads it: token j is
+    guessed by the result's [j - 2]."""
     layers = pair.draft.hidden_layers
+    with torch.no_grad():
+        out = pair.target(sequence[None].to(pair.target.device), **hidden_request(layers))
+    return teacher_forced_first_drafts(pair.draft.head, hidden_features(out, layers)[0], sequence).cpu()
+
+
+def held_out_agreement(settings, pair, file: str, limit: int) -> str:
+    """The head's teacher-forced agreement over the replies (192 new tokens at most, as training writes
+    them) to the first `limit` prompts of `file` that training on `file` holds out; `pair` loaded in bf16,
+    as training reads them."""
     prompts = [p.prompt for p in read_prompt_file(Path(file), MAX_TRAINING_PROMPTS)]
     chosen = held_out_prompts(prompts)[:limit]
     encoded = [encode(settings, prompt, pair)[0].tolist() for prompt in chosen]
@@ -110,9 +118,7 @@ def held_out_agreement(head: str, file: str, limit: int) -> str:
     agreed = compared = 0
     for prompt, reply in zip(encoded, replies):
         sequence = torch.tensor(prompt + reply)
-        with torch.no_grad():
-            out = pair.target(sequence[None].to(pair.target.device), **hidden_request(layers))
-        first = teacher_forced_first_drafts(pair.draft.head, hidden_features(out, layers)[0], sequence).cpu()
+        first = first_drafts(pair, sequence)
         for j in range(len(prompt) + 1, len(sequence)):
             agreed += int(first[j - 2]) == int(sequence[j])
             compared += 1

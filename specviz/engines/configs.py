@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecvizError
-from ..models.head_files import CONFIG, shipped_head
+from ..models.head_files import CONFIG, spec_location
 from ..models.sources import BUILTINS, DEFAULT_TARGET, Progress, builtin_source, resolve_source
 from ..settings import parse_draft
 
@@ -69,7 +69,7 @@ def model_location(spec: str | None, progress: Progress | None = None) -> str:
 
 def head_location(spec) -> str:
     """What vLLM's eagle3 `model` gets for 'head' (the shipped head of the built-in target) or 'head:DIR'."""
-    location = spec.folder or str(shipped_head(DEFAULT_TARGET))
+    location = str(spec_location(spec, DEFAULT_TARGET))
     folder = Path(location).expanduser()
     if folder.is_dir():
         if not (folder / CONFIG).is_file():

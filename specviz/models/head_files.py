@@ -91,11 +91,17 @@ def read_config(folder: Path | str) -> dict:
     return {**data, "k": k, "notes": notes}
 
 
+def spec_location(spec, target_name: str) -> Path | str:
+    """Where a head spec points: DIR_OR_ID for 'head:DIR_OR_ID', the folder of the head shipped for
+    `target_name` for 'head' (refused when none ships)."""
+    return spec.folder or shipped_head(target_name)
+
+
 def default_k(spec, target_name: str) -> int:
     """The draft length a head found best (its config's): the shipped head's for 'head', DIR's for
     'head:DIR'; the shipped default when the config cannot be read (loading then says why)."""
     try:
-        folder = spec.folder or shipped_head(target_name)
+        folder = spec_location(spec, target_name)
         return int(read_config(folder).get("k", DEFAULT_K)) if Path(folder).is_dir() else DEFAULT_K
     except (SpecvizError, ValueError, TypeError):
         return DEFAULT_K

@@ -18,7 +18,7 @@ from ..errors import SpecvizError
 from ..settings import DraftSpec, parse_draft
 from .cache import lock as _lock
 from .devices import resolve_device
-from .head_files import shipped_head
+from .head_files import spec_location
 from .heads import load_head
 from .loading import load_cached, pick_dtype
 from .sources import (
@@ -144,7 +144,7 @@ def make_drafter(spec: DraftSpec | str | None, target: PreTrainedModel, *, targe
             raise SpecvizError(f"Draft {draft!r} for {target_name}: {error}.") from None
         return DraftModelDrafter(view, vocab_size=vocab_size, name=draft)
     if draft.kind == "head":
-        return load_head(draft.folder or shipped_head(target_name), target, target_name=target_name, name=draft)
+        return load_head(spec_location(draft, target_name), target, target_name=target_name, name=draft)
     if draft_model is None:
         raise SpecvizError(f"Draft {draft!r} is a model: load it first (load_pair does).")
     name = resolve_source(draft).name

@@ -27,9 +27,14 @@ def shuffled(prompts: Sequence[str], seed: int) -> list[str]:
     return order
 
 
+def held_out_count(sequences: int) -> int:
+    """How many of the sequences written (the first ones) training holds out."""
+    return max(1, int(sequences * HELD_OUT))
+
+
 def held_out_prompts(prompts: Sequence[str], seed: int = SEED) -> list[str]:
     """The prompts whose replies training on `prompts` holds out (when the budget writes them all)."""
-    return shuffled(prompts, seed)[:max(1, int(len(prompts) * HELD_OUT))]
+    return shuffled(prompts, seed)[:held_out_count(len(prompts))]
 
 
 def generate_sequences(target, tokenizer, prompts: Sequence[str], *, tokens: int, max_new_tokens: int, batch: int,

@@ -34,11 +34,11 @@ from transformers import LlamaConfig
 
 from ..core.eagle3 import Eagle3Head, default_layer_ids
 from ..errors import SpecvizError
-from ..models.head_files import shipped_head
+from ..models.head_files import spec_location
 from ..models.heads import load_head, save_head
 from ..settings import parse_draft
-from .head_data import (HELD_OUT, SEED, batched_target_features, bigram_baseline, choose_vocab,
-                        generate_sequences, shuffled)
+from .head_data import (SEED, batched_target_features, bigram_baseline, choose_vocab, generate_sequences,
+                        held_out_count, shuffled)
 
 MIN_TRAINING_TOKENS = 2_000       # below this a head learns nothing worth drafting with
 MAX_LENGTH = 768                  # positions of a sequence trained on (longer ones are cut)
@@ -168,7 +168,7 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
         if spec.kind != "head":
             raise SpecvizError(f"Start from {start!r}: a draft head to go on training, 'head' (the one shipped for "
                                "the target) or 'head:DIR_OR_ID'.")
-        start = load_head(spec.folder or shipped_head(target_name), target, target_name=target_name, name=spec,
+        start = load_head(spec_location(spec, target_name), target, target_name=target_name, name=spec,
                           dtype=torch.float32)
     k = options.k or (start.default_k if start is not None else NEW_HEAD_K)
     out = Path(out)
@@ -219,7 +219,7 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
             yield Progress("features", len(tokens) / len(sequences),
                            f"target features of {len(tokens)}/{len(sequences)} sequences")
     labels = [ids[:, 0].long() for ids in top_ids]
-    held = max(1, int(len(sequences) * HELD_OUT))
+    held = held_out_count(len(sequences))
     train_part, test_part = slice(held, None), slice(0, held)
 
     # 3. The draft vocabulary and the head; its final norm and output rows start as the target's own
