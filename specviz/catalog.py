@@ -22,6 +22,10 @@ BENCH_PROMPTS_FILE = ASSETS / "bench_prompts.json"
 TRAIN_PROMPTS_FILE = ASSETS / "train_prompts.txt"   # chat prompts for training draft heads (none from the sets above)
 HUMAN_PROMPTS_FILE = ASSETS / "human_prompts.txt"   # user messages as people type them, written for specviz:
                                                   # the shipped head's fine-tuning (none from the sets above)
+# Spec-Bench (Xia et al. 2024, github.com/hemingkx/Spec-Bench, Apache-2.0: LICENSE beside it), its
+# question file as published (480 prompts); `load_spec_bench` reads it.
+SPEC_BENCH_FILE = ASSETS / "spec_bench" / "question.jsonl"
+SPEC_BENCH = "spec-bench"                           # its name where a prompt set is named
 PLOTLY_BASIC_JS = ASSETS / "plotly-basic.min.js"     # plotly.js's basic bundle (scatter, bar), MIT
 RECORDINGS = ASSETS / "recordings"
 
@@ -109,6 +113,46 @@ def load_bench_prompts(path: Path | str = BENCH_PROMPTS_FILE, categories=None,
             prompts.append(BenchPrompt(item["id"], item["category"], item["prompt"], item.get("chat", True),
                                        _earlier(item, f"prompt {item['id']!r} of {path}")))
             taken[item["category"]] += 1
+    return prompts
+
+
+# Spec-Bench's categories as its leaderboard reports them: MT-bench's eight (80 two-turn questions) as
+# one, then its five of 80 one-turn prompts each.
+SPEC_BENCH_CATEGORIES = {"mt_bench": ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem",
+                                      "humanities"),
+                         "translation": ("translation",), "summarization": ("summarization",), "qa": ("qa",),
+                         "math_reasoning": ("math_reasoning",), "rag": ("rag",)}
+
+
+def load_spec_bench(categories=None, limit: int | None = None, sample_seed: int | None = None,
+                    path: Path | str = SPEC_BENCH_FILE) -> list[BenchPrompt]:
+    """Spec-Bench's prompts of `categories` (None: all six), at most `limit` per category: the first
+    ones in the file, or with `sample_seed` a random draw of them (the same seed, the same draw). A
+    two-turn MT-bench question is asked its first turn (single-turn speculation, as measured here)."""
+    import random
+
+    wanted = list(SPEC_BENCH_CATEGORIES) if not categories else list(categories)
+    unknown = [c for c in wanted if c not in SPEC_BENCH_CATEGORIES]
+    if unknown:
+        raise SpecvizError(f"unknown Spec-Bench categor{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}: "
+                           f"choose from {', '.join(SPEC_BENCH_CATEGORIES)}")
+    text = read_limited(path, MAX_PROMPT_FILE_BYTES, "Spec-Bench's question file").decode("utf-8")
+    by_category: dict[str, list[BenchPrompt]] = {c: [] for c in wanted}
+    group = {source: name for name, sources in SPEC_BENCH_CATEGORIES.items() for source in sources}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        item = json.loads(line)
+        name = group.get(item["category"])
+        if name in by_category:
+            by_category[name].append(BenchPrompt(f"spec-bench-{item['question_id']}", name, item["turns"][0]))
+    prompts = []
+    for name in wanted:
+        chosen = by_category[name]
+        if sample_seed is not None and limit is not None:
+            chosen = sorted(random.Random(f"{sample_seed}:{name}").sample(chosen, min(limit, len(chosen))),
+                            key=chosen.index)
+        prompts.extend(chosen[:limit])
     return prompts
 
 

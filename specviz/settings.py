@@ -96,7 +96,11 @@ MAX_BRANCH = 8                      # children per expanded node of a draft mode
 class RunSettings:
     target: str | None = None       # hub id, folder or .gguf; None: the built-in default
     draft: str = DEFAULT_DRAFT      # 'ngram', 'self:L' or a draft model; validated: a DraftSpec
-    k: int = 4                      # tokens drafted per cycle
+    k: int = 4                      # tokens drafted per cycle (with the cost-aware policy: at most)
+    # Draft k tokens every cycle (the classic algorithm). Otherwise, the default, the cost-aware
+    # policy drafts 0 to k tokens a cycle, as many as its measured pass costs and this request's
+    # acceptance say will pay (core.draft_policy); dynamic k replaces it with transformers' heuristic.
+    fixed_k: bool = False
     dynamic_k: bool = False         # +2 after a fully accepted cycle, -1 after a rejection
     max_k: int | None = None        # upper bound for dynamic k (default 2k)
     temperature: float = 0.0        # 0: greedy verification
@@ -109,6 +113,11 @@ class RunSettings:
     device: str = "auto"
     branch: int = 1                 # > 1: a draft model, early exit or head drafts a tree (top-`branch` children)
     tree_budget: int = 16           # ... of at most this many nodes (EAGLE-2's dynamic tree)
+
+    @property
+    def cost_aware(self) -> bool:
+        """Whether the cost-aware policy chooses each cycle's draft length."""
+        return not self.fixed_k and not self.dynamic_k
 
     def decoding(self) -> dict:
         """Keyword arguments shared by both decoding loops."""
@@ -231,7 +240,8 @@ def validate(settings: RunSettings, limits: Limits = LOCAL) -> RunSettings:
     if branch > 1 and draft.kind not in ("model", "self", "head"):
         raise SpecvizError(f"A tree branch applies to a draft model, early exit or a draft head; {draft!r} drafts "
                            "its own way (ngram-tree and suffix draft trees already).")
-    return replace(settings, target=target, draft=draft, k=k, dynamic_k=dynamic_k, branch=branch,
+    return replace(settings, target=target, draft=draft, k=k, fixed_k=flag(settings.fixed_k), dynamic_k=dynamic_k,
+                   branch=branch,
                    tree_budget=tree_budget,
                    max_k=max_k, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                    max_new_tokens=max_new_tokens, chat=flag(settings.chat),

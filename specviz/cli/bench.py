@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..catalog import BENCH_PROMPTS_FILE, load_bench_prompts
+from ..catalog import BENCH_PROMPTS_FILE, SPEC_BENCH, SPEC_BENCH_CATEGORIES, load_bench_prompts, load_spec_bench
 from ..errors import SpecvizError
 from ..files import check_paths
 from ..runs.bench import (DEFAULT_K, TINY_TARGET, Setup, default_draft, default_k, describe, run_bench,
@@ -39,8 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "translation, maths (the default six), or repeated (repeated and structured work: "
                              "each prompt's earlier turns are decoded first, untimed, with the same drafter)")
     parser.add_argument("--limit", type=int, default=None, help="at most this many prompts per category")
+    parser.add_argument("--sample-seed", type=int, default=None, metavar="S",
+                        help="with --limit: draw that many prompts per category at random (seed S) instead of "
+                             "taking the first ones")
     parser.add_argument("--repeats", type=int, default=1, help="rounds over the prompt set (medians are reported)")
-    parser.add_argument("--prompts", type=Path, default=BENCH_PROMPTS_FILE, help="prompt set (JSON)")
+    parser.add_argument("--prompts", default=str(BENCH_PROMPTS_FILE),
+                        help=f"prompt set: a JSON file in the bundled set's format, or '{SPEC_BENCH}' (Spec-Bench's "
+                             f"480 prompts, bundled; categories {', '.join(SPEC_BENCH_CATEGORIES)}; use --limit on a "
+                             "CPU)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="write meta, rows and summary as JSON")
     parser.add_argument("--markdown", type=Path, default=None, metavar="FILE",
                         help="also write the markdown table here")
@@ -56,8 +62,14 @@ def main(args: argparse.Namespace) -> int:
     configs = [settings_from(args, draft=draft, k=args.k if args.k is not None else default_k(draft),
                              temperature=0.0) for draft in drafts]
     categories = [c.strip() for arg in (args.category or []) for c in arg.split(",") if c.strip()]
-    check_paths([args.prompts], [("--json", args.json), ("--markdown", args.markdown)])
-    prompts = load_bench_prompts(args.prompts, categories or None, args.limit)
+    if args.sample_seed is not None and args.limit is None:
+        raise SpecvizError("--sample-seed draws --limit prompts per category: give --limit too.")
+    if args.prompts == SPEC_BENCH:
+        check_paths([], [("--json", args.json), ("--markdown", args.markdown)])
+        prompts = load_spec_bench(categories or None, args.limit, args.sample_seed)
+    else:
+        check_paths([Path(args.prompts)], [("--json", args.json), ("--markdown", args.markdown)])
+        prompts = load_bench_prompts(Path(args.prompts), categories or None, args.limit)
     check_output_file(args.json, "--json")
     check_output_file(args.markdown, "--markdown")
 

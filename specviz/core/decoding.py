@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from . import tree_shape, trees
+from .draft_policy import CostAwarePolicy
 from .drafters import Draft, Drafter, DraftModelDrafter
 from .events import BONUS, RESAMPLED, BatchCycle, Cycle
 from .ragged_cache import RaggedCache, hidden_features, hidden_request
@@ -64,6 +65,7 @@ class LoopOptions:
     max_k: int                  # dynamic k's upper bound (k itself without dynamic k)
     dynamic_k: bool             # adapt each request's k after each cycle (transformers' heuristic)
     eos: frozenset[int]         # tokens that end a request's output
+    policy: CostAwarePolicy | None = None   # choose each cycle's draft length by expected gain (up to k)
 
 
 def _k_options(k: int, dynamic_k: bool, max_k: int | None) -> int:
@@ -78,21 +80,27 @@ def _k_options(k: int, dynamic_k: bool, max_k: int | None) -> int:
 def speculative_decode(target: PreTrainedModel, draft: PreTrainedModel | Drafter, input_ids: torch.Tensor,
                        max_new_tokens: int = 64, k: int = 4, temperature: float = 0.0, top_k: int = 0,
                        top_p: float = 1.0, seed: int | None = None, *, dynamic_k: bool = False,
-                       max_k: int | None = None, eos_token_id: int | Iterable[int] | None = None) -> Iterator[Cycle]:
+                       max_k: int | None = None, eos_token_id: int | Iterable[int] | None = None,
+                       policy: CostAwarePolicy | None = None) -> Iterator[Cycle]:
     """Speculative decoding of `target` with `draft` (a causal LM sharing the target's vocabulary,
     the target itself, or a `Drafter`). Yields one `Cycle` per target pass; the concatenated
     `emitted` tokens are the output. Greedy (temperature 0) output equals `target.generate`'s;
     sampled output follows the target's warped distribution exactly.
 
     dynamic_k: grow k by 2 after a fully accepted cycle and shrink it by 1 after a rejection
-    (transformers' heuristic), within [1, max_k] (default 2k)."""
+    (transformers' heuristic), within [1, max_k] (default 2k). policy: a `CostAwarePolicy` chooses
+    each cycle's draft length, from 0 (a plain step) to k, by its expected gain (core.draft_policy);
+    None drafts k every cycle (the classic algorithm)."""
     prompts = single_prompt(input_ids)
     check_settings(target, max_new_tokens, temperature, top_k, top_p)
     max_k = _k_options(k, dynamic_k, max_k)
+    if policy is not None and dynamic_k:
+        raise ValueError("dynamic k and the cost-aware policy both choose the draft length: pick one")
     drafter = as_drafter(draft, target)
     samplers = make_samplers(1, temperature, top_k, top_p, seed, target.device, single=True)
     requests = [Request(0, prompts[0], samplers[0], max_new_tokens, k)]
-    options = LoopOptions(max_k=max_k, dynamic_k=dynamic_k, eos=frozenset(eos_ids(target, eos_token_id)))
+    options = LoopOptions(max_k=max_k, dynamic_k=dynamic_k, eos=frozenset(eos_ids(target, eos_token_id)),
+                          policy=policy)
     return timed_events(event.cycles[0] for event in _cycles(target, drafter, requests, options))
 
 
@@ -127,12 +135,23 @@ def _cycles(target, drafter: Drafter, requests: list[Request], options: LoopOpti
     drafter.begin_batch([r.tokens for r in requests])
     draft_seconds = clock() - start             # the drafter's set-up counts as the first cycle's drafting
     live, index = list(requests), 0
+    policy = options.policy
+    free = drafter.free_to_propose and not drafter.drafts_trees
     while live:
-        # 1. Draft up to k tokens per request (never past its length budget: the pass adds one more).
+        # 1. Draft up to k tokens per request (never past its length budget: the pass adds one more);
+        # with the policy, as many as are expected to pay (a drafter that proposes for free proposes
+        # its most, and its proposal is cut to that after being noted for scoring).
+        plans = {}
         for request in live:
             request.budget = request.draft_budget()
+            if policy is not None and not free:
+                plans[request.index] = plan = policy.plan(request.index, request.budget, free=False,
+                                                          tree=drafter.drafts_trees)
+                request.budget = plan.length
         start = clock()
         drafts = drafter.propose_batch(live)
+        if policy is not None and free:
+            drafts = [_planned_free(policy, request, draft, plans) for request, draft in zip(live, drafts)]
         draft_seconds += clock() - start
         # 2. Verify every draft in one target pass, accept a prefix of each, roll the caches back (a
         # tree: a single request's extension).
@@ -157,8 +176,10 @@ def _cycles(target, drafter: Drafter, requests: list[Request], options: LoopOpti
             verify_seconds += left - start
             draft_seconds += clock() - left
         cycles = [Cycle(index=index, k=request.k, greedy=request.sampler.greedy, draft_seconds=draft_seconds,
-                        verify_seconds=verify_seconds, **fields)
+                        verify_seconds=verify_seconds, **_planned(plans.get(request.index)), **fields)
                   for request, fields in zip(live, passed.cycles)]
+        if policy is not None:
+            _learn(policy, live, cycles, index, free)
         # Dynamic k: longer after a fully accepted draft, shorter after a rejection.
         if options.dynamic_k:
             for request, cycle in zip(live, cycles):
@@ -171,6 +192,36 @@ def _cycles(target, drafter: Drafter, requests: list[Request], options: LoopOpti
                          padded_slots=passed.padded_slots, regathered=regathered)
         live = [live[row] for row in staying]
         index, draft_seconds = index + 1, 0.0
+
+
+def _planned_free(policy: CostAwarePolicy, request: Request, draft: Draft, plans: dict) -> Draft:
+    """A free drafter's proposal noted for scoring, its plan made for it, and the draft cut to it."""
+    n = draft.tokens.shape[0]
+    policy.propose_freely(request.index, draft.tokens.tolist(), request.generated, draft.signal)
+    plans[request.index] = plan = policy.plan(request.index, n, free=True, signal=draft.signal) if n else None
+    length = plan.length if plan is not None else 0
+    if n <= length:
+        return draft
+    return Draft(draft.tokens[:length], None if draft.probs is None else draft.probs[:length])
+
+
+def _planned(plan) -> dict:
+    return {} if plan is None else dict(planned=plan.length, expected_gain=plan.gain, probe=plan.probe)
+
+
+def _learn(policy: CostAwarePolicy, live: list[Request], cycles: list[Cycle], index: int, free: bool) -> None:
+    """What the policy learns from a cycle: each request's acceptance by position (a tree's by depth
+    along its accepted path), and, for a request decoded alone, what a pass of this width cost (not
+    the first pass, which also read the prompt)."""
+    for request, cycle in zip(live, cycles):
+        reach = tree_shape.draft_reach(cycle)
+        policy.observe(request.index, reach, len(cycle.accepted_nodes),
+                       request.tokens[len(request.tokens) - request.generated:], nodes=len(cycle.drafted))
+    if len(live) == 1 and index > 0:
+        cycle = cycles[0]
+        policy.costs.observe(len(cycle.drafted), cycle.verify_seconds)
+        if not free:
+            policy.costs.observe_draft(len(cycle.drafted), cycle.draft_seconds)
 
 
 @dataclass(frozen=True)

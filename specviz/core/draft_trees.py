@@ -25,6 +25,8 @@ from .sampling import Sampler
 class DraftTreeDrafter(Drafter):
     """A draft model (`DraftModelDrafter`, which owns the model and its cache) drafting trees."""
 
+    drafts_trees = True
+
     def __init__(self, base: DraftModelDrafter, branch: int = 2, budget: int = 16):
         if branch < 1 or budget < 1:
             raise ValueError(f"a draft tree needs branch >= 1 and budget >= 1, got {branch} and {budget}")

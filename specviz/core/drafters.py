@@ -32,6 +32,9 @@ class Draft:
     draft_pieces: list[str] | None = None
     cut_text: str | None = None
     shared_mass: list[float] | None = None
+    # How the drafter found it, for the cost-aware policy to learn acceptance per kind of draft
+    # (prompt lookup: the size of the n-gram it matched); None when the drafter does not say.
+    signal: int | None = None
 
 
 def no_draft() -> Draft:
@@ -54,6 +57,11 @@ class Drafter(ABC):
     # The target's hidden states the loop hands it (`observe`): indices into transformers'
     # `output_hidden_states` (0 = the embeddings, -1 = the last, after the final norm), concatenated.
     hidden_layers: tuple[int, ...] = ()
+    # For the cost-aware policy (core.draft_policy): proposing costs nothing next to a target pass
+    # and depends only on the sequence, so a paused request still proposes and scores its proposals
+    # (prompt lookup); drafts are token trees (drafted whole or not at all).
+    free_to_propose = False
+    drafts_trees = False
 
     def begin(self, prompt_ids: torch.Tensor) -> None:  # noqa: B027 - an optional hook, empty on purpose
         """Reset state for a new run over `prompt_ids` (1, T). The default does nothing: a stateless
@@ -232,6 +240,7 @@ class PromptLookupDrafter(Drafter):
 
     name = "ngram"
     batchable = True                  # keeps no state: each request drafts from its own tokens
+    free_to_propose = True
 
     def __init__(self, max_ngram: int = 3):
         if max_ngram < 1:
@@ -247,7 +256,7 @@ class PromptLookupDrafter(Drafter):
             for start in (hits[:, 0] + size).tolist():
                 end = min(start + k, length)
                 if start < end:
-                    return Draft(ids[start:end].to(sequence.device), None)
+                    return Draft(ids[start:end].to(sequence.device), None, signal=size)
         return Draft(ids[:0].to(sequence.device), None)
 
 
@@ -258,6 +267,7 @@ class NgramTreeDrafter(Drafter):
     Candidates are one-hot, so speculative sampling stays exact (core.trees)."""
 
     name = "ngram-tree"
+    drafts_trees = True
 
     def __init__(self, max_ngram: int = 3, budget: int | None = None, max_matches: int = 8):
         if max_ngram < 1:
@@ -328,6 +338,7 @@ class SuffixDrafter(Drafter):
     for a drafter of ~90 lines."""
 
     name = "suffix"
+    drafts_trees = True
     SEPARATOR = -1                              # between requests in the searched array: matches no token
 
     def __init__(self, max_match: int = 16, spec_factor: float = 2.0, min_token_prob: float = 0.1,

@@ -60,6 +60,13 @@ class Cycle:
     draft_pieces: list[str] | None = None
     cut_text: str | None = None
     shared_mass: list[float] | None = None
+    # The cost-aware policy (core.draft_policy); None without it. `planned`: the draft length it chose
+    # (0: a plain step, speculation paused); `expected_gain`: its expected tokens per plain step's time
+    # of the best draft length (below 1: drafting would not pay, so it paused); `probe`: drafted to
+    # learn whether drafting pays again, not because it was expected to.
+    planned: int | None = None
+    expected_gain: float | None = None
+    probe: bool = False
 
     @property
     def is_cross_tokenizer(self) -> bool:

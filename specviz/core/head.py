@@ -171,6 +171,8 @@ class HeadTreeDrafter(Drafter):
     deterministically, so verification treats them as one-hot candidates and stays exact. One request
     at a time (trees are a single request's extension)."""
 
+    drafts_trees = True
+
     def __init__(self, base: HeadDrafter, branch: int = 2, budget: int = 16):
         if branch < 1 or budget < 1:
             raise ValueError(f"a draft tree needs branch >= 1 and budget >= 1, got {branch} and {budget}")

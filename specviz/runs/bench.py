@@ -211,7 +211,8 @@ def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transforme
         "identical_to_baseline": bool(run.identical),
         "compared_tokens": run.compared.tokens, "compared_basis": run.compared.basis,
         "first_divergence": run.divergence,
-        "transformers_identical_to_baseline": hf.tokens == run.baseline_tokens,
+        # transformers wrote as many tokens as were compared: identical to plain decoding's over those.
+        "transformers_identical_to_baseline": hf.tokens == run.baseline_tokens[:run.compared.tokens],
         "repeats": len(runs),
         # Repeated work: how many earlier turns were decoded first (untimed) with the same drafter,
         # and how many accepted tokens only those turns' text proposed (suffix decoding).
@@ -254,9 +255,11 @@ def run_bench(setup: Setup, prompts: Sequence[BenchPrompt], *, repeats: int = 1,
     hf: list[list[Timed]] = [[] for _ in prompts]
 
     def with_transformers(_config: int, i: int, round_: int, run: Run) -> None:
-        # The same harness as a prompt-set comparison; transformers runs right after each prompt's race.
+        # The same harness as a prompt-set comparison; transformers runs right after each prompt's race,
+        # for as many new tokens as plain and specviz are rated over (`metrics.equal_work`: where
+        # greedy outputs part, their shared prefix), so that the three rates are of the same work.
         runs[i].append(run)
-        hf[i].append(run_transformers(setup, encoded[i], clock))
+        hf[i].append(run_transformers(setup, encoded[i], clock, max(1, run.compared.tokens)))
         if progress:
             progress(f"[{round_ + 1}/{repeats}] {prompts[i].id:<20} plain {run.plain.tokens_per_second:6.1f}  "
                      f"specviz {run.stats.tokens_per_second:6.1f}  transformers {hf[i][-1].tokens_per_s:6.1f} tokens/s")

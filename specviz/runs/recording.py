@@ -175,7 +175,10 @@ def _run_from(record) -> tuple[Run, str]:
                if key not in record]
     if missing:
         raise KeyError(", ".join(missing))
-    settings = validate(_strict(_SETTINGS, record["settings"]), LOCAL)
+    # Recordings made before the cost-aware policy drafted k every cycle: they say fixed_k by its absence.
+    recorded = record["settings"]
+    settings = validate(_strict(_SETTINGS, {"fixed_k": True, **recorded} if isinstance(recorded, dict) else recorded),
+                        LOCAL)
     if len(fields_["prompt"]) > LOCAL.max_prompt_chars:
         raise ValueError(f"its prompt is longer than {LOCAL.max_prompt_chars:,} characters")
     if len(fields_.get("note", "")) > MAX_NOTE_CHARS:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import functools
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
@@ -28,6 +29,7 @@ import torch
 from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.plain import autoregressive_decode
 from ..core.decoding import speculative_decode
+from ..core.draft_policy import CostAwarePolicy, PassCosts, calibrate, calibration_widths
 from ..core.timing import Clock
 from ..core.draft_trees import DraftTreeDrafter
 from ..core.drafters import DraftModelDrafter, Drafter
@@ -127,6 +129,21 @@ def _warm_up(settings: RunSettings, pair: ModelPair, drafter: Drafter, input_ids
         pass
 
 
+# What a target pass costs on this machine, per model and torch thread count: measured before the
+# first cost-aware run of a model (`pass_costs`), then refreshed by every run's own passes.
+_PASS_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def pass_costs(pair: ModelPair, input_ids: torch.Tensor, max_length: int) -> PassCosts:
+    """The pass costs kept for the pair's target, with every width up to `max_length` timed (the
+    widths not yet timed are timed now, after the prompt: one untimed pass and two timed each)."""
+    costs = _PASS_COSTS.setdefault(pair.target, {}).setdefault(torch.get_num_threads(), PassCosts())
+    missing = [w for w in calibration_widths(max_length) if w not in costs.seconds]
+    if missing:
+        calibrate(pair.target, input_ids[0].tolist(), missing, costs, Clock(pair.device))
+    return costs
+
+
 def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool = False,
          warm_up: bool = True) -> Iterator[Run]:
     """Decode `prompt` (speculatively, and plainly too with `baseline`), yielding the run after each
@@ -136,15 +153,20 @@ def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool 
     eos = list(pair.eos_token_ids or [])
     options = dict(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
                    seed=settings.seed, eos_token_id=eos)
+    policy = CostAwarePolicy(PassCosts()) if settings.cost_aware else None
     try:
         # Both loops check their arguments when called, before any work.
         cycles = speculative_decode(pair.target, drafter, input_ids, settings.max_new_tokens, k=settings.k,
-                                    dynamic_k=settings.dynamic_k, max_k=settings.max_k, **options)
+                                    dynamic_k=settings.dynamic_k, max_k=settings.max_k, policy=policy, **options)
         steps = autoregressive_decode(pair.target, input_ids, settings.max_new_tokens, **options) if baseline else None
     except ValueError as error:
         raise SpecvizError(str(error)) from None
     if warm_up:
         _warm_up(settings, pair, drafter, input_ids, options)
+    if policy is not None:      # timed like the warm-up: before either method's clock starts
+        widest = max(2 * settings.k, settings.tree_budget, getattr(drafter, "budget", 0) or 0) \
+            if drafter.drafts_trees else settings.k           # a tree's pass verifies its nodes
+        policy.costs = pass_costs(pair, input_ids, widest)
     prompt_ids = input_ids[0].tolist()
     draft_name = pair.draft_name + (f" tree (top-{settings.branch}, {settings.tree_budget} nodes)"
                                     if drafter is not pair.draft else "")

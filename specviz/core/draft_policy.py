@@ -1,0 +1,302 @@
+"""How much to draft: cost-aware speculation. Before each cycle the policy chooses the draft length
+n (0 = a plain step) that maximises the expected tokens per unit of time,
+
+    gain(n) = E[tokens | n] / cost(n),   E[tokens | n] = 1 + sum_{i=1..n} prod_{j<=i} c_j,
+    cost(n) = (pass over n drafted tokens + drafting n) / (a plain one-token step),
+
+where c_j is this request's estimated chance that draft position j is accepted given that the ones
+before it were, and the costs are this device's, measured (`PassCosts`: calibrated once per model
+before a run, then refreshed by the run's own passes). A plain step has gain 1, so the policy drafts
+only where drafting is expected to beat plain decoding on this device, and no further than pays.
+It decides only how much is drafted: verification is untouched, so the output is what it always is
+(greedy: the target's own; sampled: the target's distribution).
+
+What it takes from the field (docs/draft_policy.md says more): the objective is DISCO's / dynamic
+lookahead's and SpecDec++'s (stop drafting where the expected gain of one more token turns
+negative), priced by the device's measured pass costs instead of assuming a pass costs one step (the
+theory of Leviathan et al.); per-position acceptance instead of one alpha; llama.cpp's p-min and
+transformers' confidence threshold act on the draft's own probability, which a one-hot drafter
+(prompt lookup) does not have, so acceptance is learned from the request itself.
+
+How a paused request gets its drafts back: a drafter whose proposals cost nothing next to a pass and
+depend only on the sequence (`Drafter.free_to_propose`: prompt lookup) still proposes every cycle,
+and its proposal is scored against the tokens the target then emits (greedy: exactly what
+verification would have said; sampled with a one-hot draft, P(emitted == drafted) = P(accepted)), so
+its estimates follow the text at no cost. Any other drafter is probed: after `probe_after` paused
+cycles it drafts a short chain, and each probe that does not pay doubles the wait (up to
+`max_probe_after`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .ragged_cache import RaggedCache
+
+PRIOR_ACCEPTANCE = 0.5      # a position's acceptance before anything is seen
+PRIOR_WEIGHT = 1.0          # worth this many observations
+DECAY = 0.9                 # per observation: recent text outweighs old (a request's text changes)
+COST_SMOOTHING = 0.25       # each new pass's weight in its width's running cost
+PROBE_LENGTH = 2            # a probe drafts this many tokens
+# Draft only where the expected gain clears this: below it the gain is within what the measured costs
+# resolve (a few percent between identical passes here), and a plain step never loses.
+MIN_GAIN = 1.02
+
+
+# ----------------------------------------------------------------------------- what a pass costs
+
+class PassCosts:
+    """Seconds of a target pass by how many drafted tokens it verifies (0: a plain one-token step), for
+    one model on one device. Seeded by `calibrate` (or `seed`), refreshed by `observe`. Widths never
+    timed are interpolated between timed ones; the table is made non-decreasing (a wider pass never
+    costs less: a cheaper wide pass is noise), weighted by how often each width was timed."""
+
+    def __init__(self, seconds: dict[int, float] | None = None, *, learn: bool = True):
+        self.seconds: dict[int, float] = {}     # width -> running mean seconds
+        self.counts: dict[int, float] = {}      # width -> observations behind it (capped)
+        self.draft_per_token = 0.0              # drafting seconds per drafted token, running mean
+        self.learn = True
+        for width, value in (seconds or {}).items():
+            self.observe(width, value)
+        self.learn = learn                      # False: a fixed table (tests, replays of a decision)
+
+    @property
+    def known(self) -> bool:
+        return 0 in self.seconds
+
+    def observe(self, width: int, seconds: float) -> None:
+        if seconds <= 0 or not self.learn:
+            return
+        old = self.seconds.get(width)
+        self.seconds[width] = seconds if old is None else old + COST_SMOOTHING * (seconds - old)
+        self.counts[width] = min(self.counts.get(width, 0.0) + 1.0, 1.0 / COST_SMOOTHING)
+
+    def observe_draft(self, drafted: int, seconds: float) -> None:
+        if drafted > 0 and seconds >= 0 and self.learn:
+            per_token = seconds / drafted
+            self.draft_per_token += COST_SMOOTHING * (per_token - self.draft_per_token)
+
+    def relative(self, max_width: int) -> list[float]:
+        """cost[n] for n = 0..max_width: (pass over n drafted tokens + drafting them) / a plain step."""
+        widths = sorted(self.seconds)
+        step = self.seconds[0]
+        raw = []
+        for n in range(max_width + 1):
+            below = max((w for w in widths if w <= n), default=0)
+            above = min((w for w in widths if w >= n), default=below)
+            if above == below:
+                value = self.seconds[below]
+            else:   # linear between the nearest timed widths
+                t = (n - below) / (above - below)
+                value = self.seconds[below] + t * (self.seconds[above] - self.seconds[below])
+            weight = self.counts.get(n, 0.25)
+            raw.append((value, weight))
+        monotone = _non_decreasing(raw)
+        return [monotone[n] / step + n * self.draft_per_token / step for n in range(max_width + 1)]
+
+
+def _non_decreasing(points: Sequence[tuple[float, float]]) -> list[float]:
+    """The weighted least-squares non-decreasing fit of (value, weight) pairs (pool adjacent violators)."""
+    blocks: list[list[float]] = []      # [mean, weight, size]
+    for value, weight in points:
+        blocks.append([value, weight, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            mean2, weight2, size2 = blocks.pop()
+            mean1, weight1, size1 = blocks.pop()
+            total = weight1 + weight2
+            blocks.append([(mean1 * weight1 + mean2 * weight2) / total, total, size1 + size2])
+    return [mean for mean, _, size in blocks for _ in range(int(size))]
+
+
+# ----------------------------------------------------------------------------- one request's acceptance
+
+@dataclass
+class Acceptance:
+    """A request's acceptance by draft position: how often position j was reached (every earlier
+    drafted token accepted) and accepted there, decayed so that recent text counts most."""
+
+    reached: list[float] = field(default_factory=list)
+    accepted: list[float] = field(default_factory=list)
+
+    def observe(self, matched: int, length: int) -> None:
+        """A draft of `length` tokens whose first `matched` were accepted (the next, if any, was not)."""
+        for j in range(min(matched + 1, length)):
+            self.observe_position(j, j < matched)
+
+    def observe_position(self, j: int, accepted: bool) -> None:
+        """Position j (from 0) was reached, and accepted or not."""
+        while len(self.reached) <= j:
+            self.reached.append(0.0)
+            self.accepted.append(0.0)
+        self.reached[j] = DECAY * self.reached[j] + 1.0
+        self.accepted[j] = DECAY * self.accepted[j] + float(accepted)
+
+    def rates(self, n: int, prior: Sequence[float] | None = None) -> list[float]:
+        """c_1..c_n: each position's acceptance, its own observations shrunk toward `prior` (another
+        estimate's rates) or else toward the position before it (the first toward the pooled rate of
+        every position, itself shrunk toward PRIOR_ACCEPTANCE): a deep position seldom reached borrows
+        from the shallower ones, and a copy that holds (acceptance rising with depth) is not pulled
+        down by the first position's misses."""
+        toward = ((sum(self.accepted) + PRIOR_ACCEPTANCE * PRIOR_WEIGHT) / (sum(self.reached) + PRIOR_WEIGHT))
+        out = []
+        for j in range(n):
+            reached = self.reached[j] if j < len(self.reached) else 0.0
+            accepted = self.accepted[j] if j < len(self.accepted) else 0.0
+            if prior is not None:
+                toward = prior[j]
+            toward = (accepted + toward * PRIOR_WEIGHT) / (reached + PRIOR_WEIGHT)
+            out.append(toward)
+        return out
+
+
+def expected_tokens(rates: Sequence[float]) -> list[float]:
+    """E[tokens emitted | n drafted] for n = 0..len(rates): 1 + sum over i <= n of prod_{j<=i} c_j."""
+    out, survive = [1.0], 1.0
+    for c in rates:
+        survive *= c
+        out.append(out[-1] + survive)
+    return out
+
+
+# ----------------------------------------------------------------------------- the policy
+
+@dataclass(frozen=True)
+class Plan:
+    """One cycle's choice for one request."""
+
+    length: int                 # tokens to verify this cycle (0: a plain step)
+    gain: float                 # expected tokens per plain step's time of the best drafting length (> 1 pays)
+    probe: bool = False         # drafting although not expected to pay, to learn whether it does now
+
+
+@dataclass
+class _Pending:
+    """A free proposal being scored against what the target emits (positions compared so far)."""
+
+    tokens: list[int]
+    start: int                  # output position its first token would take
+    signal: int | None = None
+    matched: int = 0
+
+
+@dataclass
+class _State:
+    acceptance: Acceptance = field(default_factory=Acceptance)
+    by_signal: dict[int, Acceptance] = field(default_factory=dict)     # per kind of draft (Draft.signal)
+    pending: _Pending | None = None
+    paused_for: int = 0         # cycles since it last drafted
+    probe_after: int = 0        # paused cycles before the next probe
+    tree_nodes: float = 0.0     # its trees' nodes, running mean (a tree's pass is priced at this width)
+
+
+class CostAwarePolicy:
+    """Chooses each request's draft length (see the module docstring). One policy per run: it keeps
+    each request's acceptance; `costs` may be shared by runs on the same model and device."""
+
+    def __init__(self, costs: PassCosts, *, probe_after: int = 4, max_probe_after: int = 32):
+        self.costs = costs
+        self.probe_after, self.max_probe_after = probe_after, max_probe_after
+        self.states: dict[int, _State] = {}
+
+    def state(self, request: int) -> _State:
+        return self.states.setdefault(request, _State(probe_after=self.probe_after))
+
+    def plan(self, request: int, max_length: int, *, free: bool, tree: bool = False,
+             signal: int | None = None) -> Plan:
+        """How many tokens request `request` verifies this cycle, out of at most `max_length`. A tree
+        (`tree`: max_length bounds its depth) is drafted whole or not at all, priced at the width of
+        this request's trees so far. A free drafter's plan is made after it proposed, for that
+        proposal's kind (`signal`)."""
+        if max_length <= 0:
+            return Plan(0, 1.0)
+        state = self.state(request)
+        rates = state.acceptance.rates(max_length)
+        if signal is not None and signal in state.by_signal:
+            rates = state.by_signal[signal].rates(max_length, prior=rates)
+        expected = expected_tokens(rates)
+        if not self.costs.known:
+            return Plan(max_length, expected[-1])
+        if tree:
+            width = max(1, round(state.tree_nodes)) if state.tree_nodes else max_length
+            best, gain = max_length, expected[-1] / self.costs.relative(width)[width]
+        else:
+            cost = self.costs.relative(max_length)
+            best = max(range(1, max_length + 1), key=lambda n: (expected[n] / cost[n], -n))
+            gain = expected[best] / cost[best]
+        if gain >= MIN_GAIN:
+            state.paused_for, state.probe_after = 0, self.probe_after
+            return Plan(best, gain)
+        state.paused_for += 1
+        if not free and state.paused_for > state.probe_after:
+            state.paused_for, state.probe_after = 0, min(2 * state.probe_after, self.max_probe_after)
+            return Plan(max_length if tree else min(PROBE_LENGTH, max_length), gain, probe=True)
+        return Plan(0, gain)
+
+    # -------------------------------------------------------------- what the request did
+
+    def propose_freely(self, request: int, proposal: Sequence[int], generated: int, signal: int | None = None) -> None:
+        """A free drafter's whole proposal this cycle (`generated` tokens emitted before it): scored
+        against the output as it comes, unless an earlier proposal is still being scored."""
+        state = self.state(request)
+        if state.pending is None and proposal:
+            state.pending = _Pending(list(proposal), generated, signal)
+
+    def observe(self, request: int, drafted: int, accepted: int, output: Sequence[int], *, nodes: int = 0) -> None:
+        """After a cycle: it verified a draft `drafted` deep (a chain's length, a tree's depth, of
+        `nodes` tokens) and accepted `accepted`; `output` is the request's output so far. A free
+        proposal is scored against `output` instead."""
+        state = self.state(request)
+        if nodes and nodes > drafted:       # a tree
+            state.tree_nodes = nodes if not state.tree_nodes else state.tree_nodes + 0.3 * (nodes - state.tree_nodes)
+        pending = state.pending
+        if pending is None:
+            if drafted:
+                state.acceptance.observe(accepted, drafted)
+            return
+        # Each position is learned as soon as the output reaches it, so that a paused request whose
+        # proposals start to come true drafts again after one token, not after the whole proposal.
+        estimates = [state.acceptance]
+        if pending.signal is not None:
+            estimates.append(state.by_signal.setdefault(pending.signal, Acceptance()))
+        while pending.matched < len(pending.tokens) and pending.start + pending.matched < len(output):
+            hit = output[pending.start + pending.matched] == pending.tokens[pending.matched]
+            for estimate in estimates:
+                estimate.observe_position(pending.matched, hit)
+            if not hit:
+                state.pending = None
+                return
+            pending.matched += 1
+        if pending.matched == len(pending.tokens):
+            state.pending = None
+
+
+def calibration_widths(max_length: int) -> list[int]:
+    """The widths `calibrate` times: 0 to 4, then doubling, and max_length itself."""
+    widths = {w for w in (0, 1, 2, 3, 4) if w <= max_length} | {max_length}
+    w = 8
+    while w < max_length:
+        widths.add(w)
+        w *= 2
+    return sorted(widths)
+
+
+@torch.inference_mode()
+def calibrate(target, prompt: Sequence[int], widths: Sequence[int], costs: PassCosts,
+              clock: Callable[[], float], *, samples: int = 2) -> None:
+    """Time a target pass verifying n drafted tokens (n + 1 new positions; n = 0: a plain step) at
+    each width, after the prompt: once untimed, then `samples` times, into `costs`."""
+    cache = RaggedCache(target, 1)
+    cache.forward([list(prompt)], keep=1)
+    held = len(prompt)
+    last = torch.tensor([[prompt[-1]]], device=target.device)
+    for width in widths:
+        fed = last.expand(1, width + 1).contiguous()
+        for sample in range(samples + 1):
+            start = clock()
+            cache.forward([[]], keep=width + 1, tail=fed, tail_lengths=[width + 1])
+            seconds = clock() - start
+            cache.keep([held])
+            if sample:
+                costs.observe(width, seconds)

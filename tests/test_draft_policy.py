@@ -1,0 +1,168 @@
+"""The cost-aware policy (core.draft_policy): what it estimates, what it decides, and that deciding how
+much to draft never changes the output (greedy equality here; the sampled distribution in
+test_sampling)."""
+
+import pytest
+
+from conftest import make_gpt2, make_llama, reference, truncated_copy
+from specviz import DraftModelDrafter, PromptLookupDrafter, speculative_decode
+from specviz.core.draft_policy import (MIN_GAIN, Acceptance, CostAwarePolicy, PassCosts, _non_decreasing,
+                                       calibrate, calibration_widths, expected_tokens)
+from specviz.core.timing import Clock
+
+N = 40
+# A CPU in float32, as measured on the built-in model: a pass over any drafted tokens costs ~1.7 steps.
+FP32_LIKE = {0: 1.0, 1: 1.6, 2: 1.7, 4: 1.75, 8: 1.9}
+# Native bf16: wide passes nearly free.
+BF16_LIKE = {0: 1.0, 1: 1.02, 4: 1.05, 8: 1.1}
+# Between the two (a GPU at batch 1, roughly): one more token costs a little.
+GPU_LIKE = {0: 1.0, 1: 1.1, 4: 1.2, 8: 1.35}
+
+
+def run(target, draft, prompt, **kw):
+    cycles = list(speculative_decode(target, draft, prompt, **kw))
+    return [t for c in cycles for t in c.emitted], cycles
+
+
+# ----------------------------------------------------------------------------- estimates
+
+def test_expected_tokens_is_one_plus_the_chance_of_reaching_each_position():
+    assert expected_tokens([]) == [1.0]
+    assert expected_tokens([0.5, 0.5]) == pytest.approx([1.0, 1.5, 1.75])
+    assert expected_tokens([1.0, 1.0, 1.0]) == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_pass_costs_are_non_decreasing_and_interpolated():
+    assert _non_decreasing([(1.0, 1), (3.0, 1), (2.0, 1), (4.0, 1)]) == [1.0, 2.5, 2.5, 4.0]
+    costs = PassCosts({0: 0.05, 2: 0.10, 4: 0.08, 8: 0.12})   # width 4 timed cheaper than 2: noise
+    relative = costs.relative(8)
+    assert relative[0] == 1.0
+    assert all(a <= b + 1e-12 for a, b in zip(relative, relative[1:]))
+    assert relative[1] == pytest.approx(1.5)                  # halfway between widths 0 and 2 (pooled)
+    assert relative[8] == pytest.approx(2.4)
+
+
+def test_a_fixed_table_does_not_learn():
+    costs = PassCosts({0: 1.0, 4: 2.0}, learn=False)
+    costs.observe(4, 100.0)
+    costs.observe_draft(4, 100.0)
+    assert costs.relative(4)[4] == 2.0
+
+
+def test_acceptance_by_position_follows_what_was_seen():
+    acceptance = Acceptance()
+    prior = acceptance.rates(3)
+    assert prior == pytest.approx([0.5, 0.5, 0.5])
+    for _ in range(10):
+        acceptance.observe(matched=0, length=4)               # the first token always wrong
+    assert acceptance.rates(1)[0] < 0.1
+    for _ in range(10):
+        acceptance.observe(matched=4, length=4)               # then whole drafts right
+    assert acceptance.rates(4)[0] > 0.7 and min(acceptance.rates(4)) > 0.7
+
+
+def test_calibration_times_every_width_asked(pairs_llama):
+    target = pairs_llama
+    costs = PassCosts()
+    widths = calibration_widths(8)
+    assert widths == [0, 1, 2, 3, 4, 8]
+    calibrate(target, list(range(5, 25)), widths, costs, Clock(target.device), samples=1)
+    assert sorted(costs.seconds) == widths and all(s > 0 for s in costs.seconds.values())
+
+
+# ----------------------------------------------------------------------------- decisions
+
+def test_drafts_that_all_miss_settle_on_plain_steps(prompt):
+    target, unrelated = make_llama(0), make_llama(1, layers=2)
+    policy = CostAwarePolicy(PassCosts(GPU_LIKE, learn=False))
+    out, cycles = run(target, unrelated, prompt, max_new_tokens=N, k=4, policy=policy)
+    assert out == reference(target, prompt)
+    assert sum(c.num_accepted for c in cycles) <= 2            # the draft is unrelated: it (almost) never agrees
+    # Eight cycles to learn (one draft token was accepted by chance), then plain steps, drafting again
+    # only to probe (and ever more rarely).
+    later = cycles[8:]
+    assert sum(c.planned == 0 for c in later) >= 0.8 * len(later)
+    assert all(c.probe for c in later if c.planned)
+    assert all(c.expected_gain < MIN_GAIN for c in later if c.planned == 0)
+
+
+def test_a_draft_that_always_agrees_drafts_all_it_may(prompt):
+    target = make_llama(0)
+    policy = CostAwarePolicy(PassCosts(FP32_LIKE, learn=False))
+    out, cycles = run(target, target, prompt, max_new_tokens=N, k=8, policy=policy)
+    assert out == reference(target, prompt)
+    assert all(c.num_accepted == len(c.drafted) for c in cycles)
+    # Drafting 8 where every token is accepted: after a cycle or two of evidence, the longest draft.
+    assert [c.planned for c in cycles[2:-1]] == [8] * len(cycles[2:-1])
+
+
+def test_a_paused_request_whose_text_starts_repeating_drafts_again_at_once():
+    policy = CostAwarePolicy(PassCosts(FP32_LIKE, learn=False))
+    output = []
+    for i in range(12):                                        # proposals that never come true: paused
+        plan = policy.plan(0, 8, free=True, signal=1)
+        policy.propose_freely(0, [999] * 8, len(output), signal=1)
+        output.append(i)
+        policy.observe(0, plan.length, 0, output)
+    assert plan.length == 0 and plan.gain < 1
+    text = list(range(100, 140))                               # the output now copies text the drafter finds
+    policy.propose_freely(0, text[:8], len(output), signal=3)
+    output.append(text[0])
+    policy.observe(0, 0, 0, output)
+    output.append(text[1])
+    policy.observe(0, 0, 0, output)
+    assert policy.plan(0, 8, free=True, signal=3).length > 0  # two tokens of evidence: drafting pays again
+
+
+def test_on_a_device_where_passes_cost_many_steps_it_never_drafts_a_coin_flip(prompt):
+    policy = CostAwarePolicy(PassCosts({0: 1.0, 1: 3.0, 8: 4.0}, learn=False))
+    assert policy.plan(0, 8, free=True).length == 0            # E[tokens] <= 2 at the prior: never 3x the cost
+    policy = CostAwarePolicy(PassCosts(BF16_LIKE, learn=False))
+    assert policy.plan(0, 8, free=True).length >= 4            # nearly free passes: draft at the prior
+
+
+# ----------------------------------------------------------------------------- lossless
+
+@pytest.fixture(scope="module")
+def pairs_llama():
+    return make_llama(0)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("draft_name", ["same", "unrelated", "smaller", "ngram"])
+@pytest.mark.parametrize("table", ["fp32", "bf16", "measured"])
+def test_greedy_equals_generate_with_the_policy(prompt, arch, draft_name, table):
+    target = make_llama(0) if arch == "llama" else make_gpt2(0)
+    draft = {"same": target, "unrelated": (make_llama(1, layers=2) if arch == "llama" else make_gpt2(1, layers=1)),
+             "smaller": truncated_copy(target, 1), "ngram": PromptLookupDrafter()}[draft_name]
+    if table == "measured":
+        costs = PassCosts()
+        calibrate(target, prompt[0].tolist(), calibration_widths(8), costs, Clock(target.device), samples=1)
+    else:
+        costs = PassCosts(FP32_LIKE if table == "fp32" else BF16_LIKE, learn=False)
+    out, cycles = run(target, draft, prompt, max_new_tokens=N, k=8, policy=CostAwarePolicy(costs))
+    assert out == reference(target, prompt)
+    assert sum(len(c.emitted) for c in cycles) == N
+    for c in cycles:
+        if c.planned is None:                                 # prompt lookup found nothing to propose
+            assert draft_name == "ngram" and not c.drafted
+        else:
+            assert 0 <= c.planned <= 8 and len(c.drafted) <= c.planned
+
+
+def test_the_policy_and_dynamic_k_are_one_choice_or_the_other(prompt):
+    target = make_llama(0)
+    with pytest.raises(ValueError, match="pick one"):
+        speculative_decode(target, PromptLookupDrafter(), prompt, k=4, dynamic_k=True,
+                           policy=CostAwarePolicy(PassCosts(FP32_LIKE)))
+
+
+def test_a_draft_model_paused_catches_up_when_it_drafts_again(prompt):
+    # Paused cycles feed the draft model nothing; its next proposal reads what it missed (greedy equal).
+    target = make_llama(0)
+    smaller = DraftModelDrafter(truncated_copy(target, 1))
+    policy = CostAwarePolicy(PassCosts({0: 1.0, 1: 1.3, 2: 1.6, 8: 2.5}, learn=False), probe_after=1)
+    out, cycles = run(target, smaller, prompt, max_new_tokens=N, k=2, policy=policy)
+    assert out == reference(target, prompt)
+    planned = [c.planned for c in cycles]
+    assert 0 in planned and any(planned), planned
