@@ -76,6 +76,10 @@ class SpecStats:
     draft_model_tokens: int | None = None
     draft_tokens_per_target_token: float | None = None
     shared_mass: float | None = None
+    # The cost-aware policy (None without it): cycles that drafted, and cycles where it paused
+    # speculation (chose a plain step); the rest found nothing to propose.
+    cycles_drafted: int | None = None
+    cycles_paused: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -139,7 +143,16 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
         verify_seconds=verify_seconds, seconds=seconds, tokens_per_second=ratio(tokens, seconds),
         cost_ratio=c, expected_tokens_per_pass=tokens_per_pass,
         expected_speedup=tokens_per_pass / (mean_drafted * c + 1.0), best_k=best_k(alpha, c),
-        mean_nodes_per_pass=ratio(drafted, len(cycles)), **from_earlier(cycles), **across_tokenizers(cycles))
+        mean_nodes_per_pass=ratio(drafted, len(cycles)), **from_earlier(cycles), **across_tokenizers(cycles),
+        **policy_counts(cycles))
+
+
+def policy_counts(cycles: Sequence[Cycle]) -> dict:
+    """Cycles that drafted and cycles the cost-aware policy paused (None for a run without it)."""
+    if not any(c.planned is not None for c in cycles):
+        return {"cycles_drafted": None, "cycles_paused": None}
+    return {"cycles_drafted": sum(1 for c in cycles if c.drafted),
+            "cycles_paused": sum(1 for c in cycles if c.planned == 0)}
 
 
 def from_earlier(cycles: Sequence[Cycle]) -> dict:

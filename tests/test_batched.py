@@ -17,8 +17,8 @@ from specviz.core import ragged_cache
 from specviz.core.ragged_cache import RaggedCache
 from specviz.core.plain import autoregressive_decode
 from specviz.core.decoding import speculative_decode
-from specviz.core.drafters import (Draft, Drafter, DraftModelDrafter, PromptLookupDrafter, SuffixDrafter,
-                                   early_exit_model, no_draft)
+from specviz.core.drafters import Draft, Drafter, DraftModelDrafter, PromptLookupDrafter, early_exit_model, no_draft
+from specviz.core.lookup_trees import SuffixDrafter
 from specviz.core.sampling import Sampler, sample_from
 
 EOS = 3

@@ -176,8 +176,8 @@ CROSS = "other-tokenizer k=4 (cross-tokenizer)"
 @pytest.fixture(scope="module")
 def across(tiny):
     """Prompt lookup against a draft with another tokenizer (the target's weights under reversed ids)."""
-    configs = [settings(draft="ngram", max_new_tokens=TOKENS, chat=False),
-               settings(draft="other-tokenizer", max_new_tokens=TOKENS, chat=False)]
+    configs = [settings(draft="ngram", max_new_tokens=TOKENS, chat=False, fixed_k=True),
+               settings(draft="other-tokenizer", max_new_tokens=TOKENS, chat=False, fixed_k=True)]
     return compare(configs, PROMPT, loader=tiny.loader)
 
 

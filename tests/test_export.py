@@ -185,8 +185,8 @@ def test_summary_agrees_with_the_cycle_records(exported, comparison):
 
 
 def test_a_cross_tokenizer_configuration_exports_its_draft_models_tokens(tiny, tmp_path):
-    configs = [validate(RunSettings(draft="ngram", max_new_tokens=16, chat=False)),
-               validate(RunSettings(draft="other-tokenizer", max_new_tokens=16, chat=False))]
+    configs = [validate(RunSettings(draft="ngram", max_new_tokens=16, chat=False, fixed_k=True)),
+               validate(RunSettings(draft="other-tokenizer", max_new_tokens=16, chat=False, fixed_k=True))]
     comparison = compare(configs, PROMPT, loader=tiny.loader)
     export.export_comparison(comparison, tmp_path)
     records = export.read_jsonl(tmp_path / "cycles.jsonl")

@@ -15,7 +15,7 @@ from conftest import counting_forwards
 from tiny_pair import PROMPT
 
 from specviz.catalog import BenchPrompt
-from specviz.core.drafters import SuffixDrafter
+from specviz.core.lookup_trees import SuffixDrafter
 from specviz.runs import prompt_sets as prompt_sets_module
 from specviz.runs import iter_prompt_set
 from specviz.settings import HOSTED_MAX_PROMPT_TOKENS, LOCAL, RunSettings, hosted, validate
@@ -146,7 +146,7 @@ def reference_proposal(earlier: list[list[int]], ids: list[int], k: int, max_mat
 def test_suffix_drafts_follow_the_rule_over_several_requests():
     import random
 
-    from specviz.core.drafters import trie_draft
+    from specviz.core.lookup_trees import trie_draft
 
     rng = random.Random(0)
     for trial in range(40):

@@ -187,7 +187,7 @@ def test_repeated_work_drafts_from_its_own_earlier_turns_and_nothing_else(tiny):
     captured = []
     prompts = [BenchPrompt("again", "repeated", PROMPT, chat=False, earlier=(PROMPT,)),
                BenchPrompt("fresh", "other", PROMPT, chat=False)]
-    settings = RunSettings(target="tiny", draft="suffix", k=4, max_new_tokens=32, chat=False)
+    settings = RunSettings(target="tiny", draft="suffix", k=4, max_new_tokens=32, chat=False, fixed_k=True)
     compare_prompt_set([settings], prompts, repeats=2, loader=tiny.loader,
                        after_run=lambda c, p, r, run: captured.append((p, r, run.stats)))
     by_prompt = {(p, r): stats for p, r, stats in captured}

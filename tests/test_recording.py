@@ -15,7 +15,8 @@ from specviz.views.run_view import RunRenderer
 
 
 def live_run(tiny, **changes):
-    settings = RunSettings(**{**dict(target="tiny", draft="ngram", k=4, max_new_tokens=32, chat=False), **changes})
+    settings = RunSettings(**{**dict(target="tiny", draft="ngram", k=4, max_new_tokens=32, chat=False, fixed_k=True),
+                               **changes})
     return execute(settings, PROMPT, tiny.loader(settings), baseline=True)
 
 

@@ -276,7 +276,7 @@ def cross_tokenizer_run(tiny, **options):
     """A greedy run of the tiny target drafted by itself under another tokenizer (reversed ids)."""
     from specviz.runs import execute
 
-    settings = RunSettings(draft="other-tokenizer", k=4, max_new_tokens=24, chat=False, **options)
+    settings = RunSettings(draft="other-tokenizer", k=4, max_new_tokens=24, chat=False, fixed_k=True, **options)
     return execute(settings, PROMPT, tiny.loader(settings), baseline=True, warm_up=False)
 
 

@@ -223,7 +223,7 @@ def test_draft_model_tree_sampling_matches_target_distribution(small_pair, kw):
 def test_tree_sampling_matches_target_distribution(small_pair, kw, drafter):
     # "1 2" was followed by 3, by 4 and by 5: the n-gram tree offers all three as sibling
     # candidates, tried one after another against what is left of the target's distribution.
-    from specviz.core.drafters import NgramTreeDrafter, SuffixDrafter
+    from specviz.core.lookup_trees import NgramTreeDrafter, SuffixDrafter
 
     make = {"ngram-tree": NgramTreeDrafter, "suffix": lambda: SuffixDrafter(spec_factor=4.0)}[drafter]
     target, _, _ = small_pair

@@ -14,7 +14,8 @@ from specviz.core.plain import autoregressive_decode, batched_autoregressive_dec
 from specviz.core.decoding import batched_speculative_decode, speculative_decode
 from specviz.core.events import row_outputs
 from specviz.core.draft_trees import DraftTreeDrafter
-from specviz.core.drafters import DraftModelDrafter, NgramTreeDrafter, PromptLookupDrafter
+from specviz.core.drafters import DraftModelDrafter, PromptLookupDrafter
+from specviz.core.lookup_trees import NgramTreeDrafter
 from specviz.core.ragged_cache import check_rollback, new_cache
 
 WINDOW = 8

@@ -17,7 +17,7 @@ from specviz.views import explain
 
 
 def run(tiny, draft, **options):
-    settings = RunSettings(draft=draft, max_new_tokens=40, **options)
+    settings = RunSettings(draft=draft, max_new_tokens=40, **{"fixed_k": True, **options})
     return execute(settings, PROMPT, tiny.loader(settings))
 
 
@@ -191,7 +191,7 @@ def test_teach_tells_a_trees_verification_node_by_node(tiny, temperature):
     from specviz.settings import RunSettings
 
     settings = RunSettings(target="tiny", draft="ngram-tree", k=4, max_new_tokens=64, chat=False,
-                           temperature=temperature, seed=0)
+                           temperature=temperature, seed=0, fixed_k=True)
     run = execute(settings, PROMPT, tiny.loader(settings))
     # some cycle goes deeper than one level (so the Markdown check below sees two depths)
     assert any(sum(line.startswith("**Depth") for line in teach.tree_tries(c, str)) > 1
@@ -214,7 +214,7 @@ def test_teach_tells_a_trees_verification_node_by_node(tiny, temperature):
                          [("ngram-tree", 0.0), ("ngram-tree", 0.9), ("small", 0.9), ("small", 0.0)])
 def test_stepping_test_by_test_walks_every_test_in_order_then_each_outcome(tiny, draft, temperature):
     settings = RunSettings(target="tiny", draft=draft, k=4, max_new_tokens=32, chat=False,
-                           temperature=temperature, seed=2)
+                           temperature=temperature, seed=2, fixed_k=True)
     result = execute(settings, PROMPT, tiny.loader(settings))
     stepped = teach.teach_run(result, tiny.tokenizer, label=draft)
     def tested_in(cycle):

@@ -9,7 +9,8 @@ import torch
 from conftest import make_gpt2, make_llama, make_qwen2, reference
 from specviz import speculative_decode
 from specviz.core import tree_shape, trees
-from specviz.core.drafters import Draft, Drafter, NgramTreeDrafter
+from specviz.core.drafters import Draft, Drafter
+from specviz.core.lookup_trees import NgramTreeDrafter
 
 N = 40
 PROMPT = torch.tensor([[5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9, 13, 22, 5, 9, 30, 5, 9]])
@@ -124,7 +125,7 @@ def test_ngram_tree_merges_every_earlier_match_into_a_trie():
 # ----------------------------------------------------------------------------- suffix decoding
 
 def test_suffix_greedy_equals_generate_and_a_repeated_request_drafts_the_earlier_answer():
-    from specviz.core.drafters import SuffixDrafter
+    from specviz.core.lookup_trees import SuffixDrafter
 
     target = make_llama(0)
     drafter = SuffixDrafter()
@@ -148,7 +149,7 @@ def test_suffix_greedy_equals_generate_and_a_repeated_request_drafts_the_earlier
 
 
 def test_trie_draft_marks_nodes_only_earlier_requests_proposed():
-    from specviz.core.drafters import trie_draft
+    from specviz.core.lookup_trees import trie_draft
 
     draft = trie_draft([[1, 2, 3], [1, 2, 4], [5]], 8, 1, "cpu", earlier=[False, True, True])
     by_token = dict(zip(draft.tokens.tolist(), draft.from_earlier))
@@ -157,7 +158,7 @@ def test_trie_draft_marks_nodes_only_earlier_requests_proposed():
 
 @pytest.mark.parametrize("make", [make_llama, make_gpt2, make_qwen2])
 def test_suffix_on_repetitive_text_equals_generate(make):
-    from specviz.core.drafters import SuffixDrafter
+    from specviz.core.lookup_trees import SuffixDrafter
 
     target = make(1)
     for k in (2, 5):
@@ -166,7 +167,7 @@ def test_suffix_on_repetitive_text_equals_generate(make):
 
 
 def test_suffix_tree_size_follows_the_match_length():
-    from specviz.core.drafters import SuffixDrafter
+    from specviz.core.lookup_trees import SuffixDrafter
 
     ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 9, 9, 7, 8]])
     long_match = SuffixDrafter(spec_factor=1.0).propose(ids, 8, None)        # "7 8" matched: 2 nodes at most
@@ -234,7 +235,7 @@ def test_a_tree_branch_is_a_setting_of_draft_models_only(tiny):
     from specviz.settings import RunSettings, validate
 
     settings = validate(RunSettings(target="tiny", draft="small", k=4, branch=2, tree_budget=8, max_new_tokens=24,
-                                    chat=False))
+                                    chat=False, fixed_k=True))
     run = execute(settings, "the cat sat on the mat and the dog", tiny.loader(settings), baseline=True)
     assert run.identical and sum(c.is_tree for c in run.cycles) >= len(run.cycles) - 1
     assert "tree (top-2, 8 nodes)" in run.draft_name

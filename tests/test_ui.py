@@ -28,9 +28,9 @@ HOSTED = hosted(PRESETS)
 
 def inputs(prompt=PROMPT, target="tiny", drafter=PROMPT_LOOKUP, draft_model="", exit_layer=1, k=4,
            dynamic_k=False, temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=24, seed=0, prompt_format=RAW,
-           branch=1):
+           branch=1, fixed_k=False):
     return [prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-            max_new_tokens, seed, prompt_format, branch]
+            max_new_tokens, seed, prompt_format, branch, fixed_k]
 
 
 def views_of(tiny, limits=LOCAL, **settings):
@@ -113,7 +113,7 @@ def test_sampled_run_with_early_exit_and_dynamic_k(tiny):
 
 
 def test_a_short_run_says_it_is_too_short_to_measure(tiny):
-    final = views_of(tiny, drafter=DRAFT_MODEL, draft_model="same", k=8, max_new_tokens=16)[-1]
+    final = views_of(tiny, drafter=DRAFT_MODEL, draft_model="same", k=8, max_new_tokens=16, fixed_k=True)[-1]
     assert "too short to measure reliably" in text(final.stats)
 
 
@@ -509,7 +509,7 @@ def test_tree_cycle_text_and_pieces_follow_the_accepted_path(tiny):
     from specviz.runs import execute
     from specviz.views import render
 
-    settings = RunSettings(draft="ngram-tree", k=4, max_new_tokens=32, chat=False)
+    settings = RunSettings(draft="ngram-tree", k=4, max_new_tokens=32, chat=False, fixed_k=True)
     run = execute(settings, PROMPT, tiny.loader(settings), baseline=True)
     assert run.identical and any(c.is_tree and c.path and len(c.drafted) > len(c.path) for c in run.cycles)
     assert "".join(run.emitted_texts()).strip() == run.text.strip()
@@ -524,7 +524,7 @@ def test_tree_cycle_text_and_pieces_follow_the_accepted_path(tiny):
 def test_a_cross_tokenizer_run_shows_its_retokenization_note_and_draft_tokens_per_target_token(tiny):
     from specviz.models.pairs import CROSS_TOKENIZER_NOTE
 
-    views = views_of(tiny, drafter=DRAFT_MODEL, draft_model="other-tokenizer", k=4, max_new_tokens=24)
+    views = views_of(tiny, drafter=DRAFT_MODEL, draft_model="other-tokenizer", k=4, max_new_tokens=24, fixed_k=True)
     final = views[-1]
     # Every cycle has its line (closed), in the live views too; all but the last, which may have had no
     # room left to draft.

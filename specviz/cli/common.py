@@ -54,8 +54,12 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     so '--k inf' and '--seed 2**80' get the same messages as in the app."""
     parser.add_argument("--k", default=None,
                         help="draft length (tokens proposed per cycle; default 4, a trained head's own best k)")
+    parser.add_argument("--fixed-k", action="store_true",
+                        help="draft k tokens every cycle (the classic algorithm); by default the cost-aware policy "
+                             "drafts 0 to k a cycle, as many as this machine's measured pass costs and the request's "
+                             "acceptance say will pay")
     parser.add_argument("--dynamic-k", action="store_true",
-                        help="grow k after fully accepted cycles, shrink after rejections")
+                        help="grow k after fully accepted cycles, shrink after rejections (transformers' heuristic)")
     parser.add_argument("--max-k", default=None, help="upper bound for --dynamic-k (default 2k)")
     parser.add_argument("--temperature", default=0.0, help="0 = greedy verification")
     parser.add_argument("--top-k", default=0)
@@ -95,7 +99,7 @@ def load(settings: RunSettings, progress=None):
 
 def settings_from(args: argparse.Namespace, **overrides) -> RunSettings:
     """The validated `RunSettings` the flags describe (flags a subcommand lacks keep their defaults)."""
-    names = ("target", "draft", "k", "dynamic_k", "max_k", "temperature", "top_k", "top_p", "seed",
+    names = ("target", "draft", "k", "fixed_k", "dynamic_k", "max_k", "temperature", "top_k", "top_p", "seed",
              "max_new_tokens", "dtype", "device", "branch", "tree_budget")
     values = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
     values.update(chat=not args.raw, **overrides)

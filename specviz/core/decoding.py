@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from . import tree_shape, trees
-from .draft_policy import CostAwarePolicy
+from .draft_policy import CostAwarePolicy, planned_fields
 from .drafters import Draft, Drafter, DraftModelDrafter
 from .events import BONUS, RESAMPLED, BatchCycle, Cycle
 from .ragged_cache import RaggedCache, hidden_features, hidden_request
@@ -136,7 +136,7 @@ def _cycles(target, drafter: Drafter, requests: list[Request], options: LoopOpti
     draft_seconds = clock() - start             # the drafter's set-up counts as the first cycle's drafting
     live, index = list(requests), 0
     policy = options.policy
-    free = drafter.free_to_propose and not drafter.drafts_trees
+    free = drafter.free_to_propose
     while live:
         # 1. Draft up to k tokens per request (never past its length budget: the pass adds one more);
         # with the policy, as many as are expected to pay (a drafter that proposes for free proposes
@@ -151,7 +151,7 @@ def _cycles(target, drafter: Drafter, requests: list[Request], options: LoopOpti
         start = clock()
         drafts = drafter.propose_batch(live)
         if policy is not None and free:
-            drafts = [_planned_free(policy, request, draft, plans) for request, draft in zip(live, drafts)]
+            drafts = [policy.plan_proposal(request, draft, plans) for request, draft in zip(live, drafts)]
         draft_seconds += clock() - start
         # 2. Verify every draft in one target pass, accept a prefix of each, roll the caches back (a
         # tree: a single request's extension).
@@ -176,10 +176,10 @@ def _cycles(target, drafter: Drafter, requests: list[Request], options: LoopOpti
             verify_seconds += left - start
             draft_seconds += clock() - left
         cycles = [Cycle(index=index, k=request.k, greedy=request.sampler.greedy, draft_seconds=draft_seconds,
-                        verify_seconds=verify_seconds, **_planned(plans.get(request.index)), **fields)
+                        verify_seconds=verify_seconds, **planned_fields(plans.get(request.index)), **fields)
                   for request, fields in zip(live, passed.cycles)]
         if policy is not None:
-            _learn(policy, live, cycles, index, free)
+            policy.learn(live, cycles, index, free)
         # Dynamic k: longer after a fully accepted draft, shorter after a rejection.
         if options.dynamic_k:
             for request, cycle in zip(live, cycles):
@@ -192,36 +192,6 @@ def _cycles(target, drafter: Drafter, requests: list[Request], options: LoopOpti
                          padded_slots=passed.padded_slots, regathered=regathered)
         live = [live[row] for row in staying]
         index, draft_seconds = index + 1, 0.0
-
-
-def _planned_free(policy: CostAwarePolicy, request: Request, draft: Draft, plans: dict) -> Draft:
-    """A free drafter's proposal noted for scoring, its plan made for it, and the draft cut to it."""
-    n = draft.tokens.shape[0]
-    policy.propose_freely(request.index, draft.tokens.tolist(), request.generated, draft.signal)
-    plans[request.index] = plan = policy.plan(request.index, n, free=True, signal=draft.signal) if n else None
-    length = plan.length if plan is not None else 0
-    if n <= length:
-        return draft
-    return Draft(draft.tokens[:length], None if draft.probs is None else draft.probs[:length])
-
-
-def _planned(plan) -> dict:
-    return {} if plan is None else dict(planned=plan.length, expected_gain=plan.gain, probe=plan.probe)
-
-
-def _learn(policy: CostAwarePolicy, live: list[Request], cycles: list[Cycle], index: int, free: bool) -> None:
-    """What the policy learns from a cycle: each request's acceptance by position (a tree's by depth
-    along its accepted path), and, for a request decoded alone, what a pass of this width cost (not
-    the first pass, which also read the prompt)."""
-    for request, cycle in zip(live, cycles):
-        reach = tree_shape.draft_reach(cycle)
-        policy.observe(request.index, reach, len(cycle.accepted_nodes),
-                       request.tokens[len(request.tokens) - request.generated:], nodes=len(cycle.drafted))
-    if len(live) == 1 and index > 0:
-        cycle = cycles[0]
-        policy.costs.observe(len(cycle.drafted), cycle.verify_seconds)
-        if not free:
-            policy.costs.observe_draft(len(cycle.drafted), cycle.draft_seconds)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import tree_shape
+from .drafters import Draft, no_draft
+from .events import Cycle
 from .ragged_cache import RaggedCache
+from .request import Request
 
 PRIOR_ACCEPTANCE = 0.5      # a position's acceptance before anything is seen
 PRIOR_WEIGHT = 1.0          # worth this many observations
@@ -178,7 +182,9 @@ class _Pending:
     tokens: list[int]
     start: int                  # output position its first token would take
     signal: int | None = None
-    matched: int = 0
+    parents: list[int] = field(default_factory=list)    # each node's parent (-1: the root); a chain: i - 1
+    node: int = -1              # the deepest node the output has followed so far
+    matched: int = 0            # its depth
 
 
 @dataclass
@@ -204,11 +210,11 @@ class CostAwarePolicy:
         return self.states.setdefault(request, _State(probe_after=self.probe_after))
 
     def plan(self, request: int, max_length: int, *, free: bool, tree: bool = False,
-             signal: int | None = None) -> Plan:
-        """How many tokens request `request` verifies this cycle, out of at most `max_length`. A tree
-        (`tree`: max_length bounds its depth) is drafted whole or not at all, priced at the width of
-        this request's trees so far. A free drafter's plan is made after it proposed, for that
-        proposal's kind (`signal`)."""
+             signal: int | None = None, widths: Sequence[int] | None = None) -> Plan:
+        """How deep request `request` drafts this cycle, out of at most `max_length`. A free drafter's
+        plan is made after it proposed, for that proposal's kind (`signal`) and, for a tree, its width at
+        each depth (`widths[n]`: the nodes a pass verifies when the tree is cut to depth n). Any other
+        tree (`tree`) is drafted whole or not at all, priced at the width of this request's trees so far."""
         if max_length <= 0:
             return Plan(0, 1.0)
         state = self.state(request)
@@ -218,13 +224,14 @@ class CostAwarePolicy:
         expected = expected_tokens(rates)
         if not self.costs.known:
             return Plan(max_length, expected[-1])
-        if tree:
+        if widths is None and tree:
             width = max(1, round(state.tree_nodes)) if state.tree_nodes else max_length
             best, gain = max_length, expected[-1] / self.costs.relative(width)[width]
         else:
-            cost = self.costs.relative(max_length)
-            best = max(range(1, max_length + 1), key=lambda n: (expected[n] / cost[n], -n))
-            gain = expected[best] / cost[best]
+            widths = list(widths) if widths is not None else list(range(max_length + 1))
+            cost = self.costs.relative(widths[max_length])
+            best = max(range(1, max_length + 1), key=lambda n: (expected[n] / cost[widths[n]], -n))
+            gain = expected[best] / cost[widths[best]]
         if gain >= MIN_GAIN:
             state.paused_for, state.probe_after = 0, self.probe_after
             return Plan(best, gain)
@@ -234,14 +241,54 @@ class CostAwarePolicy:
             return Plan(max_length if tree else min(PROBE_LENGTH, max_length), gain, probe=True)
         return Plan(0, gain)
 
+    # -------------------------------------------------------------- in the decoding loop
+
+    def plan_proposal(self, request: Request, draft: Draft, plans: dict[int, Plan]) -> Draft:
+        """A free drafter's proposal: noted for scoring, its plan made for it (into `plans`), and the
+        draft cut to it (a tree: to the planned depth, through the request's budget, which the tree
+        pass cuts by)."""
+        n = draft.tokens.shape[0]
+        if not n:
+            return draft
+        self.propose_freely(request.index, draft.tokens.tolist(), request.generated, draft.signal, draft.parents)
+        if draft.parents is None:
+            plans[request.index] = plan = self.plan(request.index, n, free=True, signal=draft.signal)
+            return draft if n <= plan.length else Draft(draft.tokens[:plan.length],
+                                                        None if draft.probs is None else draft.probs[:plan.length])
+        depths = tree_shape.depths(list(draft.parents))
+        deepest = min(max(depths), request.budget)
+        widths = [sum(d <= n for d in depths) for n in range(deepest + 1)]
+        plans[request.index] = plan = self.plan(request.index, deepest, free=True, tree=True, signal=draft.signal,
+                                                widths=widths)
+        if plan.length == 0:
+            return no_draft()
+        request.budget = plan.length
+        return draft
+
+    def learn(self, live: Sequence[Request], cycles: Sequence[Cycle], index: int, free: bool) -> None:
+        """What a cycle teaches: each request's acceptance by position (a tree's by depth along its
+        accepted path), and, for a request decoded alone, what a pass of this width cost (not the first
+        pass, which also read the prompt)."""
+        for request, cycle in zip(live, cycles):
+            self.observe(request.index, tree_shape.draft_reach(cycle), len(cycle.accepted_nodes),
+                         request.tokens[len(request.tokens) - request.generated:], nodes=len(cycle.drafted))
+        if len(live) == 1 and index > 0:
+            cycle = cycles[0]
+            self.costs.observe(len(cycle.drafted), cycle.verify_seconds)
+            if not free:
+                self.costs.observe_draft(len(cycle.drafted), cycle.draft_seconds)
+
     # -------------------------------------------------------------- what the request did
 
-    def propose_freely(self, request: int, proposal: Sequence[int], generated: int, signal: int | None = None) -> None:
-        """A free drafter's whole proposal this cycle (`generated` tokens emitted before it): scored
-        against the output as it comes, unless an earlier proposal is still being scored."""
+    def propose_freely(self, request: int, proposal: Sequence[int], generated: int, signal: int | None = None,
+                       parents: Sequence[int] | None = None) -> None:
+        """A free drafter's whole proposal this cycle (`generated` tokens emitted before it; a tree's
+        nodes with their `parents`): scored against the output as it comes, unless an earlier proposal
+        is still being scored."""
         state = self.state(request)
         if state.pending is None and proposal:
-            state.pending = _Pending(list(proposal), generated, signal)
+            chain = list(range(-1, len(proposal) - 1))
+            state.pending = _Pending(list(proposal), generated, signal, list(parents) if parents is not None else chain)
 
     def observe(self, request: int, drafted: int, accepted: int, output: Sequence[int], *, nodes: int = 0) -> None:
         """After a cycle: it verified a draft `drafted` deep (a chain's length, a tree's depth, of
@@ -260,16 +307,25 @@ class CostAwarePolicy:
         estimates = [state.acceptance]
         if pending.signal is not None:
             estimates.append(state.by_signal.setdefault(pending.signal, Acceptance()))
-        while pending.matched < len(pending.tokens) and pending.start + pending.matched < len(output):
-            hit = output[pending.start + pending.matched] == pending.tokens[pending.matched]
+        while pending.start + pending.matched < len(output):
+            children = [i for i, parent in enumerate(pending.parents) if parent == pending.node]
+            if not children:
+                break
+            token = output[pending.start + pending.matched]
+            hit = next((i for i in children if pending.tokens[i] == token), None)
             for estimate in estimates:
-                estimate.observe_position(pending.matched, hit)
-            if not hit:
+                estimate.observe_position(pending.matched, hit is not None)
+            if hit is None:
                 state.pending = None
                 return
-            pending.matched += 1
-        if pending.matched == len(pending.tokens):
+            pending.node, pending.matched = hit, pending.matched + 1
+        if pending.node not in pending.parents:     # a leaf: nothing deeper to score
             state.pending = None
+
+
+def planned_fields(plan: Plan | None) -> dict:
+    """A cycle's `Cycle` fields for its plan (none without the policy, or with nothing proposed)."""
+    return {} if plan is None else dict(planned=plan.length, expected_gain=plan.gain, probe=plan.probe)
 
 
 def calibration_widths(max_length: int) -> list[int]:

@@ -12,8 +12,8 @@ import torch
 from transformers import PreTrainedModel
 
 from ..core.cross_tokenizer import CrossTokenizerDrafter
-from ..core.drafters import (Drafter, DraftModelDrafter, NgramTreeDrafter, PromptLookupDrafter, SuffixDrafter,
-                             early_exit_model)
+from ..core.drafters import Drafter, DraftModelDrafter, PromptLookupDrafter, early_exit_model
+from ..core.lookup_trees import NgramTreeDrafter, SuffixDrafter
 from ..errors import SpecvizError
 from ..settings import DraftSpec, parse_draft
 from .cache import lock as _lock

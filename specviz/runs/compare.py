@@ -72,9 +72,9 @@ def compare(configs: Sequence[RunSettings], prompt: str, **options) -> Compariso
 
 
 def iter_sweep(settings: RunSettings, prompt: str, ks: Iterable[int] = SWEEP_KS, **options) -> Iterator[Sweep]:
-    """`settings` at each k (fixed k: dynamic k is turned off), against one shared baseline."""
+    """`settings` at each k (fixed k: neither the cost-aware policy nor dynamic k), against one shared baseline."""
     ks = list(ks)
-    configs = [replace(settings, k=k, dynamic_k=False, max_k=None) for k in ks]
+    configs = [replace(settings, k=k, fixed_k=True, dynamic_k=False, max_k=None) for k in ks]
     for comparison in iter_comparison(configs, prompt, **options):
         yield Sweep(comparison, ks)
 

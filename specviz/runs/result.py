@@ -143,7 +143,10 @@ class Run:
     def summary(self) -> dict:
         summary = {"target": self.target_name, "draft": self.draft_name, "target_parameters": self.target_parameters,
                    "draft_parameters": self.draft_parameters, "prompt_tokens": self.prompt_tokens, "dtype": self.dtype,
-                   "device": self.device, "clock": self.clock, **self.stats.to_dict()}
+                   "device": self.device, "clock": self.clock,
+                   "draft_policy": ("dynamic k" if self.settings.dynamic_k else "fixed k" if self.settings.fixed_k
+                                    else "cost-aware"),
+                   **self.stats.to_dict()}
         if self.note:
             summary["note"] = self.note
         if self.host_load is not None:

@@ -30,20 +30,23 @@ from .fields import NumberBox, NumberSlider
 
 MAX_CONFIGS = 4
 COMPARE_GPU_SECONDS = 300          # ZeroGPU time for a comparison or a sweep (several runs in one call)
-CONFIG_HEADERS = ["use", "target (blank: built-in)", "draft", "k", "dynamic k", "temperature", "tree branch"]
+CONFIG_HEADERS = ["use", "target (blank: built-in)", "draft", "k", "dynamic k", "temperature", "tree branch",
+                  "fixed k"]
 # The default decides something: one fast drafter against plain decoding, on a prompt whose answer is
 # long enough to measure (the Run tab's opening example). The other rows wait, unticked.
 DEFAULT_CONFIGS = [
-    [True, "", "ngram", 4, False, 0.0, 1],
-    [False, "", "ngram", 4, True, 0.0, 1],
-    [False, "", "self:20", 4, False, 0.0, 1],
-    [False, "", "self:12", 2, False, 0.0, 2],
+    [True, "", "ngram", 4, False, 0.0, 1, False],
+    [False, "", "ngram", 4, True, 0.0, 1, False],
+    [False, "", "self:20", 4, False, 0.0, 1, False],
+    [False, "", "self:12", 2, False, 0.0, 2, False],
 ]
 DRAFT_HELP = ("**draft**: `ngram` (prompt lookup), `ngram-tree` (prompt lookup as a token tree), `suffix` (suffix "
               "decoding), `self:L` (the target's first L layers, early exit) or a model "
               "id / folder (one with another tokenizer drafts across tokenizers). **dynamic k**: +2 after a "
               "fully accepted cycle, \u22121 "
-              "after a rejection. **temperature** 0 is greedy. **tree branch** above 1 (draft models, `self:L`, "
+              "after a rejection. **fixed k**: draft k tokens every cycle (the classic algorithm); unticked, the "
+              "cost-aware policy drafts 0 to k, as many as pay. **temperature** 0 is greedy. **tree branch** "
+              "above 1 (draft models, `self:L`, "
               "`head`): an EAGLE-2 token tree of 16 nodes. Each configuration runs in turn on the same "
               "device against one plain-decoding baseline.")
 DEFAULT_PROMPT = ("Correct the spelling mistakes in this text and return the whole corrected text:\n\n\"Our team will "
@@ -64,11 +67,12 @@ def parse_configs(rows, *, max_new_tokens, seed, chat: bool, limits: Limits) -> 
         if not isinstance(row, (list, tuple)):
             raise SpecvizError(f"Row {n} of the configurations is not a row.")
         row = list(row) + [None] * (len(CONFIG_HEADERS) - len(row))
-        use, target, draft, k, dynamic_k, temperature, branch = row[: len(CONFIG_HEADERS)]
+        use, target, draft, k, dynamic_k, temperature, branch, fixed_k = row[: len(CONFIG_HEADERS)]
         if not flag(use):
             continue
         # A blank k or temperature cell means the default; validate reads blank target and draft cells.
         settings = RunSettings(target=target, draft=draft, k=4 if k in (None, "") else k, dynamic_k=dynamic_k,
+                               fixed_k=bool(fixed_k) if fixed_k not in (None, "") else False,
                                temperature=0.0 if temperature in (None, "") else temperature,
                                seed=seed, max_new_tokens=max_new_tokens, chat=chat,
                                branch=1 if branch in (None, "") else branch)
@@ -278,7 +282,7 @@ def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run:
             with gr.Accordion("Settings: configurations, prompts, length", open=False,
                               elem_id="cmp-settings"):
                 configs = gr.Dataframe(value=DEFAULT_CONFIGS, headers=CONFIG_HEADERS,
-                                       datatype=["bool", "str", "str", "number", "bool", "number"],
+                                       datatype=["bool", "str", "str", "number", "bool", "number", "number", "bool"],
                                        row_count=(MAX_CONFIGS, "fixed"), column_count=(len(CONFIG_HEADERS), "fixed"),
                                        type="array", interactive=True, label="Configurations (tick up to four)",
                                        elem_id="cmp-configs")

@@ -44,10 +44,10 @@ def page(view: RunView, record: object = NO_RECORDING) -> RunPage:
 
 
 def settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-                           max_new_tokens, seed, prompt_format, limits: Limits, branch=1) -> RunSettings:
+                           max_new_tokens, seed, prompt_format, limits: Limits, branch=1, fixed_k=False) -> RunSettings:
     tree = drafter in (DRAFT_MODEL, EARLY_EXIT)     # the branch slider only shows for these
     return validate(RunSettings(target=target, draft=draft_spec(drafter, draft_model, exit_layer), k=k,
-                                dynamic_k=dynamic_k, temperature=temperature, top_p=top_p, top_k=top_k,
+                                fixed_k=fixed_k, dynamic_k=dynamic_k, temperature=temperature, top_p=top_p, top_k=top_k,
                                 max_new_tokens=max_new_tokens, seed=seed, chat=prompt_format != RAW,
                                 branch=branch if tree else 1), limits)
 
@@ -58,13 +58,14 @@ def run_work(limits: Limits, loader: Loader | None = None, memories: SessionMemo
     memories = SessionMemories() if memories is None else memories
 
     def work(prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-             max_new_tokens, seed, prompt_format, branch=1, session: gr.Request | None = None,
+             max_new_tokens, seed, prompt_format, branch=1, fixed_k=False, session: gr.Request | None = None,
              stop: StopSignal | None = None) -> Iterator[RunPage | object]:
         stop = stop or StopSignal()
         run = renderer = None
         try:
             settings = settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature,
-                                              top_p, top_k, max_new_tokens, seed, prompt_format, limits, branch)
+                                              top_p, top_k, max_new_tokens, seed, prompt_format, limits, branch,
+                                              fixed_k)
             prompt = check_prompt(prompt, limits)
             if stop.requested:   # stopped while it waited for the queue
                 yield page(stopped_view())
@@ -219,8 +220,10 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: Ses
                                       "nodes per pass)", visible=initial.get("drafter") in (DRAFT_MODEL, EARLY_EXIT),
                                       elem_id="branch")
                 with gr.Row():
-                    k = NumberSlider(1, 16, value=initial.get("k") or 8, step=1, label="k (tokens drafted per cycle)",
-                                     elem_id="k")
+                    k = NumberSlider(1, 16, value=initial.get("k") or 8, step=1,
+                                     label="k (most tokens drafted per cycle)", elem_id="k")
+                    fixed_k = gr.Checkbox(False, label="Fixed k", elem_id="fixed-k",
+                                          info="k every cycle (the classic algorithm); off: as many as pay, 0 to k")
                     dynamic_k = gr.Checkbox(False, label="Dynamic k",
                                             info="+2 after a full accept, \u22121 after a rejection")
                 max_new_tokens = NumberSlider(8, slider_max_new_tokens(limits), value=128, step=8,
@@ -279,7 +282,7 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: Ses
 
     handler = streaming(gpu_task(run_work(limits, loader, memories)))
     inputs = [prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-              max_new_tokens, seed, prompt_format, branch]
+              max_new_tokens, seed, prompt_format, branch, fixed_k]
     # Stop is a signal the work reads, not a cancel: see `StopSignal`. (A closed page still cancels.)
     run_event = click_with_stop(run, stop, handler, inputs, [*views, record], concurrency_limit=1,
                                 concurrency_id=CONCURRENCY_ID, show_progress="minimal", api_name="run")

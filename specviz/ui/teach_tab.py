@@ -55,7 +55,9 @@ def teach_work(limits: Limits, loader: Loader | None = None):
         stop = stop or StopSignal()
         skip = gr.skip()
         try:
-            settings = validate(RunSettings(draft=draft_spec(drafter, draft_model, exit_layer), k=k,
+            # The classic algorithm, k drafted every cycle: the tab steps through each cycle's tests (the
+            # cost-aware policy's plain steps would have none; the Run tab shows the policy).
+            settings = validate(RunSettings(draft=draft_spec(drafter, draft_model, exit_layer), k=k, fixed_k=True,
                                             temperature=temperature, seed=seed,
                                             max_new_tokens=max_new_tokens, chat=prompt_format != RAW), limits)
             prompt = check_prompt(prompt, limits)

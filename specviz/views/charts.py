@@ -2,8 +2,9 @@
 them again after each cycle, so every chart is live.
 
 - `acceptance_figure`: acceptance per cycle, and cumulative.
-- `tokens_per_pass_figure`: tokens per target pass, its running mean, and the theory's value at
-  the measured acceptance.
+- `tokens_per_pass_figure`: tokens per target pass, its running mean, the theory's value at the
+  measured acceptance, and how much each cycle drafted (the cost-aware policy's draft length, with
+  the cycles where it paused speculation and took a plain step).
 - `race_figure`: tokens against each method's own time, for both methods, and the running speedup.
 - `position_figure`: acceptance by draft position.
 - `timeline_figure`: where each method's time goes, event by event: drafting and verification beside
@@ -93,8 +94,30 @@ def tokens_per_pass_figure(cycles: Sequence[Cycle], stats: SpecStats | None) -> 
                                  hovertemplate="%{y} nodes verified<extra></extra>"))
     else:
         nodes = []
-    top = max(emitted + nodes + [theory or 0, 1]) + 0.5
+    drafted = []
+    if any(c.planned is not None for c in cycles):
+        # The cost-aware policy's choice, cycle by cycle: what it drafted, and where it paused.
+        drafted = [len(c.drafted) for c in cycles]
+        traces.append(go.Scatter(x=x, y=drafted, name="drafted", mode="lines", line=dict(color=PLAIN_COLOUR, width=1.5,
+                                                                                      shape="hvh"),
+                                 customdata=[[_policy_note(c)] for c in cycles],
+                                 hovertemplate="%{y} drafted%{customdata[0]}<extra></extra>"))
+        paused = [c for c in cycles if c.planned == 0]
+        if paused:
+            traces.append(go.Scatter(x=_cycle_numbers(paused), y=[0] * len(paused), name="paused (plain step)",
+                                     mode="markers", marker=dict(symbol="x-thin-open", size=9, color=THEORY_COLOUR,
+                                                                 line=dict(width=2)),
+                                     customdata=[[_policy_note(c)] for c in paused],
+                                     hovertemplate="paused%{customdata[0]}<extra></extra>"))
+    top = max(emitted + nodes + drafted + [theory or 0, 1]) + 0.5
     return go.Figure(traces, layout=layout("Tokens per target pass", "cycle", "tokens", yaxis_range=[0, top]))
+
+
+def _policy_note(cycle: Cycle) -> str:
+    """The policy's reason, for a hover: ': expected 0.92x' (paused) or ': expected 1.40x'."""
+    if cycle.expected_gain is None:
+        return ": nothing to propose" if cycle.planned is None and not cycle.drafted else ""
+    return f": expected {cycle.expected_gain:.2f}x" + (" (a probe)" if cycle.probe else "")
 
 
 def race_figure(cycles: Sequence[Cycle], steps: Sequence[Step], speed: Speed | None = None,

@@ -58,6 +58,10 @@ def formulas_markdown(stats=None, *, measured_speedup: float | None = None, theo
         if theory_here:
             lines.append(f" At this machine's measured cost of a verification pass the theory gives "
                          f"**{theory_here:.2f}\u00d7**; the ideal above assumes a pass costs one plain step.")
+        if stats.cycles_paused is not None:
+            lines.append(f" The cost-aware policy drafted in **{stats.cycles_drafted}** of {stats.cycles} cycles and "
+                         f"paused speculation in **{stats.cycles_paused}** (a plain step where no draft length was "
+                         "expected to pay); $k$ above is the most it may draft.")
         lines.append("")
     best = best_k(alpha, c)
     if expected_speedup(alpha, best, c) < 1:
@@ -214,6 +218,21 @@ summary measures $P$ (the median verification pass over the median plain step) a
 **at this pass cost**, $S / P$, next to the **ideal** $S$ (pass cost 1), which is what a GPU approaches.
 The measured speedup should be read against $S / P$; what remains between them is the engine's own
 time and how far real acceptance is from the theory's independent-tokens model.
+
+### How much to draft: the cost-aware policy
+
+specviz does not draft $k$ tokens every cycle unless asked (*Fixed k*). Before each cycle it picks the
+draft length $n$ from 0 to $k$ that maximises the expected tokens per unit of time,
+
+$$\frac{E[\text{tokens} \mid n]}{P(n)}, \qquad E[\text{tokens} \mid n] = 1 + \sum_{i=1}^{n} \prod_{j \le i} c_j,$$
+
+where $c_j$ is this request's measured chance that draft position $j$ is accepted once the ones before it
+were, and $P(n)$ is what a pass verifying $n$ drafted tokens (and drafting them) costs on this machine, in
+plain steps, measured. $n = 0$ is a plain step, worth exactly 1: where no draft length is expected to
+beat it (by 2%), the cycle pauses speculation. Prompt lookup keeps proposing while paused (it costs
+nothing) and its proposals are checked against what the target writes, so drafting resumes as soon as
+they come true; other drafters probe now and then. Verification is untouched, so the output is exactly
+what it would be with any $k$.
 """)
 
 

@@ -127,6 +127,17 @@ def busy_host_text(run: Run) -> str | None:
     return f"the host was busy ({', '.join(measured)}): absolute times and tokens/s are inflated{fair}"
 
 
+def policy_text(run: Run) -> str | None:
+    """How the draft length was chosen, and what the cost-aware policy did ('' before any cycle)."""
+    s, settings = run.stats, run.settings
+    if settings.dynamic_k:
+        return f"dynamic k ({settings.k} to {settings.max_k or 2 * settings.k}, transformers' heuristic)"
+    if settings.fixed_k or s.cycles_paused is None:
+        return f"fixed, k = {settings.k} every cycle"
+    return (f"cost-aware, up to k = {settings.k}: drafted in {s.cycles_drafted} of {s.cycles} cycles, paused "
+            f"speculation in {s.cycles_paused} (no draft length expected to beat a plain step)")
+
+
 def summary_lines(run: Run) -> list[str]:
     """The command line's summary of one run."""
     s = run.stats
@@ -135,6 +146,9 @@ def summary_lines(run: Run) -> list[str]:
              f"acceptance: {s.draft_acceptance_rate:.1%} of drafted tokens (alpha {s.alpha:.2f}), "
              f"{s.mean_acceptance_length:.2f} tokens per target pass, mean k {s.mean_k:.1f}",
              f"cost ratio c = {cost_ratio_text(run)}"]
+    policy = policy_text(run)
+    if policy:
+        lines.append(f"draft length: {policy}")
     lines += [f"{name.lower()}: {value}; {note}" for name, value, note in cross_tokenizer_lines(run)]
     lines.append(f"speculative: {s.tokens_per_second:.1f} tokens/s")
     if run.steps:

@@ -149,6 +149,25 @@ def _tests_so_far(cycle: Cycle, rows: Sequence[TokenRow], tested: Sequence[int],
     return lines + ["", f"*Test {upto + 1}. {more}*"]
 
 
+def policy_pause_text(cycle: Cycle) -> str:
+    """Why a cycle of the cost-aware policy did not draft."""
+    return (f"**Speculation paused** (expected {cycle.expected_gain:.2f}×: paused). From what this request "
+            "has accepted so far at each draft position, and what a verification pass costs on this machine, "
+            "no draft length was expected to beat a plain step, so this pass verified nothing and produced one "
+            "token, as plain decoding would. The drafter's proposals are still checked against what the target "
+            "writes, and drafting resumes as soon as they start coming true.")
+
+
+def policy_draft_text(cycle: Cycle) -> str:
+    """Why a cycle of the cost-aware policy drafted what it drafted."""
+    if cycle.probe:
+        return (f"A **probe**: drafting was not expected to pay (expected {cycle.expected_gain:.2f}×), but "
+                f"after a run of plain steps the policy drafts {cycle.planned} token"
+                f"{'s' if cycle.planned != 1 else ''} to learn whether it pays again.")
+    return (f"The cost-aware policy chose to draft up to **{cycle.planned}** (of at most {cycle.k}): the length "
+            f"with the most expected tokens per unit of time, expected {cycle.expected_gain:.2f}× a plain step.")
+
+
 def cycle_markdown(cycle: Cycle, rows: Sequence[TokenRow], text_of: TokenText, total: int | None = None,
                    upto: int | None = None, drafted_texts: Sequence[str] | None = None) -> str:
     """What happened in this cycle, in words and in the formulas' terms (Markdown with $LaTeX$). With
@@ -160,10 +179,15 @@ def cycle_markdown(cycle: Cycle, rows: Sequence[TokenRow], text_of: TokenText, t
     tested = tested_nodes(cycle, rows) if upto is not None else []
     if tested:
         return "\n".join(lines + _tests_so_far(cycle, rows, tested, text_of, upto))
-    if not cycle.drafted:
+    if cycle.planned == 0:
+        lines.append(policy_pause_text(cycle))
+    elif not cycle.drafted:
         lines.append("The drafter had nothing to propose (prompt lookup found no match), so this target pass "
                      "produced one token, as plain decoding would.")
     else:
+        if cycle.planned is not None:
+            lines.append(policy_draft_text(cycle))
+            lines.append("")
         lines.append(f"The drafter proposed {len(cycle.drafted)} token{'s' if len(cycle.drafted) > 1 else ''}; "
                      f"one target pass scored them all at once.")
         lines.append("")
