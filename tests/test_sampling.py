@@ -179,6 +179,35 @@ def test_speculative_sampling_matches_target_distribution(small_pair, drafter, k
     assert pooled_chisquare(observed, wrong) < 1e-4
 
 
+# The cost-aware policy chooses each cycle's draft length from what earlier cycles accepted: a choice
+# made from the past only, so the output must still follow the target's distribution exactly. The
+# cost tables make it pause and draft in turn (a plain step, a probe, a draft of 1 to k).
+@pytest.mark.parametrize("drafter, kw, table", [
+    ("smaller", dict(k=3, temperature=1.0), {0: 1.0, 1: 1.3, 2: 1.5, 3: 1.6}),
+    ("unrelated", dict(k=2, temperature=0.8, top_k=3), {0: 1.0, 1: 1.2, 2: 1.3}),
+    ("ngram", dict(k=3, temperature=1.0), {0: 1.0, 1: 1.6, 3: 1.8}),
+])
+@pytest.mark.slow
+def test_sampling_with_the_cost_aware_policy_matches_target_distribution(small_pair, drafter, kw, table):
+    from specviz.core.draft_policy import CostAwarePolicy, PassCosts
+
+    target, smaller, unrelated = small_pair
+    draft = {"smaller": smaller, "unrelated": unrelated, "ngram": PromptLookupDrafter()}[drafter]
+    prompt = torch.tensor([[1, 2, 3, 1, 2]])
+    sampler = Sampler(kw["temperature"], kw.get("top_k", 0), kw.get("top_p", 1.0))
+    counts, planned = np.zeros(V ** LENGTH), []
+    for seed in range(RUNS):
+        policy = CostAwarePolicy(PassCosts(table, learn=False), probe_after=1)
+        cycles = list(speculative_decode(target, draft, prompt, max_new_tokens=LENGTH, seed=seed, policy=policy, **kw))
+        planned += [c.planned for c in cycles if c.planned is not None]
+        out = [t for c in cycles for t in c.emitted]
+        counts[int(np.ravel_multi_index(out, (V,) * LENGTH))] += 1
+    assert 0 in planned and any(planned)                    # it paused and drafted
+    assert pooled_chisquare(counts, exact_joint(target, prompt, sampler)) > 1e-3
+    wrong = exact_joint(target, prompt, Sampler(kw["temperature"] * 2.0, kw.get("top_k", 0), kw.get("top_p", 1.0)))
+    assert pooled_chisquare(counts, wrong) < 1e-4
+
+
 def test_seed_reproducible_and_global_rng_untouched(small_pair):
     target, smaller, _ = small_pair
     prompt = torch.tensor([[1, 2, 3, 1, 2]])
