@@ -118,7 +118,13 @@ def test_on_a_device_where_passes_cost_many_steps_it_never_drafts_a_coin_flip(pr
     policy = CostAwarePolicy(PassCosts({0: 1.0, 1: 3.0, 8: 4.0}, learn=False))
     assert policy.plan(0, 8, free=True).length == 0            # E[tokens] <= 2 at the prior: never 3x the cost
     policy = CostAwarePolicy(PassCosts(BF16_LIKE, learn=False))
-    assert policy.plan(0, 8, free=True).length >= 4            # nearly free passes: draft at the prior
+    assert policy.plan(0, 8, free=False).length >= 4           # nearly free passes: a draft model drafts at the prior
+    # Prompt lookup, scored for free, waits for evidence where a pass costs more than a step: one token of it.
+    policy = CostAwarePolicy(PassCosts(FP32_LIKE, learn=False))
+    assert policy.plan(0, 8, free=True).length == 0
+    policy.propose_freely(0, [5, 6, 7, 8, 9, 10, 11, 12], 0)
+    policy.observe(0, 0, 0, [5])
+    assert policy.plan(0, 8, free=True).length >= 4
 
 
 # ----------------------------------------------------------------------------- lossless

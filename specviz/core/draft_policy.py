@@ -39,7 +39,12 @@ from .events import Cycle
 from .ragged_cache import RaggedCache
 from .request import Request
 
-PRIOR_ACCEPTANCE = 0.5      # a position's acceptance before anything is seen
+# A position's acceptance before anything is seen. A drafter whose drafts cost a pass must draft to
+# learn, so it starts hopeful; one whose proposals are scored for free (prompt lookup) loses nothing by
+# waiting for evidence (its first proposal is scored against the first tokens the target writes), and
+# a first draft that misses costs most of a plain step on a CPU.
+PRIOR_ACCEPTANCE = 0.5
+FREE_PRIOR_ACCEPTANCE = 0.25
 PRIOR_WEIGHT = 1.0          # worth this many observations
 DECAY = 0.9                 # per observation: recent text outweighs old (a request's text changes)
 COST_SMOOTHING = 0.25       # each new pass's weight in its width's running cost
@@ -137,13 +142,13 @@ class Acceptance:
         self.reached[j] = DECAY * self.reached[j] + 1.0
         self.accepted[j] = DECAY * self.accepted[j] + float(accepted)
 
-    def rates(self, n: int, prior: Sequence[float] | None = None) -> list[float]:
+    def rates(self, n: int, prior: Sequence[float] | None = None, start: float = PRIOR_ACCEPTANCE) -> list[float]:
         """c_1..c_n: each position's acceptance, its own observations shrunk toward `prior` (another
         estimate's rates) or else toward the position before it (the first toward the pooled rate of
-        every position, itself shrunk toward PRIOR_ACCEPTANCE): a deep position seldom reached borrows
+        every position, itself shrunk toward `start`): a deep position seldom reached borrows
         from the shallower ones, and a copy that holds (acceptance rising with depth) is not pulled
         down by the first position's misses."""
-        toward = ((sum(self.accepted) + PRIOR_ACCEPTANCE * PRIOR_WEIGHT) / (sum(self.reached) + PRIOR_WEIGHT))
+        toward = ((sum(self.accepted) + start * PRIOR_WEIGHT) / (sum(self.reached) + PRIOR_WEIGHT))
         out = []
         for j in range(n):
             reached = self.reached[j] if j < len(self.reached) else 0.0
@@ -218,7 +223,7 @@ class CostAwarePolicy:
         if max_length <= 0:
             return Plan(0, 1.0)
         state = self.state(request)
-        rates = state.acceptance.rates(max_length)
+        rates = state.acceptance.rates(max_length, start=FREE_PRIOR_ACCEPTANCE if free else PRIOR_ACCEPTANCE)
         if signal is not None and signal in state.by_signal:
             rates = state.by_signal[signal].rates(max_length, prior=rates)
         expected = expected_tokens(rates)
