@@ -224,12 +224,41 @@ def test_bench_command_writes_json_and_markdown(tmp_path, capsys):
     assert md.read_text().strip() in printed
 
 
+def test_spec_bench_ships_whole_with_its_license_and_reads_as_its_leaderboard_groups_it():
+    from specviz.catalog import SPEC_BENCH_CATEGORIES, SPEC_BENCH_FILE, load_spec_bench
+
+    everything = load_spec_bench()
+    assert len(everything) == 480 and len({p.id for p in everything}) == 480
+    counts = {c: sum(p.category == c for p in everything) for c in SPEC_BENCH_CATEGORIES}
+    assert counts == {"mt_bench": 80, "translation": 80, "summarization": 80, "qa": 80, "math_reasoning": 80, "rag": 80}
+    assert "Apache License" in (SPEC_BENCH_FILE.parent / "LICENSE").read_text()
+    first = load_spec_bench(["qa", "rag"], limit=2)
+    assert [p.id for p in first] == ["spec-bench-321", "spec-bench-322", "spec-bench-481", "spec-bench-482"]
+    drawn = load_spec_bench(["qa", "rag"], limit=2, sample_seed=7)
+    assert drawn == load_spec_bench(["qa", "rag"], limit=2, sample_seed=7)        # the same seed, the same draw
+    assert drawn != first and [p.category for p in drawn] == ["qa", "qa", "rag", "rag"]
+    assert drawn != load_spec_bench(["qa", "rag"], limit=2, sample_seed=8)
+    with pytest.raises(SpecvizError, match="unknown Spec-Bench category"):
+        load_spec_bench(["poetry"])
+
+
+def test_bench_runs_spec_bench_by_name(tmp_path):
+    out = tmp_path / "bench.json"
+    code = entry(["bench", "--target", "tiny", "--draft", "ngram", "--prompts", "spec-bench", "--category", "qa",
+                  "--limit", "1", "--sample-seed", "3", "--max-new-tokens", "6", "--quiet", "--json", str(out)])
+    assert code == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 1 and rows[0]["category"] == "qa" and rows[0]["id"].startswith("spec-bench-")
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--category", "poetry"], "unknown category"),
     (["--clock", "process"], "unrecognized arguments: --clock"),   # gone: the core Clock chooses
     (["--k", "0"], "k (tokens drafted per cycle)"),
     (["--repeats", "0"], "--repeats must be at least 1"),
     (["--draft", "gpt2"], "for the tiny target"),
+    (["--prompts", "spec-bench", "--category", "poetry"], "unknown Spec-Bench category"),
+    (["--prompts", "spec-bench", "--sample-seed", "3"], "give --limit too"),
 ])
 def test_bench_command_reports_bad_input(capsys, argv, message):
     assert entry(["bench", "--target", "tiny", "--quiet", *argv]) == 2
