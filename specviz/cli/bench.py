@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", default=None,
                         help=f"draft length (default per drafter: ngram {DEFAULT_K['ngram']}, "
                              f"self:L {DEFAULT_K['self']}, draft model {DEFAULT_K['model']})")
+    parser.add_argument("--fixed-k", action="store_true",
+                        help="draft k tokens every cycle (the classic algorithm, and what transformers does here); by "
+                             "default the cost-aware policy drafts 0 to k, as many as pay")
     parser.add_argument("--max-new-tokens", default=128)
     parser.add_argument("--branch", default=None, help="with a draft model, self:L or a head: draft EAGLE-2 "
                                                        "token trees (see `run --help`); transformers stays a chain")
@@ -79,7 +82,8 @@ def main(args: argparse.Namespace) -> int:
     for settings in configs:
         setup = Setup(settings, load(settings, None if args.quiet else progress_printer()))
         meta = describe(setup)
-        say(f"{meta['target']} + {meta['draft']} (k={meta['k']}) on {meta['hardware']}, {meta['dtype']}, "
+        say(f"{meta['target']} + {meta['draft']} (k={meta['k']}, {meta['draft_policy']}) on {meta['hardware']}, "
+            f"{meta['dtype']}, "
             f"{len(prompts)} prompts, {settings.max_new_tokens} new tokens, timed by {meta['clock']}; "
             f"transformers: {meta['transformers_settings']}")
         rows = run_bench(setup, prompts, repeats=args.repeats, progress=say)

@@ -198,7 +198,7 @@ def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transforme
         "dtype": run.dtype, "k": setup.settings.k, "prompt_tokens": run.prompt_tokens, "new_tokens": stats.tokens,
         "acceptance_rate": stats.draft_acceptance_rate, "alpha": stats.alpha,
         "tokens_per_pass": stats.mean_acceptance_length, "nodes_per_pass": stats.mean_nodes_per_pass,
-        "target_passes": stats.cycles,
+        "target_passes": stats.cycles, "cycles_drafted": stats.cycles_drafted, "cycles_paused": stats.cycles_paused,
         "transformers_target_passes": hf.target_passes,
         "expected_tokens_per_pass": stats.expected_tokens_per_pass,
         "mean_drafted": ratio(stats.drafted, stats.cycles),
@@ -307,6 +307,7 @@ def describe(setup: Setup) -> dict:
     pair, settings = setup.pair, setup.settings
     return {"target": pair.target_name, "draft": pair.draft_name, "device": str(pair.device),
             "dtype": str(pair.dtype).removeprefix("torch."), "k": settings.k,
+            "draft_policy": "dynamic k" if settings.dynamic_k else "fixed k" if settings.fixed_k else "cost-aware",
             "max_new_tokens": settings.max_new_tokens, "hardware": host_description(pair.device),
             "torch": torch.__version__, "transformers": transformers.__version__, "clock": Clock(pair.device).name,
             "transformers_settings": transformers_settings(setup)[2], "eos_token_ids": list(pair.eos_token_ids)}
