@@ -122,6 +122,18 @@ def test_greedy_equals_generate(cross_pair, k):
     assert sum(len(c.drafted) for c in cycles) > 0          # the draft really proposes
 
 
+def test_greedy_equals_generate_with_the_cost_aware_policy_pausing_and_probing(cross_pair):
+    # Paused cycles feed the draft nothing; a probe (or a draft again) re-reads what it missed.
+    from specviz.core.draft_policy import CostAwarePolicy, PassCosts
+
+    target, drafter, prompt = cross_pair
+    policy = CostAwarePolicy(PassCosts({0: 1.0, 1: 1.4, 4: 1.8}, learn=False), probe_after=1)
+    out, cycles = emitted(target, drafter, prompt, max_new_tokens=24, k=4, policy=policy)
+    assert out == reference(target, prompt, n=24)
+    planned = [c.planned for c in cycles]
+    assert 0 in planned and any(planned), planned
+
+
 @pytest.mark.parametrize("k", [1, 3, 8])
 def test_greedy_stops_on_eos_like_generate(cross_pair, k):
     target, drafter, prompt = cross_pair

@@ -181,6 +181,22 @@ def test_greedy_with_the_head_equals_generate(trained, k):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_greedy_with_the_head_and_the_cost_aware_policy_equals_generate(trained):
+    # Paused cycles still hand the head the target's hidden states; its next draft reads them all.
+    from specviz.core.draft_policy import CostAwarePolicy, PassCosts
+
+    target, folder, _ = trained
+    drafter = make_drafter(parse_draft(f"head:{folder}"), target, target_name="tiny-llama")
+    for text in ("Explain volcanoes in simple terms.", "Hi"):
+        prompt = torch.tensor([list(f"<user>\n{text}\n<assistant>\n".encode())])
+        policy = CostAwarePolicy(PassCosts({0: 1.0, 1: 1.5, 3: 1.7}, learn=False), probe_after=1)
+        cycles = list(speculative_decode(target, drafter, prompt, max_new_tokens=40, k=3, policy=policy))
+        out = [t for c in cycles for t in c.emitted]
+        assert out == target.generate(prompt, max_new_tokens=40, do_sample=False)[0, prompt.shape[1]:].tolist()
+        assert any(c.drafted for c in cycles)
+
+
 def test_the_loop_drafts_what_the_head_predicts_from_the_whole_sequence(trained):
     """Drafting reads the features training read: in greedy decoding at k = 1, each cycle's draft is the
     head's prediction for that position from the finished sequence read at once (as training and its
