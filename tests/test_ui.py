@@ -216,7 +216,8 @@ def test_suffix_decoding_remembers_a_sessions_runs_and_only_its_own(tiny):
     session, other = SimpleNamespace(session_hash="a"), SimpleNamespace(session_hash="b")   # as gr.Request
 
     def final(request):
-        pages = [p for p in work(*inputs(drafter=SUFFIX, max_new_tokens=48), request) if p is not TICK]
+        # Fixed k: what the session's memory drafts is the point here, not whether drafting pays on the tiny pair.
+        pages = [p for p in work(*inputs(drafter=SUFFIX, max_new_tokens=48, fixed_k=True), request) if p is not TICK]
         return text(pages[-1].stats), pages[-1].tokens
 
     first, _ = final(session)
