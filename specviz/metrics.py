@@ -206,6 +206,28 @@ def pooled_alpha(runs: Sequence[Sequence[Cycle]]) -> float:
     return ratio(accepted, accepted + sum(rejections(cycles) for cycles in runs))
 
 
+# ----------------------------------------------------------------------------- what a figure is timed on
+
+# Every timed figure names its clock (`core.timing.Clock.name`) and its basis: decode only (each
+# method's first event, which carries the prompt's prefill, left out) or with the prefill.
+DECODE_ONLY, WITH_PREFILL = "decode only", "with prefill"
+
+
+def moved_by_load(clock: str) -> bool:
+    """Whether other programs on the machine can move a figure timed by `clock`: the wall clock on a
+    CPU (more than one torch thread) can; one thread's CPU time and a device's synchronised clock cannot."""
+    return clock == "wall clock"
+
+
+def clock_text(clock: str) -> str:
+    return clock + (" (other programs on this machine can move it)" if moved_by_load(clock) else "")
+
+
+def timing(clock: str, **bases: str) -> dict:
+    """A figure's clock and basis for JSON: `timing(clock, speedup=DECODE_ONLY, ...)`."""
+    return {"clock": clock, "moved_by_load": moved_by_load(clock), "basis": bases}
+
+
 # ----------------------------------------------------------------------------- speedup, measured
 
 MIN_PASSES = 8              # fewer decode passes (or steps) than this: too short to measure reliably
@@ -379,8 +401,6 @@ def theory_at_pass_cost(spec: SpecStats, speed: Speed | None) -> float | None:
     if speed is None or not speed.pass_cost:
         return None
     return spec.expected_speedup / speed.pass_cost
-
-
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:

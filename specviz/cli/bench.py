@@ -1,7 +1,8 @@
 """`python -m specviz bench`: the prompt set against plain decoding and transformers' assisted
 generation (`runs.bench`), one configuration per --draft, printed as a markdown table; `--json` and
 `--markdown` also write it to files. The clock is the one every event is timed with
-(`core.decoding.Clock`): this thread's CPU time with `--threads 1` on a CPU, wall clock otherwise."""
+(`core.timing.Clock`): on a CPU this thread's CPU time with one torch thread (the default), the wall
+clock with `--threads N` above 1."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ from ..core.head import HeadDrafter
 from ..core.timing import Clock
 from ..errors import SpecvizError
 from ..metrics import BOOTSTRAP_SAMPLES, linear_fit, pooled_alpha, ratio
-from ..models import ModelPair
+from ..models import ModelPair, default_threads
 from ..models.host import HostLoad, environment, read_cpu_times
 from ..settings import RunSettings
 from .calibration import Calibration, calibrate, predicted_speedup
@@ -110,6 +110,7 @@ def sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair
     is ignored (`ks` are swept); every prompt is encoded and checked before any work. `fixed_length`:
     every request writes `settings.max_new_tokens` tokens in both methods (EOS ignored: equal work)."""
     check_drafter(pair)
+    default_threads(pair.device)
     if not prompts:
         raise SpecvizError("The load sweep needs at least one prompt.")
     encoded = {p.prompt: encode(settings, p.prompt, pair)[0].tolist() for p in prompts}

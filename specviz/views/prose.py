@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..metrics import EQUAL_LENGTH, SHARED_PREFIX, draft_cost, drafted_per_cycle, ideal_speedup, pass_seconds
+from ..metrics import (EQUAL_LENGTH, SHARED_PREFIX, clock_text, draft_cost, drafted_per_cycle, ideal_speedup,
+                       pass_seconds)
 from ..runs.comparison import Comparison, Sweep, ranked
 from ..runs.result import Run
 
@@ -62,7 +63,8 @@ def compared_text(run: Run) -> str:
     if speed is None:
         return ""
     return (f"decode-only time per token over {work_text(run)}; prefill apart: speculative "
-            f"{speed.spec_prefill_seconds:.3f} s, plain {speed.plain_prefill_seconds:.3f} s; timed by {run.clock}")
+            f"{speed.spec_prefill_seconds:.3f} s, plain {speed.plain_prefill_seconds:.3f} s; "
+            f"timed by {clock_text(run.clock)}")
 
 
 def parted_text(run: Run) -> str | None:
@@ -150,9 +152,9 @@ def summary_lines(run: Run) -> list[str]:
     if policy:
         lines.append(f"draft length: {policy}")
     lines += [f"{name.lower()}: {value}; {note}" for name, value, note in cross_tokenizer_lines(run)]
-    lines.append(f"speculative: {s.tokens_per_second:.1f} tokens/s")
+    lines.append(f"speculative: {s.tokens_per_second:.1f} tokens/s (with prefill)")
     if run.steps:
-        lines.append(f"plain:       {run.plain.tokens_per_second:.1f} tokens/s")
+        lines.append(f"plain:       {run.plain.tokens_per_second:.1f} tokens/s (with prefill)")
         parted = parted_text(run)
         if parted:
             lines.append(f"warning: {parted}")
@@ -320,7 +322,7 @@ def timing_note(runs: Sequence[Run]) -> str:
     if not clocks:
         return ""
     return (f"Speedups compare decode-only time per token against plain decoding of the same prompt, timed by "
-            f"{' / '.join(clocks)}; the ranges are 95% intervals of the timing noise.")
+            f"{' / '.join(clock_text(c) for c in clocks)}; the ranges are 95% intervals of the timing noise.")
 
 
 def plain_rate_line(runs: Sequence[Run]) -> str:

@@ -324,11 +324,10 @@ def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
         _row("Cost ratio c", cost_ratio_text(run), "one draft step's time / one target pass's time, measured"),
         _row("Measured speedup", speed_text(run) if speed else "\u2013", compared_text(run)),
         *(_row(name, value, note) for name, value, note in theory_lines(run)),
-        _row("Speculative", f"{spec.tokens_per_second:.1f} tokens/s", f"{spec.tokens} tokens in {spec.seconds:.2f} s"),
+        *(_row(f"{name}, with prefill", f"{s.tokens_per_second:.1f} tokens/s",
+               f"{s.tokens} tokens in {s.seconds:.2f} s") for name, s in (("Speculative", spec), ("Plain", plain))
+          if s),
     ]
-    if plain is not None:
-        rows.append(_row("Plain", f"{plain.tokens_per_second:.1f} tokens/s",
-                         f"{plain.tokens} tokens in {plain.seconds:.2f} s"))
     paragraphs = "".join(f'<p class="sv-note">{html.escape(n)}</p>' for n in notes)
     state_html = f'<div class="sv-state">{html.escape(state)}</div>' if state else ""
     # The pair's one-line note (drafting across tokenizers), where the headline is read.
