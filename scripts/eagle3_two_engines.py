@@ -27,7 +27,8 @@ from specviz.engines import VllmEngine, closed_loop, engine_configs, model_locat
 from specviz.engines.vllm_client import Request  # noqa: E402
 from specviz.models import encode_prompt  # noqa: E402
 from specviz.models.host import load_average  # noqa: E402
-from specviz.runs.engine_load import acceptance, acceptance_by_position  # noqa: E402
+from specviz.metrics import acceptance_rate_per_position  # noqa: E402
+from specviz.runs.engine_load import acceptance  # noqa: E402
 from specviz.runs.run import load  # noqa: E402
 from specviz.settings import RunSettings  # noqa: E402
 
@@ -93,9 +94,9 @@ def main() -> int:
               f"specviz {r['specviz_mean_acceptance_length']:.2f} {own}")
     summary = {"k": args.k, "dtype": args.dtype, "max_new_tokens": args.max_new_tokens, "rows": rows,
                "vllm": {"mean_acceptance_length": mean_length(all_vllm), "histogram": all_vllm,
-                        "by_position": acceptance_by_position(all_vllm)},
+                        "by_position": acceptance_rate_per_position(all_vllm)},
                "specviz": {"mean_acceptance_length": mean_length(all_own), "histogram": all_own,
-                           "by_position": acceptance_by_position(all_own)},
+                           "by_position": acceptance_rate_per_position(all_own)},
                "load_average": load_average()}
     for name in ("vllm", "specviz"):
         figures = summary[name]

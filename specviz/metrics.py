@@ -1,22 +1,12 @@
-"""Statistics of a run, computed from its events, and the theory they are compared against.
-
-Names follow vLLM's speculative-decoding metrics where it has one:
-- `draft_acceptance_rate`: accepted drafted tokens / drafted tokens.
-- `mean_acceptance_length`: tokens emitted per target pass (accepted + the one the target adds).
-- `acceptance_histogram`: number of cycles that accepted 0, 1, ..., max_k drafted tokens.
-- per-position acceptance: for position i, the fraction of drafts whose i-th token was accepted.
-
-The theory (Leviathan et al. 2023) assumes each drafted token is accepted independently with
-probability a. Then one target pass yields (1 - a^(k+1)) / (1 - a) tokens in expectation, and with
-c = (time of one draft step) / (time of one target pass) the expected speedup over plain decoding
-is (1 - a^(k+1)) / ((1 - a)(k c + 1)). We estimate a as accepted / (accepted + rejections): each
-verified token is one Bernoulli trial, and tokens after a rejection are never tested.
-
-The measured speedup (`measure_speed`) compares like with like: decode-only time per token of each
-method (each method's first event carries the prompt's prefill and is reported apart), with a 95%
-range from resampling the passes' and steps' durations. The theory is priced at this machine's
-measured cost of a verification pass (`theory_at_pass_cost`): the ideal formula assumes a pass over
-k + 1 tokens costs one plain step, which a GPU approaches and a CPU does not.
+"""Every figure of a run, computed from its events, and the theory it is compared against: one
+definition each, given in docs/figures.md, with vLLM's names (`vllm/v1/spec_decode/metrics.py`) where
+it has one: `draft_acceptance_rate` = accepted / drafted tokens; `mean_acceptance_length` = 1 + accepted
+/ num_drafts (tokens per verification step that had drafts, the bonus included);
+`acceptance_rate_per_position[i]` = accepted at position i / num_drafts. The own loop's other figures
+have other names: `alpha` = accepted / (accepted + rejections), the theory's per-token chance (Leviathan
+et al. 2023: a pass yields (1 - a^(k+1)) / (1 - a) tokens, the speedup is that over k c + 1);
+`tokens_per_cycle` = tokens / every pass, those that drafted nothing included; `acceptance_when_reached`.
+The measured speedup (`measure_speed`) is decode only; how each figure is timed: `clocks`.
 """
 
 from __future__ import annotations
@@ -49,13 +39,16 @@ def best_k(a: float, c: float, max_k: int = 16) -> int:
 class SpecStats:
     cycles: int
     tokens: int                          # emitted tokens
-    drafted: int
-    accepted: int
-    draft_acceptance_rate: float         # accepted / drafted (vLLM's name)
-    alpha: float                         # per-token acceptance estimate used by the theory
-    mean_acceptance_length: float        # tokens per target pass (vLLM's name)
+    drafted: int                         # vLLM's num_draft_tokens
+    accepted: int                        # vLLM's num_accepted_tokens
+    num_drafts: int                      # target passes that verified at least one drafted token
+    draft_acceptance_rate: float         # accepted / drafted
+    alpha: float                         # accepted / (accepted + rejections): the theory's a
+    mean_acceptance_length: float        # 1 + accepted / num_drafts (vLLM's, bonus included)
+    tokens_per_cycle: float              # tokens / cycles: every pass, those without drafts too
     acceptance_histogram: list[int]
-    acceptance_by_position: list[float]
+    acceptance_rate_per_position: list[float]   # [i]: accepted at position i / num_drafts (vLLM's)
+    acceptance_when_reached: list[float]        # [i]: accepted at position i / drafts reaching it
     mean_k: float                        # mean draft length asked for (Cycle.k); drafted: `drafted / cycles`
     draft_seconds: float
     verify_seconds: float
@@ -81,12 +74,37 @@ class SpecStats:
     cycles_drafted: int | None = None
     cycles_paused: int | None = None
 
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        """The old name of `acceptance_when_reached` (the Run tab's position chart reads it)."""
+        return self.acceptance_when_reached
+
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def ratio(num: float, den: float) -> float:
     return num / den if den else 0.0
+
+
+def acceptance_figures(num_drafts: int, num_draft_tokens: int, num_accepted_tokens: int,
+                       accepted_per_position: Sequence[int] = ()) -> dict:
+    """vLLM's figures from vLLM's counts, the one formula of each for every engine: the own loop's
+    cycles (`summarize`), vLLM's per-request metrics and llama.cpp's draft_n / draft_n_accepted."""
+    return {"draft_acceptance_rate": ratio(num_accepted_tokens, num_draft_tokens),
+            "mean_acceptance_length": 1.0 + ratio(num_accepted_tokens, num_drafts),
+            "acceptance_rate_per_position": [ratio(a, num_drafts) for a in accepted_per_position]}
+
+
+def accepted_per_position(histogram: Sequence[int]) -> list[int]:
+    """From an acceptance histogram (drafting steps that accepted exactly 0, 1, ... tokens): for each
+    draft position, the steps that accepted a token there (all those that accepted at least that far)."""
+    return [sum(histogram[i + 1:]) for i in range(max(len(histogram) - 1, 0))]
+
+
+def acceptance_rate_per_position(histogram: Sequence[int]) -> list[float]:
+    """vLLM's per-position acceptance rate from an acceptance histogram of drafting steps."""
+    return [ratio(accepted, sum(histogram)) for accepted in accepted_per_position(histogram)]
 
 
 def cost_ratio(cycles: Sequence[Cycle]) -> float:
@@ -118,12 +136,14 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
         histogram[c.num_accepted] += 1
         reached_last[r] += 1
         accepted_last[min(c.num_accepted, r)] += 1
-    by_position = []
+    when_reached, per_position = [], []
     reached = accepted_past = len(cycles)     # cycles reaching past depth i, and accepting past it
     for i in range(longest):
         reached -= reached_last[i]
         accepted_past -= accepted_last[i]
-        by_position.append(ratio(accepted_past, reached))
+        when_reached.append(ratio(accepted_past, reached))
+        per_position.append(accepted_past)
+    num_drafts = sum(1 for r in reach if r > 0)
     draft_seconds = sum(c.draft_seconds for c in cycles)
     verify_seconds = sum(c.verify_seconds for c in cycles)
     seconds = draft_seconds + verify_seconds
@@ -136,10 +156,10 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
     tokens_per_pass = sum(expected_tokens_per_pass(alpha, n) for n in lengths) / len(lengths)
     mean_drafted = sum(lengths) / len(lengths)
     return SpecStats(
-        cycles=len(cycles), tokens=tokens, drafted=drafted, accepted=accepted,
-        draft_acceptance_rate=ratio(accepted, drafted), alpha=alpha,
-        mean_acceptance_length=ratio(tokens, len(cycles)), acceptance_histogram=histogram,
-        acceptance_by_position=by_position, mean_k=mean_k, draft_seconds=draft_seconds,
+        cycles=len(cycles), tokens=tokens, drafted=drafted, accepted=accepted, num_drafts=num_drafts,
+        **acceptance_figures(num_drafts, drafted, accepted, per_position), alpha=alpha,
+        tokens_per_cycle=ratio(tokens, len(cycles)), acceptance_histogram=histogram,
+        acceptance_when_reached=when_reached, mean_k=mean_k, draft_seconds=draft_seconds,
         verify_seconds=verify_seconds, seconds=seconds, tokens_per_second=ratio(tokens, seconds),
         cost_ratio=c, expected_tokens_per_pass=tokens_per_pass,
         expected_speedup=tokens_per_pass / (mean_drafted * c + 1.0), best_k=best_k(alpha, c),
@@ -204,28 +224,6 @@ def pooled_alpha(runs: Sequence[Sequence[Cycle]]) -> float:
     """The theory's per-token acceptance over several runs' cycles: accepted / (accepted + rejections)."""
     accepted = sum(c.num_accepted for cycles in runs for c in cycles)
     return ratio(accepted, accepted + sum(rejections(cycles) for cycles in runs))
-
-
-# ----------------------------------------------------------------------------- what a figure is timed on
-
-# Every timed figure names its clock (`core.timing.Clock.name`) and its basis: decode only (each
-# method's first event, which carries the prompt's prefill, left out) or with the prefill.
-DECODE_ONLY, WITH_PREFILL = "decode only", "with prefill"
-
-
-def moved_by_load(clock: str) -> bool:
-    """Whether other programs on the machine can move a figure timed by `clock`: the wall clock on a
-    CPU (more than one torch thread) can; one thread's CPU time and a device's synchronised clock cannot."""
-    return clock == "wall clock"
-
-
-def clock_text(clock: str) -> str:
-    return clock + (" (other programs on this machine can move it)" if moved_by_load(clock) else "")
-
-
-def timing(clock: str, **bases: str) -> dict:
-    """A figure's clock and basis for JSON: `timing(clock, speedup=DECODE_ONLY, ...)`."""
-    return {"clock": clock, "moved_by_load": moved_by_load(clock), "basis": bases}
 
 
 # ----------------------------------------------------------------------------- speedup, measured

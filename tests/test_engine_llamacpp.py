@@ -114,8 +114,8 @@ def test_server_counters_become_steps_histogram_and_positions():
     # 6 steps: 3 accepted at position 1, 2 of them at 2, 2 at 3, 1 at 4
     assert counted == {"num_spec_steps": 6, "acceptance_histogram": [3, 1, 0, 1, 1],
                        "accepted_per_position": [3, 2, 2, 1]}
-    from specviz.runs.engine_load import acceptance_by_position
-    assert acceptance_by_position(counted["acceptance_histogram"]) == [3 / 6, 2 / 6, 2 / 6, 1 / 6]
+    from specviz.metrics import acceptance_rate_per_position
+    assert acceptance_rate_per_position(counted["acceptance_histogram"]) == [3 / 6, 2 / 6, 2 / 6, 1 / 6]
 
 
 def test_the_recommendation_is_llama_server_flags():

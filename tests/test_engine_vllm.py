@@ -26,7 +26,8 @@ from specviz.engines import configs as engine_configs_module
 from specviz.engines.configs import (EngineConfig, engine_configs, per_batch_schedule, recommended_config,
                                      speculative_config)
 from specviz.errors import SpecvizError
-from specviz.runs.engine_load import acceptance_by_position, first_differing_word
+from specviz.metrics import acceptance_rate_per_position
+from specviz.runs.engine_load import first_differing_word
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = ["Rewrite more formally: hey, the meeting moved to friday, tell the others and bring the slides.",
@@ -234,7 +235,7 @@ def test_recommended_config_is_the_per_batch_schedule():
 
 
 def test_histogram_to_position_and_first_word():
-    assert acceptance_by_position([2, 1, 1]) == [0.5, 0.25]
+    assert acceptance_rate_per_position([2, 1, 1]) == [0.5, 0.25]
     assert first_differing_word("a b c", "a b c") is None
     assert first_differing_word("the cat sat", "the dog sat") == {"word": 1, "text": "cat", "plain_text": "dog"}
     assert first_differing_word("the cat", "the cat sat")["text"] == "(end)"

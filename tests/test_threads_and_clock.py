@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specviz.metrics import DECODE_ONLY, WITH_PREFILL
+from specviz.clocks import DECODE_ONLY, WITH_PREFILL
 from specviz.models import devices
 from specviz.runs.run import execute
 from specviz.settings import RunSettings

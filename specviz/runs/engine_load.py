@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from ..catalog import BenchPrompt
 from ..engines import SERVERS, Engine, EngineConfig, Request, Response, closed_loop, recommended_config
 from ..errors import SpecvizError
-from ..metrics import first_divergence, paired_ratio, ratio
+from ..metrics import acceptance_figures, accepted_per_position, first_divergence, paired_ratio, ratio
 from ..models.host import HostLoad, client_environment, read_cpu_times
 from ..settings import RunSettings
 from .load_result import LoadPoint, LoadResult, batch_prompts
@@ -146,17 +146,10 @@ def acceptance(responses: Sequence[Response], counted: dict | None = None) -> di
     if counted:
         steps, histogram = counted["num_spec_steps"], counted["acceptance_histogram"]
         extra = {"accepted_per_position": counted["accepted_per_position"], "steps_from": "server counters"}
-    return {**extra, "mean_acceptance_length": 1.0 + ratio(accepted, steps),
-            "draft_acceptance_rate": ratio(accepted, drafted), "acceptance_histogram": histogram,
-            "num_spec_steps": steps, "num_draft_tokens": drafted, "num_accepted_draft_tokens": accepted,
-            "requests_reported": len(reported)}
-
-
-def acceptance_by_position(histogram: Sequence[int]) -> list[float]:
-    """From vLLM's histogram (steps that accepted exactly 0, 1, ... drafts): for each draft position,
-    the share of steps whose draft was accepted at least that far."""
-    steps = sum(histogram)
-    return [ratio(sum(histogram[i + 1:]), steps) for i in range(max(len(histogram) - 1, 0))]
+    # The same formulas as the own loop's (metrics.acceptance_figures), on the engine's counts.
+    return {**extra, **acceptance_figures(steps, drafted, accepted, accepted_per_position(histogram)),
+            "acceptance_histogram": histogram, "num_spec_steps": steps, "num_draft_tokens": drafted,
+            "num_accepted_draft_tokens": accepted, "requests_reported": len(reported)}
 
 
 def throughput(responses: Sequence[Response]) -> float:

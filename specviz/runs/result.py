@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..core.events import Cycle, Step
-from ..metrics import (DECODE_ONLY, WITH_PREFILL, EqualWork, PlainStats, SpecStats, Speed, equal_work,
-                       first_divergence, ideal_speedup, measure_speed, summarize, summarize_plain, theory_at_pass_cost,
-                       timing)
+from ..clocks import DECODE_ONLY, WITH_PREFILL, timing
+from ..metrics import (EqualWork, PlainStats, SpecStats, Speed, equal_work, first_divergence, ideal_speedup,
+                       measure_speed, summarize, summarize_plain, theory_at_pass_cost)
 from ..models.host import HostLoad, environment
 from ..settings import RunSettings
 

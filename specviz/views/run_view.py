@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..metrics import clock_text
+from ..clocks import clock_text
 from ..runs import Run
 from . import charts, render
 from .prose import busy_host_text
