@@ -30,7 +30,7 @@ from specviz.models.host import load_average  # noqa: E402
 from specviz.metrics import acceptance_rate_per_position  # noqa: E402
 from specviz.runs.engine_load import acceptance  # noqa: E402
 from specviz.runs.run import load  # noqa: E402
-from specviz.settings import RunSettings  # noqa: E402
+from specviz.settings import RunSettings, parse_draft  # noqa: E402
 
 
 def specviz_figures(pair, prompt: str, k: int, max_new_tokens: int) -> tuple[str, list[int]]:
@@ -63,7 +63,7 @@ def main() -> int:
     args = parser.parse_args()
 
     prompts = [p.prompt for p in prompt_set(args.prompts)][:args.count]
-    draft = f"head:{Path(args.head).resolve()}"
+    draft = parse_draft(f"head:{Path(args.head).resolve()}")
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
     engine = VllmEngine(model=model_location(None), dtype=args.dtype, say=say)
     requests = [Request(i, p, True, args.max_new_tokens) for i, p in enumerate(prompts)]
