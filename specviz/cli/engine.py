@@ -160,7 +160,7 @@ def print_engine_result(result) -> None:
              f"{p.spec_latency * 1000:.0f} / {p.plain_latency * 1000:.0f}",
              f"{p.spec_itl * 1000:.0f} / {p.plain_itl * 1000:.0f}",
              f"{p.spec_ttft * 1000:.0f} / {p.plain_ttft * 1000:.0f}",
-             f"{p.tokens_per_pass:.2f}" if p.k else "-", str(p.requests),
+             f"{p.mean_acceptance_length:.2f}" if p.k else "-", str(p.requests),
              "-" if p.identical is None or not p.k else "yes" if p.identical else "NO"] for p in result.points]
     Console(width=160).print(rich_table(
         f"speculation under load on {title}: speedup = {settings['decision_metric_text']}, speculative / plain",
