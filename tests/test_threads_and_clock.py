@@ -60,3 +60,22 @@ def test_loading_a_pair_sets_the_default_before_anything_is_timed(nothing_chosen
 def test_threads_below_one_are_refused():
     with pytest.raises(Exception, match="at least 1"):
         devices.use_threads(0)
+
+
+def test_every_commands_json_names_its_figures_clock_and_basis(tmp_path):
+    # bench rates whole generations (with prefill); the load sweep and an engine's sweep say theirs.
+    import json
+
+    from specviz.cli import entry
+    from specviz.runs.engine_load import ENGINE_CLOCK, sweep_settings
+
+    out = tmp_path / "bench.json"
+    assert entry(["bench", "--target", "tiny", "--draft", "ngram", "--category", "code", "--limit", "1",
+                  "--max-new-tokens", "8", "--quiet", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["timing"]["clock"] == data["meta"][0]["clock"] == "thread CPU time"
+    assert data["timing"]["basis"]["specviz_speedup"] == WITH_PREFILL
+    for metric, basis in (("throughput", WITH_PREFILL), ("tpot", DECODE_ONLY)):
+        timing = sweep_settings(SETTINGS, [], [1], [0, 4], 1, metric, "cpu")["timing"]
+        assert timing["clock"] == ENGINE_CLOCK and timing["moved_by_load"] is True
+        assert timing["basis"]["speedup"] == basis and timing["basis"]["tpot_ratio"] == DECODE_ONLY
