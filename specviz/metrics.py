@@ -1,12 +1,8 @@
 """Every figure of a run, computed from its events, and the theory it is compared against: one
-definition each, given in docs/figures.md, with vLLM's names (`vllm/v1/spec_decode/metrics.py`) where
-it has one: `draft_acceptance_rate` = accepted / drafted tokens; `mean_acceptance_length` = 1 + accepted
-/ num_drafts (tokens per verification step that had drafts, the bonus included);
-`acceptance_rate_per_position[i]` = accepted at position i / num_drafts. The own loop's other figures
-have other names: `alpha` = accepted / (accepted + rejections), the theory's per-token chance (Leviathan
-et al. 2023: a pass yields (1 - a^(k+1)) / (1 - a) tokens, the speedup is that over k c + 1);
-`tokens_per_cycle` = tokens / every pass, those that drafted nothing included; `acceptance_when_reached`.
-The measured speedup (`measure_speed`) is decode only; how each figure is timed: `clocks`.
+definition each (docs/figures.md), with vLLM's names where it has one (`acceptance_figures`: draft
+acceptance rate, mean acceptance length, acceptance rate per position); the own loop's other figures
+(`alpha`, the theory's a; `tokens_per_cycle`; `acceptance_when_reached`) have other names. The measured
+speedup (`measure_speed`) is decode only; how each figure is timed: `clocks`.
 """
 
 from __future__ import annotations
@@ -75,8 +71,7 @@ class SpecStats:
     cycles_paused: int | None = None
 
     @property
-    def acceptance_by_position(self) -> list[float]:
-        """The old name of `acceptance_when_reached` (the Run tab's position chart reads it)."""
+    def acceptance_by_position(self) -> list[float]:     # the old name, read by views.charts' position chart
         return self.acceptance_when_reached
 
     def to_dict(self) -> dict:
@@ -97,8 +92,7 @@ def acceptance_figures(num_drafts: int, num_draft_tokens: int, num_accepted_toke
 
 
 def accepted_per_position(histogram: Sequence[int]) -> list[int]:
-    """From an acceptance histogram (drafting steps that accepted exactly 0, 1, ... tokens): for each
-    draft position, the steps that accepted a token there (all those that accepted at least that far)."""
+    """Per draft position, the drafting steps of a histogram (exactly 0, 1, ... accepted) that accepted it."""
     return [sum(histogram[i + 1:]) for i in range(max(len(histogram) - 1, 0))]
 
 
@@ -108,8 +102,7 @@ def acceptance_rate_per_position(histogram: Sequence[int]) -> list[float]:
 
 
 def cost_ratio(cycles: Sequence[Cycle]) -> float:
-    """c from timings. The first cycle carries the prompt prefill, so it is left out when there
-    are others."""
+    """c from timings, leaving out the first cycle (it carries the prompt's prefill) when there are others."""
     steady = cycles[1:] if len(cycles) > 1 else cycles
     drafted = sum(len(c.drafted) for c in steady)
     per_draft_token = ratio(sum(c.draft_seconds for c in steady), drafted)

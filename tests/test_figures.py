@@ -18,7 +18,8 @@ K = 4
 
 
 def own_loop_run(tiny, draft: str):
-    settings = RunSettings(target="tiny", draft=draft, k=K, max_new_tokens=48)
+    # Fixed k: on models this small the cost-aware policy rightly pauses (a draft costs what the target does).
+    settings = RunSettings(target="tiny", draft=draft, k=K, max_new_tokens=48, fixed_k=True)
     return execute(settings, PROMPT, tiny.pair(None, draft), warm_up=False)
 
 
