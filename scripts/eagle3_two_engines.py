@@ -27,9 +27,10 @@ from specviz.engines import VllmEngine, closed_loop, engine_configs, model_locat
 from specviz.engines.vllm_client import Request  # noqa: E402
 from specviz.models import encode_prompt  # noqa: E402
 from specviz.models.host import load_average  # noqa: E402
-from specviz.runs.engine_load import acceptance, acceptance_by_position  # noqa: E402
+from specviz.metrics import acceptance_rate_per_position  # noqa: E402
+from specviz.runs.engine_load import acceptance  # noqa: E402
 from specviz.runs.run import load  # noqa: E402
-from specviz.settings import RunSettings  # noqa: E402
+from specviz.settings import RunSettings, parse_draft  # noqa: E402
 
 
 def specviz_figures(pair, prompt: str, k: int, max_new_tokens: int) -> tuple[str, list[int]]:
@@ -62,7 +63,7 @@ def main() -> int:
     args = parser.parse_args()
 
     prompts = [p.prompt for p in prompt_set(args.prompts)][:args.count]
-    draft = f"head:{Path(args.head).resolve()}"
+    draft = parse_draft(f"head:{Path(args.head).resolve()}")
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
     engine = VllmEngine(model=model_location(None), dtype=args.dtype, say=say)
     requests = [Request(i, p, True, args.max_new_tokens) for i, p in enumerate(prompts)]
@@ -93,9 +94,9 @@ def main() -> int:
               f"specviz {r['specviz_mean_acceptance_length']:.2f} {own}")
     summary = {"k": args.k, "dtype": args.dtype, "max_new_tokens": args.max_new_tokens, "rows": rows,
                "vllm": {"mean_acceptance_length": mean_length(all_vllm), "histogram": all_vllm,
-                        "by_position": acceptance_by_position(all_vllm)},
+                        "by_position": acceptance_rate_per_position(all_vllm)},
                "specviz": {"mean_acceptance_length": mean_length(all_own), "histogram": all_own,
-                           "by_position": acceptance_by_position(all_own)},
+                           "by_position": acceptance_rate_per_position(all_own)},
                "load_average": load_average()}
     for name in ("vllm", "specviz"):
         figures = summary[name]

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from specviz.catalog import preset_prompt_sets  # noqa: E402
 from specviz.engines import LlamaCppEngine, llamacpp  # noqa: E402
 from specviz.runs.engine_load import engine_sweep  # noqa: E402
-from specviz.settings import RunSettings, whole_numbers  # noqa: E402
+from specviz.settings import RunSettings, parse_draft, whole_numbers  # noqa: E402
 
 
 def main() -> int:
@@ -41,7 +41,7 @@ def main() -> int:
     settings = RunSettings(draft=args.draft, k=max(max(ks), 1), max_new_tokens=args.max_new_tokens, temperature=0.0)
     prompts = preset_prompt_sets()[args.prompts]
     engine = LlamaCppEngine(model=llamacpp.gguf_location(None), threads=args.threads, parallel=max(batches))
-    configs = llamacpp.engine_configs(args.draft, ks)
+    configs = llamacpp.engine_configs(parse_draft(args.draft), ks)
     responses = defaultdict(list)       # (k, batch) -> the measured responses
     result = None
     for progress in engine_sweep(settings, prompts, engine, configs, batches=batches, ks=ks):

@@ -39,7 +39,7 @@ from specviz.engines.vllm_server import SERVED_NAME  # noqa: E402
 from specviz.models.host import load_average, read_cpuinfo  # noqa: E402
 from specviz.runs.engine_load import (batch_prompts, engine_sweep, latency, make_requests,  # noqa: E402
                                       requests_per_point, throughput)
-from specviz.settings import RunSettings, whole_numbers  # noqa: E402
+from specviz.settings import RunSettings, parse_draft, whole_numbers  # noqa: E402
 
 BENCH = ("import sys; from vllm.benchmarks.serve import add_cli_args, main; "
          "from vllm.utils.argparse_utils import FlexibleArgumentParser; p = FlexibleArgumentParser(); "
@@ -122,7 +122,7 @@ def side_by_side(args, settings, prompts, engine, folder) -> dict:
         # figures for a point are seconds apart on a host whose load drifts.
         engine_with_bench = BenchOnEachServer(engine, batches[0], run_bench)
         result = None
-        for progress in engine_sweep(settings, prompts, engine_with_bench, engine_configs(args.draft, ks),
+        for progress in engine_sweep(settings, prompts, engine_with_bench, engine_configs(parse_draft(args.draft), ks),
                                      batches=batches, ks=ks, repeats=args.repeats):
             result = progress.result
             if progress.point is not None or (progress.response is None and progress.message):
@@ -159,7 +159,7 @@ def side_by_side(args, settings, prompts, engine, folder) -> dict:
 
 def co_resident(args, settings, prompts, engine) -> dict:
     """Plain output throughput at batch 1: alone, beside an idle speculative server, alone again."""
-    configs = engine_configs(args.draft, [0, max(args.ks)])
+    configs = engine_configs(parse_draft(args.draft), [0, max(args.ks)])
     requests = make_requests(settings, prompts, requests_per_point(1, len(prompts), args.repeats), ignore_eos=True)
 
     def measure(served) -> dict:

@@ -1,22 +1,8 @@
-"""Statistics of a run, computed from its events, and the theory they are compared against.
-
-Names follow vLLM's speculative-decoding metrics where it has one:
-- `draft_acceptance_rate`: accepted drafted tokens / drafted tokens.
-- `mean_acceptance_length`: tokens emitted per target pass (accepted + the one the target adds).
-- `acceptance_histogram`: number of cycles that accepted 0, 1, ..., max_k drafted tokens.
-- per-position acceptance: for position i, the fraction of drafts whose i-th token was accepted.
-
-The theory (Leviathan et al. 2023) assumes each drafted token is accepted independently with
-probability a. Then one target pass yields (1 - a^(k+1)) / (1 - a) tokens in expectation, and with
-c = (time of one draft step) / (time of one target pass) the expected speedup over plain decoding
-is (1 - a^(k+1)) / ((1 - a)(k c + 1)). We estimate a as accepted / (accepted + rejections): each
-verified token is one Bernoulli trial, and tokens after a rejection are never tested.
-
-The measured speedup (`measure_speed`) compares like with like: decode-only time per token of each
-method (each method's first event carries the prompt's prefill and is reported apart), with a 95%
-range from resampling the passes' and steps' durations. The theory is priced at this machine's
-measured cost of a verification pass (`theory_at_pass_cost`): the ideal formula assumes a pass over
-k + 1 tokens costs one plain step, which a GPU approaches and a CPU does not.
+"""Every figure of a run, computed from its events, and the theory it is compared against: one
+definition each (docs/figures.md), with vLLM's names where it has one (`acceptance_figures`: draft
+acceptance rate, mean acceptance length, acceptance rate per position); the own loop's other figures
+(`alpha`, the theory's a; `tokens_per_cycle`; `acceptance_when_reached`) have other names. The measured
+speedup (`measure_speed`) is decode only; how each figure is timed: `clocks`.
 """
 
 from __future__ import annotations
@@ -49,13 +35,16 @@ def best_k(a: float, c: float, max_k: int = 16) -> int:
 class SpecStats:
     cycles: int
     tokens: int                          # emitted tokens
-    drafted: int
-    accepted: int
-    draft_acceptance_rate: float         # accepted / drafted (vLLM's name)
-    alpha: float                         # per-token acceptance estimate used by the theory
-    mean_acceptance_length: float        # tokens per target pass (vLLM's name)
+    drafted: int                         # vLLM's num_draft_tokens
+    accepted: int                        # vLLM's num_accepted_tokens
+    num_drafts: int                      # target passes that verified at least one drafted token
+    draft_acceptance_rate: float         # accepted / drafted
+    alpha: float                         # accepted / (accepted + rejections): the theory's a
+    mean_acceptance_length: float        # 1 + accepted / num_drafts (vLLM's, bonus included)
+    tokens_per_cycle: float              # tokens / cycles: every pass, those without drafts too
     acceptance_histogram: list[int]
-    acceptance_by_position: list[float]
+    acceptance_rate_per_position: list[float]   # [i]: accepted at position i / num_drafts (vLLM's)
+    acceptance_when_reached: list[float]        # [i]: accepted at position i / drafts reaching it
     mean_k: float                        # mean draft length asked for (Cycle.k); drafted: `drafted / cycles`
     draft_seconds: float
     verify_seconds: float
@@ -81,6 +70,10 @@ class SpecStats:
     cycles_drafted: int | None = None
     cycles_paused: int | None = None
 
+    @property
+    def acceptance_by_position(self) -> list[float]:     # the old name, read by views.charts' position chart
+        return self.acceptance_when_reached
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -89,9 +82,27 @@ def ratio(num: float, den: float) -> float:
     return num / den if den else 0.0
 
 
+def acceptance_figures(num_drafts: int, num_draft_tokens: int, num_accepted_tokens: int,
+                       accepted_per_position: Sequence[int] = ()) -> dict:
+    """vLLM's figures from vLLM's counts, the one formula of each for every engine: the own loop's
+    cycles (`summarize`), vLLM's per-request metrics and llama.cpp's draft_n / draft_n_accepted."""
+    return {"draft_acceptance_rate": ratio(num_accepted_tokens, num_draft_tokens),
+            "mean_acceptance_length": 1.0 + ratio(num_accepted_tokens, num_drafts),
+            "acceptance_rate_per_position": [ratio(a, num_drafts) for a in accepted_per_position]}
+
+
+def accepted_per_position(histogram: Sequence[int]) -> list[int]:
+    """Per draft position, the drafting steps of a histogram (exactly 0, 1, ... accepted) that accepted it."""
+    return [sum(histogram[i + 1:]) for i in range(max(len(histogram) - 1, 0))]
+
+
+def acceptance_rate_per_position(histogram: Sequence[int]) -> list[float]:
+    """vLLM's per-position acceptance rate from an acceptance histogram of drafting steps."""
+    return [ratio(accepted, sum(histogram)) for accepted in accepted_per_position(histogram)]
+
+
 def cost_ratio(cycles: Sequence[Cycle]) -> float:
-    """c from timings. The first cycle carries the prompt prefill, so it is left out when there
-    are others."""
+    """c from timings, leaving out the first cycle (it carries the prompt's prefill) when there are others."""
     steady = cycles[1:] if len(cycles) > 1 else cycles
     drafted = sum(len(c.drafted) for c in steady)
     per_draft_token = ratio(sum(c.draft_seconds for c in steady), drafted)
@@ -118,12 +129,14 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
         histogram[c.num_accepted] += 1
         reached_last[r] += 1
         accepted_last[min(c.num_accepted, r)] += 1
-    by_position = []
+    when_reached, per_position = [], []
     reached = accepted_past = len(cycles)     # cycles reaching past depth i, and accepting past it
     for i in range(longest):
         reached -= reached_last[i]
         accepted_past -= accepted_last[i]
-        by_position.append(ratio(accepted_past, reached))
+        when_reached.append(ratio(accepted_past, reached))
+        per_position.append(accepted_past)
+    num_drafts = sum(1 for r in reach if r > 0)
     draft_seconds = sum(c.draft_seconds for c in cycles)
     verify_seconds = sum(c.verify_seconds for c in cycles)
     seconds = draft_seconds + verify_seconds
@@ -136,10 +149,10 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
     tokens_per_pass = sum(expected_tokens_per_pass(alpha, n) for n in lengths) / len(lengths)
     mean_drafted = sum(lengths) / len(lengths)
     return SpecStats(
-        cycles=len(cycles), tokens=tokens, drafted=drafted, accepted=accepted,
-        draft_acceptance_rate=ratio(accepted, drafted), alpha=alpha,
-        mean_acceptance_length=ratio(tokens, len(cycles)), acceptance_histogram=histogram,
-        acceptance_by_position=by_position, mean_k=mean_k, draft_seconds=draft_seconds,
+        cycles=len(cycles), tokens=tokens, drafted=drafted, accepted=accepted, num_drafts=num_drafts,
+        **acceptance_figures(num_drafts, drafted, accepted, per_position), alpha=alpha,
+        tokens_per_cycle=ratio(tokens, len(cycles)), acceptance_histogram=histogram,
+        acceptance_when_reached=when_reached, mean_k=mean_k, draft_seconds=draft_seconds,
         verify_seconds=verify_seconds, seconds=seconds, tokens_per_second=ratio(tokens, seconds),
         cost_ratio=c, expected_tokens_per_pass=tokens_per_pass,
         expected_speedup=tokens_per_pass / (mean_drafted * c + 1.0), best_k=best_k(alpha, c),
@@ -379,8 +392,6 @@ def theory_at_pass_cost(spec: SpecStats, speed: Speed | None) -> float | None:
     if speed is None or not speed.pass_cost:
         return None
     return spec.expected_speedup / speed.pass_cost
-
-
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:

@@ -16,6 +16,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 
 from specviz.core.events import BONUS, RESAMPLED, Cycle
 from specviz.engines.vllm_server import free_port
+from specviz.models.devices import use_threads
 
 VOCAB = 97
 
@@ -24,7 +25,7 @@ VOCAB = 97
 # `all_threads`: all of them, or under pytest-xdist (pyproject's addopts) the cores over the workers.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 ALL_THREADS = max(1, torch.get_num_threads() // WORKERS)
-torch.set_num_threads(1)
+use_threads(1)      # chosen, as the command line's --threads chooses: a run keeps what a test sets
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -97,9 +98,9 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.fixture
 def all_threads():
-    torch.set_num_threads(ALL_THREADS)
+    use_threads(ALL_THREADS)
     yield ALL_THREADS
-    torch.set_num_threads(1)
+    use_threads(1)
 
 
 def make_llama(seed: int, layers: int = 4, vocab: int = VOCAB, hidden: int = 64, eos: int | None = None,

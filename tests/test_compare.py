@@ -86,11 +86,11 @@ def test_table_has_a_row_per_configuration_and_per_baseline(comparison):
     assert len(rows) == 3 + 2 and all(len(row) == len(prose.TABLE_HEADERS) for row in rows)
     same = comparison.results[1]
     s = same.stats
-    assert rows[1][:5] == ["same k=3", "100.0%", f"{s.mean_acceptance_length:.2f}", f"{s.cost_ratio:.3f}",
-                           f"{same.speedup:.2f}{X}"]
+    assert rows[1][:6] == ["same k=3", "100.0%", f"{s.mean_acceptance_length:.2f}", f"{s.tokens_per_cycle:.2f}",
+                           f"{s.cost_ratio:.3f}", f"{same.speedup:.2f}{X}"]
     ideal = metrics.ideal_speedup(s, same.speed)
-    assert rows[1][6:] == [f"{same.theory_at_pass_cost:.2f}{X}", f"{ideal:.2f}{X}", f"{s.tokens_per_second:.1f}"]
-    assert rows[3][0] == "plain decoding (greedy)" and rows[3][4] == f"1.00{X}"
+    assert rows[1][7:] == [f"{same.theory_at_pass_cost:.2f}{X}", f"{ideal:.2f}{X}", f"{s.tokens_per_second:.1f}"]
+    assert rows[3][0] == "plain decoding (greedy)" and rows[3][5] == f"1.00{X}"
     assert rows[3][-1] == f"{same.plain.tokens_per_second:.1f}"
     # Only the greedy configurations are checked against the plain output.
     assert prose.identity_line(comparison) == "Greedy outputs: identical to plain decoding's (2 of 2)."
@@ -99,7 +99,7 @@ def test_table_has_a_row_per_configuration_and_per_baseline(comparison):
 def fake(speedup, per_pass, k, c, pass_ms=50):
     cycles = [SimpleNamespace(verify_seconds=pass_ms / 1000)] * 3
     return SimpleNamespace(speedup=speedup, cycles=cycles, stats=SimpleNamespace(
-        mean_acceptance_length=per_pass, mean_k=k, cost_ratio=c, drafted=3 * k, cycles=3))
+        tokens_per_cycle=per_pass, mean_k=k, cost_ratio=c, drafted=3 * k, cycles=3))
 
 
 def fake_comparison(*results):
@@ -237,7 +237,7 @@ def test_the_compare_button_runs_both_side_by_side(tiny):
 
 def test_cli_compare_of_a_same_and_a_cross_tokenizer_draft(tiny, monkeypatch, capsys):
     monkeypatch.setattr("specviz.cli.compare.load", tiny.loader)
-    monkeypatch.setenv("COLUMNS", "200")                  # the table on one line per row
+    monkeypatch.setenv("COLUMNS", "260")                  # the table on one line per row
     code = cli.entry(["compare", "--draft", "ngram", "--draft", "other-tokenizer", "--max-new-tokens", "12", "--raw",
                       "--no-color", PROMPT])
     out = capsys.readouterr().out

@@ -228,7 +228,8 @@ def default_example_settings() -> tuple[str, list[str]]:
 
     examples = load_examples()
     preset = list_presets()[0]
-    flags = ["--draft", preset["draft"], "--k", str(preset["k"]), "--max-new-tokens", "128", "--threads", "1"]
+    # No --threads: the command line's default (one torch thread on a CPU, timed by its CPU time) is the app's.
+    flags = ["--draft", preset["draft"], "--k", str(preset["k"]), "--max-new-tokens", "128"]
     return examples[default_example(examples)]["prompt"], flags
 
 

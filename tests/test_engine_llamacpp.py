@@ -22,6 +22,7 @@ from conftest import default_sigint, wait_or_kill
 from specviz.engines import llamacpp
 from specviz.engines.configs import EngineConfig
 from specviz.errors import SpecvizError
+from specviz.settings import parse_draft
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = "llamacpp_server.py"
@@ -71,7 +72,7 @@ def wait_gone(pids: set[int], seconds: float = 20.0) -> bool:
 # ----------------------------------------------------------------------------- no server needed
 
 def test_drafters_map_to_llama_server_flags():
-    ngram = llamacpp.speculative_config("ngram", 4)
+    ngram = llamacpp.speculative_config(parse_draft("ngram"), 4)
     assert llamacpp.spec_flags(ngram) == ["--spec-type", "ngram-simple", "--spec-draft-n-max", "4",
                                           "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "4"]
     draft = llamacpp.speculative_config(None, 3, llamacpp.parse_speculative_config(
@@ -85,9 +86,9 @@ def test_drafters_map_to_llama_server_flags():
     assert "--spec-ngram-mod-n-max 6" in flags and "--spec-ngram-mod-n-min 1" in flags
     longer = llamacpp.speculative_config(None, 2, {"type": "ngram-mod", "n_min": 4, "n_max": 64})
     assert (longer["n_min"], longer["n_max"]) == (2, 2)
-    assert llamacpp.speculative_config("ngram", 0) is None
+    assert llamacpp.speculative_config(parse_draft("ngram"), 0) is None
     with pytest.raises(SpecvizError, match="llama.cpp has no drafter like"):
-        llamacpp.speculative_config("self:8", 4)
+        llamacpp.speculative_config(parse_draft("self:8"), 4)
     with pytest.raises(SpecvizError, match='"type"'):
         llamacpp.parse_speculative_config('{"method": "ngram"}')
     # the flags the stand-alone server understands are the ones the mapping writes
@@ -114,13 +115,13 @@ def test_server_counters_become_steps_histogram_and_positions():
     # 6 steps: 3 accepted at position 1, 2 of them at 2, 2 at 3, 1 at 4
     assert counted == {"num_spec_steps": 6, "acceptance_histogram": [3, 1, 0, 1, 1],
                        "accepted_per_position": [3, 2, 2, 1]}
-    from specviz.runs.engine_load import acceptance_by_position
-    assert acceptance_by_position(counted["acceptance_histogram"]) == [3 / 6, 2 / 6, 2 / 6, 1 / 6]
+    from specviz.metrics import acceptance_rate_per_position
+    assert acceptance_rate_per_position(counted["acceptance_histogram"]) == [3 / 6, 2 / 6, 2 / 6, 1 / 6]
 
 
 def test_the_recommendation_is_llama_server_flags():
     engine = llamacpp.LlamaCppEngine(model="/m/t.gguf", threads=2, parallel=4)
-    configs = llamacpp.engine_configs("ngram", [4])
+    configs = llamacpp.engine_configs(parse_draft("ngram"), [4])
     assert engine.recommended_config(configs, {1: 0, 4: 0}) is None
     copy = engine.recommended_config(configs, {1: 4, 4: 0})
     assert copy["flags"].startswith("llama-server --model /m/t.gguf") and "--parallel 4" in copy["flags"]

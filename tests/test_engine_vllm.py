@@ -26,7 +26,9 @@ from specviz.engines import configs as engine_configs_module
 from specviz.engines.configs import (EngineConfig, engine_configs, per_batch_schedule, recommended_config,
                                      speculative_config)
 from specviz.errors import SpecvizError
-from specviz.runs.engine_load import acceptance_by_position, first_differing_word
+from specviz.metrics import acceptance_rate_per_position
+from specviz.runs.engine_load import first_differing_word
+from specviz.settings import parse_draft
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = ["Rewrite more formally: hey, the meeting moved to friday, tell the others and bring the slides.",
@@ -34,6 +36,8 @@ PROMPTS = ["Rewrite more formally: hey, the meeting moved to friday, tell the ot
            "Rewrite in the past tense: I walk to the station, I buy a ticket and I wait for the train.",
            "Make this polite: send me the report now, I need the numbers for the meeting."]
 NEW_TOKENS = 24
+
+NGRAM = parse_draft("ngram")       # parsed once, at the edge, as the command line and the app do
 
 
 def env(**extra) -> dict:
@@ -49,31 +53,56 @@ def specviz(*args, timeout=600, **kwargs) -> subprocess.CompletedProcess:
 
 # ----------------------------------------------------------------------------- no vLLM needed
 
+def test_the_engine_path_parses_the_draft_once_at_the_edge(monkeypatch):
+    # `load --engine vllm|llamacpp` parses --draft once (settings_from) and hands the DraftSpec down: from
+    # there to the servers' configs nothing parses it again.
+    import argparse
+
+    from specviz import settings as settings_module
+    from specviz.cli.engine import engine_draft_configs
+    from specviz.engines import llamacpp
+
+    from specviz.cli import engine as cli_engine
+    from specviz.engines import configs
+
+    spec = parse_draft("ngram")
+    calls = []
+    # Wherever the engine path could call it from (before: engines.configs, engines.llamacpp, cli.engine).
+    for module in (settings_module, configs, llamacpp, cli_engine):
+        monkeypatch.setattr(module, "parse_draft", lambda text: calls.append(text), raising=False)
+    for engine in ("vllm", "llamacpp"):
+        args = argparse.Namespace(engine=engine, speculative_config=None)
+        configs = engine_draft_configs(args, spec, [0, 2, 4])
+        assert [c.k for c in configs] == [0, 2, 4] and all(c.speculative_config for c in configs[1:])
+    assert llamacpp.engine_configs(spec, [4])[1].speculative_config["draft_n_max"] == 4
+    assert calls == []
+
+
 def test_drafters_map_to_vllm_configs(monkeypatch, tmp_path):
-    assert speculative_config("ngram", 0) is None
-    assert speculative_config("ngram", 4) == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1,
+    assert speculative_config(NGRAM, 0) is None
+    assert speculative_config(NGRAM, 4) == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1,
                                               "prompt_lookup_max": 3}
     folder = str(ROOT / "assets")
     monkeypatch.setattr(engine_configs_module, "model_location", lambda spec, progress=None: f"/m/{spec}")
-    assert speculative_config(folder, 2) == {"method": "draft_model", "model": f"/m/{folder}",
+    assert speculative_config(parse_draft(folder), 2) == {"method": "draft_model", "model": f"/m/{folder}",
                                              "num_speculative_tokens": 2}
     given = {"method": "eagle3", "model": "org/eagle", "num_speculative_tokens": 9}
-    assert speculative_config("ngram", 3, given) == dict(given, num_speculative_tokens=3)
+    assert speculative_config(NGRAM, 3, given) == dict(given, num_speculative_tokens=3)
     with pytest.raises(SpecvizError, match="no drafter like 'self:8'"):
-        speculative_config("self:8", 4)
+        speculative_config(parse_draft("self:8"), 4)
     # A draft head: vLLM's eagle3 with the head's folder (speculators format); a first specviz head
     # (head.json, EAGLE-1 shaped, such as the shipped one until it is retrained) is refused with why.
     head = tmp_path / "head"
     head.mkdir()
     (head / "config.json").write_text("{}")
-    assert speculative_config(f"head:{head}", 3) == {"method": "eagle3", "model": str(head.resolve()),
+    assert speculative_config(parse_draft(f"head:{head}"), 3) == {"method": "eagle3", "model": str(head.resolve()),
                                                      "num_speculative_tokens": 3}
-    assert speculative_config("head:org/eagle3-head", 2)["model"] == "org/eagle3-head"     # a hub id as given
+    assert speculative_config(parse_draft("head:org/eagle3-head"), 2)["model"] == "org/eagle3-head"   # a hub id
     (head / "config.json").unlink()
     (head / "head.json").write_text("{}")
     with pytest.raises(SpecvizError, match="vLLM serves heads in the speculators format"):
-        speculative_config(f"head:{head}", 3)
-    configs = engine_configs("ngram", [0, 2, 4])
+        speculative_config(parse_draft(f"head:{head}"), 3)
+    configs = engine_configs(NGRAM, [0, 2, 4])
     assert [c.k for c in configs] == [0, 2, 4] and configs[0].speculative_config is None
     assert [c.label for c in configs] == ["plain", "ngram k=2", "ngram k=4"]
 
@@ -103,7 +132,7 @@ def test_a_gpu_server_never_gets_the_cpu_defaults():
 
     def command(device, engine_args=()):
         return server_command(VllmInstall("/venv/bin/python", "0.32.0", device), "/m", 8000, dtype="bf16",
-                              speculative_config=speculative_config("ngram", 4), engine_args=engine_args)
+                              speculative_config=speculative_config(NGRAM, 4), engine_args=engine_args)
 
     gpu = command("cuda", ["--tensor-parallel-size=2"])
     assert "--enforce-eager" not in gpu and "--max-model-len" not in gpu and "--tensor-parallel-size=2" in gpu
@@ -157,7 +186,7 @@ def test_the_recommended_config_follows_the_named_metric():
     plain = _responses(ttft=0.1, seconds=1.0)
     # speculation writes each token faster (TPOT 0.5 s / 47 against 0.9 s / 47) but starts later: slower overall
     spec = _responses(ttft=0.6, seconds=1.1)
-    configs = engine_configs("ngram", [0, 4])
+    configs = engine_configs(NGRAM, [0, 4])
     recommended = {}
     for metric in DECISION_METRICS:
         points = [engine_point(1, k, spec if k else plain, plain, prompts, greedy=False, metric=metric)
@@ -191,7 +220,7 @@ def test_the_sweep_for_a_gpu_runs_one_server_at_a_time_with_gpu_commands(tmp_pat
                         install=install, log_dir=tmp_path / "logs")
     prompts = [BenchPrompt(f"p{i}", "rewrite", f"Rewrite this, number {i}.") for i in range(4)]
     settings = RunSettings(draft="ngram", k=4, max_new_tokens=8, dtype="bf16")
-    configs = engine_configs("ngram", [0, 4])
+    configs = engine_configs(NGRAM, [0, 4])
     *_, last = engine_sweep(settings, prompts, engine, configs, batches=[1, 4], ks=[0, 4])
     result = last.result
 
@@ -221,7 +250,7 @@ def test_the_sweep_for_a_gpu_runs_one_server_at_a_time_with_gpu_commands(tmp_pat
 
 
 def test_recommended_config_is_the_per_batch_schedule():
-    configs = engine_configs("ngram", [0, 2, 4])
+    configs = engine_configs(NGRAM, [0, 2, 4])
     assert recommended_config(configs, {1: 0, 4: 0}) is None
     assert recommended_config(configs, {1: 4, 4: 4}) == configs[2].speculative_config
     assert per_batch_schedule({1: 4, 2: 2, 8: 0}) == [[1, 1, 4], [2, 7, 2], [8, 8, 0]]
@@ -234,7 +263,7 @@ def test_recommended_config_is_the_per_batch_schedule():
 
 
 def test_histogram_to_position_and_first_word():
-    assert acceptance_by_position([2, 1, 1]) == [0.5, 0.25]
+    assert acceptance_rate_per_position([2, 1, 1]) == [0.5, 0.25]
     assert first_differing_word("a b c", "a b c") is None
     assert first_differing_word("the cat sat", "the dog sat") == {"word": 1, "text": "cat", "plain_text": "dog"}
     assert first_differing_word("the cat", "the cat sat")["text"] == "(end)"
@@ -243,7 +272,7 @@ def test_histogram_to_position_and_first_word():
 def _engine_result():
     from specviz.runs.engine_load import EngineLoadResult, EnginePoint
 
-    configs = engine_configs("ngram", [0, 4])
+    configs = engine_configs(NGRAM, [0, 4])
     figures = {"mean_acceptance_length": 2.0, "draft_acceptance_rate": 0.25, "acceptance_histogram": [4, 2, 1, 1, 0],
                "num_spec_steps": 8, "num_draft_tokens": 32, "num_accepted_draft_tokens": 8}
 
@@ -432,7 +461,7 @@ def servers(vllm_python, builtin_folder, tmp_path_factory):
     logs = tmp_path_factory.mktemp("vllm-logs")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     handles = {k: start_server(install, builtin_folder, label=f"test k={k}", dtype="fp32",
-                               speculative_config=speculative_config("ngram", k), log_dir=logs)
+                               speculative_config=speculative_config(NGRAM, k), log_dir=logs)
                for k in (0, 4)}     # the CPU's defaults (--enforce-eager --max-model-len 1024) come by themselves
     try:
         for handle in handles.values():
@@ -664,7 +693,8 @@ def test_the_load_tab_runs_one_drafter_on_all_three_engines(servers, monkeypatch
     assert last.rows.count("<td>yes</td></tr>") >= 2, last.rows
     assert [t.name for t in last.speedup.data] == ["specviz's loop", "vLLM", "llama.cpp"]
     assert all(y > 0 for t in last.throughput.data for y in t.y)          # each engine's plain step cost
-    assert last.decision.startswith("Batch 1, k = 4: specviz's loop **") and "llama.cpp **" in last.decision
+    assert last.decision.startswith("Batch 1, k = 4, speedup in decode-only time per token: specviz's loop **")
+    assert "llama.cpp **" in last.decision
 
 
 def test_the_load_tab_offers_vllm_hosted_only_when_the_operator_enables_it(monkeypatch):
@@ -762,7 +792,7 @@ def test_one_eagle3_head_gives_one_answer_in_vllm_and_in_specviz(servers, vllm_p
     requests = [Request(i, p, True, NEW_TOKENS) for i, p in enumerate(PROMPTS)]
     plain = sorted(closed_loop(servers[0], SERVED_NAME, requests, 1), key=lambda r: r.index)
     handle = start_server(find_vllm(vllm_python), builtin_folder, label="test eagle3", dtype="fp32",
-                          speculative_config=speculative_config(f"head:{folder}", k), log_dir=tmp_path)
+                          speculative_config=speculative_config(parse_draft(f"head:{folder}"), k), log_dir=tmp_path)
     try:
         handle.wait_ready(600)
         spec = sorted(closed_loop(handle.url, SERVED_NAME, requests, 1), key=lambda r: r.index)

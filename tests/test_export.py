@@ -174,7 +174,9 @@ def test_summary_agrees_with_the_cycle_records(exported, comparison):
         accepted = sum(r["num_accepted"] for r in mine)
         # vLLM's names, recomputed from the exported cycles.
         assert entry["draft_acceptance_rate"] == pytest.approx(accepted / drafted if drafted else 0.0)
-        assert entry["mean_acceptance_length"] == pytest.approx(sum(len(r["emitted"]) for r in mine) / len(mine))
+        drafts = sum(1 for r in mine if r["drafted"])
+        assert entry["mean_acceptance_length"] == pytest.approx(1 + (accepted / drafts if drafts else 0.0))
+        assert entry["tokens_per_cycle"] == pytest.approx(sum(len(r["emitted"]) for r in mine) / len(mine))
         histogram = [0] * len(entry["acceptance_histogram"])
         for r in mine:
             histogram[r["num_accepted"]] += 1

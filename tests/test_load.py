@@ -46,8 +46,27 @@ def test_sweep_points_cover_every_batch_and_k(tiny):
     assert set(data) >= {"settings", "environment", "cost_curve", "points", "crossover_batch", "recommended_k"}
     assert set(data["points"][0]) >= {"batch", "k", "speedup", "speedup_low", "speedup_high", "tokens_per_pass",
                                       "spec_tokens_per_s", "plain_tokens_per_s", "theory", "identical", "rows"}
-    assert set(data["points"][0]["rows"][0]) >= {"prompt", "tokens", "plain_tokens"}
+    assert set(data["points"][0]["rows"][0]) >= {"prompt", "text", "plain_text", "tokens", "plain_tokens"}
+    assert data["settings"]["timing"]["basis"]["speedup"] == "decode only"
     assert set(data["recommended_k"]) == {"1", "2", "4"}
+
+
+def test_every_rows_texts_are_greedy_decodings_of_its_prompt_alone(tiny):
+    # A reader checks the own loop's rows as the engines' rows: each carries the speculative and the plain
+    # text, and both are `target.generate`'s greedy continuation of that prompt decoded alone.
+    from conftest import reference
+    from specviz.runs.run import encode
+
+    pair = tiny.pair(draft="small")
+    run_settings = settings(draft="small")
+    result = run_sweep(run_settings, PROMPTS, pair, batches=(1, 4), ks=(0, 2), warm_up=False)
+    expected = {p.prompt: pair.tokenizer.decode(reference(pair.target, encode(run_settings, p.prompt, pair), n=12),
+                                                skip_special_tokens=True) for p in PROMPTS}
+    assert len(set(expected.values())) == len(PROMPTS) and all(expected.values())     # three texts to tell apart
+    for point in result.points:
+        assert len(point.rows) == point.batch
+        for row in point.rows:
+            assert row["text"] == row["plain_text"] == expected[row["prompt"]], (point.batch, point.k, row)
 
 
 def test_sweep_streams_events_and_stops_when_the_consumer_does(tiny):
@@ -269,7 +288,8 @@ def test_a_points_speedup_theory_and_latency_equal_hand_computed_values():
     spec = [passed(0, (2, 2), 0.0, 1.0, tokens=20), passed(1, (2, 1), 0.01, 0.1), passed(2, (0, 2), 0.01, 0.1)]
     plain = [BatchStep(index=i, requests=[0, 1], tokens=[1, 1], probs=[0.5, 0.5], seconds=0.9 if i == 0 else 0.06,
                        slots=0, padded_slots=0) for i in range(7)]
-    point = spec_point(2, 2, [spec], [plain], PROMPTS[:2], calibration, greedy=False)
+    point = spec_point(2, 2, [spec], [plain], PROMPTS[:2], calibration, greedy=False,
+                       decode=lambda ids: " ".join(map(str, ids)))
     # Acceptance over every row's cycles: 9 accepted, 2 rejections.
     assert point.alpha == pytest.approx(9 / 11)
     # Measured, decode only: (3 + 2) + (1 + 3) = 9 tokens in 0.22 s, against 12 plain tokens in 0.36 s.
@@ -282,6 +302,12 @@ def test_a_points_speedup_theory_and_latency_equal_hand_computed_values():
     assert point.spec_latency == pytest.approx((0.22 / 4 + 0.22 / 5) / 2)
     assert point.plain_latency == pytest.approx(0.06)
     assert point.identical is None and point.steps == 6 and point.passes == 2
+    # The engines' basis: plain TPOT / speculative TPOT, and vLLM's figures over the 6 row cycles that drafted
+    # 2 tokens each: 9 of 12 accepted, 1 + 9 / 6 tokens per drafting step.
+    assert point.tpot_ratio == pytest.approx(0.06 / ((0.22 / 4 + 0.22 / 5) / 2))
+    assert point.tpot_low <= point.tpot_ratio <= point.tpot_high
+    assert point.draft_acceptance_rate == pytest.approx(9 / 12)
+    assert point.mean_acceptance_length == pytest.approx(1 + 9 / 6)
 
 
 def test_every_request_writes_the_same_number_of_tokens_unless_asked_to_stop_at_eos(tiny):

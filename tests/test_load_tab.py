@@ -208,37 +208,51 @@ def test_the_tab_joins_the_gpu_queue_and_its_stop_sets_the_runs_signal(tiny):
 
 # ----------------------------------------------------------------------------- all three engines
 
-def engine_point(batch, k, speedup, plain_tokens_per_s, tokens_per_pass=2.0):
-    return replace(point(batch, k, speedup), plain_tokens_per_s=plain_tokens_per_s,
-                   spec_tokens_per_s=plain_tokens_per_s * speedup, tokens_per_pass=tokens_per_pass if k else 1.0)
+def engine_point(batch, k, tpot_ratio, plain_tpot_ms, acceptance_length=2.0, throughput_ratio=None):
+    """A point whose decode-only TPOT ratio and whose (other-basis) throughput ratio differ: the table
+    must show the first."""
+    ratio = throughput_ratio if throughput_ratio is not None else tpot_ratio * 0.7
+    return replace(point(batch, k, ratio), plain_latency=plain_tpot_ms / 1000,
+                   spec_latency=plain_tpot_ms / 1000 / tpot_ratio, tpot_ratio=tpot_ratio,
+                   tpot_low=tpot_ratio - 0.05, tpot_high=tpot_ratio + 0.05,
+                   mean_acceptance_length=acceptance_length if k else 1.0, draft_acceptance_rate=0.4 if k else 0.0,
+                   tokens_per_pass=1.9 if k else 1.0, alpha=0.8 if k else 0.0)
 
 
-def test_three_engines_side_by_side_show_each_engines_step_cost_speedup_and_failure():
-    from specviz.views.engines_side_by_side import (EngineRun, lesson, side_by_side_html, speedup_by_engine_figure,
-                                                    step_cost_figure, tokens_per_pass_figure)
+def test_three_engines_side_by_side_show_one_basis_for_every_engine_and_a_failure():
+    from specviz.views.engines_side_by_side import (BASIS, EngineRun, acceptance_length_figure, lesson,
+                                                    side_by_side_html, side_by_side_records,
+                                                    speedup_by_engine_figure, step_cost_figure)
 
     own = LoadResult(settings={"dtype": "bfloat16", "clock": "thread CPU time"}, environment={},
-                     points=[engine_point(1, 0, 1.0, 8.0), engine_point(1, 4, 1.66, 8.0, 2.9),
-                             engine_point(2, 4, 1.2, 12.0, 2.8)])
+                     points=[engine_point(1, 0, 1.0, 125.0), engine_point(1, 4, 1.66, 125.0, 2.9),
+                             engine_point(2, 4, 1.2, 130.0, 2.8)])
     llama = LoadResult(settings={"engine": "llamacpp", "decision_metric_text": "output throughput (tokens/s) x",
                                  "clock": "wall time at the client", "dtype": "auto"}, environment={},
-                       points=[engine_point(1, 0, 1.0, 125.0), engine_point(1, 4, 1.04, 125.0, 2.7),
-                               engine_point(2, 4, 0.9, 200.0, 2.6)])
+                       points=[engine_point(1, 0, 1.0, 8.0), engine_point(1, 4, 1.04, 8.0, 2.7),
+                               engine_point(2, 4, 0.9, 10.0, 2.6)])
     runs = [EngineRun("specviz's loop", own), EngineRun("vLLM", error="No Python interpreter at /x"),
             EngineRun("llama.cpp", llama)]
     table = side_by_side_html(runs)
     assert table.count("<tr>") == 1 + 4                    # the header, two speculative points per measured engine
-    assert "<td>125.0</td>" in table and "<td>8.0</td>" in table     # a plain step in ms: 1000 x batch / tokens/s
-    assert "<td>10.0</td>" in table                           # batch 2 at 200 tokens/s
-    assert "No Python interpreter at /x" in table and "the GGUF as stored" in table and "thread CPU time" in table
+    assert "<td>125.0</td>" in table and "<td>8.0</td>" in table     # a plain step in ms: plain TPOT
+    assert "<td>10.0</td>" in table and "<b>1.66×</b> (1.61-1.71)" in table   # the TPOT ratio, not throughput's
+    assert "<td>40%</td>" in table and "<td>2.90</td>" in table and "80%" not in table and "1.90" not in table
+    assert BASIS in table and "No Python interpreter at /x" in table and "the GGUF as stored" in table
+    assert "thread CPU time" in table and "wall time at the client (other programs" in table
+    records = side_by_side_records(runs)
+    assert records["basis"] == BASIS and records["timing"]["llama.cpp"]["basis"] == {"tpot_ratio": "decode only"}
+    assert [(r["engine"], r["batch"], r["tpot_ratio"]) for r in records["rows"]] == [
+        ("specviz's loop", 1, 1.66), ("specviz's loop", 2, 1.2), ("llama.cpp", 1, 1.04), ("llama.cpp", 2, 0.9)]
     text = lesson(runs)
-    assert text.startswith("Batch 1, k = 4:") and "specviz's loop **1.66\u00d7**" in text
-    assert "llama.cpp **1.04\u00d7**" in text and "a plain step 8.0 ms" in text and "vLLM" not in text
+    assert text.startswith("Batch 1, k = 4, speedup in decode-only time per token:")
+    assert "specviz's loop **1.66×**" in text
+    assert "llama.cpp **1.04×**" in text and "a plain step 8.0 ms" in text and "vLLM" not in text
     speedups = speedup_by_engine_figure(runs)
     assert [t.name for t in speedups.data] == ["specviz's loop", "llama.cpp"]
     assert list(speedups.data[0].y) == [1.66, 1.2] and list(speedups.data[0].x) == ["1", "2"]
-    assert list(step_cost_figure(runs).data[1].y) == [8.0, 10.0]
-    assert list(tokens_per_pass_figure(runs).data[0].y) == [2.9, 2.8]
+    assert list(step_cost_figure(runs).data[1].y) == [pytest.approx(8.0), pytest.approx(10.0)]
+    assert list(acceptance_length_figure(runs).data[0].y) == [2.9, 2.8]
     empty = [EngineRun("vLLM", error="x")]
     assert lesson(empty) == "" and not speedup_by_engine_figure(empty).data
 
@@ -279,7 +293,7 @@ def test_all_three_engines_run_in_turn_and_a_failing_engine_leaves_its_reason(ti
     assert "does not run vLLM" in last.rows and "does not run llama.cpp" in last.rows
     assert last.rows.count("<td>specviz&#x27;s loop</td>") == 1 and "<td>vLLM</td>" not in last.rows
     assert [t.name for t in last.speedup.data] == ["specviz's loop"]
-    assert last.decision.startswith("Batch 1, k = 2: specviz's loop **")
+    assert last.decision.startswith("Batch 1, k = 2, speedup in decode-only time per token: specviz's loop **")
 
 
 def test_vllm_servers_named_by_the_operator_are_used_by_k(monkeypatch):

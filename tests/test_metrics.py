@@ -22,25 +22,32 @@ def test_theory_formulas():
 
 
 def test_summarize_counts_and_vllm_names():
-    # 0.01 s per drafted token, 0.1 s per pass (the first: 0.5 s, it carries the prefill).
+    # 0.01 s per drafted token, 0.1 s per pass (the first: 0.5 s, it carries the prefill). The last
+    # pass had no drafts (prompt lookup found none): it counts in tokens per cycle, not in vLLM's figures.
     cycles = [make_cycle(index=0, drafted=[1, 2, 3, 4], num_accepted=4, draft_seconds=0.04, verify_seconds=0.5),
               make_cycle(index=1, drafted=[1, 2, 3, 4], num_accepted=1, draft_seconds=0.04, verify_seconds=0.1),
               make_cycle(index=2, drafted=[5, 6, 7, 8], num_accepted=0, draft_seconds=0.04, verify_seconds=0.1),
-              make_cycle(index=3, drafted=[1, 2], num_accepted=2, draft_seconds=0.02, verify_seconds=0.1)]
+              make_cycle(index=3, drafted=[1, 2], num_accepted=2, draft_seconds=0.02, verify_seconds=0.1),
+              make_cycle(index=4, drafted=[], num_accepted=0, k=4, draft_seconds=0.0, verify_seconds=0.1)]
     s = summarize(cycles)
-    assert (s.drafted, s.accepted, s.tokens, s.cycles) == (14, 7, 11, 4)
+    assert (s.drafted, s.accepted, s.tokens, s.cycles, s.num_drafts) == (14, 7, 12, 5, 4)
     assert s.draft_acceptance_rate == pytest.approx(7 / 14)
     assert s.alpha == pytest.approx(7 / (7 + 2))           # two cycles had a rejection
-    assert s.mean_acceptance_length == pytest.approx(11 / 4)
-    assert s.acceptance_histogram == [1, 1, 1, 0, 1]
-    assert s.acceptance_by_position == [pytest.approx(3 / 4), pytest.approx(2 / 4), pytest.approx(1 / 3),
-                                        pytest.approx(1 / 3)]
+    assert s.mean_acceptance_length == pytest.approx(1 + 7 / 4)     # vLLM's: per step that had drafts
+    assert s.tokens_per_cycle == pytest.approx(12 / 5)               # the own loop's: every pass
+    assert s.acceptance_histogram == [2, 1, 1, 0, 1]
+    # vLLM's per position: accepted there / drafting steps; the own loop's: / the drafts reaching it.
+    assert s.acceptance_rate_per_position == [pytest.approx(v) for v in (3 / 4, 2 / 4, 1 / 4, 1 / 4)]
+    assert s.acceptance_when_reached == [pytest.approx(v) for v in (3 / 4, 2 / 4, 1 / 3, 1 / 3)]
+    assert s.acceptance_by_position == s.acceptance_when_reached     # the old name, kept for the chart
     # c leaves out the first cycle (it carries the prefill): 0.01 s per draft token / 0.1 s per pass.
     assert cost_ratio(cycles) == pytest.approx(0.1)
-    expected = sum(expected_tokens_per_pass(s.alpha, n) for n in (4, 4, 4, 2)) / 4
+    expected = sum(expected_tokens_per_pass(s.alpha, n) for n in (4, 4, 4, 2, 0)) / 5
     assert s.expected_tokens_per_pass == pytest.approx(expected)
-    assert s.expected_speedup == pytest.approx(expected / (3.5 * 0.1 + 1))
-    assert s.to_dict()["mean_acceptance_length"] == s.mean_acceptance_length
+    assert s.expected_speedup == pytest.approx(expected / (14 / 5 * 0.1 + 1))
+    d = s.to_dict()
+    assert d["mean_acceptance_length"] == s.mean_acceptance_length and d["tokens_per_cycle"] == s.tokens_per_cycle
+    assert "acceptance_by_position" not in d        # one name per figure in the JSON
 
 
 def test_first_divergence():

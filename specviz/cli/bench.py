@@ -1,7 +1,8 @@
 """`python -m specviz bench`: the prompt set against plain decoding and transformers' assisted
 generation (`runs.bench`), one configuration per --draft, printed as a markdown table; `--json` and
 `--markdown` also write it to files. The clock is the one every event is timed with
-(`core.decoding.Clock`): this thread's CPU time with `--threads 1` on a CPU, wall clock otherwise."""
+(`core.timing.Clock`): on a CPU this thread's CPU time with one torch thread (the default), the wall
+clock with `--threads N` above 1."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ..catalog import BENCH_PROMPTS_FILE, SPEC_BENCH, SPEC_BENCH_CATEGORIES, load_bench_prompts, load_spec_bench
+from ..clocks import WITH_PREFILL, timing
 from ..errors import SpecvizError
 from ..files import check_paths
 from ..runs.bench import (DEFAULT_K, TINY_TARGET, Setup, default_draft, default_k, describe, run_bench,
@@ -95,9 +97,14 @@ def main(args: argparse.Namespace) -> int:
     if args.markdown:
         write_output(args.markdown, table + "\n")
     if args.json:
+        # Whole generations (transformers' generate is timed as one call): every rate and speedup with prefill.
+        rated = ("specviz_speedup", "transformers_speedup", "specviz_tokens_per_s", "transformers_tokens_per_s",
+                 "baseline_tokens_per_s")
         write_output(args.json, json.dumps({"meta": [r["meta"] for r in results],
                                             "rows": [row for r in results for row in r["rows"]],
-                                            "summary": summary}, indent=2))
+                                            "summary": summary,
+                                            "timing": timing(results[0]["meta"]["clock"],
+                                                             **dict.fromkeys(rated, WITH_PREFILL))}, indent=2))
     meta = results[0]["meta"]
     print(printable(f"hardware: {meta['hardware']}; device {meta['device']}, {meta['dtype']}; torch {meta['torch']}, "
                     f"transformers {meta['transformers']}; {meta['max_new_tokens']} new tokens, greedy; "

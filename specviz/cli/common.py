@@ -45,8 +45,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, draft_repeatable: bo
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     parser.add_argument("--raw", action="store_true", help="raw completion: do not apply the chat template")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="torch CPU threads (default: torch's choice); with 1, events are timed by the "
-                             "thread's own CPU time, which other programs on the machine cannot inflate")
+                        help="torch CPU threads (default on a CPU: 1, whose events are timed by the thread's own "
+                             "CPU time, which other programs on the machine cannot inflate; with more, by the wall "
+                             "clock, which they can)")
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:

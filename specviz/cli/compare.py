@@ -62,7 +62,8 @@ def main(args: argparse.Namespace) -> int:
             raise SpecvizError(f"compare --engine {args.engine} runs over a prompt set: give --prompts (and "
                                "--json); --sweep, --export and --record are the own loop's.")
         check_output_file(args.json, "--json")
-        return compare_main(args, drafts, settings_from(args, draft=drafts[0]), prompt_set_from(args.prompts))
+        chosen = [settings_from(args, draft=draft) for draft in drafts]      # each draft parsed once, here
+        return compare_main(args, [c.draft for c in chosen], chosen[0], prompt_set_from(args.prompts))
     configs = [settings_from(args, draft=draft) for draft in drafts]
     exported = PROMPT_SET_EXPORT_FILES if args.prompts is not None else EXPORT_FILES
     check_paths([prompt_file(args.prompts)],

@@ -18,7 +18,7 @@ from ..engines.vllm_server import START_TIMEOUT
 from ..errors import SpecvizError
 from ..files import write_atomic
 from ..runs.engine_load import DECISION_METRICS
-from ..settings import RunSettings, parse_draft
+from ..settings import DraftSpec, RunSettings
 
 ENGINES = ("specviz", "vllm", "llamacpp")
 SERVING = ("vllm", "llamacpp")
@@ -86,12 +86,13 @@ def make_engine(args: argparse.Namespace, settings: RunSettings, say, parallel: 
                       start_timeout=args.start_timeout, say=say)
 
 
-def engine_draft_configs(args: argparse.Namespace, draft: str | None, ks):
+def engine_draft_configs(args: argparse.Namespace, draft: DraftSpec, ks):
+    """The servers' configs for the drafter `settings_from` parsed (a DraftSpec, passed down as it is)."""
     if args.engine == "llamacpp":
         return llamacpp.engine_configs(draft, ks, llamacpp.parse_speculative_config(args.speculative_config))
     given = parse_speculative_config(args.speculative_config)
-    if given is None and parse_draft(draft).kind in ("self", "ngram-tree"):
-        raise SpecvizError(f"vLLM has no drafter like {draft!r} (early exit and trees are specviz's own): use "
+    if given is None and draft.kind in ("self", "ngram-tree"):
+        raise SpecvizError(f"vLLM has no drafter like {str(draft)!r} (early exit and trees are specviz's own): use "
                            "ngram, suffix, a draft model, or --speculative-config.")
     return engine_configs(draft, ks, given)
 
@@ -159,7 +160,7 @@ def print_engine_result(result) -> None:
              f"{p.spec_latency * 1000:.0f} / {p.plain_latency * 1000:.0f}",
              f"{p.spec_itl * 1000:.0f} / {p.plain_itl * 1000:.0f}",
              f"{p.spec_ttft * 1000:.0f} / {p.plain_ttft * 1000:.0f}",
-             f"{p.tokens_per_pass:.2f}" if p.k else "-", str(p.requests),
+             f"{p.mean_acceptance_length:.2f}" if p.k else "-", str(p.requests),
              "-" if p.identical is None or not p.k else "yes" if p.identical else "NO"] for p in result.points]
     Console(width=160).print(rich_table(
         f"speculation under load on {title}: speedup = {settings['decision_metric_text']}, speculative / plain",
@@ -182,7 +183,7 @@ def print_engine_result(result) -> None:
         print("vLLM's speculative config for this traffic: " + json.dumps(copy))
 
 
-def compare_main(args: argparse.Namespace, drafts: list[str], settings: RunSettings, prompts) -> int:
+def compare_main(args: argparse.Namespace, drafts: list[DraftSpec], settings: RunSettings, prompts) -> int:
     """`compare --engine vllm|llamacpp --prompts SET`: each --draft (or --speculative-config) at --k on
     the engine against the plain server, concurrency 1, with the own comparison's tables and JSON plus vLLM's
     figures and every output that differs from the plain server's (with its first differing word)."""

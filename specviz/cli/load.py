@@ -76,7 +76,8 @@ def main(args: argparse.Namespace) -> int:
         if progress.point is not None:
             p = progress.point
             say(f"batch {p.batch:>3} k {p.k}: {p.speedup:.2f}x [{p.speedup_low:.2f}-{p.speedup_high:.2f}], "
-                f"theory {p.theory:.2f}x, {p.tokens_per_pass:.2f} tokens per pass")
+                f"theory {p.theory:.2f}x, {p.tokens_per_pass:.2f} tokens per pass, "
+                f"mean acceptance length {p.mean_acceptance_length:.2f}")
     if args.json:
         write_atomic(args.json, json.dumps(result.to_dict(), indent=2))
     print_result(result)
@@ -93,14 +94,15 @@ def print_result(result: LoadResult) -> None:
           f"{settings.get('output_length', str(settings['max_new_tokens']) + ' new tokens')}; "
           f"clock: {settings['clock']}")
     rows = [[str(p.batch), str(p.k), f"{p.speedup:.2f}x", f"{p.speedup_low:.2f}-{p.speedup_high:.2f}",
-             "-" if p.theory is None else f"{p.theory:.2f}x", f"{p.tokens_per_pass:.2f}", f"{p.spec_tokens_per_s:.1f}",
+             "-" if p.theory is None else f"{p.theory:.2f}x", f"{p.tokens_per_pass:.2f}",
+             f"{p.mean_acceptance_length:.2f}" if p.k else "-", f"{p.spec_tokens_per_s:.1f}",
              f"{p.plain_tokens_per_s:.1f}",
              f"{p.spec_latency * 1000:.0f}", f"{p.plain_latency * 1000:.0f}",
              # k = 0 is plain decoding itself: nothing to compare
              "-" if p.identical is None or not p.k else "yes" if p.identical else "NO"] for p in result.points]
-    Console(width=140).print(rich_table(
+    Console(width=150).print(rich_table(
         "speculation under load (decode only)",
-        ["batch", "k", "speedup", "95% range", "theory", "tokens/pass", "spec tok/s", "plain tok/s",
+        ["batch", "k", "speedup", "95% range", "theory", "tokens/pass", "accept len", "spec tok/s", "plain tok/s",
          "spec ms/token", "plain ms/token", "identical"], rows))
     if outputs_note(result):
         print(outputs_note(result))              # what the identical column compared

@@ -89,9 +89,9 @@ def entry(argv: list[str] | None = None) -> int:
     if getattr(args, "threads", None) is not None:
         if args.threads < 1:
             return fail(f"--threads must be at least 1, got {args.threads}.")
-        import torch
+        from ..models.devices import use_threads
 
-        torch.set_num_threads(args.threads)
+        use_threads(args.threads)       # without it: one thread on a CPU, set where a run starts
     if "torch" in sys.modules:      # the command's module runs a model here (the decoding loops are
         sys.modules["torch"].set_grad_enabled(False)       # in inference mode anyway)
     try:

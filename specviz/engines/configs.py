@@ -21,7 +21,7 @@ from pathlib import Path
 from ..errors import SpecvizError
 from ..models.head_files import CONFIG, spec_location
 from ..models.sources import BUILTINS, DEFAULT_TARGET, Progress, builtin_source, resolve_source
-from ..settings import parse_draft
+from ..settings import DraftSpec
 
 NGRAM_MIN, NGRAM_MAX = 1, 3      # specviz's PromptLookupDrafter matches the last 3..1 tokens
 # specviz's dtype names (models.devices.DTYPES) -> vLLM's --dtype choices (it refuses "bf16", "fp32").
@@ -114,14 +114,14 @@ def parse_speculative_config(text: str | None) -> dict | None:
     return config
 
 
-def speculative_config(draft: str | None, k: int, given: dict | None = None,
+def speculative_config(spec: DraftSpec | None, k: int, given: dict | None = None,
                        progress: Progress | None = None) -> dict | None:
-    """vLLM's speculative config for a specviz drafter (or the given JSON) at draft length k; None for k = 0."""
+    """vLLM's speculative config for a specviz drafter (or the given JSON) at draft length k; None for k = 0.
+    `spec` is parsed once, where the settings are validated (`settings.parse_draft`), and passed down."""
     if k <= 0:
         return None
     if given is not None:
         return dict(given, num_speculative_tokens=k)
-    spec = parse_draft(draft)
     if spec.kind == "ngram":
         return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": NGRAM_MIN,
                 "prompt_lookup_max": NGRAM_MAX}
@@ -135,10 +135,10 @@ def speculative_config(draft: str | None, k: int, given: dict | None = None,
                        "ngram, suffix, a draft model, or --speculative-config JSON for eagle3, mtp and the others.")
 
 
-def engine_configs(draft: str | None, ks, given: dict | None = None,
+def engine_configs(spec: DraftSpec | None, ks, given: dict | None = None,
                    progress: Progress | None = None) -> list[EngineConfig]:
-    """The plain server first, then one speculative server per k > 0."""
-    return [EngineConfig(0, None)] + [EngineConfig(k, speculative_config(draft, k, given, progress))
+    """The plain server first, then one speculative server per k > 0 (`spec`: None with `given`)."""
+    return [EngineConfig(0, None)] + [EngineConfig(k, speculative_config(spec, k, given, progress))
                                       for k in ks if k > 0]
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from ..errors import SpecvizError
 from ..models.sources import BUILTINS, DEFAULT_TARGET, cache_folder, resolve_source
-from ..settings import parse_draft
+from ..settings import DraftSpec
 from .configs import EngineConfig, load_json
 from .engine import SERVERS, Served, StartsServers
 from .vllm_server import SERVED_NAME, START_TIMEOUT, ServerHandle, free_port, start_watched
@@ -131,7 +131,7 @@ def gguf_location(spec: str | None) -> str:
                        "model with llama.cpp's convert_hf_to_gguf.py).")
 
 
-def speculative_config(draft: str | None, k: int, given: dict | None = None) -> dict | None:
+def speculative_config(spec: DraftSpec | None, k: int, given: dict | None = None) -> dict | None:
     """llama.cpp's speculative settings for a specviz drafter (or `given`) at draft length k; None for k = 0."""
     if k <= 0:
         return None
@@ -146,7 +146,6 @@ def speculative_config(draft: str | None, k: int, given: dict | None = None) -> 
             config["n_max"] = k
             config["n_min"] = min(int(config.get("n_min", 1)), k)
         return config
-    spec = parse_draft(draft)
     if spec.kind == "ngram":
         return {"type": NGRAM_TYPE, "size_n": NGRAM_SIZE_N, "size_m": k, "draft_n_max": k}
     if spec.kind == "model":
@@ -155,9 +154,10 @@ def speculative_config(draft: str | None, k: int, given: dict | None = None) -> 
                        "--speculative-config JSON for llama.cpp's other types ({\"type\": \"ngram-mod\"}, ...).")
 
 
-def engine_configs(draft: str | None, ks, given: dict | None = None) -> list[EngineConfig]:
-    """The plain server first, then one speculative server per k > 0."""
-    return [EngineConfig(0, None)] + [EngineConfig(k, speculative_config(draft, k, given)) for k in ks if k > 0]
+def engine_configs(spec: DraftSpec | None, ks, given: dict | None = None) -> list[EngineConfig]:
+    """The plain server first, then one speculative server per k > 0 (`spec`: parsed at the edge, None with
+    `given`)."""
+    return [EngineConfig(0, None)] + [EngineConfig(k, speculative_config(spec, k, given)) for k in ks if k > 0]
 
 
 def parse_speculative_config(text: str | None) -> dict | None:

@@ -83,3 +83,42 @@ def needs_device_map(model_bytes: int, free_bytes: int, headroom: float = 0.85) 
     activations) should be spread by accelerate's device_map="auto"."""
     return model_bytes > headroom * free_bytes
 
+
+
+# ----------------------------------------------------------------------------- torch's CPU threads
+
+# One default for every surface (the app, every command, the library's `runs.race`): one torch
+# thread on a CPU. Then all of a forward's work runs on the calling thread and `core.timing.Clock`
+# times it by that thread's CPU time, which other programs on the machine cannot inflate (torch's
+# own default, every core, is timed by the wall clock: the same race measured 1.95x to 7.67x here
+# as a neighbour came and went). More threads are a choice (`use_threads(N)`, `--threads N`,
+# SPECVIZ_THREADS): faster, and timed by the wall clock, which load can move.
+DEFAULT_CPU_THREADS = 1
+_threads_chosen = False         # whether this process has set torch's threads through use_threads
+
+
+def use_threads(threads: int | None = None) -> str:
+    """Set torch's CPU threads for this process: `threads`, or with None the default (one, unless a
+    GPU is here: its runs are timed on the device and keep torch's threads for their host work).
+    Returns a line for a log."""
+    global _threads_chosen
+    if threads is not None:
+        if threads < 1:
+            raise SpecvizError(f"threads must be at least 1, got {threads}.")
+        torch.set_num_threads(threads)
+    elif not torch.cuda.is_available():
+        torch.set_num_threads(DEFAULT_CPU_THREADS)
+    _threads_chosen = True
+    count = torch.get_num_threads()
+    return f"torch uses {count} CPU thread{'s' if count != 1 else ''}"
+
+
+def default_threads(device: str | torch.device = "auto") -> None:
+    """Before a run on `device`: on a CPU, unless this process chose torch's threads already
+    (`use_threads`), the default of one. Every run path calls this (loading a pair, `runs.race`, the
+    load sweep), so that the library times as the app and the command line do."""
+    global _threads_chosen
+    if _threads_chosen or resolve_device(device).type != "cpu":
+        return
+    torch.set_num_threads(DEFAULT_CPU_THREADS)
+    _threads_chosen = True

@@ -89,7 +89,8 @@ def engine_compare(settings: RunSettings, prompts: Sequence[BenchPrompt], engine
                     comparison.results.append(PromptRun(
                         config=number, prompt=prompt, round=round_, speedup=_speedup(response, base),
                         tokens=response.tokens, baseline_tokens=base.tokens,
-                        passes=figures.get("num_spec_steps", 0), drafted=figures.get("num_draft_tokens", 0),
+                        passes=0, num_drafts=figures.get("num_spec_steps", 0),     # an engine's every step: unknown
+                        drafted=figures.get("num_draft_tokens", 0),
                         accepted=figures.get("num_accepted_draft_tokens", 0), seconds=response.seconds,
                         identical=identical if settings.temperature == 0.0 else None))
                     if not identical and settings.temperature == 0.0:

@@ -45,11 +45,12 @@ from dataclasses import dataclass, field
 
 from ..catalog import BenchPrompt
 from ..engines import SERVERS, Engine, EngineConfig, Request, Response, closed_loop, recommended_config
+from ..clocks import DECODE_ONLY, WITH_PREFILL, timing
 from ..errors import SpecvizError
-from ..metrics import first_divergence, paired_ratio, ratio
+from ..metrics import acceptance_figures, accepted_per_position, first_divergence, ratio
 from ..models.host import HostLoad, client_environment, read_cpu_times
 from ..settings import RunSettings
-from .load_result import LoadPoint, LoadResult, batch_prompts
+from .load_result import LoadPoint, LoadResult, batch_prompts, paired_range
 
 WARM_UP_TOKENS = 8
 WAVES = 4           # a point sends at least this many requests per stream: a steady state, not one wave
@@ -66,8 +67,7 @@ class EnginePoint(LoadPoint):
 
     acceptance: dict | None = None      # mean_acceptance_length, draft_acceptance_rate, acceptance_histogram, ...
     requests: int = 0
-    throughput_ratio: float = 1.0       # speculative output tokens/s over plain
-    tpot_ratio: float = 1.0             # plain mean TPOT over speculative (above 1: speculation is faster)
+    throughput_ratio: float = 1.0       # speculative output tokens/s over plain (with prefill)
     spec_ttft: float = 0.0              # mean seconds to the first token
     plain_ttft: float = 0.0
     spec_itl: float = 0.0               # mean seconds between streamed chunks
@@ -146,17 +146,10 @@ def acceptance(responses: Sequence[Response], counted: dict | None = None) -> di
     if counted:
         steps, histogram = counted["num_spec_steps"], counted["acceptance_histogram"]
         extra = {"accepted_per_position": counted["accepted_per_position"], "steps_from": "server counters"}
-    return {**extra, "mean_acceptance_length": 1.0 + ratio(accepted, steps),
-            "draft_acceptance_rate": ratio(accepted, drafted), "acceptance_histogram": histogram,
-            "num_spec_steps": steps, "num_draft_tokens": drafted, "num_accepted_draft_tokens": accepted,
-            "requests_reported": len(reported)}
-
-
-def acceptance_by_position(histogram: Sequence[int]) -> list[float]:
-    """From vLLM's histogram (steps that accepted exactly 0, 1, ... drafts): for each draft position,
-    the share of steps whose draft was accepted at least that far."""
-    steps = sum(histogram)
-    return [ratio(sum(histogram[i + 1:]), steps) for i in range(max(len(histogram) - 1, 0))]
+    # The same formulas as the own loop's (metrics.acceptance_figures), on the engine's counts.
+    return {**extra, **acceptance_figures(steps, drafted, accepted, accepted_per_position(histogram)),
+            "acceptance_histogram": histogram, "num_spec_steps": steps, "num_draft_tokens": drafted,
+            "num_accepted_draft_tokens": accepted, "requests_reported": len(reported)}
 
 
 def throughput(responses: Sequence[Response]) -> float:
@@ -213,14 +206,6 @@ def rows(prompts: Sequence[BenchPrompt], spec: Sequence[Response], plain: Sequen
     return out
 
 
-def _range(estimate: float, spec_values: Sequence[float], plain_values: Sequence[float]) -> tuple[float, float]:
-    """The 95% range of the median per-request ratio, scaled to `estimate` (the point's own ratio)."""
-    if len(spec_values) < 2:
-        return estimate, estimate
-    middle, low, high = paired_ratio(spec_values, plain_values)
-    return estimate * ratio(low, middle), estimate * ratio(high, middle)
-
-
 def engine_point(batch: int, k: int, spec: Sequence[Response], plain: Sequence[Response],
                  prompts: Sequence[BenchPrompt], *, greedy: bool, metric: str = "throughput",
                  counted: dict | None = None) -> EnginePoint:
@@ -232,27 +217,30 @@ def engine_point(batch: int, k: int, spec: Sequence[Response], plain: Sequence[R
     spec_tpot, plain_tpot = latency(spec), latency(plain)
     throughput_ratio = ratio(spec_rate, plain_rate) if k else 1.0
     tpot_ratio = ratio(plain_tpot, spec_tpot) if k else 1.0
+    timed = [(a, b) for a, b in pairs if a.decode_seconds_per_token and b.decode_seconds_per_token]
+    tpot_low, tpot_high = paired_range(tpot_ratio, [1 / a.decode_seconds_per_token for a, _ in timed],
+                                       [1 / b.decode_seconds_per_token for _, b in timed]) if k else (1.0, 1.0)
     if metric == "tpot":
-        speedup = tpot_ratio
-        timed = [(a, b) for a, b in pairs if a.decode_seconds_per_token and b.decode_seconds_per_token]
-        low, high = _range(speedup, [1 / a.decode_seconds_per_token for a, _ in timed],
-                           [1 / b.decode_seconds_per_token for _, b in timed]) if k else (1.0, 1.0)
+        speedup, low, high = tpot_ratio, tpot_low, tpot_high
     else:
         speedup = throughput_ratio
-        low, high = _range(speedup, [ratio(a.tokens, a.seconds) for a, _ in pairs],
-                           [ratio(b.tokens, b.seconds) for _, b in pairs]) if k else (1.0, 1.0)
+        low, high = paired_range(speedup, [ratio(a.tokens, a.seconds) for a, _ in pairs],
+                                 [ratio(b.tokens, b.seconds) for _, b in pairs]) if k else (1.0, 1.0)
     figures = acceptance(spec, counted) if k else None
     table = rows(prompts, spec, plain)
     return EnginePoint(
         batch=batch, k=k, speedup=speedup, speedup_low=low, speedup_high=high,
-        tokens_per_pass=figures["mean_acceptance_length"] if figures else 1.0,
+        # The own loop's tokens per pass and α need every step and every rejection: no engine reports them.
+        tokens_per_pass=None if k else 1.0, alpha=None if k else 0.0,
         spec_tokens_per_s=spec_rate, plain_tokens_per_s=plain_rate, spec_latency=spec_tpot,
         plain_latency=plain_tpot, theory=None,
         identical=all(r["identical"] for r in table) if greedy else None,
-        alpha=figures["draft_acceptance_rate"] if figures else 0.0,
         passes=figures["num_spec_steps"] if figures else 0, steps=sum(r.tokens for r in plain), padding_share=0.0,
         regathers=0, rows=table, acceptance=figures, requests=len(spec), throughput_ratio=throughput_ratio,
-        tpot_ratio=tpot_ratio, spec_ttft=time_to_first_token(spec), plain_ttft=time_to_first_token(plain),
+        tpot_ratio=tpot_ratio, tpot_low=tpot_low, tpot_high=tpot_high,
+        draft_acceptance_rate=figures["draft_acceptance_rate"] if figures else 0.0,
+        mean_acceptance_length=figures["mean_acceptance_length"] if figures else 1.0,
+        spec_ttft=time_to_first_token(spec), plain_ttft=time_to_first_token(plain),
         spec_itl=inter_token_latency(spec), plain_itl=inter_token_latency(plain))
 
 
@@ -268,7 +256,10 @@ def sweep_settings(settings: RunSettings, prompts: Sequence[BenchPrompt], batche
             "output_length": f"exactly {settings.max_new_tokens} tokens per request (ignore_eos): equal work",
             "requests_per_point": {str(b): requests_per_point(b, len(prompts), repeats) for b in batches},
             "warm_up": f"{max(batches)} requests of {WARM_UP_TOKENS} tokens on each server before it is measured",
-            "servers": SERVERS, "decision_metric": metric, "decision_metric_text": DECISION_METRICS[metric]}
+            "servers": SERVERS, "decision_metric": metric, "decision_metric_text": DECISION_METRICS[metric],
+            "timing": timing(ENGINE_CLOCK, speedup=DECODE_ONLY if metric == "tpot" else WITH_PREFILL,
+                             tpot_ratio=DECODE_ONLY, throughput_ratio=WITH_PREFILL, spec_tokens_per_s=WITH_PREFILL,
+                             plain_tokens_per_s=WITH_PREFILL)}
 
 
 def check_metric(metric: str) -> None:

@@ -38,9 +38,10 @@ methods are interleaved and pay alike.
 
 from __future__ import annotations
 
+import functools
 import random
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 
@@ -54,12 +55,13 @@ from ..core.drafters import DraftModelDrafter, PromptLookupDrafter
 from ..core.head import HeadDrafter
 from ..core.timing import Clock
 from ..errors import SpecvizError
-from ..metrics import BOOTSTRAP_SAMPLES, linear_fit, pooled_alpha, ratio
-from ..models import ModelPair
+from ..clocks import DECODE_ONLY, timing
+from ..metrics import BOOTSTRAP_SAMPLES, acceptance_figures, linear_fit, pooled_alpha, ratio
+from ..models import ModelPair, default_threads
 from ..models.host import HostLoad, environment, read_cpu_times
 from ..settings import RunSettings
 from .calibration import Calibration, calibrate, predicted_speedup
-from .load_result import DEFAULT_BATCHES, DEFAULT_KS, LoadPoint, LoadResult, batch_prompts
+from .load_result import DEFAULT_BATCHES, DEFAULT_KS, LoadPoint, LoadResult, batch_prompts, paired_range
 from .run import encode, last
 
 WARM_UP_TOKENS = 4
@@ -110,6 +112,7 @@ def sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair
     is ignored (`ks` are swept); every prompt is encoded and checked before any work. `fixed_length`:
     every request writes `settings.max_new_tokens` tokens in both methods (EOS ignored: equal work)."""
     check_drafter(pair)
+    default_threads(pair.device)
     if not prompts:
         raise SpecvizError("The load sweep needs at least one prompt.")
     encoded = {p.prompt: encode(settings, p.prompt, pair)[0].tolist() for p in prompts}
@@ -123,8 +126,11 @@ def sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair
                                     if fixed_length else "up to max_new_tokens, ending at EOS"),
                   "temperature": settings.temperature, "top_k": settings.top_k, "top_p": settings.top_p,
                   "seed": settings.seed, "dtype": str(pair.dtype).removeprefix("torch."),
-                  "device": str(pair.device), "clock": Clock(pair.device).name},
+                  "device": str(pair.device), "clock": Clock(pair.device).name,
+                  "timing": timing(Clock(pair.device).name, speedup=DECODE_ONLY, tpot_ratio=DECODE_ONLY,
+                                   spec_tokens_per_s=DECODE_ONLY, plain_tokens_per_s=DECODE_ONLY)},
         environment=environment(pair.device))
+    decode = functools.partial(pair.tokenizer.decode, skip_special_tokens=True)
     calibration = Calibration()
     started = read_cpu_times()
     try:
@@ -152,11 +158,11 @@ def sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair
                     plain_runs.append(steps)
                 if k:
                     point = spec_point(batch, k, spec_runs, plain_runs[-repeats:], chosen, calibration,
-                                       greedy=settings.temperature == 0.0)
+                                       greedy=settings.temperature == 0.0, decode=decode)
                     result.points.append(point)
                     yield LoadProgress(batch=batch, k=k, repeat=repeats - 1, event=None, point=point, result=result)
             if 0 in ks:
-                point = plain_point(batch, plain_runs, chosen)
+                point = plain_point(batch, plain_runs, chosen, decode)
                 result.points.append(point)
                 yield LoadProgress(batch=batch, k=0, repeat=repeats - 1, event=None, point=point, result=result)
     finally:
@@ -203,9 +209,9 @@ def _bootstrap(spec: list[tuple[float, float, int]], plain: list[tuple[float, fl
     return samples[int(0.025 * BOOTSTRAP_SAMPLES)], samples[int(0.975 * BOOTSTRAP_SAMPLES) - 1]
 
 
-def _latency(runs: Sequence[Sequence[BatchCycle | BatchStep]]) -> float:
-    """Seconds per token a request waits, decode only: per row, the forwards it was live in / its
-    tokens; the mean over rows and runs."""
+def _row_tpots(runs: Sequence[Sequence[BatchCycle | BatchStep]]) -> list[float]:
+    """Each row's time per output token, decode only (the engines' TPOT): the forwards it was live in
+    after the first (the prefill) / the tokens it gained in them; in order of run, then row."""
     per_row = []
     for events in runs:
         seconds: dict[int, float] = {}
@@ -216,12 +222,21 @@ def _latency(runs: Sequence[Sequence[BatchCycle | BatchStep]]) -> float:
             for row, count in zip(event.requests, counts):
                 seconds[row] = seconds.get(row, 0.0) + event.seconds
                 tokens[row] = tokens.get(row, 0) + count
-        per_row += [ratio(seconds[row], tokens[row]) for row in seconds]
+        per_row += [ratio(seconds[row], tokens[row]) for row in sorted(seconds)]
+    return per_row
+
+
+def _latency(runs: Sequence[Sequence[BatchCycle | BatchStep]]) -> float:
+    """Mean TPOT over rows and runs (seconds per token a request waits, decode only)."""
+    per_row = _row_tpots(runs)
     return statistics.mean(per_row) if per_row else 0.0
 
 
-def _rows(prompts: Sequence[BenchPrompt], spec: dict[int, list[int]], plain: dict[int, list[int]]) -> list[dict]:
-    return [{"prompt": p.prompt, "id": p.id, "tokens": len(spec.get(i, [])), "plain_tokens": len(plain.get(i, []))}
+def _rows(prompts: Sequence[BenchPrompt], spec: dict[int, list[int]], plain: dict[int, list[int]],
+          decode: Callable[[list[int]], str]) -> list[dict]:
+    """Per prompt, as the engines' rows: both methods' texts (as a reader checks them) and token counts."""
+    return [{"prompt": p.prompt, "id": p.id, "text": decode(spec.get(i, [])), "plain_text": decode(plain.get(i, [])),
+             "tokens": len(spec.get(i, [])), "plain_tokens": len(plain.get(i, []))}
             for i, p in enumerate(prompts)]
 
 
@@ -230,7 +245,8 @@ def _plain_forwards(runs: Sequence[Sequence[BatchStep]]) -> list[tuple[float, fl
 
 
 def spec_point(batch: int, k: int, spec_runs: Sequence[Sequence[BatchCycle]], plain_runs: Sequence[Sequence[BatchStep]],
-               prompts: Sequence[BenchPrompt], calibration: Calibration, *, greedy: bool) -> LoadPoint:
+               prompts: Sequence[BenchPrompt], calibration: Calibration, *, greedy: bool,
+               decode: Callable[[list[int]], str]) -> LoadPoint:
     spec = [(e.tokens, e.seconds, e.emitted) for cycles in spec_runs for e in cycles[1:]]
     plain = _plain_forwards(plain_runs)
     spec_rate = ratio(sum(f[2] for f in spec), sum(f[1] for f in spec))
@@ -238,24 +254,40 @@ def spec_point(batch: int, k: int, spec_runs: Sequence[Sequence[BatchCycle]], pl
     low, high = _bootstrap(spec, plain) if spec and plain else (0.0, 0.0)
     row_cycles = [c for cycles in spec_runs for e in cycles for c in e.cycles]
     alpha = pooled_alpha([row_cycles])
-    decode = [e for cycles in spec_runs for e in cycles[1:]]
+    decoding = [e for cycles in spec_runs for e in cycles[1:]]
     plain_steps = [e for steps in plain_runs for e in steps[1:]]
-    theory = predicted_speedup(k, decode, plain_steps, alpha, calibration)
+    theory = predicted_speedup(k, decoding, plain_steps, alpha, calibration)
     spec_out, plain_out = row_outputs(spec_runs[-1]), row_outputs(plain_runs[-1])
     slots = sum(e.slots for cycles in spec_runs for e in cycles)
+    drafting = [c for c in row_cycles if c.drafted]
+    figures = acceptance_figures(len(drafting), sum(len(c.drafted) for c in drafting),
+                                 sum(c.num_accepted for c in drafting))
+    spec_tpots, plain_tpots = _row_tpots(spec_runs), _row_tpots(plain_runs)
+    tpot_ratio = ratio(_latency(plain_runs), _latency(spec_runs))
+    if len(spec_tpots) >= 2 and len(spec_tpots) == len(plain_tpots):     # requests (rows) resampled as pairs
+        tpot_low, tpot_high = paired_range(tpot_ratio, [ratio(1.0, t) for t in spec_tpots],
+                                           [ratio(1.0, t) for t in plain_tpots])
+    else:           # one row: its TPOT ratio is the throughput ratio; its range, the forwards' timing noise
+        throughput_ratio = ratio(spec_rate, plain_rate)
+        tpot_low, tpot_high = tpot_ratio * ratio(low, throughput_ratio), tpot_ratio * ratio(high, throughput_ratio)
     return LoadPoint(
         batch=batch, k=k, speedup=ratio(spec_rate, plain_rate), speedup_low=low, speedup_high=high,
-        tokens_per_pass=ratio(sum(len(c.emitted) for e in decode for c in e.cycles),
-                              sum(len(e.cycles) for e in decode)),
+        tokens_per_pass=ratio(sum(len(c.emitted) for e in decoding for c in e.cycles),
+                              sum(len(e.cycles) for e in decoding)),
         spec_tokens_per_s=spec_rate, plain_tokens_per_s=plain_rate, spec_latency=_latency(spec_runs),
         plain_latency=_latency(plain_runs), theory=theory,
         identical=all(row_outputs(s) == row_outputs(p) for s, p in zip(spec_runs, plain_runs)) if greedy else None,
         alpha=alpha, passes=len(spec), steps=len(plain),
         padding_share=ratio(sum(e.padded_slots for cycles in spec_runs for e in cycles), slots),
-        regathers=sum(e.regathered for cycles in spec_runs for e in cycles), rows=_rows(prompts, spec_out, plain_out))
+        regathers=sum(e.regathered for cycles in spec_runs for e in cycles),
+        rows=_rows(prompts, spec_out, plain_out, decode), tpot_ratio=tpot_ratio, tpot_low=tpot_low,
+        tpot_high=tpot_high,
+        draft_acceptance_rate=figures["draft_acceptance_rate"],
+        mean_acceptance_length=figures["mean_acceptance_length"])
 
 
-def plain_point(batch: int, plain_runs: Sequence[Sequence[BatchStep]], prompts: Sequence[BenchPrompt]) -> LoadPoint:
+def plain_point(batch: int, plain_runs: Sequence[Sequence[BatchStep]], prompts: Sequence[BenchPrompt],
+                decode: Callable[[list[int]], str]) -> LoadPoint:
     """k = 0: plain decoding at this batch size (speedup 1 by definition), over every plain run of it."""
     plain = _plain_forwards(plain_runs)
     rate = ratio(sum(f[2] for f in plain), sum(f[1] for f in plain))
@@ -264,4 +296,4 @@ def plain_point(batch: int, plain_runs: Sequence[Sequence[BatchStep]], prompts: 
     return LoadPoint(batch=batch, k=0, speedup=1.0, speedup_low=1.0, speedup_high=1.0, tokens_per_pass=1.0,
                      spec_tokens_per_s=rate, plain_tokens_per_s=rate, spec_latency=latency, plain_latency=latency,
                      theory=1.0, identical=True, alpha=0.0, passes=0, steps=len(plain), padding_share=0.0,
-                     regathers=0, rows=_rows(prompts, out, out))
+                     regathers=0, rows=_rows(prompts, out, out, decode))

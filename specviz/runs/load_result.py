@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from ..catalog import BenchPrompt
+from ..metrics import paired_ratio, ratio
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16)
 DEFAULT_KS = (0, 1, 2, 4, 8)
@@ -24,19 +25,28 @@ class LoadPoint:
     speedup: float                  # spec throughput / plain throughput, decode only
     speedup_low: float              # 95% range of the timing noise
     speedup_high: float
-    tokens_per_pass: float          # tokens a row gains per speculative pass (1 for k = 0)
+    tokens_per_pass: float | None   # the own loop's: tokens a row gains per pass, every pass (1 for k = 0;
+                                    # None on an engine, which counts only the steps that had drafts)
     spec_tokens_per_s: float        # all rows' tokens per second of speculative decoding
     plain_tokens_per_s: float
     spec_latency: float             # seconds per token a request waits, mean over rows
     plain_latency: float
     theory: float                   # speedup the cost curve and the measured acceptance predict
     identical: bool | None          # greedy: every row's output equal in both methods (None: sampled)
-    alpha: float                    # per-token acceptance (accepted / (accepted + rejections))
+    alpha: float | None             # the own loop's α, accepted / (accepted + rejections) (None on an engine:
+                                    # no engine reports its rejections)
     passes: int                     # speculative passes timed (all repeats, decode only)
     steps: int                      # plain steps timed
     padding_share: float            # key slots of the speculative passes that were padding or holes
     regathers: int                  # cache re-gathers over the speculative runs
-    rows: list[dict] = field(default_factory=list)   # per prompt: its text and both methods' token counts
+    rows: list[dict] = field(default_factory=list)   # per prompt: both methods' texts and token counts
+    # One definition on every engine (docs/figures.md): the basis the engines are compared on is decode-only
+    # time per output token (TPOT) per request, and vLLM's acceptance figures (metrics.acceptance_figures).
+    tpot_ratio: float = 1.0         # plain mean TPOT / speculative mean TPOT (above 1: speculation is faster)
+    tpot_low: float = 1.0           # its 95% range, requests (rows) resampled as pairs
+    tpot_high: float = 1.0
+    draft_acceptance_rate: float = 0.0
+    mean_acceptance_length: float = 1.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -102,3 +112,12 @@ class LoadResult:
 def batch_prompts(prompts: Sequence[BenchPrompt], batch: int) -> list[BenchPrompt]:
     """The first `batch` prompts, the set cycled when it is smaller."""
     return [prompts[i % len(prompts)] for i in range(batch)]
+
+
+def paired_range(estimate: float, spec_values: Sequence[float], plain_values: Sequence[float]) -> tuple[float, float]:
+    """The 95% range of the median per-request (per-row) ratio spec / plain, resampled as pairs
+    (`metrics.paired_ratio`), scaled to `estimate` (the point's own ratio); every engine's the same way."""
+    if len(spec_values) < 2:
+        return estimate, estimate
+    middle, low, high = paired_ratio(spec_values, plain_values)
+    return estimate * ratio(low, middle), estimate * ratio(high, middle)

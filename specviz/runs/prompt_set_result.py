@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..catalog import BenchPrompt
-from ..metrics import bootstrap_median, median, paired_ratio, ratio
+from ..metrics import acceptance_figures, bootstrap_median, median, paired_ratio, ratio
 from ..settings import RunSettings
 from .result import Run
 
@@ -30,12 +30,13 @@ class PromptRun:
     seconds: float
     identical: bool | None
     draft_model_tokens: int | None = None   # drafted across tokenizers: the draft model's own tokens run
+    num_drafts: int = 0             # target passes (verification steps) that had drafts
 
     @classmethod
     def of(cls, config: int, prompt: int, round_: int, run: Run) -> PromptRun:
         s = run.stats
         return cls(config, prompt, round_, run.speedup, s.tokens, len(run.steps), s.cycles, s.drafted, s.accepted,
-                   s.seconds, run.identical, draft_model_tokens=s.draft_model_tokens)
+                   s.seconds, run.identical, draft_model_tokens=s.draft_model_tokens, num_drafts=s.num_drafts)
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,9 @@ class ConfigSummary:
     speedups: list[float]           # per prompt: the median over rounds
     speedup_median: float
     speedup_ci95: tuple[float, float]
-    mean_acceptance_length: float   # tokens per target pass, pooled over every run
+    mean_acceptance_length: float   # 1 + accepted / num_drafts, pooled over every run (metrics)
     draft_acceptance_rate: float
+    tokens_per_cycle: float | None  # the own loop's tokens per target pass, every pass (None on an engine)
     by_category: dict[str, float]   # median speedup per category
     # Drafted across tokenizers (None otherwise): the draft model's own tokens per target token
     # proposed, pooled over every run.
@@ -108,9 +110,11 @@ class PromptSetComparison:
             if values:
                 categories.setdefault(prompt.category, []).append(median(values))
         across = [r for r in runs if r.draft_model_tokens is not None]
-        return ConfigSummary(self.labels[config], speedups, middle, (low, high),
-                             ratio(sum(r.tokens for r in runs), sum(r.passes for r in runs)),
-                             ratio(sum(r.accepted for r in runs), sum(r.drafted for r in runs)),
+        figures = acceptance_figures(*(sum(getattr(r, name) for r in runs)
+                                       for name in ("num_drafts", "drafted", "accepted")))
+        passes = sum(r.passes for r in runs)
+        return ConfigSummary(self.labels[config], speedups, middle, (low, high), figures["mean_acceptance_length"],
+                             figures["draft_acceptance_rate"], ratio(sum(r.tokens for r in runs), passes) or None,
                              {name: median(values) for name, values in categories.items()},
                              draft_tokens_per_target_token=ratio(sum(r.draft_model_tokens for r in across),
                                                                  sum(r.drafted for r in across)) if across else None)

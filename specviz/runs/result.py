@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..core.events import Cycle, Step
+from ..clocks import DECODE_ONLY, WITH_PREFILL, timing
 from ..metrics import (EqualWork, PlainStats, SpecStats, Speed, equal_work, first_divergence, ideal_speedup,
                        measure_speed, summarize, summarize_plain, theory_at_pass_cost)
 from ..models.host import HostLoad, environment
@@ -146,6 +147,8 @@ class Run:
                    "device": self.device, "clock": self.clock,
                    "draft_policy": ("dynamic k" if self.settings.dynamic_k else "fixed k" if self.settings.fixed_k
                                     else "cost-aware"),
+                   "timing": timing(self.clock, speedup=DECODE_ONLY, tokens_per_second=WITH_PREFILL,
+                                    baseline_tokens_per_second=WITH_PREFILL),
                    **self.stats.to_dict()}
         if self.note:
             summary["note"] = self.note

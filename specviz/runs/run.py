@@ -36,7 +36,7 @@ from ..core.drafters import DraftModelDrafter, Drafter
 from ..core.head import HeadDrafter, HeadTreeDrafter
 from ..core.events import Cycle, interleave
 from ..errors import SpecvizError
-from ..models import Detokenizer, ModelPair, check_context, encode_prompt, load_pair
+from ..models import Detokenizer, ModelPair, check_context, default_threads, encode_prompt, load_pair
 from ..models.host import HostLoad, read_cpu_times
 from ..models.sources import TINY_TARGET, Progress
 from ..models.tiny import tiny_pair
@@ -49,7 +49,9 @@ T = TypeVar("T")
 
 def load(settings: RunSettings, progress: Progress | None = None) -> ModelPair:
     """The pair `settings` names (from the in-memory cache when it is loaded already); the target
-    'tiny' builds the tiny in-process pair (`models.tiny`). Every command and the page load here."""
+    'tiny' builds the tiny in-process pair (`models.tiny`). Every command and the page load here. On a
+    CPU, torch's threads take specviz's default first unless this process chose them (`models.devices`)."""
+    default_threads(settings.device)
     if settings.target == TINY_TARGET:
         return tiny_pair(settings.draft, device=settings.device, dtype=settings.dtype)
     return load_pair(settings.target, settings.draft, device=settings.device, dtype=settings.dtype,
@@ -147,7 +149,10 @@ def pass_costs(pair: ModelPair, input_ids: torch.Tensor, max_length: int) -> Pas
 def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool = False,
          warm_up: bool = True) -> Iterator[Run]:
     """Decode `prompt` (speculatively, and plainly too with `baseline`), yielding the run after each
-    event. `settings` must have passed `settings.validate`; errors a user can cause raise SpecvizError."""
+    event. `settings` must have passed `settings.validate`; errors a user can cause raise SpecvizError.
+    On a CPU it runs on one torch thread, timed by its CPU time, unless this process chose otherwise
+    (`models.devices.use_threads`: more threads are timed by the wall clock)."""
+    default_threads(pair.device)
     input_ids = encode(settings, prompt, pair)
     drafter = drafter_for(settings, pair)
     eos = list(pair.eos_token_ids or [])

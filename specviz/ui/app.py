@@ -13,6 +13,7 @@ import time
 import gradio as gr
 import torch
 
+from ..models.devices import use_threads
 from ..runs import Loader
 from ..runs.run import load
 from ..settings import RunSettings
@@ -175,11 +176,7 @@ def configure_torch() -> str:
     SPECVIZ_THREADS=N overrides. Returns a line for the log."""
     torch.set_grad_enabled(False)
     threads = os.environ.get("SPECVIZ_THREADS", "").strip()
-    if threads.isdigit() and int(threads) > 0:
-        torch.set_num_threads(int(threads))
-    elif not torch.cuda.is_available():
-        torch.set_num_threads(1)
-    return f"torch uses {torch.get_num_threads()} CPU thread(s)"
+    return use_threads(int(threads) if threads.isdigit() and int(threads) > 0 else None)
 
 
 def warm_up(loader: Loader | None = None) -> threading.Thread:

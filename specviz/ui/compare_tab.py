@@ -92,7 +92,7 @@ def parse_configs(rows, *, max_new_tokens, seed, chat: bool, limits: Limits) -> 
 def column_html(label: str, run) -> str:
     """One configuration's token view: its label, numbers, and every cycle's tokens."""
     s = run.stats
-    status = (f"{s.tokens} tokens \u00b7 {s.mean_acceptance_length:.2f} per pass \u00b7 "
+    status = (f"{s.tokens} tokens \u00b7 {s.tokens_per_cycle:.2f} per pass \u00b7 "
               f"{s.tokens_per_second:.1f} tokens/s \u00b7 {run.speedup or 0:.2f}\u00d7")
     if s.draft_tokens_per_target_token is not None:       # drafted across tokenizers
         status += f" \u00b7 {s.draft_tokens_per_target_token:.2f} draft tokens per target token"

@@ -27,8 +27,8 @@ from ..runs.run import cycle_text, encode
 from ..settings import Limits, RunSettings, validate, whole_numbers
 from ..views import render
 from ..views.engine_view import acceptance_figure
-from ..views.engines_side_by_side import (EngineRun, lesson, side_by_side_html, speedup_by_engine_figure,
-                                          step_cost_figure, tokens_per_pass_figure)
+from ..views.engines_side_by_side import (EngineRun, acceptance_length_figure, lesson, side_by_side_html,
+                                          speedup_by_engine_figure, step_cost_figure)
 from ..views.load_view import decision, load_figures, outputs_note, rows_html
 from ..views.render import cycle_html
 from .budget import check_load_caps, check_load_work, check_prompt_tokens, load_work, prompt_tokens
@@ -154,7 +154,7 @@ def all_engines_work(run_one, drafter: str, limits: Limits, stop: StopSignal) ->
     finished = f"Stopped after {len(runs)} of 3 engines." if stop.requested else "Finished: three engines."
     yield LoadView(status=render.status_html("One drafter on three engines", finished),
                    rows=side_by_side_html(runs), speedup=speedup_by_engine_figure(runs),
-                   throughput=step_cost_figure(runs), latency=tokens_per_pass_figure(runs),
+                   throughput=step_cost_figure(runs), latency=acceptance_length_figure(runs),
                    decision=lesson(runs) or "No engine measured a speculative point.", acceptance=gr.skip())
 
 

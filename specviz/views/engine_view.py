@@ -12,7 +12,8 @@ import json
 import plotly.graph_objects as go
 
 from ..engines import TITLES
-from ..runs.engine_load import EngineLoadResult, acceptance_by_position
+from ..metrics import acceptance_rate_per_position
+from ..runs.engine_load import EngineLoadResult
 from .charts import layout, waiting
 from .figures import config_colour
 
@@ -36,7 +37,7 @@ def acceptance_figure(result: EngineLoadResult | None) -> go.Figure:
         return waiting(figure, "Run a sweep on vLLM or llama.cpp to see its acceptance by draft position")
     ks = sorted({p.k for p in points})
     for point in points:
-        shares = acceptance_by_position(point.acceptance["acceptance_histogram"])
+        shares = acceptance_rate_per_position(point.acceptance["acceptance_histogram"])
         figure.add_trace(go.Bar(
             x=list(range(1, len(shares) + 1)), y=shares, name=f"k = {point.k}, batch {point.batch}",
             marker=dict(color=config_colour(ks.index(point.k)), opacity=0.45 + 0.55 / point.batch ** 0.5),

@@ -3,14 +3,15 @@ sizes: the Load tab's "all three" view. Pure functions of each engine's finished
 `runs.load_result.LoadResult`, or None with the reason it has none).
 
 The lesson it shows: speculation saves target steps, so what it buys depends on what a plain step
-costs on that engine as much as on how many drafts are accepted. Each engine's own numbers, measured
-its own way (the clock, the metric and the dtype are in the table), each against its own plain
-decoding:
+costs on that engine as much as on how many drafts are accepted. Every row is on one basis
+(docs/figures.md, docs/llamacpp.md says why this one): decode-only time per output token (TPOT) of each
+request, mean over requests, each engine against its own plain decoding (the own loop times it by its
+thread's CPU time, the engines at the client), and vLLM's acceptance figures, one formula for all three:
 
-- `side_by_side_html`: per engine, batch size and k, the plain step's cost (ms per step of the whole
-  batch), both throughputs, the speedup with its 95% range, the acceptance as the engine measures it,
-  tokens per target pass, and whether the greedy texts equalled plain decoding's.
-- `speedup_by_engine_figure`, `step_cost_figure`, `tokens_per_pass_figure`: the three charts.
+- `side_by_side_html` / `side_by_side_records`: per engine, batch size and k, the plain and speculative
+  TPOT, the speedup in TPOT with its 95% range, the draft acceptance rate, the mean acceptance length
+  and whether the greedy texts equalled plain decoding's.
+- `speedup_by_engine_figure`, `step_cost_figure`, `acceptance_length_figure`: the three charts.
 - `lesson`: one paragraph at the smallest batch size measured.
 """
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
+from ..clocks import DECODE_ONLY, clock_text, timing
 from ..runs.load_result import LoadPoint, LoadResult
 from .charts import PLAIN_COLOUR, layout, waiting
 from .figures import config_colour
@@ -40,37 +42,50 @@ def _speculative(result: LoadResult | None) -> list[LoadPoint]:
     return sorted((p for p in (result.points if result else []) if p.k > 0), key=lambda p: (p.batch, p.k))
 
 
+BASIS = "decode-only time per output token (TPOT) per request, mean over requests"
+ACCEPTANCE = "draft acceptance rate = accepted / drafted; mean acceptance length = 1 + accepted / drafting steps"
+
+
 def step_ms(point: LoadPoint) -> float | None:
-    """Milliseconds of one plain step of the whole batch (every request gains a token) at this point."""
-    return 1000.0 * point.batch / point.plain_tokens_per_s if point.plain_tokens_per_s else None
+    """Milliseconds of one plain step of the whole batch (every request gains a token): plain TPOT."""
+    return 1000.0 * point.plain_latency if point.plain_latency else None
 
 
 def how_measured(run: EngineRun) -> str:
-    """'bfloat16; decode only; thread CPU time' or 'float32; output throughput ...; wall time at the client'."""
+    """'float32; thread CPU time' or 'the GGUF as stored; wall time at the client'."""
     if run.result is None:
         return ""
     settings = run.result.settings
-    metric = settings.get("decision_metric_text") or "decode only (prefill left out)"
-    dtype = settings.get("dtype") or "?"
-    if settings.get("engine") == "llamacpp":
-        dtype = "the GGUF as stored"
-    return f"{dtype}; {metric.split(' (')[0] if settings.get('engine') else metric}; {settings.get('clock', '?')}"
+    dtype = "the GGUF as stored" if settings.get("engine") == "llamacpp" else settings.get("dtype") or "?"
+    return f"{dtype}; timed by {clock_text(settings.get('clock', '?'))}"
+
+
+def side_by_side_records(runs: Sequence[EngineRun]) -> dict:
+    """The table as JSON: its basis, and one record per engine, batch size and k."""
+    return {"basis": BASIS, "acceptance": ACCEPTANCE, "timing": {
+                run.title: timing(run.result.settings.get("clock", "?"), tpot_ratio=DECODE_ONLY)
+                for run in runs if run.result is not None},
+            "rows": [{"engine": run.title, "batch": p.batch, "k": p.k, "plain_tpot_ms": 1000.0 * p.plain_latency,
+                      "spec_tpot_ms": 1000.0 * p.spec_latency, "tpot_ratio": p.tpot_ratio,
+                      "tpot_range": [p.tpot_low, p.tpot_high], "draft_acceptance_rate": p.draft_acceptance_rate,
+                      "mean_acceptance_length": p.mean_acceptance_length, "identical": p.identical}
+                     for run in runs for p in _speculative(run.result)],
+            "errors": {run.title: run.error for run in runs if run.error}}
 
 
 def side_by_side_html(runs: Sequence[EngineRun]) -> str:
     """The table, then how each engine measured (or why it has no figures)."""
-    head = ["engine", "batch", "k", "plain step (ms)", "plain tok/s", "spec tok/s", "speedup (95% range)",
-            "acceptance", "tokens per pass", "greedy texts equal plain"]
+    head = ["engine", "batch", "k", "plain TPOT (ms)", "spec TPOT (ms)", "speedup in TPOT (95% range)",
+            "draft acceptance rate", "mean acceptance length", "greedy texts equal plain"]
     body = []
-    for run in runs:
-        for p in _speculative(run.result):
-            cost = step_ms(p)
-            cells = [run.title, str(p.batch), str(p.k), f"{cost:.1f}" if cost else "-",
-                     f"{p.plain_tokens_per_s:.1f}", f"{p.spec_tokens_per_s:.1f}",
-                     f"<b>{p.speedup:.2f}\u00d7</b> ({p.speedup_low:.2f}-{p.speedup_high:.2f})", f"{p.alpha:.0%}",
-                     f"{p.tokens_per_pass:.2f}", {True: "yes", False: "no", None: "-"}[p.identical]]
-            body.append("<tr>" + "".join(f"<td>{c if i == 6 else html.escape(c)}</td>" for i, c in enumerate(cells))
-                        + "</tr>")
+    for row in side_by_side_records(runs)["rows"]:
+        cells = [row["engine"], str(row["batch"]), str(row["k"]), f"{row['plain_tpot_ms']:.1f}",
+                 f"{row['spec_tpot_ms']:.1f}",
+                 f"<b>{row['tpot_ratio']:.2f}\u00d7</b> ({row['tpot_range'][0]:.2f}-{row['tpot_range'][1]:.2f})",
+                 f"{row['draft_acceptance_rate']:.0%}", f"{row['mean_acceptance_length']:.2f}",
+                 {True: "yes", False: "no", None: "-"}[row["identical"]]]
+        body.append("<tr>" + "".join(f"<td>{c if i == 5 else html.escape(c)}</td>" for i, c in enumerate(cells))
+                    + "</tr>")
     notes = []
     for run in runs:
         if run.error:
@@ -81,9 +96,8 @@ def side_by_side_html(runs: Sequence[EngineRun]) -> str:
              + "</tr></thead><tbody>" + "".join(body) + "</tbody></table>") if body else ""
     return (f"<div class='sv-engines' id='load-engines-table'><div class='sv-load-title'>One drafter, "
             f"{len(runs)} engines: each against its own plain decoding</div>{table}"
-            "<div class='sv-engines-notes'>Acceptance is each engine's own measure (the own loop: accepted / "
-            "(accepted + rejected); vLLM and llama.cpp: accepted / drafted). How each measured:<ul>"
-            + "".join(notes) + "</ul></div></div>")
+            f"<div class='sv-engines-notes'>Every row on one basis: {html.escape(BASIS)}; "
+            f"{html.escape(ACCEPTANCE)}. How each measured:<ul>" + "".join(notes) + "</ul></div></div>")
 
 
 def _largest_k(runs: Sequence[EngineRun]) -> int | None:
@@ -98,10 +112,10 @@ def _axis(runs: Sequence[EngineRun]) -> dict:
 
 
 def speedup_by_engine_figure(runs: Sequence[EngineRun]) -> go.Figure:
-    """Each engine's speedup over its own plain decoding (95% range) at the largest k, by batch size."""
+    """Each engine's speedup in TPOT over its own plain decoding (95% range) at the largest k, by batch size."""
     k = _largest_k(runs)
-    figure = _bars(runs, f"Speedup per engine{f' at k = {k}' if k else ''} (each against its own plain decoding)",
-                   "speedup \u00d7", lambda p: p.speedup, "\u00d7",
+    figure = _bars(runs, f"Speedup in TPOT per engine{f' at k = {k}' if k else ''} (each against its own plain "
+                   "decoding, decode only)", "speedup \u00d7", lambda p: p.tpot_ratio, "\u00d7",
                    "Run all three engines to see their speedups side by side", ranges=True)
     if k is not None:
         figure.add_hline(y=1.0, line=dict(color=PLAIN_COLOUR, width=1.5, dash="dot"),   # its label clear of the bars
@@ -120,8 +134,8 @@ def _bars(runs: Sequence[EngineRun], title: str, y_title: str, value, unit: str,
     for i, run in enumerate(runs):
         points = [p for p in _speculative(run.result) if p.k == k and value(p) is not None]
         if points:
-            errors = dict(type="data", symmetric=False, array=[p.speedup_high - p.speedup for p in points],
-                          arrayminus=[p.speedup - p.speedup_low for p in points]) if ranges else None
+            errors = dict(type="data", symmetric=False, array=[p.tpot_high - p.tpot_ratio for p in points],
+                          arrayminus=[p.tpot_ratio - p.tpot_low for p in points]) if ranges else None
             figure.add_trace(go.Bar(x=[str(p.batch) for p in points], y=[value(p) for p in points], name=run.title,
                                     marker_color=config_colour(i), error_y=errors,
                                     hovertemplate=f"{run.title}, batch %{{x}}: %{{y:.2f}} {unit}<extra></extra>"))
@@ -130,16 +144,17 @@ def _bars(runs: Sequence[EngineRun], title: str, y_title: str, value, unit: str,
 
 
 def step_cost_figure(runs: Sequence[EngineRun]) -> go.Figure:
-    """What one plain step costs on each engine: what a draft has to save."""
-    return _bars(runs, "A plain step's cost per engine (what speculation saves)", "ms per step", step_ms, "ms",
-                 "Run all three engines to see what a plain step costs on each")
+    """What one plain step costs on each engine (plain TPOT): what a draft has to save."""
+    return _bars(runs, "A plain step's cost per engine (plain TPOT: what speculation saves)", "ms per step", step_ms,
+                 "ms", "Run all three engines to see what a plain step costs on each")
 
 
-def tokens_per_pass_figure(runs: Sequence[EngineRun]) -> go.Figure:
-    """Tokens each target pass yields on each engine at the largest k (1 = plain decoding)."""
+def acceptance_length_figure(runs: Sequence[EngineRun]) -> go.Figure:
+    """Mean acceptance length on each engine at the largest k (1 = nothing accepted), one definition for all."""
     k = _largest_k(runs)
-    return _bars(runs, f"Tokens per target pass per engine{f' at k = {k}' if k else ''}", "tokens per pass",
-                 lambda p: p.tokens_per_pass, "tokens", "Run all three engines to see how many drafts each accepts")
+    return _bars(runs, f"Mean acceptance length per engine{f' at k = {k}' if k else ''}", "tokens per drafting step",
+                 lambda p: p.mean_acceptance_length, "tokens",
+                 "Run all three engines to see how many drafts each accepts")
 
 
 def lesson(runs: Sequence[EngineRun]) -> str:
@@ -153,7 +168,9 @@ def lesson(runs: Sequence[EngineRun]) -> str:
         point = next((p for p in _speculative(run.result) if p.k == k and p.batch == batch), None)
         if point is not None:
             cost = step_ms(point)
-            parts.append(f"{run.title} **{point.speedup:.2f}\u00d7** ({point.tokens_per_pass:.2f} tokens per pass, a "
-                         f"plain step {cost:.1f} ms)" if cost else f"{run.title} **{point.speedup:.2f}\u00d7**")
-    return (f"Batch {batch}, k = {k}: " + "; ".join(parts) + ". Speculation saves target steps: the cheaper an "
-            "engine's plain step, the less a draft can save against what drafting and verifying cost.")
+            parts.append(f"{run.title} **{point.tpot_ratio:.2f}\u00d7** (mean acceptance length "
+                         f"{point.mean_acceptance_length:.2f}, a plain step {cost:.1f} ms)" if cost
+                         else f"{run.title} **{point.tpot_ratio:.2f}\u00d7**")
+    return (f"Batch {batch}, k = {k}, speedup in decode-only time per token: " + "; ".join(parts) + ". Speculation "
+            "saves target steps: the cheaper an engine's plain step, the less a draft can save against what drafting "
+            "and verifying cost.")

@@ -89,7 +89,8 @@ def summary(comparison, *, sweep=None) -> dict:
                          "best_measured_k": sweep.best_measured_k, "best_theory_k": sweep.best_theory_k,
                          "points": [{"k": k, "speedup": r.speedup, "theory_speedup": sweep.theory(k),
                                      "mean_acceptance_length": r.stats.mean_acceptance_length,
-                                     "draft_acceptance_rate": r.stats.draft_acceptance_rate}
+                                     "draft_acceptance_rate": r.stats.draft_acceptance_rate,
+                                     "tokens_per_cycle": r.stats.tokens_per_cycle}
                                     for k, r in sweep.points]}
     return data
 

@@ -41,14 +41,16 @@ def tokens_per_pass_overlay(labels: Sequence[str], results: Sequence) -> go.Figu
 
 
 def position_overlay(labels: Sequence[str], results: Sequence) -> go.Figure:
-    """Acceptance by draft position, grouped bars per configuration."""
+    """vLLM's acceptance rate per draft position (accepted there / passes that had drafts), grouped
+    bars per configuration: the same figure the engines' sweeps draw."""
     traces = []
     for i, (label, result) in enumerate(zip(labels, results)):
-        by_position = result.stats.acceptance_by_position
+        by_position = result.stats.acceptance_rate_per_position
         traces.append(go.Bar(x=list(range(1, len(by_position) + 1)), y=by_position, name=label,
                              marker_color=config_colour(i),
-                             hovertemplate=f"{label}<br>position %{{x}}: %{{y:.0%}}<extra></extra>"))
-    return go.Figure(traces, layout=_layout("Acceptance by draft position", "draft position", "accepted",
+                             hovertemplate=f"{label}<br>position %{{x}}: %{{y:.0%}} of the passes that had drafts"
+                                           "<extra></extra>"))
+    return go.Figure(traces, layout=_layout("Acceptance rate per draft position", "draft position", "accepted",
                                             yaxis_range=[0, 1.05], yaxis_tickformat=".0%", xaxis_dtick=1,
                                             barmode="group", bargap=0.2))
 

@@ -61,7 +61,8 @@ def engine_metric(result: LoadResult | None) -> str | None:
 def speedup_figure(result: LoadResult | None) -> go.Figure:
     """Measured speedup (with its 95% range) and the theory, per k, against batch size."""
     metric = engine_metric(result)
-    title = (f"Speedup in {metric.split(' (')[0]} (speculative / plain, prefill included)" if metric
+    basis = ((result.settings.get("timing") or {}).get("basis") or {}).get("speedup") if result else None
+    title = (f"Speedup in {metric.split(' (')[0]} (speculative / plain, {basis or 'with prefill'})" if metric
              else "Speedup against batch size (decode only)")
     figure = go.Figure(layout=layout(title, "batch size (concurrent requests)" if metric else "batch size",
                                      "speedup \u00d7", hovermode="closest"))
@@ -76,9 +77,9 @@ def speedup_figure(result: LoadResult | None) -> go.Figure:
             line=dict(color=colour, width=3), marker=dict(size=9),
             error_y=dict(type="data", symmetric=False, array=[p.speedup_high - p.speedup for p in points],
                          arrayminus=[p.speedup - p.speedup_low for p in points], color=colour),
-            customdata=[[p.speedup_low, p.speedup_high, p.tokens_per_pass] for p in points],
+            customdata=[[p.speedup_low, p.speedup_high, p.mean_acceptance_length] for p in points],
             hovertemplate=(f"k = {k}, batch %{{x}}: %{{y:.2f}}\u00d7 (95% range %{{customdata[0]:.2f}}-"
-                           "%{customdata[1]:.2f}), %{customdata[2]:.2f} tokens per pass<extra></extra>")))
+                           "%{customdata[1]:.2f}), mean acceptance length %{customdata[2]:.2f}<extra></extra>")))
         if any(p.theory is None for p in points):   # an engine's sweep (vLLM) has no cost curve to price
             continue
         figure.add_trace(go.Scatter(

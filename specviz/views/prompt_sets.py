@@ -9,6 +9,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from ..clocks import DECODE_ONLY, clock_text, timing
 from ..files import write_atomic
 from ..runs.prompt_set_result import PromptSetComparison
 from .charts import PLAIN_COLOUR, layout
@@ -16,9 +17,11 @@ from .figures import config_colour
 from .prose import CROSS_TOKENIZER_HEADER     # a column only where a configuration drafts across tokenizers
 
 X = "\u00d7"
-TABLE_HEADERS = ["configuration", "prompts", "median speedup", "95% interval", "tokens per pass", "accepted"]
+# vLLM's two acceptance figures (docs/figures.md); the own loop's tokens per pass counts every pass.
+TABLE_HEADERS = ["configuration", "prompts", "median speedup", "95% interval", "acceptance rate", "acceptance length",
+                 "tokens per pass"]
 ROW_FIELDS = ["config", "prompt_id", "category", "round", "speedup", "tokens", "baseline_tokens", "target_passes",
-              "drafted", "accepted", "seconds", "identical", "draft_model_tokens"]
+              "num_drafts", "drafted", "accepted", "seconds", "identical", "draft_model_tokens"]
 
 
 def winner_line(comparison: PromptSetComparison) -> str:
@@ -67,7 +70,8 @@ def _against_plain(best) -> str:
 
 def timing_line(comparison: PromptSetComparison) -> str:
     return (f"Each speedup compares decode-only time per token with plain decoding of the same prompt, timed by "
-            f"{comparison.clock or 'the run clock'}; intervals are 95% bootstrap intervals over the prompts.")
+            f"{clock_text(comparison.clock) if comparison.clock else 'the run clock'}; intervals are 95% bootstrap "
+            "intervals over the prompts.")
 
 
 def progress_line(comparison: PromptSetComparison) -> str:
@@ -91,11 +95,12 @@ def table_rows(comparison: PromptSetComparison) -> list[list[str]]:
     for i in comparison.ranking():
         s = comparison.summary(i)
         if not s.speedups:   # not started yet: no numbers to show, not zeros
-            rows.append([s.label, "\u2013", "waiting", "", "", ""] + [""] * across)
+            rows.append([s.label, "\u2013", "waiting", "", "", "", ""] + [""] * across)
             continue
         rows.append([s.label, str(len(s.speedups)), f"{s.speedup_median:.2f}{X}",
-                     f"{s.speedup_ci95[0]:.2f}\u2013{s.speedup_ci95[1]:.2f}{X}", f"{s.mean_acceptance_length:.2f}",
-                     f"{s.draft_acceptance_rate:.1%}"])
+                     f"{s.speedup_ci95[0]:.2f}\u2013{s.speedup_ci95[1]:.2f}{X}", f"{s.draft_acceptance_rate:.1%}",
+                     f"{s.mean_acceptance_length:.2f}",
+                     "-" if s.tokens_per_cycle is None else f"{s.tokens_per_cycle:.2f}"])
         if across:
             per_token = s.draft_tokens_per_target_token
             rows[-1].append("" if per_token is None else f"{per_token:.2f}")
@@ -143,7 +148,8 @@ def rows(comparison: PromptSetComparison) -> list[dict]:
         prompt = comparison.prompts[r.prompt]
         out.append(dict(config=comparison.labels[r.config], prompt_id=prompt.id, category=prompt.category,
                         round=r.round, speedup=r.speedup, tokens=r.tokens, baseline_tokens=r.baseline_tokens,
-                        target_passes=r.passes, drafted=r.drafted, accepted=r.accepted, seconds=r.seconds,
+                        target_passes=r.passes, num_drafts=r.num_drafts, drafted=r.drafted, accepted=r.accepted,
+                        seconds=r.seconds,
                         identical=r.identical, draft_model_tokens=r.draft_model_tokens))
     return out
 
@@ -157,13 +163,14 @@ def summary(comparison: PromptSetComparison) -> dict:
         configurations.append({"config": s.label, "settings": settings.to_dict(), "prompts": len(s.speedups),
                                "speedup_median": s.speedup_median, "speedup_ci95": list(s.speedup_ci95),
                                "mean_acceptance_length": s.mean_acceptance_length,
-                               "draft_acceptance_rate": s.draft_acceptance_rate, "by_category": s.by_category,
+                               "draft_acceptance_rate": s.draft_acceptance_rate, "tokens_per_cycle": s.tokens_per_cycle,
+                               "by_category": s.by_category,
                                "draft_tokens_per_target_token": s.draft_tokens_per_target_token})
     return {"prompts": len(comparison.prompts), "repeats": comparison.repeats, "configurations": configurations,
             "winner": None if winner is None else comparison.labels[winner],
             "paired": None if paired is None else {"ratio": paired[0], "ci95": [paired[1], paired[2]]},
             "winner_line": winner_line(comparison), "compared": "decode-only seconds per token, per prompt",
-            "clock": comparison.clock}
+            "clock": comparison.clock, "timing": timing(comparison.clock, speedup=DECODE_ONLY)}
 
 
 def json_text(comparison: PromptSetComparison) -> str:

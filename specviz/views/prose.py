@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..clocks import clock_text
 from ..metrics import EQUAL_LENGTH, SHARED_PREFIX, draft_cost, drafted_per_cycle, ideal_speedup, pass_seconds
 from ..runs.comparison import Comparison, Sweep, ranked
 from ..runs.result import Run
@@ -62,7 +63,8 @@ def compared_text(run: Run) -> str:
     if speed is None:
         return ""
     return (f"decode-only time per token over {work_text(run)}; prefill apart: speculative "
-            f"{speed.spec_prefill_seconds:.3f} s, plain {speed.plain_prefill_seconds:.3f} s; timed by {run.clock}")
+            f"{speed.spec_prefill_seconds:.3f} s, plain {speed.plain_prefill_seconds:.3f} s; "
+            f"timed by {clock_text(run.clock)}")
 
 
 def parted_text(run: Run) -> str | None:
@@ -143,16 +145,18 @@ def summary_lines(run: Run) -> list[str]:
     s = run.stats
     lines = [f"{run.target_name} drafted by {run.draft_name}: {s.tokens} tokens in {s.cycles} target passes "
              f"({run.dtype} on {run.device})",
-             f"acceptance: {s.draft_acceptance_rate:.1%} of drafted tokens (alpha {s.alpha:.2f}), "
-             f"{s.mean_acceptance_length:.2f} tokens per target pass, mean k {s.mean_k:.1f}",
+             f"acceptance: draft acceptance rate {s.draft_acceptance_rate:.1%} ({s.accepted} of {s.drafted} drafted "
+             f"tokens), mean acceptance length {s.mean_acceptance_length:.2f} ({s.num_drafts} passes with drafts)",
+             f"own loop: {s.tokens_per_cycle:.2f} tokens per target pass (all {s.cycles}), alpha {s.alpha:.2f}, "
+             f"mean k {s.mean_k:.1f}",
              f"cost ratio c = {cost_ratio_text(run)}"]
     policy = policy_text(run)
     if policy:
         lines.append(f"draft length: {policy}")
     lines += [f"{name.lower()}: {value}; {note}" for name, value, note in cross_tokenizer_lines(run)]
-    lines.append(f"speculative: {s.tokens_per_second:.1f} tokens/s")
+    lines.append(f"speculative: {s.tokens_per_second:.1f} tokens/s (with prefill)")
     if run.steps:
-        lines.append(f"plain:       {run.plain.tokens_per_second:.1f} tokens/s")
+        lines.append(f"plain:       {run.plain.tokens_per_second:.1f} tokens/s (with prefill)")
         parted = parted_text(run)
         if parted:
             lines.append(f"warning: {parted}")
@@ -210,7 +214,7 @@ def winner_parts(comparison: Comparison) -> tuple[str, str]:
     if (best.speedup or 0) < 1.0:
         head = (f"No configuration beat plain decoding; {label} came closest: {best.speedup or 0:.2f}{X} against "
                 f"{runner.speedup or 0:.2f}{X} for {runner_label}")
-    a, b = best.stats.mean_acceptance_length, runner.stats.mean_acceptance_length
+    a, b = best.stats.tokens_per_cycle, runner.stats.tokens_per_cycle
     d, e = draft_cost(best.stats), draft_cost(runner.stats)
     v, w = pass_seconds(best.cycles), pass_seconds(runner.cycles)
     factors = [
@@ -240,8 +244,10 @@ def winner_parts(comparison: Comparison) -> tuple[str, str]:
     return head, why
 
 
-TABLE_HEADERS = ["configuration", "accepted", "per pass", "c", "speedup", "95% range", "theory here", "ideal theory",
-                 "tokens/s"]
+# "acceptance rate" and "acceptance length" are vLLM's figures (docs/figures.md); "per pass" is the own
+# loop's tokens per target pass, every pass counted; tokens/s is with prefill, the speedup decode only.
+TABLE_HEADERS = ["configuration", "acceptance rate", "acceptance length", "per pass", "c", "speedup", "95% range",
+                 "theory here", "ideal theory", "tokens/s"]
 # A column only where a configuration drafts across tokenizers: its draft model's own tokens per
 # target token it proposed (what re-tokenization costs the draft).
 CROSS_TOKENIZER_HEADER = "draft tokens per target token"
@@ -270,14 +276,15 @@ def table_rows(comparison: Comparison) -> list[list[str]]:
     for label, run in comparison.pairs():
         s = run.stats
         here = run.theory_at_pass_cost
-        rows.append([label, f"{s.draft_acceptance_rate:.1%}", f"{s.mean_acceptance_length:.2f}", f"{s.cost_ratio:.3f}",
-                     f"{run.speedup or 0:.2f}{X}", _range(run), "" if here is None else f"{here:.2f}{X}",
-                     f"{ideal_speedup(s, run.speed):.2f}{X}", f"{s.tokens_per_second:.1f}"])
+        rows.append([label, f"{s.draft_acceptance_rate:.1%}", f"{s.mean_acceptance_length:.2f}",
+                     f"{s.tokens_per_cycle:.2f}", f"{s.cost_ratio:.3f}", f"{run.speedup or 0:.2f}{X}", _range(run),
+                     "" if here is None else f"{here:.2f}{X}", f"{ideal_speedup(s, run.speed):.2f}{X}",
+                     f"{s.tokens_per_second:.1f}"])
         if across:
             per_token = s.draft_tokens_per_target_token
             rows[-1].append("" if per_token is None else f"{per_token:.2f}")
     for name, run in baseline_labels(comparison):
-        rows.append([name, "", "1.00", "", f"1.00{X}", "", "", "", f"{run.plain.tokens_per_second:.1f}"]
+        rows.append([name, "", "", "1.00", "", f"1.00{X}", "", "", "", f"{run.plain.tokens_per_second:.1f}"]
                     + [""] * across)
     return rows
 
@@ -294,14 +301,14 @@ def identity_line(comparison: Comparison) -> str:
             "bfloat16 can flip near-tied logits; float32 gives exact equality).")
 
 
-SWEEP_HEADERS = ["k", "accepted", "per pass", "c", "speedup", "theory", "tokens/s"]
+SWEEP_HEADERS = ["k", "acceptance rate", "acceptance length", "per pass", "c", "speedup", "theory", "tokens/s"]
 
 
 def sweep_rows(sweep: Sweep) -> list[list[str]]:
     """One row per k (headers: SWEEP_HEADERS); theory is at the pooled alpha and median c."""
     return [[str(k), f"{r.stats.draft_acceptance_rate:.1%}", f"{r.stats.mean_acceptance_length:.2f}",
-             f"{r.stats.cost_ratio:.3f}", f"{r.speedup or 0:.2f}{X}", f"{sweep.theory(k):.2f}{X}",
-             f"{r.stats.tokens_per_second:.1f}"] for k, r in sweep.points]
+             f"{r.stats.tokens_per_cycle:.2f}", f"{r.stats.cost_ratio:.3f}", f"{r.speedup or 0:.2f}{X}",
+             f"{sweep.theory(k):.2f}{X}", f"{r.stats.tokens_per_second:.1f}"] for k, r in sweep.points]
 
 
 def sweep_line(sweep: Sweep) -> str:
@@ -320,7 +327,7 @@ def timing_note(runs: Sequence[Run]) -> str:
     if not clocks:
         return ""
     return (f"Speedups compare decode-only time per token against plain decoding of the same prompt, timed by "
-            f"{' / '.join(clocks)}; the ranges are 95% intervals of the timing noise.")
+            f"{' / '.join(clock_text(c) for c in clocks)}; the ranges are 95% intervals of the timing noise.")
 
 
 def plain_rate_line(runs: Sequence[Run]) -> str:

@@ -299,19 +299,19 @@ def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
               "plain decoding's speed: slower here", kind="speedup"),
         _tile(f"{spec.draft_acceptance_rate:.0%}", f"of drafted tokens accepted ({spec.accepted} of {spec.drafted})",
               kind="acceptance"),
-        _tile(f"{spec.mean_acceptance_length:.2f}", f"tokens per target pass ({spec.tokens} tokens in {spec.cycles} "
-                                                    "passes)", kind="per-pass"),
+        _tile(f"{spec.tokens_per_cycle:.2f}", f"tokens per target pass ({spec.tokens} tokens in {spec.cycles} passes)",
+              kind="per-pass"),
         _tile(*pass_cost, kind="pass-cost"),
     ])
     rows = [
         _row("Draft acceptance rate", f"{spec.draft_acceptance_rate:.1%}",
              f"{spec.accepted} of {spec.drafted} drafted tokens accepted (the figure above)"),
-        _row("Per-token acceptance \u03b1", f"{spec.alpha:.3f}",
-             "accepted / (accepted + rejections): a draft's chance to pass one test, the theory's a. It is higher "
-             "than the rate above because the drafts after a rejection are never tested"),
-        _row("Tokens per target pass", f"{spec.mean_acceptance_length:.2f}",
-             f"{spec.tokens} tokens in {spec.cycles} passes; "
-             f"theory {spec.expected_tokens_per_pass:.2f} at the draft lengths proposed (mean k {spec.mean_k:.1f})"),
+        _row("Mean acceptance length", f"{spec.mean_acceptance_length:.2f}", f"1 + {spec.accepted} accepted / "
+             f"{spec.num_drafts} passes that had drafts: tokens per verification step, the target's own included"),
+        _row("Per-token acceptance \u03b1", f"{spec.alpha:.3f}", "accepted / (accepted + rejections): a draft's "
+             "chance to pass one test, the theory's a; above the rate, as drafts after a rejection go untested"),
+        _row("Tokens per target pass", f"{spec.tokens_per_cycle:.2f}", f"{spec.tokens} tokens in {spec.cycles} "
+             f"passes, those without drafts too; theory {spec.expected_tokens_per_pass:.2f}, mean k {spec.mean_k:.1f}"),
         *([_row("Nodes verified per pass", f"{spec.mean_nodes_per_pass:.2f}",
                 f"a token tree's nodes, all verified in one pass; {spec.accepted} of {spec.drafted} accepted "
                 f"({spec.draft_acceptance_rate:.1%}, the tree's efficiency)")]
@@ -324,11 +324,10 @@ def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
         _row("Cost ratio c", cost_ratio_text(run), "one draft step's time / one target pass's time, measured"),
         _row("Measured speedup", speed_text(run) if speed else "\u2013", compared_text(run)),
         *(_row(name, value, note) for name, value, note in theory_lines(run)),
-        _row("Speculative", f"{spec.tokens_per_second:.1f} tokens/s", f"{spec.tokens} tokens in {spec.seconds:.2f} s"),
+        *(_row(f"{name}, with prefill", f"{s.tokens_per_second:.1f} tokens/s",
+               f"{s.tokens} tokens in {s.seconds:.2f} s") for name, s in (("Speculative", spec), ("Plain", plain))
+          if s),
     ]
-    if plain is not None:
-        rows.append(_row("Plain", f"{plain.tokens_per_second:.1f} tokens/s",
-                         f"{plain.tokens} tokens in {plain.seconds:.2f} s"))
     paragraphs = "".join(f'<p class="sv-note">{html.escape(n)}</p>' for n in notes)
     state_html = f'<div class="sv-state">{html.escape(state)}</div>' if state else ""
     # The pair's one-line note (drafting across tokenizers), where the headline is read.

@@ -85,16 +85,16 @@ def _kv_table(items: dict) -> str:
 
 
 def _overview(runs: Sequence[tuple[str, Run]]) -> str:
-    head = ("<tr><th>Run</th><th>Measured speedup (95% range)</th><th>Tokens per target pass</th>"
-            "<th>Draft acceptance</th><th>Tokens</th></tr>")
+    head = ("<tr><th>Run</th><th>Measured speedup (95% range)</th><th>Draft acceptance rate</th>"
+            "<th>Mean acceptance length</th><th>Tokens per target pass</th><th>Tokens</th></tr>")
     rows = []
     for label, run in runs:
         speed = run.speed
         speedup = (f"{speed.speedup:.2f}\u00d7 ({speed.low:.2f}\u2013{speed.high:.2f})"
                    + ("" if speed.reliable else ", too short to be sure")) if speed else "no baseline"
         rows.append(f"<tr><td>{html.escape(label)}</td><td>{speedup}</td>"
-                    f"<td>{run.stats.mean_acceptance_length:.2f}</td><td>{run.stats.draft_acceptance_rate:.1%}</td>"
-                    f"<td>{run.stats.tokens}</td></tr>")
+                    f"<td>{run.stats.draft_acceptance_rate:.1%}</td><td>{run.stats.mean_acceptance_length:.2f}</td>"
+                    f"<td>{run.stats.tokens_per_cycle:.2f}</td><td>{run.stats.tokens}</td></tr>")
     return f'<table class="sv-overview" aria-label="runs compared">{head}{"".join(rows)}</table>'
 
 

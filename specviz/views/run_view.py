@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ..clocks import clock_text
 from ..runs import Run
 from . import charts, render
 from .prose import busy_host_text
@@ -38,7 +39,7 @@ def describe(run: Run) -> str:
                 f"temperature {s.temperature:g}, top-p {s.top_p:g}, top-k {s.top_k}, seed {s.seed}")
     k = f"k = {s.k}" + (" (dynamic)" if s.dynamic_k else "")
     return (f"{run.target_name} with {run.draft_name} \u00b7 {k} \u00b7 {sampling} \u00b7 {s.max_new_tokens} new "
-            f"tokens \u00b7 {run.dtype} on {run.device} \u00b7 timed by {run.clock}")
+            f"tokens \u00b7 {run.dtype} on {run.device} \u00b7 timed by {clock_text(run.clock)}")
 
 
 class RunRenderer:

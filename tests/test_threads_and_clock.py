@@ -1,0 +1,81 @@
+"""One default for torch's threads and the clock on a CPU, on every surface: a run through the library
+(`runs.execute`) with nothing chosen runs on one thread timed by its CPU time, like the app and the
+command line; a chosen thread count is kept and its figures say they are on the wall clock, which
+load can move. Every figure's clock and basis are in the JSON."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specviz.clocks import DECODE_ONLY, WITH_PREFILL
+from specviz.models import devices
+from specviz.runs.run import execute
+from specviz.settings import RunSettings
+from specviz.views.prose import summary_lines
+from tiny_pair import PROMPT
+
+SETTINGS = RunSettings(target="tiny", draft="ngram", k=4, max_new_tokens=16)
+
+
+@pytest.fixture
+def nothing_chosen(monkeypatch):
+    """This process as a library user's: torch at two threads, specviz's threads never chosen."""
+    monkeypatch.setattr(devices, "_threads_chosen", False)
+    torch.set_num_threads(2)
+    yield
+    devices.use_threads(1)       # the suite's own choice (conftest)
+
+
+def test_the_library_defaults_to_one_thread_timed_by_its_cpu_time(tiny, nothing_chosen):
+    run = execute(SETTINGS, PROMPT, tiny.pair(None, "ngram"), baseline=True)
+    assert torch.get_num_threads() == 1
+    assert run.clock == "thread CPU time"
+    timing = run.summary()["timing"]
+    assert timing == {"clock": "thread CPU time", "moved_by_load": False,
+                      "basis": {"speedup": DECODE_ONLY, "tokens_per_second": WITH_PREFILL,
+                                "baseline_tokens_per_second": WITH_PREFILL}}
+    assert run.to_json()["summary"]["timing"] == timing
+
+
+def test_a_chosen_thread_count_is_kept_and_its_figures_say_the_wall_clock(tiny, nothing_chosen):
+    devices.use_threads(2)
+    run = execute(SETTINGS, PROMPT, tiny.pair(None, "ngram"), baseline=True)
+    assert torch.get_num_threads() == 2
+    assert run.clock == "wall clock"
+    assert run.summary()["timing"]["moved_by_load"] is True
+    compared = next(line for line in summary_lines(run) if line.strip().startswith("compared:"))
+    assert "timed by wall clock (other programs on this machine can move it)" in compared
+
+
+def test_loading_a_pair_sets_the_default_before_anything_is_timed(nothing_chosen, monkeypatch):
+    # The commands (bench's own timing of transformers included) load through runs.run.load first.
+    from specviz.runs import run as run_module
+
+    monkeypatch.setattr(run_module, "tiny_pair", lambda *args, **kwargs: "pair")
+    assert run_module.load(RunSettings(target="tiny", device="cpu")) == "pair"
+    assert torch.get_num_threads() == 1
+
+
+def test_threads_below_one_are_refused():
+    with pytest.raises(Exception, match="at least 1"):
+        devices.use_threads(0)
+
+
+def test_every_commands_json_names_its_figures_clock_and_basis(tmp_path):
+    # bench rates whole generations (with prefill); the load sweep and an engine's sweep say theirs.
+    import json
+
+    from specviz.cli import entry
+    from specviz.runs.engine_load import ENGINE_CLOCK, sweep_settings
+
+    out = tmp_path / "bench.json"
+    assert entry(["bench", "--target", "tiny", "--draft", "ngram", "--category", "code", "--limit", "1",
+                  "--max-new-tokens", "8", "--quiet", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["timing"]["clock"] == data["meta"][0]["clock"] == "thread CPU time"
+    assert data["timing"]["basis"]["specviz_speedup"] == WITH_PREFILL
+    for metric, basis in (("throughput", WITH_PREFILL), ("tpot", DECODE_ONLY)):
+        timing = sweep_settings(SETTINGS, [], [1], [0, 4], 1, metric, "cpu")["timing"]
+        assert timing["clock"] == ENGINE_CLOCK and timing["moved_by_load"] is True
+        assert timing["basis"]["speedup"] == basis and timing["basis"]["tpot_ratio"] == DECODE_ONLY
