@@ -37,7 +37,7 @@ CLEAR_SCREEN, TITLE, CLIPBOARD, CSI = "\x1b[2J", "\x1b]0;owned\x07", "\x1b]52;c;
 @pytest.fixture(scope="module")
 def live(tiny):
     """A greedy run with a baseline and, somewhere, a rejected draft and a resampled correction."""
-    settings = RunSettings(target="tiny", draft="ngram", k=4, max_new_tokens=32, chat=False)
+    settings = RunSettings(target="tiny", draft="ngram", k=4, max_new_tokens=32, chat=False, fixed_k=True)
     run = execute(settings, PROMPT, tiny.loader(settings), baseline=True)
     assert any(c.num_accepted < len(c.drafted) for c in run.cycles)
     return run

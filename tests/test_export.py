@@ -21,8 +21,8 @@ PLOTLY_BANNER = "* plotly.js ("   # the first line of the basic bundle's library
 
 @pytest.fixture(scope="module")
 def comparison(tiny):
-    configs = [validate(RunSettings(draft="ngram", max_new_tokens=20)),
-               validate(RunSettings(draft="small", k=3, temperature=1.0, seed=5, max_new_tokens=20))]
+    configs = [validate(RunSettings(fixed_k=True, draft="ngram", max_new_tokens=20)),
+               validate(RunSettings(fixed_k=True, draft="small", k=3, temperature=1.0, seed=5, max_new_tokens=20))]
     return compare(configs, PROMPT, loader=tiny.loader)
 
 
@@ -221,7 +221,8 @@ def test_nan_is_written_as_null():
 
 
 def test_sweep_summary_and_png_fallback(tiny, tmp_path, monkeypatch):
-    result = sweep(validate(RunSettings(draft="ngram", max_new_tokens=8)), PROMPT, ks=[1, 2], loader=tiny.loader)
+    result = sweep(validate(RunSettings(fixed_k=True, draft="ngram", max_new_tokens=8)), PROMPT, ks=[1, 2],
+                   loader=tiny.loader)
 
     def no_chrome(figures, directory):
         raise RuntimeError("no Chrome found")

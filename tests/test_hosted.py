@@ -99,9 +99,9 @@ def test_a_prompt_set_counts_every_decode_its_baselines_included(tiny):
 def test_the_count_is_what_the_comparison_runs(tiny, monkeypatch):
     # Two configurations with different sampling need two baselines per prompt; earlier turns are
     # decoded too. Count the decodes `runs.iter_prompt_set` really starts, and the prompt tokens.
-    configs = [validate(RunSettings(draft="ngram", k=3, max_new_tokens=8)),
-               validate(RunSettings(draft="ngram", k=2, max_new_tokens=8, temperature=0.7, seed=1)),
-               validate(RunSettings(draft="ngram", k=4, max_new_tokens=8))]          # shares the first's baseline
+    configs = [validate(RunSettings(fixed_k=True, draft="ngram", k=3, max_new_tokens=8)),
+               validate(RunSettings(fixed_k=True, draft="ngram", k=2, max_new_tokens=8, temperature=0.7, seed=1)),
+               validate(RunSettings(fixed_k=True, draft="ngram", k=4, max_new_tokens=8))]  # shares the 1st baseline
     prompts = [BenchPrompt("a", "x", PROMPT), BenchPrompt("b", "x", "the dog ran", False, ("the sun", "a bird sang"))]
     started = []
     real_race = prompt_sets_module.race

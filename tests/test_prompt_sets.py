@@ -47,7 +47,7 @@ def test_the_paired_comparison_separates_clearly_different_configurations():
 
 
 def comparison_of(speedups_by_config: list[list[float]]) -> PromptSetComparison:
-    configs = [RunSettings(draft="ngram", k=k) for k in range(1, len(speedups_by_config) + 1)]
+    configs = [RunSettings(fixed_k=True, draft="ngram", k=k) for k in range(1, len(speedups_by_config) + 1)]
     prompts = [BenchPrompt(f"p{i}", "a", "x") for i in range(len(speedups_by_config[0]))]
     comparison = PromptSetComparison(configs, [f"c{i}" for i in range(len(configs))], prompts, 1)
     for c, speedups in enumerate(speedups_by_config):
@@ -117,7 +117,8 @@ def test_the_length_limit_is_the_prompts_not_its_json_lines(tmp_path):
 
 def test_configurations_alternate_prompt_by_prompt_against_a_shared_baseline(tiny):
     prompts = [BenchPrompt(f"p{i}", "ab"[i % 2], PROMPT + " the cat" * i) for i in range(4)]
-    configs = [RunSettings(draft="same", k=3, max_new_tokens=16), RunSettings(draft="random", k=3, max_new_tokens=16)]
+    configs = [RunSettings(fixed_k=True, draft="same", k=3, max_new_tokens=16),
+               RunSettings(fixed_k=True, draft="random", k=3, max_new_tokens=16)]
     comparison = compare_prompt_set(configs, prompts, repeats=2, loader=tiny.loader)
     assert comparison.done and len(comparison.results) == 2 * 4 * 2
     order = [(r.round, r.prompt, r.config) for r in comparison.results]
@@ -132,8 +133,8 @@ def test_configurations_alternate_prompt_by_prompt_against_a_shared_baseline(tin
 
 def test_a_prompt_set_compares_a_same_and_a_cross_tokenizer_draft(tiny, tmp_path):
     prompts = [BenchPrompt(f"p{i}", "ab"[i % 2], PROMPT + " the cat" * i, chat=False) for i in range(3)]
-    configs = [RunSettings(draft="ngram", k=4, max_new_tokens=12, chat=False),
-               RunSettings(draft="other-tokenizer", k=4, max_new_tokens=12, chat=False)]
+    configs = [RunSettings(fixed_k=True, draft="ngram", k=4, max_new_tokens=12, chat=False),
+               RunSettings(fixed_k=True, draft="other-tokenizer", k=4, max_new_tokens=12, chat=False)]
     comparison = compare_prompt_set(configs, prompts, loader=tiny.loader)
     assert comparison.labels == ["ngram k=4", "other-tokenizer k=4 (cross-tokenizer)"]
     cross = [r for r in comparison.results if r.config == 1]

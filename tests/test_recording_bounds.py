@@ -45,7 +45,7 @@ def template():
     """A tiny model's real recording: the settings, models and environment the cases keep."""
     from tiny_pair import TinyModels
 
-    settings = RunSettings(target="tiny", draft="ngram", k=4, max_new_tokens=32, chat=False)
+    settings = RunSettings(fixed_k=True, target="tiny", draft="ngram", k=4, max_new_tokens=32, chat=False)
     return rec.recording([execute(settings, PROMPT, TinyModels().loader(settings), baseline=True)])
 
 

@@ -321,7 +321,7 @@ def test_a_cross_tokenizer_cycle_shows_the_drafts_own_tokens_and_the_target_toke
 def test_same_tokenizer_cycles_show_no_retokenization(tiny):
     from specviz.runs import execute
 
-    settings = RunSettings(draft="small", k=4, max_new_tokens=16, chat=False)
+    settings = RunSettings(fixed_k=True, draft="small", k=4, max_new_tokens=16, chat=False)
     run = execute(settings, PROMPT, tiny.loader(settings), warm_up=False)
     markup = "".join(render.run_cycles_html(run))
     assert "sv-retok" not in markup and "across tokenizers" not in markup

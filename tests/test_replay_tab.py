@@ -29,7 +29,7 @@ def text(markup):
 def recorded(tmp_path_factory):
     from tiny_pair import TinyModels
 
-    settings = RunSettings(target="tiny", draft="ngram", k=4, max_new_tokens=48, chat=False)
+    settings = RunSettings(fixed_k=True, target="tiny", draft="ngram", k=4, max_new_tokens=48, chat=False)
     run = execute(settings, PROMPT, TinyModels().loader(settings), baseline=True)
     return run, str(rec.save(tmp_path_factory.mktemp("r") / "tiny.json", [run]))
 

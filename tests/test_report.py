@@ -27,7 +27,7 @@ def recorded(tmp_path_factory):
     models, folder = TinyModels(), tmp_path_factory.mktemp("recordings")
     paths = []
     for name, draft, temperature in (("lookup", "ngram", 0.0), ("sampled", "small", 0.9)):
-        settings = RunSettings(target="tiny", draft=draft, k=4, max_new_tokens=200, chat=False,
+        settings = RunSettings(fixed_k=True, target="tiny", draft=draft, k=4, max_new_tokens=200, chat=False,
                                temperature=temperature, seed=1)
         run = execute(settings, PROMPT + ' <x> & "y"', models.loader(settings), baseline=True)
         paths.append(rec.save(folder / f"{name}.json", [run]))

@@ -394,7 +394,7 @@ def test_a_prompt_set_answers_first_and_unstarted_rows_wait():
     from specviz.settings import RunSettings
     from specviz.views import prompt_sets
 
-    configs = [RunSettings(draft="ngram", k=4), RunSettings(draft="ngram", k=2)]
+    configs = [RunSettings(fixed_k=True, draft="ngram", k=4), RunSettings(draft="ngram", k=2)]
     prompts = [BenchPrompt(f"p{i}", "a", "x") for i in range(5)]
     comparison = PromptSetComparison(configs, ["lookup", "other"], prompts, 1)
     for p, value in enumerate([1.8, 2.0, 2.2, 1.9, 2.1]):

@@ -286,8 +286,8 @@ def test_stepping_test_by_test_walks_every_test_in_order_then_each_outcome(tiny,
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_a_cross_tokenizer_cycle_is_explained_step_by_step(tiny, temperature):
-    settings = RunSettings(draft="other-tokenizer", k=4, max_new_tokens=24, chat=False, temperature=temperature,
-                           seed=1)
+    settings = RunSettings(fixed_k=True, draft="other-tokenizer", k=4, max_new_tokens=24, chat=False,
+                           temperature=temperature, seed=1)
     result = execute(settings, PROMPT, tiny.loader(settings), warm_up=False)
     stepped = teach.teach_run(result, tiny.tokenizer, label="other-tokenizer k=4")
     if temperature:      # sampling drafts with token-level intersection: its own narrative
@@ -324,7 +324,7 @@ def test_a_cross_tokenizer_cycle_is_explained_step_by_step(tiny, temperature):
         # Rendered, the four steps are a list of their own: the drafts' numbered tests still start at 1.
         page = MarkdownIt().render(narrative)
         assert page.count("<ul>") == 1 and "<ol>" in page and "<ol start" not in page
-    same = execute(RunSettings(draft="small", k=4, max_new_tokens=16, chat=False), PROMPT,
-                   tiny.loader(RunSettings(draft="small")), warm_up=False)
+    same = execute(RunSettings(fixed_k=True, draft="small", k=4, max_new_tokens=16, chat=False), PROMPT,
+                   tiny.loader(RunSettings(fixed_k=True, draft="small")), warm_up=False)
     assert all("across tokenizers" not in teach.step_view(teach.teach_run(same, tiny.tokenizer), i).narrative
                for i in range(len(same.cycles)))

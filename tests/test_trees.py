@@ -240,9 +240,9 @@ def test_a_tree_branch_is_a_setting_of_draft_models_only(tiny):
     assert run.identical and sum(c.is_tree for c in run.cycles) >= len(run.cycles) - 1
     assert "tree (top-2, 8 nodes)" in run.draft_name
     with pytest.raises(SpecvizError, match="draft model, early exit or a draft head"):
-        validate(RunSettings(draft="ngram", branch=2))
+        validate(RunSettings(fixed_k=True, draft="ngram", branch=2))
     with pytest.raises(SpecvizError, match="tree branch"):
-        validate(RunSettings(draft="self:2", branch=99))
+        validate(RunSettings(fixed_k=True, draft="self:2", branch=99))
 
 
 # ----------------------------------------------------------------------------- a chain is a degenerate tree
