@@ -70,10 +70,6 @@ class SpecStats:
     cycles_drafted: int | None = None
     cycles_paused: int | None = None
 
-    @property
-    def acceptance_by_position(self) -> list[float]:     # the old name, read by views.charts' position chart
-        return self.acceptance_when_reached
-
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -39,7 +39,6 @@ def test_summarize_counts_and_vllm_names():
     # vLLM's per position: accepted there / drafting steps; the own loop's: / the drafts reaching it.
     assert s.acceptance_rate_per_position == [pytest.approx(v) for v in (3 / 4, 2 / 4, 1 / 4, 1 / 4)]
     assert s.acceptance_when_reached == [pytest.approx(v) for v in (3 / 4, 2 / 4, 1 / 3, 1 / 3)]
-    assert s.acceptance_by_position == s.acceptance_when_reached     # the old name, kept for the chart
     # c leaves out the first cycle (it carries the prefill): 0.01 s per draft token / 0.1 s per pass.
     assert cost_ratio(cycles) == pytest.approx(0.1)
     expected = sum(expected_tokens_per_pass(s.alpha, n) for n in (4, 4, 4, 2, 0)) / 5

@@ -197,7 +197,10 @@ def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transforme
         "id": prompt.id, "category": prompt.category, "target": run.target_name, "draft": run.draft_name,
         "dtype": run.dtype, "k": setup.settings.k, "prompt_tokens": run.prompt_tokens, "new_tokens": stats.tokens,
         "acceptance_rate": stats.draft_acceptance_rate, "alpha": stats.alpha,
-        "tokens_per_pass": stats.mean_acceptance_length, "nodes_per_pass": stats.mean_nodes_per_pass,
+        # Tokens per target pass, every pass counted (Spec-Bench's "mean accepted tokens"); vLLM's mean
+        # acceptance length counts only the passes that verified a draft.
+        "tokens_per_pass": stats.tokens_per_cycle, "mean_acceptance_length": stats.mean_acceptance_length,
+        "nodes_per_pass": stats.mean_nodes_per_pass,
         "target_passes": stats.cycles, "cycles_drafted": stats.cycles_drafted, "cycles_paused": stats.cycles_paused,
         "transformers_target_passes": hf.target_passes,
         "expected_tokens_per_pass": stats.expected_tokens_per_pass,

@@ -155,7 +155,7 @@ def race_figure(cycles: Sequence[Cycle], steps: Sequence[Step], speed: Speed | N
 def position_figure(cycles: Sequence[Cycle], stats: SpecStats | None) -> go.Figure:
     """For draft position i (a tree's depth i): the share of drafts reaching it whose token there was
     accepted."""
-    by_position = stats.acceptance_by_position if cycles and stats is not None else []
+    by_position = stats.acceptance_when_reached if cycles and stats is not None else []
     reach = [draft_reach(c) for c in cycles]
     reached = [sum(r > i for r in reach) for i in range(len(by_position))]
     x = list(range(1, len(by_position) + 1))

@@ -51,7 +51,7 @@ def formulas_markdown(stats=None, *, measured_speedup: float | None = None, theo
         "",
     ]
     if stats is not None:
-        lines.append(f"Measured: **{stats.mean_acceptance_length:.2f}** tokens per target pass "
+        lines.append(f"Measured: **{stats.tokens_per_cycle:.2f}** tokens per target pass "
                      f"({stats.tokens} tokens in {stats.cycles} passes)"
                      + (f", and a measured speedup of **{measured_speedup:.2f}\u00d7** over plain decoding."
                         if measured_speedup else "."))
