@@ -55,6 +55,16 @@ def test_replay_takes_the_recorded_time_over_the_speed(recorded):
     assert time.monotonic() - start >= recorded_seconds / 2 * 0.95
 
 
+def test_slow_motion_takes_four_times_the_recorded_time(recorded):
+    run, path = recorded
+    recorded_seconds = max(t for t, _ in rec.timeline(run))
+    assert list(replay_tab.SPEEDS)[:2] == ["0.25\u00d7 (slow motion)", "0.5\u00d7"]
+    start = time.monotonic()
+    shown = pages(None, path, None, "0.25\u00d7 (slow motion)")
+    assert time.monotonic() - start >= recorded_seconds / 0.25 * 0.95
+    assert any("Replaying at 0.25\u00d7" in text(p[STATS]) for p in shown[:-1])
+
+
 def test_stop_ends_a_replay_with_a_stopped_view(recorded):
     _, path = recorded
     stop = StopSignal()

@@ -1,5 +1,5 @@
 """The Replay tab: a recording (uploaded, or one that ships in assets/recordings/) played back in the
-Run tab's own views, at the recorded speed, 2x, 4x, or a cycle at a time. Both methods race on their
+Run tab's own views, at the recorded speed, 2x, 4x, in slow motion (0.5x, 0.25x), or a cycle at a time. Both methods race on their
 recorded clocks. No model is loaded, so a CPU Space can show a GPU pair's run; the tab works the
 same in hosted mode.
 
@@ -32,7 +32,8 @@ from .common import TICK, StopSignal, Throttle, click_with_stop, error_html, fai
 from .run_tab import build_run_views, shown
 
 DEFAULT_RECORDING = "prompt-lookup-rewrite.json"
-SPEEDS = {"Recorded speed": 1.0, "2\u00d7": 2.0, "4\u00d7": 4.0}
+# Slow motion for a class: each cycle's verdicts stay long enough to be pointed at.
+SPEEDS = {"0.25\u00d7 (slow motion)": 0.25, "0.5\u00d7": 0.5, "Recorded speed": 1.0, "2\u00d7": 2.0, "4\u00d7": 4.0}
 CYCLE_BY_CYCLE = "Cycle by cycle (Next / Previous)"
 REPLAY_ERROR = dict(heading="This recording cannot be played.",
                     advice="Choose a bundled recording, or upload a file from Download recording or --record.")
