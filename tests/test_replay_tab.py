@@ -65,6 +65,20 @@ def test_slow_motion_takes_four_times_the_recorded_time(recorded):
     assert any("Replaying at 0.25\u00d7" in text(p[STATS]) for p in shown[:-1])
 
 
+def test_make_animation_offers_the_chosen_run_as_a_gif(recorded):
+    from PIL import Image
+
+    from specviz.ui.common import ANIMATION_SIZE, animation_file
+
+    run, path = recorded
+    update = animation_file(lambda: replay_tab.chosen_run(None, path, None), 0.5, "replay")
+    assert update["interactive"] is True
+    image = Image.open(update["value"])
+    assert image.format == "GIF" and image.size == ANIMATION_SIZE and image.n_frames >= 3
+    failed = animation_file(lambda: replay_tab.chosen_run(None, path + ".missing", None))
+    assert failed["value"] is None and failed["interactive"] is False
+
+
 def test_stop_ends_a_replay_with_a_stopped_view(recorded):
     _, path = recorded
     stop = StopSignal()
