@@ -23,7 +23,7 @@ from .explain_tab import build_explain_tab
 from .load_tab import build_load_tab
 from .replay_tab import build_replay_tab
 from .run_tab import build_run_tab
-from .style import CSS, DARK_JS, HEAD, LARGE_TEXT_JS, theme
+from .style import CSS, DARK_JS, HEAD, KEYS_NOTE, LARGE_TEXT_JS, theme
 from .teach_tab import build_teach_tab
 from .train_tab import build_train_tab
 
@@ -74,6 +74,7 @@ def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> g
             if not limits.hosted:          # training writes files and runs for minutes: one's own machine only
                 with gr.Tab("Train", id="train-tab"):
                     build_train_tab(loader=loader, run_tab=run_tab, tabs=tabs, load_tab=load_tab)
+        gr.Markdown(KEYS_NOTE, elem_id="sv-keys")
         # A session that ends (tab closed, API client gone) frees its suffix memory and its page state
         # at once. One handler: Gradio runs each unload handler as an event of that session, which
         # would give the session a fresh page state again after `forget_session` had dropped it.
