@@ -45,6 +45,16 @@ body.sv-large .sv-tile-speedup .sv-tile-value { font-size: 1.8em !important; }
 body.sv-large .sv-tile-caption { font-size: 0.75em !important; }
 body.sv-large .sv-race .sv-legend { font-size: 0.68em !important; margin: 0 !important; }
 body.sv-large .sv-race .sv-panel-head { font-size: 0.85em !important; margin: 0 !important; }
+/* Presenter view (a 1280x720 projector): no settings, no subtitle, the two token panes and the speedup large. */
+#presenter { flex: 0 0 auto !important; width: auto !important; align-self: center; padding: 4px 8px; }
+body.sv-presenter #sv-title p, body.sv-presenter #settings, body.sv-presenter #teach-settings,
+body.sv-presenter #sv-keys { display: none !important; }
+body.sv-presenter #prompt textarea { max-height: 2.6em !important; }
+body.sv-presenter .sv-race .sv-text { height: 9em !important; font-size: 1.35em !important;
+  line-height: 1.6 !important; }
+body.sv-presenter .sv-race .sv-panel-head { font-size: 1.1em !important; }
+body.sv-presenter .sv-tile-speedup .sv-tile-value { font-size: 3.2em !important; }
+body.sv-presenter .sv-tile-value { font-size: 1.9em !important; }
 .sv-tok:focus-visible, .sv-tok.sv-pinned { outline: 3px solid #0072B2; outline-offset: 1px; }
 #sv-pin { position: absolute; z-index: 1000; max-width: min(360px, calc(100vw - 16px)); padding: 8px 30px 8px 10px;
   border-radius: 8px; border: 2px solid #0072B2; background: #fff; color: #111; font-size: 15px; line-height: 1.4;
@@ -110,6 +120,7 @@ KEYS_NOTE = ("Keys: **space** runs or stops (Run, Teach, Replay) \u00b7 **\u2190
 LARGE_TEXT_JS = ("(on) => { document.body.classList.toggle('sv-large', on); "
                  "setTimeout(() => window.dispatchEvent(new Event('resize')), 50); return on; }")
 DARK_JS = "() => { document.body.classList.toggle('dark'); }"
+PRESENTER_JS = LARGE_TEXT_JS.replace("sv-large", "sv-presenter")
 
 
 # Gradio 6 runs no script inside gr.HTML: this one is in the page's <head> (`launch_options`). One
