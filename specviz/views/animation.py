@@ -40,6 +40,7 @@ MIN_SIZE, MAX_SIZE = (320, 180), (1920, 1080)
 FRAME_SECONDS = 0.04                 # the frame grid: 25 frames a second (the MP4's rate)
 MP4_FPS = 25
 HOLD_SECONDS = 4.0                   # the finished race stays this long
+PALETTE_COLOURS = 96                 # a GIF's colours: the verdict tints, their marks, text and its anti-aliasing
 MAX_FRAMES = 300                     # drawn frames (a GIF holds them all in memory: ~0.9 MB each at 1280x720)
 
 WHITE, INK, GREY, LINE = (255, 255, 255), (24, 24, 27), (96, 96, 104), (190, 190, 196)
@@ -360,14 +361,20 @@ def _empty(recorded: Run) -> Run:
     return dataclasses.replace(run, spec_done=False, plain_done=False)
 
 
-def gif_bytes(recorded: Run, **options) -> tuple[bytes, int, float]:
+def gif_bytes(recorded: Run, *, speed: float = 1.0, size: tuple[int, int] = DEFAULT_SIZE,
+              caption: str = "") -> tuple[bytes, int, float]:
     """The race as a looping GIF: (its bytes, its frames, its length in seconds). Each frame lasts
     until the next one's start, in the GIF's hundredths of a second (rounded from the start times,
     so that rounding never accumulates)."""
+    # One palette for every frame, from the finished race (it holds every colour the others do): frames
+    # then differ only where the race changed, and the GIF stores only that (a fifth of the bytes of
+    # a palette per frame, measured).
+    final = FrameDrawer(recorded, size, caption).draw(recorded, final=True)
+    palette = final.quantize(colors=PALETTE_COLOURS, method=Image.Quantize.MEDIANCUT)
     starts, images = [], []
-    for start, image in frames(recorded, **options):
+    for start, image in frames(recorded, speed=speed, size=size, caption=caption):
         starts.append(round(start * 100))
-        images.append(image.convert("P", palette=Image.Palette.ADAPTIVE, colors=96))
+        images.append(image.quantize(palette=palette, dither=Image.Dither.NONE))
     ends = starts[1:] + [starts[-1] + round(HOLD_SECONDS * 100)]
     durations = [10 * (end - start) for start, end in zip(starts, ends)]
     out = io.BytesIO()
