@@ -16,6 +16,7 @@ from specviz.cli import entry
 from specviz.core.events import ACCEPTED, REJECTED
 from specviz.runs import recording
 from specviz.views import animation
+from specviz.views.animation_frame import TINT
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cli import one_error_line  # noqa: E402
@@ -71,7 +72,7 @@ def test_frames_follow_the_recorded_clocks_scaled_by_the_speed(lookup_run):
 
 def test_the_frames_draw_the_token_views_verdicts_as_they_arrive(lookup_frames):
     frames = lookup_frames
-    accepted, rejected = animation.TINT[ACCEPTED], animation.TINT[REJECTED]
+    accepted, rejected = TINT[ACCEPTED], TINT[REJECTED]
     first, last = frames[0], frames[-1]
     assert pixels(first, accepted) == 0 and pixels(first, rejected) == 0      # the race before its first event
     assert pixels(last, accepted) > 1000 and pixels(last, rejected) > 1000    # greens and struck-through reds
