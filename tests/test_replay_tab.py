@@ -55,6 +55,30 @@ def test_replay_takes_the_recorded_time_over_the_speed(recorded):
     assert time.monotonic() - start >= recorded_seconds / 2 * 0.95
 
 
+def test_slow_motion_takes_four_times_the_recorded_time(recorded):
+    run, path = recorded
+    recorded_seconds = max(t for t, _ in rec.timeline(run))
+    assert list(replay_tab.SPEEDS)[:2] == ["0.25\u00d7 (slow motion)", "0.5\u00d7"]
+    start = time.monotonic()
+    shown = pages(None, path, None, "0.25\u00d7 (slow motion)")
+    assert time.monotonic() - start >= recorded_seconds / 0.25 * 0.95
+    assert any("Replaying at 0.25\u00d7" in text(p[STATS]) for p in shown[:-1])
+
+
+def test_make_animation_offers_the_chosen_run_as_a_gif(recorded):
+    from PIL import Image
+
+    from specviz.ui.common import ANIMATION_SIZE, animation_file
+
+    run, path = recorded
+    update = animation_file(lambda: replay_tab.chosen_run(None, path, None), 0.5, "replay")
+    assert update["interactive"] is True
+    image = Image.open(update["value"])
+    assert image.format == "GIF" and image.size == ANIMATION_SIZE and image.n_frames >= 3
+    failed = animation_file(lambda: replay_tab.chosen_run(None, path + ".missing", None))
+    assert failed["value"] is None and failed["interactive"] is False
+
+
 def test_stop_ends_a_replay_with_a_stopped_view(recorded):
     _, path = recorded
     stop = StopSignal()

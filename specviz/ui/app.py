@@ -24,7 +24,7 @@ from .explain_tab import build_explain_tab
 from .load_tab import build_load_tab
 from .replay_tab import build_replay_tab
 from .run_tab import build_run_tab
-from .style import CSS, DARK_JS, HEAD, LARGE_TEXT_JS, theme
+from .style import CSS, DARK_JS, HEAD, KEYS_NOTE, LARGE_TEXT_JS, PRESENTER_JS, theme
 from .teach_tab import build_teach_tab
 from .train_tab import build_train_tab
 
@@ -48,15 +48,18 @@ def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> g
     memories = SessionMemories()
     sweep_old_exports()                # what an earlier server left behind
     with gr.Blocks(title="specviz: speculative decoding, live", delete_cache=TEMP_FILES) as demo:
-        # One short band: the name, one sentence, and the two display switches (stacked on a phone).
+        # One short band: the name, one sentence, and the display switches (stacked on a phone).
         with gr.Row(equal_height=False, elem_id="sv-header"):
             gr.Markdown("# specviz: speculative decoding, live\n"
                         "A fast drafter proposes *k* tokens, the target checks them all in one pass; plain "
                         "decoding of the same model races it, one pass per token.", scale=1, elem_id="sv-title")
             large = gr.Checkbox(False, label="Large text", container=False, scale=0, min_width=130,
                                 elem_id="large-text")
+            presenter = gr.Checkbox(False, label="Presenter", container=False, scale=0, min_width=130,
+                                    elem_id="presenter")
             dark = gr.Button("Light / dark", size="sm", scale=0, min_width=110, elem_id="dark-toggle")
         large.change(None, large, large, js=LARGE_TEXT_JS, api_visibility="private")
+        presenter.change(None, presenter, presenter, js=PRESENTER_JS, api_visibility="private")
         dark.click(None, None, None, js=DARK_JS, api_visibility="private")
         last_run = gr.State(None)  # the latest Compare or Teach run, for the Explain tab's numbers
         with gr.Tabs(elem_id="tabs") as tabs:
@@ -75,6 +78,7 @@ def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> g
             if not limits.hosted:          # training writes files and runs for minutes: one's own machine only
                 with gr.Tab("Train", id="train-tab"):
                     build_train_tab(loader=loader, run_tab=run_tab, tabs=tabs, load_tab=load_tab)
+        gr.Markdown(KEYS_NOTE, elem_id="sv-keys")
         # A session that ends (tab closed, API client gone) frees its suffix memory and its page state
         # at once. One handler: Gradio runs each unload handler as an event of that session, which
         # would give the session a fresh page state again after `forget_session` had dropped it.

@@ -29,6 +29,7 @@ import gradio as gr
 
 from ..catalog import list_presets
 from ..errors import SpecvizError, expected, user_message
+from ..files import write_atomic
 from ..runs import Loader, recording
 from ..runs.run import load
 from ..settings import LOCAL, Limits, hosted, whole_number
@@ -84,6 +85,35 @@ def recording_button(run, label: str = "run") -> object:
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", f"specviz-{label}-{run.target_name}-{run.draft_name}")[:80]
     path = recording.save(export_folder() / f"{name}.json", [run])
     return gr.update(value=str(path), visible=True, interactive=True)
+
+
+ANIMATION_SIZE = (1280, 720)       # a projector; about 10 s of one core for a 128-token race
+
+
+def animation_buttons(prefix: str = "") -> tuple[gr.Button, gr.DownloadButton]:
+    """Make animation, then Download animation (offered once made): the race as a GIF, for a slide.
+    Element ids `prefix` + make-animation, animation."""
+    with gr.Row(elem_classes=["sv-animation-row"]):
+        make = gr.Button("Make animation (GIF)", size="sm", scale=0, min_width=200, elem_id=prefix + "make-animation")
+        download = gr.DownloadButton("Download animation", value=None, interactive=False, size="sm", scale=0,
+                                     min_width=200, elem_id=prefix + "animation")
+    return make, download
+
+
+def animation_file(make_run: Callable[[], object], speed: float = 1.0, label: str = "run") -> object:
+    """The Download animation button offering the race of `make_run()` as a GIF (`views.animation`,
+    as `replay FILE --animation OUT.gif` writes it), at `speed`; a failure is a toast."""
+    from ..views.animation import gif_bytes
+
+    try:
+        run = make_run()
+        data, _, _ = gif_bytes(run, speed=speed, size=ANIMATION_SIZE)
+    except Exception as exc:  # noqa: BLE001 - a failure becomes a message in the page
+        gr.Warning(failure(exc, "animation"))
+        return gr.update(value=None, interactive=False)
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", f"specviz-{label}-{run.target_name}-{run.draft_name}")[:80]
+    path = write_atomic(export_folder() / f"{name}.gif", data)
+    return gr.update(value=str(path), interactive=True)
 
 
 def session_loader(loader: Loader | None = None) -> Loader:

@@ -1,7 +1,7 @@
 """The Replay tab: a recording (uploaded, or one that ships in assets/recordings/) played back in the
-Run tab's own views, at the recorded speed, 2x, 4x, or a cycle at a time. Both methods race on their
-recorded clocks. No model is loaded, so a CPU Space can show a GPU pair's run; the tab works the
-same in hosted mode.
+Run tab's own views, at the recorded speed, 2x, 4x, in slow motion (0.5x, 0.25x), or a cycle at a
+time, and made into a GIF (Make animation). Both methods race on their recorded clocks. No model is
+loaded, so a CPU Space can show a GPU pair's run; the tab works the same in hosted mode.
 
 What a visitor can make the server spend is bounded: a file is checked against `recording`'s caps
 before anything is shown, opening and stepping wait in the queue (`OPEN_CONCURRENCY` at once), a
@@ -28,11 +28,13 @@ from ..runs.recording import Recording
 from ..views import render
 from ..views.report import DetailLimitedRenderer
 from ..views.run_view import empty_view
-from .common import TICK, StopSignal, Throttle, click_with_stop, error_html, failure, streaming
+from .common import (TICK, StopSignal, Throttle, animation_buttons, animation_file, click_with_stop, error_html,
+                     failure, streaming)
 from .run_tab import build_run_views, shown
 
 DEFAULT_RECORDING = "prompt-lookup-rewrite.json"
-SPEEDS = {"Recorded speed": 1.0, "2\u00d7": 2.0, "4\u00d7": 4.0}
+# Slow motion for a class: each cycle's verdicts stay long enough to be pointed at.
+SPEEDS = {"0.25\u00d7 (slow motion)": 0.25, "0.5\u00d7": 0.5, "Recorded speed": 1.0, "2\u00d7": 2.0, "4\u00d7": 4.0}
 CYCLE_BY_CYCLE = "Cycle by cycle (Next / Previous)"
 REPLAY_ERROR = dict(heading="This recording cannot be played.",
                     advice="Choose a bundled recording, or upload a file from Download recording or --record.")
@@ -195,7 +197,9 @@ def build_replay_tab() -> ReplayTab:
                 previous = gr.Button("\u2190 Previous cycle", size="sm", elem_id="replay-previous")
                 next_ = gr.Button("Next cycle \u2192", size="sm", elem_id="replay-next")
     info = gr.HTML(opened_html(opened) if opened else "", elem_id="replay-info")
-    views = build_run_views("replay-", action="Play")
+    made = []
+    views = build_run_views("replay-", action="Play", under_summary=lambda: made.extend(animation_buttons("replay-")))
+    make_animation, animation = made
     position = gr.State(0)
     # Opening and stepping read and render a whole file: in the queue, a few at once.
     private = dict(api_visibility="private", concurrency_limit=OPEN_CONCURRENCY, concurrency_id="replay-open")
@@ -217,4 +221,8 @@ def build_replay_tab() -> ReplayTab:
                     api_visibility="private")
     next_.click(lambda b, u, w, p: step_view(b, u, w, p, +1), [*chosen, position], outputs, **private)
     previous.click(lambda b, u, w, p: step_view(b, u, w, p, -1), [*chosen, position], outputs, **private)
+    # The chosen run as a GIF at the chosen speed (cycle by cycle: the recorded speed).
+    make_animation.click(lambda b, u, w, s: animation_file(lambda: chosen_run(b, u, w), SPEEDS.get(s, 1.0), "replay"),
+                         [*chosen, speed], animation, concurrency_limit=1, concurrency_id="animation",
+                         api_visibility="private")
     return ReplayTab(bundled, upload, speed, play, stop, next_, previous, views.stats)

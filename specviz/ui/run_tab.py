@@ -7,20 +7,22 @@ raise into the page: failures become a message in the summary box and a toast.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import gradio as gr
 
 from ..catalog import load_examples
-from ..runs import Loader, load_stepwise, race
+from ..errors import SpecvizError
+from ..runs import Loader, load_stepwise, race, recording
 from ..settings import Limits, RunSettings, check_prompt, parse_draft, validate
 from ..views import charts, render
 from ..views.run_view import RunRenderer, RunView, empty_view, stopped_view
 from .budget import check_pair_prompt
-from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP, PROMPT_LOOKUP_TREE,
-                     RAW, SUFFIX, TICK, SessionMemories, StopSignal, Throttle, click_with_stop, draft_spec, error_html,
-                     failure, gpu_task, presets, recording_button, slider_max_new_tokens, streaming)
+from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
+                     PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK, animation_buttons, animation_file, SessionMemories,
+                     StopSignal, Throttle, click_with_stop, draft_spec, error_html, failure, gpu_task, presets,
+                     recording_button, slider_max_new_tokens, streaming)
 from .fields import NumberBox, NumberSlider
 
 # What the Run button's work yields, in the order of its outputs: the run's views (`RunView`'s
@@ -106,6 +108,12 @@ def run_work(limits: Limits, loader: Loader | None = None, memories: SessionMemo
     return work
 
 
+def _recorded_run(path: str | None):
+    if not path:
+        raise SpecvizError("Run first: the animation is made from the finished run.")
+    return recording.load(path).runs[0]
+
+
 # ----------------------------------------------------------------------------- presets and examples
 
 def preset_choices(presets_list: list[dict], hosted: bool) -> list[str]:
@@ -164,7 +172,8 @@ class RunViews(NamedTuple):
     stats: gr.HTML
 
 
-def build_run_views(prefix: str = "", *, action: str = "Run") -> RunViews:
+def build_run_views(prefix: str = "", *, action: str = "Run",
+                    under_summary: Callable[[], None] | None = None) -> RunViews:
     """Token views side by side (stacked on a phone) at a fixed height, the summary under them (its
     speedup large), then the charts (before data: "`action` to see ..."): two rows of two, and the
     timeline under them across the width; element ids `prefix`
@@ -173,6 +182,8 @@ def build_run_views(prefix: str = "", *, action: str = "Run") -> RunViews:
         tokens = gr.HTML(render.token_view_html([]), padding=False, elem_id=prefix + "tokens")
         baseline = gr.HTML(render.baseline_html(""), padding=False, elem_id=prefix + "baseline")
     stats = gr.HTML(render.idle_html(), padding=False, elem_id=prefix + "stats")
+    if under_summary is not None:     # what the tab puts between the summary and the charts
+        under_summary()
     with gr.Column(elem_id=prefix + "charts"):
         empty = charts.run_figures(action=action)
         with gr.Row():
@@ -252,7 +263,9 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: Ses
                                    min_width=170,
                                    elem_id="record")
 
-    views = build_run_views()
+    made = []
+    views = build_run_views(under_summary=lambda: made.extend(animation_buttons()))
+    make_animation, animation = made
 
     # --- events
     def on_preset(name):
@@ -286,4 +299,9 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: Ses
     # Stop is a signal the work reads, not a cancel: see `StopSignal`. (A closed page still cancels.)
     run_event = click_with_stop(run, stop, handler, inputs, [*views, record], concurrency_limit=1,
                                 concurrency_id=CONCURRENCY_ID, show_progress="minimal", api_name="run")
+    # The animation is made from the run's recording (the Download recording button's file), as
+    # `replay --animation` makes it; a new run takes the last one's away.
+    make_animation.click(lambda path: animation_file(lambda: _recorded_run(path)), record, animation,
+                         concurrency_limit=1, concurrency_id="animation", api_visibility="private")
+    run.click(lambda: gr.update(value=None, interactive=False), None, animation, **private)
     return RunTab(prompt, run, stop, views.tokens, views.stats, run_event, (target, drafter, draft_model, k))

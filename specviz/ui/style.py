@@ -1,6 +1,7 @@
 """The app's look, in one place: the stylesheet (the token view's from `views.render`, then the
 app's and the tabs'), the theme, the two small scripts behind Large text and Light / dark, and the
-page's one script (`HEAD`): a click, a tap or Enter on a token pins its details.
+page's one script (`HEAD`): a click, a tap or Enter on a token pins its details; space runs or stops,
+the arrow keys step cycles (`KEYS_NOTE`).
 
 The first screen is the demo: a compact header, the prompt band with Run, the two token views at a
 fixed height (they scroll inside, the head script keeps the latest tokens in sight, so nothing below
@@ -44,6 +45,16 @@ body.sv-large .sv-tile-speedup .sv-tile-value { font-size: 1.8em !important; }
 body.sv-large .sv-tile-caption { font-size: 0.75em !important; }
 body.sv-large .sv-race .sv-legend { font-size: 0.68em !important; margin: 0 !important; }
 body.sv-large .sv-race .sv-panel-head { font-size: 0.85em !important; margin: 0 !important; }
+/* Presenter view (a 1280x720 projector): no settings, no subtitle, the two token panes and the speedup large. */
+#presenter { flex: 0 0 auto !important; width: auto !important; align-self: center; padding: 4px 8px; }
+body.sv-presenter #sv-title p, body.sv-presenter #settings, body.sv-presenter #teach-settings,
+body.sv-presenter #sv-keys { display: none !important; }
+body.sv-presenter #prompt textarea { max-height: 2.6em !important; }
+body.sv-presenter .sv-race .sv-text { height: 9em !important; font-size: 1.35em !important;
+  line-height: 1.6 !important; }
+body.sv-presenter .sv-race .sv-panel-head { font-size: 1.1em !important; }
+body.sv-presenter .sv-tile-speedup .sv-tile-value { font-size: 3.2em !important; }
+body.sv-presenter .sv-tile-value { font-size: 1.9em !important; }
 .sv-tok:focus-visible, .sv-tok.sv-pinned { outline: 3px solid #0072B2; outline-offset: 1px; }
 #sv-pin { position: absolute; z-index: 1000; max-width: min(360px, calc(100vw - 16px)); padding: 8px 30px 8px 10px;
   border-radius: 8px; border: 2px solid #0072B2; background: #fff; color: #111; font-size: 15px; line-height: 1.4;
@@ -102,10 +113,14 @@ body.sv-large .sv-text { font-size: 1.2em !important; }
 .sv-engines-step { font-weight: 600; margin-bottom: 2px; }
 """
 
+KEYS_NOTE = ("Keys: **space** runs or stops (Run, Teach, Replay) \u00b7 **\u2190 \u2192** step cycles (Teach, and "
+             "Replay cycle by cycle) \u00b7 **Esc** closes a token's details. Not while typing in a box.")
+
 # Plotly sizes its charts on window resize events: send one after the zoom changes.
 LARGE_TEXT_JS = ("(on) => { document.body.classList.toggle('sv-large', on); "
                  "setTimeout(() => window.dispatchEvent(new Event('resize')), 50); return on; }")
 DARK_JS = "() => { document.body.classList.toggle('dark'); }"
+PRESENTER_JS = LARGE_TEXT_JS.replace("sv-large", "sv-presenter")
 
 
 # Gradio 6 runs no script inside gr.HTML: this one is in the page's <head> (`launch_options`). One
@@ -169,6 +184,39 @@ HEAD = """<style>
     if (event.key === 'Escape') { unpin(); return; }
     const token = event.target.closest && event.target.closest(TOKEN);
     if (token && (event.key === 'Enter' || event.key === ' ')) { event.preventDefault(); pin(token); }
+  });
+  // Keys (the page's "Keys" note): space runs or stops the tab's run, the arrows step cycles in Teach and
+  // in Replay's cycle-by-cycle mode. Never while typing, nor on a control whose own keys they are.
+  const shown = (selector) => {
+    const el = document.querySelector(selector);
+    return el && el.offsetParent !== null ? el : null;
+  };
+  const busy = (selector) => [...document.querySelectorAll(selector)].some(
+    (el) => el.offsetParent !== null && /^\\s*(Running|Replaying|Loading|Decoding)/.test(el.textContent));
+  const TABS = [
+    {run: '#run', stop: '#stop', status: '#stats .sv-state, #stats .sv-loading'},
+    {run: '#replay-play', stop: '#replay-stop', status: '#replay-stats .sv-state',
+     next: '#replay-next', previous: '#replay-previous',
+     stepping: () => /Cycle by cycle/.test((document.querySelector('#replay-speed input:checked') || {}).value || '')},
+    {run: '#teach-run', stop: '#teach-stop', status: '#teach-position', next: '#teach-next',
+     previous: '#teach-previous', stepping: () => true},
+  ];
+  const OWN_KEYS = 'input, textarea, select, button, summary, a[href], [contenteditable], [role=slider], ' +
+                   '[role=tab], [role=option], [role=listbox], ' + TOKEN;
+  let pressed = 0;     // a run started by a key counts as running until its first update (a second or two)
+  document.addEventListener('keydown', (event) => {
+    if (event.defaultPrevented || event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.target.closest && event.target.closest(OWN_KEYS)) return;
+    const tab = TABS.find((t) => shown(t.run));
+    if (!tab) return;
+    if (event.key === ' ') {
+      event.preventDefault();
+      if (busy(tab.status) || Date.now() - pressed < 1500) { shown(tab.stop) && shown(tab.stop).click(); pressed = 0; }
+      else { shown(tab.run).click(); pressed = Date.now(); }
+    } else if ((event.key === 'ArrowRight' || event.key === 'ArrowLeft') && tab.next && tab.stepping()) {
+      const button = shown(event.key === 'ArrowRight' ? tab.next : tab.previous);
+      if (button && !button.disabled) { event.preventDefault(); button.click(); }
+    }
   });
 })();
 </script>"""

@@ -33,6 +33,25 @@ def speed_text(run: Run) -> str:
     return figure
 
 
+def speedup_headline(run: Run) -> tuple[str, str]:
+    """The speedup as the summary shows it: (the large figure, the headline sentence). The app's
+    summary and the exported animations both say it with these words."""
+    speed = run.speed
+    if speed is None:
+        return "\u2026", f"Measured speedup: {no_speed_text(run)}"
+    figure = f"{speed.speedup:.2f}{X}"
+    interval = f"(95% range {speed.low:.2f}\u2013{speed.high:.2f}{X})"
+    if not speed.reliable:
+        return f"~{figure}", f"Measured speedup about {figure} {interval}: too short to measure reliably"
+    return figure, f"Measured speedup {figure} over plain decoding {interval}"
+
+
+def speedup_caption(run: Run) -> str:
+    speed = run.speed
+    return ("speedup over plain decoding" if speed is None or speed.speedup >= 1 else
+            "plain decoding's speed: slower here")
+
+
 def no_speed_text(run: Run) -> str:
     """Why a run has no speedup yet (or at all)."""
     work = run.compared

@@ -277,26 +277,15 @@ def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
     numbers (acceptance, tokens per target pass, the cost of a pass), one headline sentence; then,
     behind "Details", every figure with what it compares and how sure it is. `notes` are extra
     paragraphs for the details (plain text)."""
-    from .prose import (compared_text, cost_ratio_text, cross_tokenizer_lines, no_speed_text, parted_text, speed_text,
-                        theory_lines)
+    from .prose import (compared_text, cost_ratio_text, cross_tokenizer_lines, parted_text, speed_text,
+                        speedup_caption, speedup_headline, theory_lines)
 
     spec, plain, speed = run.stats, run.plain, run.speed
-    if speed is None:
-        headline = f"Measured speedup: {no_speed_text(run)}"
-        big = "\u2026"
-    elif not speed.reliable:
-        headline = (f"Measured speedup about {speed.speedup:.2f}\u00d7 (95% range {speed.low:.2f}\u2013"
-                    f"{speed.high:.2f}\u00d7): too short to measure reliably")
-        big = f"~{speed.speedup:.2f}\u00d7"
-    else:
-        headline = (f"Measured speedup {speed.speedup:.2f}\u00d7 over plain decoding "
-                    f"(95% range {speed.low:.2f}\u2013{speed.high:.2f}\u00d7)")
-        big = f"{speed.speedup:.2f}\u00d7"
+    big, headline = speedup_headline(run)
     pass_cost = (f"{speed.pass_cost:.2f}", "plain steps: the cost of one verification pass") if speed else (
         "\u2013", "plain steps per verification pass")
     tiles = "".join([
-        _tile(big, "speedup over plain decoding" if speed is None or speed.speedup >= 1 else
-              "plain decoding's speed: slower here", kind="speedup"),
+        _tile(big, speedup_caption(run), kind="speedup"),
         _tile(f"{spec.draft_acceptance_rate:.0%}", f"of drafted tokens accepted ({spec.accepted} of {spec.drafted})",
               kind="acceptance"),
         _tile(f"{spec.tokens_per_cycle:.2f}", f"tokens per target pass ({spec.tokens} tokens in {spec.cycles} passes)",
