@@ -201,6 +201,27 @@ def test_charts_have_the_expected_traces():
     assert list(plain.marker.opacity) == [1.0] * 5        # the same text so far: every step is compared
 
 
+def test_the_tokens_per_pass_chart_draws_the_policys_draft_lengths_and_pauses():
+    from conftest import make_cycle
+
+    from specviz.metrics import summarize
+    from specviz.views.charts import tokens_per_pass_figure
+
+    cycles = [make_cycle(0, drafted=(1, 2, 3, 4), num_accepted=0, k=8, planned=4, expected_gain=1.2),
+              make_cycle(1, drafted=(), num_accepted=0, k=8, planned=0, expected_gain=0.91),
+              make_cycle(2, drafted=(5, 6), num_accepted=2, k=8, planned=2, expected_gain=0.95, probe=True)]
+    figure = tokens_per_pass_figure(cycles, summarize(cycles))
+    traces = {t.name: t for t in figure.data}
+    assert list(traces["drafted"].y) == [4, 0, 2]
+    assert list(traces["paused (plain step)"].x) == [2]
+    notes = [row[0] for row in traces["drafted"].customdata]
+    assert notes == [": expected 1.20x", ": expected 0.91x", ": expected 0.95x (a probe)"]
+    # Without the policy (a fixed k), neither trace.
+    fixed = [make_cycle(0, k=4), make_cycle(1, k=4)]
+    names = {t.name for t in tokens_per_pass_figure(fixed, summarize(fixed)).data}
+    assert "drafted" not in names and "paused (plain step)" not in names
+
+
 def test_before_a_run_the_charts_have_the_run_charts_axes_and_no_data():
     cycles = [make_cycle(index=i) for i in range(3)]
     steps = [Step(index=i, token=1, prob=0.5, seconds=0.04) for i in range(5)]
