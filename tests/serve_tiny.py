@@ -4,6 +4,7 @@ Hosted mode: every allowed target name runs the tiny target.
 `slow` uses a wider target (about 20-40 ms a token on one thread) so that a run lasts seconds;
 `long` one with a 2,048-token context, so that prompts can reach the hosted cap (the soak test)."""
 
+import logging
 import sys
 from pathlib import Path
 
@@ -14,12 +15,14 @@ import torch  # noqa: E402
 from conftest import make_llama  # noqa: E402
 from tiny_pair import WORDS, TinyModels  # noqa: E402
 
-from specviz.ui import build_demo, configure_torch, launch_options  # noqa: E402
+from specviz.ui import build_demo, configure_allocator, configure_torch, launch_options  # noqa: E402
 
 
 def main() -> None:
     slow, long = "slow" in sys.argv[1:], "long" in sys.argv[1:]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     configure_torch()
+    logging.getLogger("specviz.ui").info(configure_allocator())     # as app.py serves
     tiny = TinyModels()
     if slow:
         tiny.target = make_llama(0, layers=8, vocab=len(WORDS), hidden=1024)

@@ -5,6 +5,7 @@ was before them (issue 21: 40 sessions took RSS from 810 to 1,790 MB, and it sta
 `python -m pytest -q -m slow tests/test_soak.py -s` prints the figures: baseline, peak, after."""
 
 import random
+import tempfile
 import time
 from pathlib import Path
 
@@ -39,7 +40,16 @@ def run_inputs(prompt: str) -> list:
     return [prompt, "", SUFFIX, "", 1, 8, False, 0.0, 1.0, 0, 64, 0, "Raw completion", 1, True]
 
 
-def settle(pid: int, seconds: float = 4.0) -> float:
+ENDED = "a session ended"     # what the app logs once a closed session's memory is released
+
+
+def settle(pid: int, log: Path, ended: int, seconds: float = 2.0, deadline_s: float = 120.0) -> float:
+    """The RSS once `ended` sessions in all have ended (Gradio runs the unload when it notices the
+    heartbeat's connection gone, later under load) and `seconds` more have passed."""
+    deadline = time.monotonic() + deadline_s
+    while log.read_text().count(ENDED) < ended:
+        assert time.monotonic() < deadline, f"{ended} sessions did not all end within {deadline_s:.0f} s"
+        time.sleep(0.5)
     time.sleep(seconds)
     return rss_mb(pid)
 
@@ -50,7 +60,9 @@ def test_suffix_memory_returns_when_the_sessions_close():
     from gradio_client import Client
 
     rng = random.Random(0)
-    with running_app("long", tiny=True) as app:
+    log = Path(tempfile.mkdtemp(prefix="specviz-soak-")) / "app.log"
+    # The server notices a closed client at its next heartbeat (every 15 s by default), then runs the unload.
+    with running_app("long", tiny=True, log=log, GRADIO_HEARTBEAT_INTERVAL="1") as app:
         def sessions() -> float:
             """SESSIONS sessions doing RUNS_PER_SESSION runs each; the RSS at the end, before they close."""
             clients = [Client(app.url, verbose=False) for _ in range(SESSIONS)]
@@ -65,9 +77,9 @@ def test_suffix_memory_returns_when_the_sessions_close():
         # A first round warms what every run touches once (kernels, Gradio's caches, the allocator's
         # high-water mark); the baseline is after it. A second round must give back what it took.
         sessions()
-        baseline = settle(app.pid)
+        baseline = settle(app.pid, log, ended=SESSIONS)
         peak = sessions()
-        after = settle(app.pid)
+        after = settle(app.pid, log, ended=2 * SESSIONS)
         print(f"\nsoak: {SESSIONS} sessions x {RUNS_PER_SESSION} suffix runs of ~1,000-token prompts: "
               f"RSS baseline {baseline:.0f} MB, peak {peak:.0f} MB, after closing {after:.0f} MB")
         assert after - baseline <= SOAK_MARGIN_MB, (baseline, peak, after)

@@ -86,6 +86,7 @@ def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> g
             memories.end(request)
             forget_session(demo, request.session_hash)
             release_freed_memory()
+            log.info("a session ended: its memory and page state released")
 
         demo.unload(end_session)
     demo.queue(max_size=QUEUE_MAX_SIZE)
