@@ -27,7 +27,7 @@ from specviz import CrossTokenizerDrafter, models
 from specviz.catalog import PRESET_KEYS, list_presets
 from specviz.errors import SpecvizError
 from specviz.models import (DEFAULT_TARGET, auto_dtype, convert_once, cpu_has_native_bf16, encode_prompt,
-                            end_of_turn_id, load_model, load_pair, needs_device_map, resolve_source)
+                            end_of_turn_id, load_model, load_pair, resolve_source)
 from specviz.models import loading, pairs, sources
 from specviz.models.cache import ModelCache
 from specviz.models.pairs import CROSS_TOKENIZER_NOTE
@@ -438,15 +438,12 @@ def test_convert_once_is_atomic(tmp_path):
 
 # ----------------------------------------------------------------------------- device and dtype
 
-def test_auto_dtype_is_float32_wherever_the_model_fits():
-    # float32 keeps greedy speculative output identical to plain decoding's (bf16 flips near-ties).
-    for device in ("cpu", "cuda", "mps"):
-        assert auto_dtype(device) == torch.float32
+def test_auto_dtype_is_float32_on_a_cpu():
+    # float32 keeps greedy speculative output identical to plain decoding's (bf16 flips near-ties);
+    # GPUs get the dtype the model is served in (tests/test_gpu_policy.py, against faked cards).
+    for checkpoint in (None, torch.bfloat16):
+        assert auto_dtype("cpu", checkpoint=checkpoint) == torch.float32
     assert models.resolve_dtype("auto", torch.device("cpu")) == torch.float32
-    # Only a GPU too small for float32 weights falls back to its half precision.
-    assert auto_dtype("cuda", fits=False, cuda_bf16=True) == torch.bfloat16
-    assert auto_dtype("cuda", fits=False, cuda_bf16=False) == torch.float16
-    assert auto_dtype("cpu", fits=False) == torch.float32
 
 
 def test_pick_dtype_keeps_an_explicit_choice_and_float32_on_a_cpu():
@@ -468,12 +465,6 @@ def test_explicit_dtypes(disk):
     for name, dtype in [("fp32", torch.float32), ("bf16", torch.bfloat16), ("float16", torch.float16)]:
         assert models.resolve_dtype(name, torch.device("cpu")) == dtype
     assert models.resolve_device("cpu") == torch.device("cpu")
-
-
-def test_needs_device_map():
-    assert not needs_device_map(10 * 2**30, 80 * 2**30)
-    assert needs_device_map(16 * 2**30, 16 * 2**30)      # weights alone would fill it
-    assert needs_device_map(15 * 2**30, 12 * 2**30)
 
 
 # ----------------------------------------------------------------------------- prompts and presets

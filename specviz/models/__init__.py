@@ -3,6 +3,7 @@ models), loading and caching them, the drafter a draft spec names, and prompts a
 
     sources   what a model string names; the built-in models, converted once from GGUF
     devices   'auto' device and dtype for this machine
+    memory    one GPU memory budget for a pair's weights and KV caches, decided before loading
     host      the machine: its description, software versions and load (the only reader of /proc)
     cache     loaded models kept in memory, least recently used first out
     loading   one model and its tokenizer, with errors a user can act on
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 import lazy_loader
 
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "devices": ["DTYPES", "auto_dtype", "cpu_has_native_bf16", "default_threads", "needs_device_map", "resolve_device",
+    "devices": ["DTYPES", "auto_dtype", "checkpoint_dtype", "cpu_has_native_bf16", "default_threads", "resolve_device",
                 "resolve_dtype", "use_threads"],
     "loading": ["LoadedModel", "load_model", "model_bytes"],
     "pairs": ["ModelPair", "end_of_turn_id", "eos_token_ids", "load_pair", "make_drafter", "vocabulary_mismatch"],
@@ -31,7 +32,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
 })
 
 if TYPE_CHECKING:      # what the names are, for readers and type checkers
-    from .devices import (DTYPES, auto_dtype, cpu_has_native_bf16, default_threads, needs_device_map, resolve_device,
+    from .devices import (DTYPES, auto_dtype, checkpoint_dtype, cpu_has_native_bf16, default_threads, resolve_device,
                           resolve_dtype, use_threads)
     from .loading import LoadedModel, load_model, model_bytes
     from .pairs import ModelPair, end_of_turn_id, eos_token_ids, load_pair, make_drafter, vocabulary_mismatch

@@ -60,6 +60,27 @@ class ModelCache:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
 
+    def bytes_on(self, device: torch.device | str) -> int:
+        """What the cached models on `device` take (keys end with the device, as `loading` writes them)."""
+        return sum(nbytes for key, (_, nbytes) in self._entries.items() if key[-1] == str(device))
+
+    def bytes_of(self, keys) -> int:
+        """What the cached models among `keys` take."""
+        return sum(self._entries[key][1] for key in keys if key in self._entries)
+
+    def evict_from(self, device: torch.device | str, keep: set = frozenset()) -> int:
+        """Evict every cached model on `device` but those in `keep`; returns the bytes freed."""
+        victims = [key for key in self._entries if key[-1] == str(device) and key not in keep]
+        freed = sum(self._entries[key][1] for key in victims)
+        for key in victims:
+            log.info("evicting %s from the model cache to make room on %s", key, device)
+            del self._entries[key]
+        if victims:
+            collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        return freed
+
     @property
     def total_bytes(self) -> int:
         return sum(nbytes for _, nbytes in self._entries.values())

@@ -18,22 +18,39 @@ def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
     return bool(info.flags & {"avx512_bf16", "amx_bf16"})
 
 
-def auto_dtype(device_type: str, *, fits: bool = True, cuda_bf16: bool = False) -> torch.dtype:
-    """The dtype "auto" means: float32 wherever the model fits in it (`fits`), because it keeps
-    greedy speculative decoding's promise, the target's own output token for token. In bf16 a
-    one-token step and a multi-token verification pass round differently, and at a near-tie of the
-    top two logits the argmax flips: measured on two CPUs with native bf16, ~1% of positions on an
-    AMD EPYC and the app's default race parting at token 31 on an Intel Xeon (identical in fp32).
-    Where fp32 weights would not fit a GPU: bf16 (fp16 on GPUs without it), and outputs may part."""
-    if fits or device_type != "cuda":
+def auto_dtype(device_type: str, *, checkpoint: torch.dtype | None = None, cuda_bf16: bool = True) -> torch.dtype:
+    """The dtype "auto" means on a device type.
+
+    On a CPU (and MPS): float32. It keeps greedy speculative decoding's promise, the target's own
+    output token for token: in bf16 a one-token step and a multi-token verification pass round
+    differently, and at a near-tie of the top two logits the argmax flips (measured on two CPUs with
+    native bf16: ~1% of positions on an AMD EPYC, and the app's default race parting at token 31 on an
+    Intel Xeon; identical in fp32).
+
+    On a CUDA GPU: the dtype the model is served in, by vLLM's rule for "auto" (transformers' keeps a
+    float32 checkpoint in float32, and otherwise agrees): a bf16 or fp16 checkpoint in its own dtype, a
+    float32 (or unknown) one in bf16; bf16 becomes fp16 on a GPU without bf16 (`cuda_bf16`, before
+    Ampere). A speedup measured in float32 on a GPU answers a question nobody serving asks (half the
+    speed, and a different batch size where verification stops being nearly free), and float32 is not
+    bit-exact across shapes on a GPU either. Exact equality is `dtype="float32"` away; where greedy
+    outputs part, the run says where and why. The choice depends on the checkpoint and the card only,
+    never on free memory, so the same model gets the same dtype every time (`models.memory` then
+    refuses, with the sizes, a pair that does not fit)."""
+    if device_type != "cuda":
         return torch.float32
-    return torch.bfloat16 if cuda_bf16 else torch.float16
+    half = torch.bfloat16 if cuda_bf16 else torch.float16
+    if checkpoint == torch.float16 or (checkpoint == torch.bfloat16 and cuda_bf16):
+        return checkpoint
+    return half
 
 
-def smaller_dtype(device: torch.device) -> torch.dtype:
-    """What "auto" falls back to on `device` when float32 weights do not fit (`auto_dtype`)."""
-    return auto_dtype(device.type, fits=False,
-                      cuda_bf16=device.type == "cuda" and torch.cuda.is_bf16_supported())
+def checkpoint_dtype(config) -> torch.dtype | None:
+    """The dtype a checkpoint's config says its weights are in (`dtype`, formerly `torch_dtype`); None
+    when it says nothing usable."""
+    value = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if isinstance(value, str):
+        value = DTYPES.get(value.strip().lower())
+    return value if isinstance(value, torch.dtype) and value.is_floating_point else None
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -70,18 +87,12 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype
     if isinstance(dtype, torch.dtype):
         return dtype
     name = dtype.strip().lower()
-    if name == "auto":      # float32; the loader falls back to `smaller_dtype` where it does not fit a GPU
-        return auto_dtype(device.type)
+    if name == "auto":      # on a GPU the loader reads the checkpoint's dtype first (`loading.pick_dtype`)
+        return auto_dtype(device.type, cuda_bf16=device.type == "cuda" and torch.cuda.is_bf16_supported())
     if name not in DTYPES:
         raise SpecvizError(f"Unknown dtype {dtype!r}: use 'auto', 'float32'/'fp32', 'bfloat16'/'bf16' "
                              "or 'float16'/'fp16'.")
     return DTYPES[name]
-
-
-def needs_device_map(model_bytes: int, free_bytes: int, headroom: float = 0.85) -> bool:
-    """Whether a model too large for the GPU's free memory (keeping some for the KV cache and
-    activations) should be spread by accelerate's device_map="auto"."""
-    return model_bytes > headroom * free_bytes
 
 
 

@@ -20,7 +20,8 @@ from ..core.ragged_cache import check_transformers
 from ..errors import SpecvizError, is_out_of_memory
 from .cache import lock as _lock
 from .cache import model_cache
-from .devices import needs_device_map, resolve_device, resolve_dtype, smaller_dtype
+from .memory import Need, kv_cache_bytes, make_room
+from .devices import auto_dtype, checkpoint_dtype, resolve_device, resolve_dtype
 from .sources import BUILTINS, DEFAULT_TARGET, Progress, Source, builtin_source, report, resolve_source
 
 log = logging.getLogger(__name__)
@@ -83,35 +84,46 @@ def _estimate_bytes(config, dtype: torch.dtype, trust_remote_code: bool) -> int 
         return None
 
 
+def read_config(spec: str, *, trust_remote_code: bool, progress: Progress | None = None):
+    """`spec`'s config (a built-in model's converted copy: converted first if need be), or None where it
+    cannot be read now: loading then reports the problem with its own message."""
+    source = resolve_source(spec)
+    try:
+        if source.kind == "builtin":
+            source = builtin_source(BUILTINS[source.location], progress)
+        return AutoConfig.from_pretrained(source.location, trust_remote_code=trust_remote_code,
+                                          **({"gguf_file": source.gguf_file} if source.gguf_file else {}))
+    except (OSError, ValueError, KeyError, TypeError, SpecvizError):
+        return None
+
+
 def pick_dtype(spec: str, device: torch.device, dtype: str | torch.dtype, *, trust_remote_code: bool) -> torch.dtype:
-    """`dtype` resolved for `spec` on `device`. "auto" is float32 (`devices.auto_dtype`: what keeps
-    greedy outputs identical), except on a GPU whose free memory float32 weights would not fit, where
-    it is the GPU's half precision: estimated from the config alone, before any weight loads."""
+    """`dtype` resolved for `spec` on `device` (`devices.auto_dtype`): "auto" is float32 on a CPU, and
+    on a GPU the dtype the checkpoint is served in, read from its config before any weight loads."""
     resolved = resolve_dtype(dtype, device)
     if not (isinstance(dtype, str) and dtype.strip().lower() == "auto") or device.type != "cuda":
         return resolved
-    source = resolve_source(spec)
-    if source.kind == "builtin":        # the built-in models are small: float32 fits any GPU
-        return resolved
-    try:
-        config = AutoConfig.from_pretrained(source.location, trust_remote_code=trust_remote_code,
-                                            **({"gguf_file": source.gguf_file} if source.gguf_file else {}))
-    except (OSError, ValueError, KeyError, TypeError):
-        return resolved                 # loading reports the problem with its own message
-    estimate = _estimate_bytes(config, torch.float32, trust_remote_code)
-    free_bytes, _ = torch.cuda.mem_get_info(device)
-    if estimate is None or not needs_device_map(estimate, free_bytes):
-        return resolved
-    smaller = smaller_dtype(device)
-    log.warning("%s needs ~%.1f GB in float32, more than the %.1f GB free on %s: dtype auto loads it in %s "
-                "(greedy outputs may then part from plain decoding's at near-ties)", source.name, estimate / 1e9,
-                free_bytes / 1e9, device, str(smaller).removeprefix("torch."))
-    return smaller
+    config = read_config(spec, trust_remote_code=trust_remote_code)
+    return auto_dtype("cuda", checkpoint=None if config is None else checkpoint_dtype(config),
+                      cuda_bf16=torch.cuda.is_bf16_supported())
+
+
+def estimate_bytes(spec: str, dtype: torch.dtype, *, trust_remote_code: bool) -> tuple[int, int] | None:
+    """`spec`'s weights and one sequence's KV cache (`memory.PLANNED_TOKENS`) in `dtype`, in bytes, from
+    its config alone; None when the config cannot be read or built."""
+    config = read_config(spec, trust_remote_code=trust_remote_code)
+    weights = None if config is None else _estimate_bytes(config, dtype, trust_remote_code)
+    return None if weights is None else (weights, kv_cache_bytes(config, dtype))
 
 
 def model_bytes(model: torch.nn.Module) -> int:
     tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
     return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def cache_key(spec: str, dtype: torch.dtype, device: torch.device) -> Hashable:
+    """The model cache's key for `spec` in `dtype` on `device` (the device last: `cache.bytes_on`)."""
+    return (resolve_source(spec).key, str(dtype).removeprefix("torch."), str(device))
 
 
 def load_cached(spec: str, device: torch.device, dtype: torch.dtype, *, allow_pickle: bool, trust_remote_code: bool,
@@ -125,7 +137,7 @@ def load_cached(spec: str, device: torch.device, dtype: torch.dtype, *, allow_pi
     except ValueError as error:
         raise SpecvizError(str(error)) from None
     source = resolve_source(spec)
-    key = (source.key, str(dtype).removeprefix("torch."), str(device))
+    key = cache_key(spec, dtype, device)
     cached = model_cache.get(key)
     if cached is not None:
         if vet is not None:
@@ -153,13 +165,8 @@ def load_cached(spec: str, device: torch.device, dtype: torch.dtype, *, allow_pi
 
         estimate = _estimate_bytes(config, dtype, trust_remote_code)
         model_cache.make_room(estimate or 0, keep)
+        # On a GPU all of it on the one device (`models.memory` checked it fits); never spread.
         device_map: str | None = None if device.type == "cpu" else str(device)
-        if device.type == "cuda" and estimate:
-            free_bytes, _ = torch.cuda.mem_get_info(device)
-            if needs_device_map(estimate, free_bytes):
-                log.warning("%s needs ~%.1f GB, more than the %.1f GB free on %s: spreading it with "
-                            "device_map='auto'", source.name, estimate / 1e9, free_bytes / 1e9, device)
-                device_map = "auto"
         size = f" (~{estimate / 1e9:.2f} GB)" if estimate else ""
         report(progress, 0.3, f"Loading {source.name}{size} in {str(dtype).removeprefix('torch.')} on {device}")
         weights = {} if source.gguf_file else {"use_safetensors": None if allow_pickle else True}
@@ -178,6 +185,18 @@ def load_cached(spec: str, device: torch.device, dtype: torch.dtype, *, allow_pi
     return loaded, key
 
 
+def fit_on_gpu(specs: list[str], device: torch.device, dtype: torch.dtype, *, trust_remote_code: bool) -> None:
+    """Check that the models `specs` name (a target, and a draft model) fit the card's budget in
+    `dtype` with their KV caches, and make room among specviz's own cached models (`models.memory`).
+    A model whose size cannot be read from its config is left to loading, which reports why."""
+    needs = []
+    for spec in specs:
+        estimate = estimate_bytes(spec, dtype, trust_remote_code=trust_remote_code)
+        if estimate is not None:
+            needs.append(Need(resolve_source(spec).name, *estimate))
+    make_room(needs, device, dtype, keep={cache_key(spec, dtype, device) for spec in specs})
+
+
 def load_model(spec: str, *, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto",
                allow_pickle: bool = False, trust_remote_code: bool = False,
                progress: Progress | None = None) -> LoadedModel:
@@ -185,6 +204,8 @@ def load_model(spec: str, *, device: str | torch.device = "auto", dtype: str | t
     with _lock:
         resolved = resolve_device(device)
         chosen = pick_dtype(spec, resolved, dtype, trust_remote_code=trust_remote_code)
+        if resolved.type == "cuda":
+            fit_on_gpu([spec], resolved, chosen, trust_remote_code=trust_remote_code)
         loaded, _ = load_cached(spec, resolved, chosen, allow_pickle=allow_pickle,
                                 trust_remote_code=trust_remote_code, progress=progress)
         return loaded

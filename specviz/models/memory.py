@@ -1,0 +1,109 @@
+"""One GPU memory budget for a pair: the target's and the draft's weights and their KV caches, against
+what the card has for specviz, decided before any weight loads.
+
+The budget is the card's total less a reserve (CUDA's context, activations, the allocator's slack)
+less what other programs hold; what specviz itself holds (its cached models, the allocator's cached
+free blocks) counts as available, because it can be given back. So the same pair gets the same
+answer on the same card every time, whether or not an earlier copy of it is still cached (reading
+the free memory alone made a 12-14B model load in fp32, then bf16, then fp32). A pair that does not
+fit is refused with the sizes and what to do: nothing is spread onto the CPU (accelerate's
+`device_map="auto"` would, and a pass that crosses PCIe for its weights times transfers, not
+speculation)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import SpecvizError
+from .cache import model_cache
+
+RESERVE_SHARE = 0.10        # of the card's total: CUDA's context, activations, fragmentation
+PLANNED_TOKENS = 4096       # each model's KV cache is budgeted for one sequence of this many tokens
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    """What a card has, in bytes: `free` as the driver reports it, `held` what specviz itself holds
+    there and could give back (its cached models, torch's cached free blocks)."""
+    name: str
+    total: int
+    free: int
+    held: int
+
+    @property
+    def others(self) -> int:
+        """What other programs (another engine's server, another process) hold on the card."""
+        return max(0, self.total - self.free - self.held)
+
+    @property
+    def budget(self) -> int:
+        """What a pair may take: the total less the reserve and less what others hold."""
+        return max(0, int(self.total * (1 - RESERVE_SHARE)) - self.others)
+
+
+@dataclass(frozen=True)
+class Need:
+    """One model's share of the budget."""
+    name: str
+    weights: int
+    kv_cache: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache
+
+
+def read_gpu_memory(device: torch.device) -> GpuMemory:
+    """The card behind `device` as the driver and this process's allocator see it now."""
+    free, total = torch.cuda.mem_get_info(device)
+    cached_free_blocks = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    held = min(total - free, model_cache.bytes_on(device) + max(0, cached_free_blocks))
+    return GpuMemory(torch.cuda.get_device_name(device), total, free, held)
+
+
+def kv_cache_bytes(config, dtype: torch.dtype, tokens: int = PLANNED_TOKENS) -> int:
+    """Keys and values of every layer for `tokens` positions (one sequence) in `dtype`."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = getattr(text, "num_attention_heads", None) or 1
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    return 2 * text.num_hidden_layers * kv_heads * head_dim * tokens * dtype.itemsize
+
+
+def check_fits(needs: list[Need], gpu: GpuMemory, dtype: torch.dtype, device: torch.device) -> None:
+    """Refuse, with the sizes and the ways out, a pair whose weights and KV caches exceed the budget."""
+    need = sum(item.total for item in needs)
+    if need <= gpu.budget:
+        return
+    parts = " + ".join(f"{item.name} {item.weights / GB:.1f} GB" for item in needs)
+    kv = sum(item.kv_cache for item in needs)
+    others = f", {gpu.others / GB:.1f} GB held by other programs" if gpu.others >= 0.5 * GB else ""
+    name = str(dtype).removeprefix("torch.")
+    ways = ["a smaller target or draft"]
+    if dtype == torch.float32:
+        ways.insert(0, "dtype auto (the checkpoint's half precision)")
+    if others:
+        ways.append("stopping what else uses the card (an engine's server?)")
+    ways.append("device cpu")
+    raise SpecvizError(
+        f"Does not fit {device} ({gpu.name}, {gpu.total / GB:.0f} GB{others}): in {name} the weights ({parts}) "
+        f"and the KV cache for {PLANNED_TOKENS:,} tokens ({kv / GB:.1f} GB) need ~{need / GB:.1f} GB, and "
+        f"specviz may use ~{gpu.budget / GB:.1f} GB ({RESERVE_SHARE:.0%} of the card is kept for activations). "
+        f"Nothing was loaded; specviz does not spread a model onto the CPU (its passes would time the "
+        f"transfers, not speculation). Try {', '.join(ways[:-1])} or {ways[-1]}.")
+
+
+def make_room(needs: list[Need], device: torch.device, dtype: torch.dtype, keep: set[Hashable]) -> GpuMemory:
+    """Check the pair against the card's budget (`check_fits`), then evict specviz's other cached
+    models on the card where the pair would not fit beside them. Returns the card as read."""
+    gpu = read_gpu_memory(device)
+    check_fits(needs, gpu, dtype, device)
+    still_to_load = sum(item.total for item in needs) - model_cache.bytes_of(keep)
+    reusable = gpu.free + gpu.held - model_cache.bytes_on(device)      # free, and torch's cached free blocks
+    if still_to_load > reusable:
+        model_cache.evict_from(device, keep)
+    return gpu
