@@ -16,6 +16,10 @@ network, no gradio, no vLLM). scripts/gpu_bench.py measures speed; this checks w
    (`torch.cuda.set_per_process_memory_fraction`); the error is what `errors.is_out_of_memory` knows,
    `errors.user_message` frees the cache (memory reserved falls back), and the same run under no cap
    then finishes.
+5. The dtype and memory policy on the real card (`models.devices.auto_dtype`, `models.memory`): a saved
+   bf16 checkpoint and a float32 one load with dtype "auto" in the card's half precision, on the
+   named card, whatever is free; the budget the card reports is sane (total as torch says, specviz's
+   cached models counted as its own); a pair sized like a 400B model is refused before any weight loads.
 
 Results: $OUT/gpu_paths.json and a line per check on stdout; exit status 1 if any check fails.
 
@@ -177,6 +181,51 @@ def check_out_of_memory(device: torch.device) -> dict:
             "ok": recognised and message == OUT_OF_MEMORY and after <= baseline + (64 << 20) and len(out) == 8}
 
 
+def check_policy(device: torch.device) -> dict:
+    import tempfile
+
+    from specviz.errors import SpecvizError
+    from specviz.models import load_pair
+    from specviz.models.cache import model_cache
+    from specviz.models.memory import read_gpu_memory
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    half = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    folder = Path(tempfile.mkdtemp(prefix="specviz-gpu-policy-"))
+    words = Tokenizer(models.WordLevel({f"w{i}": i for i in range(VOCAB)}, unk_token="w0"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, unk_token="w0", eos_token="w1")
+    loaded = {}
+    for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        model = llama(0, layers=2, hidden=64, device="cpu", dtype=dtype)
+        model.config.dtype = dtype
+        model.save_pretrained(folder / name)
+        tokenizer.save_pretrained(folder / name)
+        pair = load_pair(str(folder / name), "ngram", device=str(device), dtype="auto")
+        loaded[name] = (str(pair.dtype), str(pair.target.device))
+    card = read_gpu_memory(device)
+    total = torch.cuda.get_device_properties(device).total_memory
+    big = llama(0, layers=2, hidden=64, device="meta").config
+    big.hidden_size, big.intermediate_size, big.num_hidden_layers, big.vocab_size = 16384, 53248, 126, 128256
+    big.num_attention_heads, big.num_key_value_heads, big.head_dim = 128, 8, 128
+    big.save_pretrained(folder / "huge")
+    tokenizer.save_pretrained(folder / "huge")
+    before = len(model_cache)
+    try:
+        load_pair(str(folder / "huge"), "ngram", device=str(device))
+        refused = None
+    except SpecvizError as error:
+        refused = str(error)
+    ok = (all(dtype == str(half) and where == str(device) for dtype, where in loaded.values())
+          and card.total == total and card.held >= model_cache.bytes_on(device) > 0 and refused is not None
+          and "Nothing was loaded" in refused and len(model_cache) == before)
+    return {"check": f"dtype and memory policy on {device}", "loaded": loaded, "half": str(half),
+            "budget_gb": card.budget / 1e9, "held_gb": card.held / 1e9, "others_gb": card.others / 1e9,
+            "refused": refused, "ok": ok}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda", help="cuda (every visible GPU), cuda:N, or cpu (dry run)")
@@ -196,11 +245,11 @@ def main(argv=None) -> int:
               "checks": []}
     # The last device is the one that is not the default (cuda:0) when there are several.
     device = devices[-1]
-    checks = [check_batched, check_head] + ([check_out_of_memory] if device.type == "cuda" else [])
+    checks = [check_batched, check_head] + ([check_out_of_memory, check_policy] if device.type == "cuda" else [])
     plan = ([partial(check_clock, d) for d in devices] if device.type == "cuda" else []) + \
         [partial(check, device) for check in checks]
     if device.type != "cuda":
-        report["skipped"] = ["Clock on cuda:N and out-of-memory recovery need CUDA"]
+        report["skipped"] = ["Clock on cuda:N, out-of-memory recovery and the dtype and memory policy need CUDA"]
     for run in plan:
         try:
             result = run()
