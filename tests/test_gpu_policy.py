@@ -43,7 +43,7 @@ class FakeCards:
             "current_device": lambda: 0,
             "mem_get_info": lambda device=None: (self.cards[index(device)][1], self.cards[index(device)][0]),
             "is_bf16_supported": lambda *args, **kwargs: self.bf16,
-            "get_device_name": lambda device=None: f"{self.name} {self.cards[index(device)][0] // GiB} GB",
+            "get_device_name": lambda device=None: self.name,
             "memory_reserved": lambda device=None: self.cached_free,
             "memory_allocated": lambda device=None: 0,
             "empty_cache": lambda: None,
@@ -141,7 +141,7 @@ def test_a_pair_that_does_not_fit_is_refused_before_loading_with_the_sizes_and_t
     with pytest.raises(SpecvizError) as refused:          # 8B + 1B in float32: ~37 GB
         fit_on_gpu([folders.llama8b, folders.llama1b], cuda, torch.float32, trust_remote_code=False)
     message = str(refused.value)
-    assert "Llama-3.1-8B 32.1 GB + Llama-3.2-1B 4.9 GB" in message and "Fake L4 24 GB" in message
+    assert "Llama-3.1-8B 32.1 GB + Llama-3.2-1B 4.9 GB" in message and "(Fake L4, 26 GB)" in message
     assert "dtype auto" in message and "device cpu" in message and "does not spread" in message
     with pytest.raises(SpecvizError, match="Qwen2.5-14B 29.5 GB"):          # 14B in bf16 on a 24 GB card
         fit_on_gpu([folders.qwen14b], cuda, torch.bfloat16, trust_remote_code=False)
@@ -195,3 +195,14 @@ def test_one_and_two_cards(monkeypatch, folders):
     fit_on_gpu([folders.llama8b], torch.device("cuda", 0), torch.bfloat16, trust_remote_code=False)
     with pytest.raises(SpecvizError, match="cuda:1"):  # the budget is the named card's
         fit_on_gpu([folders.llama8b], torch.device("cuda", 1), torch.bfloat16, trust_remote_code=False)
+
+
+def test_the_command_line_says_it_in_one_line_before_loading(monkeypatch, folders, capsys):
+    from specviz.cli import entry
+
+    FakeCards(monkeypatch, (24 * GiB, 24 * GiB), name="Fake L4")
+    code = entry(["run", "--target", folders.qwen14b, "--device", "cuda", "--raw", "Hello"])
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2 and "Traceback" not in err and out == ""
+    assert lines[-1].startswith("error: Does not fit cuda:0 (Fake L4, 26 GB)") and "Qwen2.5-14B 29.5 GB" in lines[-1]
