@@ -126,13 +126,27 @@ def exact_joint(target, prompt, sampler, length=LENGTH, vocab=V):
     return joint
 
 
-def observed_joint(target, draft, prompt, runs, **kw):
+def observed_joint(target, draft, prompt, runs, policy=None, cycles_seen=None, **kw):
+    """How often each LENGTH-token output came in `runs` seeded runs; `policy()` makes each run's draft
+    policy (None: a fixed k), and `cycles_seen` (a list) collects every run's cycles."""
     counts = np.zeros(V ** LENGTH)
     for seed in range(runs):
-        out = [t for c in speculative_decode(target, draft, prompt, max_new_tokens=LENGTH, seed=seed, **kw)
-               for t in c.emitted]
+        extra = {} if policy is None else {"policy": policy()}
+        cycles = list(speculative_decode(target, draft, prompt, max_new_tokens=LENGTH, seed=seed, **extra, **kw))
+        if cycles_seen is not None:
+            cycles_seen += cycles
+        out = [t for c in cycles for t in c.emitted]
         counts[int(np.ravel_multi_index(out, (V,) * LENGTH))] += 1
     return counts
+
+
+def assert_follows_target(observed, target, prompt, kw):
+    """The counts pass a chi-square test against the target's exact joint distribution, and fail it
+    against the target's at twice the temperature: a broken sampler would fail this check."""
+    sampler = Sampler(kw["temperature"], kw.get("top_k", 0), kw.get("top_p", 1.0))
+    assert pooled_chisquare(observed, exact_joint(target, prompt, sampler)) > 1e-3
+    wrong = exact_joint(target, prompt, Sampler(kw["temperature"] * 2.0, kw.get("top_k", 0), kw.get("top_p", 1.0)))
+    assert pooled_chisquare(observed, wrong) < 1e-4
 
 
 def pooled_chisquare(observed, probs):
@@ -169,14 +183,7 @@ def test_speculative_sampling_matches_target_distribution(small_pair, drafter, k
     target, smaller, unrelated = small_pair
     draft = {"smaller": smaller, "unrelated": unrelated, "ngram": PromptLookupDrafter()}[drafter]
     prompt = torch.tensor([[1, 2, 3, 1, 2]])
-    sampler = Sampler(kw["temperature"], kw.get("top_k", 0), kw.get("top_p", 1.0))
-    exact = exact_joint(target, prompt, sampler)
-    observed = observed_joint(target, draft, prompt, runs, **kw)
-    assert pooled_chisquare(observed, exact) > 1e-3
-    # Power check: the same counts against a wrong distribution (the target's at a different
-    # temperature) are rejected, so a broken sampler would fail this test.
-    wrong = exact_joint(target, prompt, Sampler(kw["temperature"] * 2.0, kw.get("top_k", 0), kw.get("top_p", 1.0)))
-    assert pooled_chisquare(observed, wrong) < 1e-4
+    assert_follows_target(observed_joint(target, draft, prompt, runs, **kw), target, prompt, kw)
 
 
 # The cost-aware policy chooses each cycle's draft length from what earlier cycles accepted: a choice
@@ -194,18 +201,12 @@ def test_sampling_with_the_cost_aware_policy_matches_target_distribution(small_p
     target, smaller, unrelated = small_pair
     draft = {"smaller": smaller, "unrelated": unrelated, "ngram": PromptLookupDrafter()}[drafter]
     prompt = torch.tensor([[1, 2, 3, 1, 2]])
-    sampler = Sampler(kw["temperature"], kw.get("top_k", 0), kw.get("top_p", 1.0))
-    counts, planned = np.zeros(V ** LENGTH), []
-    for seed in range(RUNS):
-        policy = CostAwarePolicy(PassCosts(table, learn=False), probe_after=1)
-        cycles = list(speculative_decode(target, draft, prompt, max_new_tokens=LENGTH, seed=seed, policy=policy, **kw))
-        planned += [c.planned for c in cycles if c.planned is not None]
-        out = [t for c in cycles for t in c.emitted]
-        counts[int(np.ravel_multi_index(out, (V,) * LENGTH))] += 1
+    cycles = []
+    counts = observed_joint(target, draft, prompt, RUNS, cycles_seen=cycles,
+                            policy=lambda: CostAwarePolicy(PassCosts(table, learn=False), probe_after=1), **kw)
+    planned = [c.planned for c in cycles if c.planned is not None]
     assert 0 in planned and any(planned)                    # it paused and drafted
-    assert pooled_chisquare(counts, exact_joint(target, prompt, sampler)) > 1e-3
-    wrong = exact_joint(target, prompt, Sampler(kw["temperature"] * 2.0, kw.get("top_k", 0), kw.get("top_p", 1.0)))
-    assert pooled_chisquare(counts, wrong) < 1e-4
+    assert_follows_target(counts, target, prompt, kw)
 
 
 def test_seed_reproducible_and_global_rng_untouched(small_pair):
@@ -237,12 +238,8 @@ def test_draft_model_tree_sampling_matches_target_distribution(small_pair, kw):
 
     target, smaller, _ = small_pair
     prompt = torch.tensor([[1, 2, 3, 1, 2]])
-    sampler = Sampler(kw["temperature"], kw.get("top_k", 0), 1.0)
-    exact = exact_joint(target, prompt, sampler)
     observed = observed_joint(target, DraftTreeDrafter(DraftModelDrafter(smaller), 2, 6), prompt, RUNS, **kw)
-    assert pooled_chisquare(observed, exact) > 1e-3
-    wrong = exact_joint(target, prompt, Sampler(kw["temperature"] * 2.0, kw.get("top_k", 0), 1.0))
-    assert pooled_chisquare(observed, wrong) < 1e-4
+    assert_follows_target(observed, target, prompt, kw)
 
 
 @pytest.mark.parametrize("drafter", ["ngram-tree", "suffix"])
@@ -259,12 +256,7 @@ def test_tree_sampling_matches_target_distribution(small_pair, kw, drafter):
     prompt = torch.tensor([[1, 2, 3, 1, 2, 4, 1, 2, 5, 1, 2]])
     first = NgramTreeDrafter().propose(prompt, kw["k"], None)
     assert sum(p == -1 for p in first.parents) == 3
-    sampler = Sampler(kw["temperature"], kw.get("top_k", 0), 1.0)
-    exact = exact_joint(target, prompt, sampler)
-    observed = observed_joint(target, make(), prompt, RUNS, **kw)
-    assert pooled_chisquare(observed, exact) > 1e-3
-    wrong = exact_joint(target, prompt, Sampler(kw["temperature"] * 2.0, kw.get("top_k", 0), 1.0))
-    assert pooled_chisquare(observed, wrong) < 1e-4
+    assert_follows_target(observed_joint(target, make(), prompt, RUNS, **kw), target, prompt, kw)
 
 
 def test_sibling_candidates_keep_the_target_distribution():
