@@ -66,6 +66,7 @@ class PassCosts:
         self.seconds: dict[int, float] = {}     # width -> running mean seconds
         self.counts: dict[int, float] = {}      # width -> observations behind it (capped)
         self.draft_per_token = 0.0              # drafting seconds per drafted token, running mean
+        self._relative: dict[int, list[float]] = {}     # `relative` by max width, until the next observation
         self.learn = True
         for width, value in (seconds or {}).items():
             self.observe(width, value)
@@ -79,16 +80,22 @@ class PassCosts:
         if seconds <= 0 or not self.learn:
             return
         old = self.seconds.get(width)
+        self._relative.clear()
         self.seconds[width] = seconds if old is None else old + COST_SMOOTHING * (seconds - old)
         self.counts[width] = min(self.counts.get(width, 0.0) + 1.0, 1.0 / COST_SMOOTHING)
 
     def observe_draft(self, drafted: int, seconds: float) -> None:
         if drafted > 0 and seconds >= 0 and self.learn:
             per_token = seconds / drafted
+            self._relative.clear()
             self.draft_per_token += COST_SMOOTHING * (per_token - self.draft_per_token)
 
     def relative(self, max_width: int) -> list[float]:
-        """cost[n] for n = 0..max_width: (pass over n drafted tokens + drafting them) / a plain step."""
+        """cost[n] for n = 0..max_width: (pass over n drafted tokens + drafting them) / a plain step
+        (computed once per table: every cycle plans with it, and a table changes only when observed)."""
+        cached = self._relative.get(max_width)        # one lookup: another run's observe may clear it
+        if cached is not None:
+            return cached
         widths = sorted(self.seconds)
         step = self.seconds[0]
         raw = []
@@ -103,7 +110,9 @@ class PassCosts:
             weight = self.counts.get(n, 0.25)
             raw.append((value, weight))
         monotone = _non_decreasing(raw)
-        return [monotone[n] / step + n * self.draft_per_token / step for n in range(max_width + 1)]
+        costs = [monotone[n] / step + n * self.draft_per_token / step for n in range(max_width + 1)]
+        self._relative[max_width] = costs
+        return costs
 
 
 def _non_decreasing(points: Sequence[tuple[float, float]]) -> list[float]:
