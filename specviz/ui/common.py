@@ -51,7 +51,6 @@ SUFFIX = "Suffix decoding (tree from the longest earlier match)"
 DRAFTERS = [PROMPT_LOOKUP, PROMPT_LOOKUP_TREE, SUFFIX, DRAFT_MODEL, EARLY_EXIT]
 CHAT, RAW = "Chat template", "Raw completion"
 CUSTOM = "Custom"
-TICK = object()                   # yielded by a tab's work after an event that changes nothing on the page
 MEMORY_SESSIONS = 64              # sessions whose suffix-decoding memory is kept at once (see SessionMemories)
 # Temporary files (uploads, Gradio's copies of downloads, the export folders below) are removed once
 # older than TEMP_FILE_SECONDS, looked for every TEMP_SWEEP_SECONDS: a file lives at most ~11 minutes.
@@ -61,6 +60,20 @@ TEMP_SWEEP_SECONDS = 60
 EXPORT_PREFIX = "specviz-export-"  # exports and recordings for download: one fresh temporary folder each.
 # Gradio copies a returned file into its own cache at once, so a folder is only needed for that copy;
 # it goes at the next export, or the next session's end, once older than TEMP_FILE_SECONDS.
+
+
+class _Tick:
+    """The type of TICK. On ZeroGPU a tab's work runs in a forked worker and every value it yields is
+    pickled back: pickled by name, TICK is TICK again on this side (`streaming` tests identity)."""
+
+    def __reduce__(self):
+        return "TICK"
+
+    def __repr__(self):
+        return "TICK"
+
+
+TICK = _Tick()                    # yielded by a tab's work after an event that changes nothing on the page
 
 
 def sweep_old_exports(root: Path | None = None, max_age: float = TEMP_FILE_SECONDS) -> None:
