@@ -14,13 +14,17 @@ import copy
 import functools
 import importlib
 import inspect
+import os
 import pickle
 import sys
 import types
 
+import gradio as gr
 import pytest
+from gradio.helpers import special_args
 
 from specviz.ui import build_demo, common, spaces as specviz_spaces
+from specviz.ui.common import StopSignal
 
 
 class FakeZeroGPU:
@@ -99,8 +103,9 @@ async def drain(handler, *args) -> list:
 
 def initial_inputs(block_function, **by_elem_id) -> list:
     """The page's values of an event's inputs before anyone edits them (but `by_elem_id`), as its
-    handler receives them."""
-    return [copy.deepcopy(by_elem_id.get(block.elem_id, block.value)) for block in block_function.inputs]
+    handler receives them: Gradio adds the request where a parameter asks for it by its annotation."""
+    values = [copy.deepcopy(by_elem_id.get(block.elem_id, block.value)) for block in block_function.inputs]
+    return special_args(block_function.fn, values, gr.Request(session_hash="zerogpu"))[0]
 
 
 def errors(page) -> list[str]:
@@ -142,3 +147,25 @@ def test_every_gpu_event_streams_picklable_views_and_runs_its_models_inside_one_
         # The models ran (warm-up, calibration, both methods) in this event's one call, never between.
         assert zerogpu.forwards, name
         assert set(zerogpu.forwards) == {zerogpu.calls}, name
+
+
+def test_stop_reaches_the_work_in_the_worker_which_holds_a_copy_of_its_signal(tiny, zerogpu):
+    demo = build_demo(loader=tiny.loader, hosted=False)
+    run = gpu_events(demo, zerogpu.decorated)["run"]
+    signal = StopSignal.for_click(None)           # as the Run click picks it
+    args = initial_inputs(run, **TINY, **{"max-new-tokens": 256})
+    assert isinstance(args[-1], StopSignal)
+    args[-1] = signal
+
+    async def until_stopped() -> list:
+        page = []
+        async for item in run.fn(*args):
+            page.append(item)
+            if not signal.requested:
+                signal.request()                   # as the Stop button does (in the main process), mid-load
+        return page
+
+    page = asyncio.run(until_stopped())
+    summary = page[-1][[block.elem_id for block in run.outputs].index("stats")]
+    assert "Stopped." in summary and "256 tokens" not in summary
+    assert not signal.live and not os.path.exists(signal.flag)     # the click's end removed the flag

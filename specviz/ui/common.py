@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -251,20 +252,40 @@ class StopSignal:
     is `live` (its work is queued or running) and not yet stopped: Gradio does not start a button's
     work again while it is pending (trigger mode "once"), so a second Run pressed meanwhile must
     leave the running work's signal in place for Stop to reach it. A Run pressed right after a Stop
-    gets its own signal and cannot revive the run that Stop was meant for."""
+    gets its own signal and cannot revive the run that Stop was meant for.
+
+    On ZeroGPU the work runs in a forked worker that gets a pickled copy of the signal, which Stop
+    cannot reach. So a click's signal also names a file (`flag`): Stop creates it, every copy sees it,
+    and the click's end removes it. The name is given by `for_click`, never copied from the state's
+    first value (Gradio deep-copies that into every session)."""
 
     def __init__(self):
-        self.requested = False
+        self.stopped = False
         self.live = False
+        self.flag: str | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.stopped or (self.flag is not None and os.path.exists(self.flag))
 
     def request(self) -> None:
-        self.requested = True
+        self.stopped = True
+        if self.flag is not None and self.live:
+            Path(self.flag).touch()
+
+    def ended(self) -> None:
+        """The click's work ended, however it ended."""
+        self.live = False
+        if self.flag is not None:
+            Path(self.flag).unlink(missing_ok=True)
 
     @staticmethod
     def for_click(current: StopSignal | None) -> StopSignal:
         """The signal a Run click's work gets, given the state's `current` one."""
         signal = current if current is not None and current.live and not current.requested else StopSignal()
         signal.live = True
+        if signal.flag is None:
+            signal.flag = os.path.join(tempfile.gettempdir(), f"specviz-stop-{uuid.uuid4().hex}")
         return signal
 
 
@@ -290,7 +311,7 @@ def holding_its_signal(handler: Callable) -> Callable:
             async for item in handler(*args):
                 yield item
         finally:
-            args[-1].live = False
+            args[-1].ended()
 
     return run
 
