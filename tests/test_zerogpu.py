@@ -169,3 +169,18 @@ def test_stop_reaches_the_work_in_the_worker_which_holds_a_copy_of_its_signal(ti
     summary = page[-1][[block.elem_id for block in run.outputs].index("stats")]
     assert "Stopped." in summary and "256 tokens" not in summary
     assert not signal.live and not os.path.exists(signal.flag)     # the click's end removed the flag
+
+
+@pytest.mark.parametrize("changes", [
+    {"drafter": common.SUFFIX},
+    {"drafter": common.DRAFT_MODEL, "draft-model": "small", "branch": 2},          # a token tree
+    {"drafter": common.DRAFT_MODEL, "draft-model": "other-tokenizer"},             # across tokenizers
+    {"drafter": common.EARLY_EXIT, "exit-layer": 2, "max-new-tokens": 24},
+    {"target": "no-such-model"},                                                   # a failure's page
+])
+def test_the_run_events_other_drafters_and_failures_cross_too(tiny, zerogpu, changes):
+    demo = build_demo(loader=tiny.loader, hosted=False)
+    run = gpu_events(demo, zerogpu.decorated)["run"]
+    page = asyncio.run(drain(run.fn, *initial_inputs(run, **dict(TINY, **changes))))
+    assert page and all(isinstance(item, (list, tuple)) and len(item) == len(run.outputs) for item in page)
+    assert bool(errors(page)) == (changes.get("target") == "no-such-model")
