@@ -28,7 +28,7 @@ def main() -> None:
     argv = sys.argv[1:]
     port = int(argv[argv.index("--port") + 1])
     speculative = "--speculative-config" in argv
-    record(event="start", argv=argv)
+    record(event="start", argv=argv, cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"

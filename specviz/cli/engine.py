@@ -77,13 +77,13 @@ def make_engine(args: argparse.Namespace, settings: RunSettings, say, parallel: 
         return LlamaCppEngine(model=llamacpp.gguf_location(settings.target), server=args.llama_server,
                               threads=getattr(args, "threads", None) or os.cpu_count() or 1, parallel=parallel,
                               engine_args=list(args.engine_arg), urls=urls, log_dir=args.engine_log_dir,
-                              start_timeout=args.start_timeout, say=say)
+                              start_timeout=args.start_timeout, say=say, requested_device=settings.device)
     vllm_dtype(settings.dtype)          # an unknown dtype is refused before vLLM is looked for
     if getattr(args, "threads", None) is not None:
         say("note: --threads sets specviz's torch threads; vLLM's CPU build picks its own (VLLM_CPU_OMP_THREADS_BIND)")
     return VllmEngine(model=model_location(settings.target), vllm_python=args.vllm_python, dtype=settings.dtype,
                       engine_args=list(args.engine_arg), urls=urls, log_dir=args.engine_log_dir,
-                      start_timeout=args.start_timeout, say=say)
+                      start_timeout=args.start_timeout, say=say, requested_device=settings.device)
 
 
 def engine_draft_configs(args: argparse.Namespace, draft: DraftSpec, ks):

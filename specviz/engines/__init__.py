@@ -8,9 +8,12 @@ OpenAI-compatible servers, behind one interface (`engine.Engine`).
     engine        the Engine protocol; VllmEngine: one server per configuration, started and stopped in turn
     llamacpp      LlamaCppEngine: llama.cpp's server (xllamacpp or a llama-server binary), the same way
     llamacpp_server   xllamacpp's server as a process of its own (llama-server's flags)
+    gpu           a server on a GPU beside the own loop: its memory share, its pin, the layers offloaded
 
 This layer sits under the runs (which measure with it) and over the models (whose built-in model it
-hands to vLLM as a folder). It imports neither torch nor transformers itself.
+hands to vLLM as a folder, and whose cached models it lets go before a server starts on a GPU). It
+imports neither torch nor transformers itself, but for `gpu`'s reading of a GPU when a server is to run
+on one.
 
 The names below are imported on first use (lazy_loader), so that importing one module of this
 package does not import all of them (`python -m specviz --help` starts without torch).

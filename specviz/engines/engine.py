@@ -11,6 +11,7 @@ sums them). `stop_all()` stops every server still running (the app's Stop, atexi
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from . import gpu
 from .configs import EngineConfig, recommended_config, vllm_dtype
 from .vllm_client import served_model, server_version
 from .vllm_install import VllmInstall, find_vllm
@@ -128,6 +130,8 @@ class VllmEngine(StartsServers):
     model: str                                  # what vLLM's --model gets (`configs.model_location`)
     vllm_python: str | None = None              # --vllm-python, else SPECVIZ_VLLM_PYTHON
     dtype: str = "auto"
+    gpu_dtype: str | None = None                # served instead of `dtype` on a GPU ("all three": see `serving_dtype`)
+    requested_device: str = "auto"              # --device: "cuda:N" pins the servers to that GPU (`engines.gpu`)
     engine_args: Sequence[str] = ()             # passed to every server started (--tensor-parallel-size=2, ...)
     urls: dict[int, str] = field(default_factory=dict)   # k -> an already-running server with that configuration
     log_dir: Path | None = None
@@ -138,9 +142,28 @@ class VllmEngine(StartsServers):
     name = "vllm"
     title = "vLLM"
 
+    placements: dict[str, dict] = field(default_factory=dict)   # each started server's GPU arguments and variables
+
     @property
     def device(self) -> str:
         return self.install.device if self.install else "server"
+
+    @property
+    def serving_dtype(self) -> str:
+        """What the servers run in: `dtype`, or on a GPU `gpu_dtype` when given. The Load tab's "all
+        three" asks for the own loop's dtype (float32 on a CPU: both do the same arithmetic) with "auto"
+        on a GPU: vLLM's fast attention backends refuse float32 there."""
+        on_gpu = self.install is not None and not self.install.cpu
+        return self.gpu_dtype if on_gpu and self.gpu_dtype else self.dtype
+
+    def placement(self) -> tuple[list[str], dict[str, str]]:
+        """The next server's GPU arguments and variables (`engines.gpu`), read now: the own loop's cached
+        models are let go first, and the memory share is what is free after that. Nothing on a CPU."""
+        if self.install is None or self.install.cpu:
+            return [], {}
+        gpu.free_own_models()
+        facts = gpu.read_gpu(self.requested_device)
+        return gpu.vllm_gpu_args(facts, self.engine_args), gpu.server_env(facts, self.engine_args, os.environ)
 
     def counters(self, served: Served) -> dict | None:
         return None         # vLLM's responses carry every figure the sweep uses
@@ -162,10 +185,19 @@ class VllmEngine(StartsServers):
         return {"name": "vllm", "version": version,
                 "device": self.install.device if self.install else None,
                 "python": self.install.python if self.install else None, "model": self.model,
-                "dtype": vllm_dtype(self.dtype), "engine_args": list(self.engine_args),
+                "dtype": vllm_dtype(self.serving_dtype), "engine_args": list(self.engine_args),
                 "default_args": default_args(self.install.device, self.engine_args) if self.install else [],
                 "servers": SERVERS,
-                "configs": [dict(c.to_dict(), url=self.urls.get(c.k)) for c in configs]}
+                "configs": [dict(c.to_dict(), url=self.urls.get(c.k)) for c in configs],
+                **self.gpu_record()}
+
+    def gpu_record(self) -> dict:
+        """On a GPU, the JSON's `gpu`: the device asked for, and each server's arguments and variables as
+        it starts (the same dict, filled in during the sweep). Nothing on a CPU: its JSON stays as it was."""
+        if self.install is None or self.install.cpu:
+            return {}
+        return {"gpu": {"requested_device": self.requested_device, "policy": gpu.VLLM_POLICY,
+                        "servers": self.placements}}
 
     def environment(self) -> dict:
         """The machine vLLM runs on (its own environment's view), or what is known of given servers."""
@@ -174,6 +206,9 @@ class VllmEngine(StartsServers):
         return {"device": "unknown: servers given by URL", "urls": sorted(set(self.urls.values()))}
 
     def start(self, config: EngineConfig) -> ServerHandle:
-        return start_server(self.install, self.model, label=config.label, dtype=self.dtype,
-                            speculative_config=config.speculative_config, engine_args=self.engine_args,
-                            log_dir=self.log_dir)
+        args, env = self.placement()
+        if args or env:
+            self.placements[config.label] = {"args": args, "env": env}
+        return start_server(self.install, self.model, label=config.label, dtype=self.serving_dtype,
+                            speculative_config=config.speculative_config, engine_args=[*self.engine_args, *args],
+                            log_dir=self.log_dir, env=env)

@@ -38,6 +38,7 @@ from ..errors import SpecvizError
 from ..models.sources import BUILTINS, DEFAULT_TARGET, cache_folder, resolve_source
 from ..settings import DraftSpec
 from .configs import EngineConfig, load_json
+from . import gpu
 from .engine import SERVERS, Served, StartsServers
 from .vllm_server import SERVED_NAME, START_TIMEOUT, ServerHandle, free_port, start_watched
 
@@ -58,10 +59,46 @@ class LlamaCppInstall:
     version: str
     kind: str                   # "xllamacpp" or "llama-server"
     system_info: str = ""
+    devices: tuple = ()         # the build's devices (`llamacpp_server.devices`, `parse_device_list`)
+
+    @property
+    def gpus(self) -> list[dict]:
+        return gpu_devices(self.devices)
+
+    @property
+    def device(self) -> str:
+        """Where its servers run: "cuda" (a CUDA build with a GPU), "gpu" (another GPU backend), or "cpu"."""
+        if not self.gpus:
+            return "cpu"
+        return "cuda" if self.gpus[0]["name"].upper().startswith("CUDA") else "gpu"
 
     def environment(self, threads: int) -> dict:
-        return {"device": "cpu", "device_name": _cpu_name(), "threads": threads, "llamacpp": self.kind,
-                "version": self.version, "system_info": self.system_info}
+        if not self.gpus:
+            return {"device": "cpu", "device_name": _cpu_name(), "threads": threads, "llamacpp": self.kind,
+                    "version": self.version, "system_info": self.system_info}
+        return {"device": self.device, "device_name": self.gpus[0]["description"], "device_count": len(self.gpus),
+                "devices": [d["name"] for d in self.gpus], "gpu_layers": "all", "cpu_name": _cpu_name(),
+                "threads": threads, "llamacpp": self.kind, "version": self.version, "system_info": self.system_info}
+
+
+def gpu_devices(devices) -> list[dict]:
+    """The GPUs among a build's devices (a discrete or an integrated one): where its layers go."""
+    return [d for d in devices if d.get("type") in ("GPU", "IGPU")]
+
+
+_LISTED = re.compile(r"^\s*([^\s:]+):\s*(.*?)\s*\((\d+) MiB, (\d+) MiB free\)\s*$")
+
+
+def parse_device_list(text: str) -> list[dict]:
+    """`llama-server --list-devices`' lines ("  CUDA0: NVIDIA H100 80GB HBM3 (81079 MiB, 80443 MiB free)"): the
+    GPU backends' devices (it lists no CPU)."""
+    found = []
+    for line in text.splitlines():
+        match = _LISTED.match(line)
+        if match:
+            name, description, total, _free = match.groups()
+            found.append({"name": name, "description": description, "type": "GPU", "memory_total": int(total) << 20})
+    return found
 
 
 def server_threads() -> int:
@@ -92,7 +129,7 @@ def find_llamacpp(server: str | None = None) -> LlamaCppInstall:
         except (OSError, subprocess.TimeoutExpired) as error:
             raise SpecvizError(f"{path} --version failed ({error}). {INSTALL_HINT}") from None
         version = next((line for line in (said.stdout + said.stderr).splitlines() if "version" in line), "unknown")
-        return LlamaCppInstall((path,), version.strip(), "llama-server")
+        return LlamaCppInstall((path,), version.strip(), "llama-server", devices=tuple(_listed_devices(path)))
     probe = subprocess.run([sys.executable, str(SERVER_SCRIPT), "--probe"], capture_output=True, text=True,
                            timeout=120, stdin=subprocess.DEVNULL)
     if probe.returncode != 0:
@@ -101,7 +138,17 @@ def find_llamacpp(server: str | None = None) -> LlamaCppInstall:
     info = json.loads(probe.stdout.strip().splitlines()[-1])
     check_api(info)
     return LlamaCppInstall((sys.executable, str(SERVER_SCRIPT)), info["version"], "xllamacpp",
-                           info.get("system_info", ""))
+                           info.get("system_info", ""), tuple(info.get("devices", ())))
+
+
+def _listed_devices(path: str) -> list[dict]:
+    """A llama-server binary's GPUs (none when it is a CPU build or too old for --list-devices)."""
+    try:
+        said = subprocess.run([path, "--list-devices"], capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return parse_device_list(said.stdout + said.stderr)
 
 
 def check_api(info: dict) -> None:
@@ -238,12 +285,17 @@ class LlamaCppEngine(StartsServers):
     say: Callable[[str], None] | None = None
     stopped: Callable[[], bool] = lambda: False
     install: LlamaCppInstall | None = None
+    requested_device: str = "auto"              # --device: "cuda:N" pins the servers to that GPU (`engines.gpu`)
     name = "llamacpp"
     title = "llama.cpp"
 
     @property
     def device(self) -> str:
-        return "cpu" if self.install else "server"
+        return self.install.device if self.install else "server"
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.install is not None and bool(self.install.gpus)
 
     def check(self, configs: Sequence[EngineConfig]) -> None:
         if self.install is None and any(c.k not in self.urls for c in configs):
@@ -254,7 +306,8 @@ class LlamaCppEngine(StartsServers):
         return (["--model", self.model, "--alias", SERVED_NAME, "--threads", str(self.threads),
                  "--parallel", str(self.parallel), "--ctx-size", str(CONTEXT_PER_SLOT * self.parallel),
                  "--cont-batching", "--no-cache-prompt", "--metrics"]
-                + spec_flags(config.speculative_config if config else None) + list(self.engine_args))
+                + spec_flags(config.speculative_config if config else None)
+                + gpu.llamacpp_gpu_args(self.on_gpu, self.engine_args) + list(self.engine_args))
 
     def describe(self, configs: Sequence[EngineConfig]) -> dict:
         return {"name": self.name, "version": self.install.version if self.install else None,
@@ -273,7 +326,12 @@ class LlamaCppEngine(StartsServers):
     def start(self, config: EngineConfig) -> ServerHandle:
         port = free_port()
         command = [*self.install.command, *self.server_flags(config), "--port", str(port)]
-        return start_watched(command, port, label=config.label, name=self.title, log_dir=self.log_dir)
+        env = None
+        if self.on_gpu:     # the own loop's models let go, and cuda:N pinned (`engines.gpu`); a CPU build: as ever
+            gpu.free_own_models()
+            where = gpu.Gpu(gpu.device_index(self.requested_device), None, None, len(self.install.gpus))
+            env = dict(os.environ, **gpu.server_env(where, self.engine_args, os.environ))
+        return start_watched(command, port, label=config.label, name=self.title, log_dir=self.log_dir, env=env)
 
     def counters(self, served: Served) -> dict | None:
         if served.config.speculative_config is None:

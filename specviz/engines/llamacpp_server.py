@@ -29,6 +29,7 @@ FLAGS = {
     "--ctx-size": (("n_ctx",), int),
     "--batch-size": (("n_batch",), int),
     "--metrics": (("endpoint_metrics",), True),
+    "--n-gpu-layers": (("n_gpu_layers",), int),
     "--cont-batching": (("cont_batching",), True),
     "--no-cache-prompt": (("cache_prompt",), False),
     "--model-draft": (("speculative.draft.mparams.path",), str),
@@ -68,7 +69,16 @@ def probe() -> dict:
         version = getattr(xllamacpp, "__version__", "unknown")
     speculative = xllamacpp.CommonParams().speculative
     return {"version": version, "api": speculative_api(speculative), "system_info": xllamacpp.get_system_info(),
-            "fields": sorted(n for n in dir(speculative) if not n.startswith("_"))}
+            "fields": sorted(n for n in dir(speculative) if not n.startswith("_")), "devices": devices(xllamacpp)}
+
+
+def devices(xllamacpp) -> list:
+    """The backends' devices this build of llama.cpp has (a CPU build: the CPU alone), with their type
+    ("CPU", "GPU", "IGPU", "ACCEL") and memory."""
+    listing = xllamacpp.get_device_info() if hasattr(xllamacpp, "get_device_info") else []
+    return [{"name": d.get("name", ""), "description": d.get("description", ""),
+             "type": getattr(d.get("type"), "name", str(d.get("type"))).removeprefix("GGML_BACKEND_DEVICE_TYPE_"),
+             "memory_total": d.get("memory_total")} for d in listing]
 
 
 def _set(params, path: str, value) -> None:

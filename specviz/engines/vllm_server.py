@@ -135,12 +135,13 @@ class ServerHandle:
 
 def start_server(install: VllmInstall, model: str, *, label: str, dtype: str = "auto",
                  speculative_config: dict | None = None, engine_args: Sequence[str] = (),
-                 log_dir: Path | None = None) -> ServerHandle:
-    """Start one server under its watchdog (not waiting for it: see `ServerHandle.wait_ready`)."""
+                 log_dir: Path | None = None, env: dict[str, str] | None = None) -> ServerHandle:
+    """Start one server under its watchdog (not waiting for it: see `ServerHandle.wait_ready`); `env`:
+    variables on top of specviz's own (a GPU's pin, `engines.gpu`)."""
     port = free_port()
     command = server_command(install, model, port, dtype=dtype, speculative_config=speculative_config,
                              engine_args=engine_args)
-    env = dict(os.environ)
+    env = dict(os.environ, **(env or {}))
     if install.cpu:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GIB)
     return start_watched(command, port, label=label, name="vLLM", log_dir=log_dir, env=env)

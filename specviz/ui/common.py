@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,7 +52,6 @@ SUFFIX = "Suffix decoding (tree from the longest earlier match)"
 DRAFTERS = [PROMPT_LOOKUP, PROMPT_LOOKUP_TREE, SUFFIX, DRAFT_MODEL, EARLY_EXIT]
 CHAT, RAW = "Chat template", "Raw completion"
 CUSTOM = "Custom"
-TICK = object()                   # yielded by a tab's work after an event that changes nothing on the page
 MEMORY_SESSIONS = 64              # sessions whose suffix-decoding memory is kept at once (see SessionMemories)
 # Temporary files (uploads, Gradio's copies of downloads, the export folders below) are removed once
 # older than TEMP_FILE_SECONDS, looked for every TEMP_SWEEP_SECONDS: a file lives at most ~11 minutes.
@@ -61,6 +61,20 @@ TEMP_SWEEP_SECONDS = 60
 EXPORT_PREFIX = "specviz-export-"  # exports and recordings for download: one fresh temporary folder each.
 # Gradio copies a returned file into its own cache at once, so a folder is only needed for that copy;
 # it goes at the next export, or the next session's end, once older than TEMP_FILE_SECONDS.
+
+
+class _Tick:
+    """The type of TICK. On ZeroGPU a tab's work runs in a forked worker and every value it yields is
+    pickled back: pickled by name, TICK is TICK again on this side (`streaming` tests identity)."""
+
+    def __reduce__(self):
+        return "TICK"
+
+    def __repr__(self):
+        return "TICK"
+
+
+TICK = _Tick()                    # yielded by a tab's work after an event that changes nothing on the page
 
 
 def sweep_old_exports(root: Path | None = None, max_age: float = TEMP_FILE_SECONDS) -> None:
@@ -238,20 +252,40 @@ class StopSignal:
     is `live` (its work is queued or running) and not yet stopped: Gradio does not start a button's
     work again while it is pending (trigger mode "once"), so a second Run pressed meanwhile must
     leave the running work's signal in place for Stop to reach it. A Run pressed right after a Stop
-    gets its own signal and cannot revive the run that Stop was meant for."""
+    gets its own signal and cannot revive the run that Stop was meant for.
+
+    On ZeroGPU the work runs in a forked worker that gets a pickled copy of the signal, which Stop
+    cannot reach. So a click's signal also names a file (`flag`): Stop creates it, every copy sees it,
+    and the click's end removes it. The name is given by `for_click`, never copied from the state's
+    first value (Gradio deep-copies that into every session)."""
 
     def __init__(self):
-        self.requested = False
+        self.stopped = False
         self.live = False
+        self.flag: str | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.stopped or (self.flag is not None and os.path.exists(self.flag))
 
     def request(self) -> None:
-        self.requested = True
+        self.stopped = True
+        if self.flag is not None and self.live:
+            Path(self.flag).touch()
+
+    def ended(self) -> None:
+        """The click's work ended, however it ended."""
+        self.live = False
+        if self.flag is not None:
+            Path(self.flag).unlink(missing_ok=True)
 
     @staticmethod
     def for_click(current: StopSignal | None) -> StopSignal:
         """The signal a Run click's work gets, given the state's `current` one."""
         signal = current if current is not None and current.live and not current.requested else StopSignal()
         signal.live = True
+        if signal.flag is None:
+            signal.flag = os.path.join(tempfile.gettempdir(), f"specviz-stop-{uuid.uuid4().hex}")
         return signal
 
 
@@ -277,7 +311,7 @@ def holding_its_signal(handler: Callable) -> Callable:
             async for item in handler(*args):
                 yield item
         finally:
-            args[-1].live = False
+            args[-1].ended()
 
     return run
 

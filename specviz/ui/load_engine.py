@@ -76,12 +76,15 @@ def offered_engines(limits: Limits) -> list[str]:
 
 def make_engine(choice: str, settings: RunSettings, parallel: int, stop: StopSignal, say=None):
     """The engine `choice` names for `settings`' target: llama.cpp on its GGUF with `parallel` slots,
-    or vLLM with the operator's arguments."""
+    or vLLM with the operator's arguments; on a GPU each in its own serving dtype (`engines.gpu`)."""
     if choice == LLAMACPP:
         return LlamaCppEngine(model=llamacpp.gguf_location(settings.target), parallel=parallel, say=say,
-                              stopped=lambda: stop.requested)
-    return VllmEngine(model=model_location(settings.target), dtype=settings.dtype, engine_args=operator_args(),
-                      urls=operator_urls(), say=say, stopped=lambda: stop.requested)
+                              stopped=lambda: stop.requested, requested_device=settings.device)
+    # On a GPU vLLM serves in its own choice ("auto"): the dtype given (the own loop's, in "all three")
+    # is for a CPU, where both then do the same arithmetic; vLLM's GPU attention refuses float32.
+    return VllmEngine(model=model_location(settings.target), dtype=settings.dtype, gpu_dtype="auto",
+                      engine_args=operator_args(), urls=operator_urls(), say=say, stopped=lambda: stop.requested,
+                      requested_device=settings.device)
 
 
 def engine_title(choice: str) -> str:

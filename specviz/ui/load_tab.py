@@ -128,9 +128,10 @@ def engine_choices(limits: Limits) -> list[str]:
 def all_engines_work(run_one, drafter: str, limits: Limits, stop: StopSignal) -> Iterator[LoadView | object]:
     """The same sweep on each engine in turn (`run_one(choice, outcome, dtype)` is the tab's own work for
     one engine), each engine's own views while it runs, then the three side by side
-    (`views.engines_side_by_side`). vLLM runs the weights in the dtype the own loop chose ("auto" on a CPU:
-    float32), so both do the same arithmetic; llama.cpp runs the GGUF as stored. An engine that fails
-    leaves its reason in the table; the others run."""
+    (`views.engines_side_by_side`). Each engine runs in its serving dtype, which the table says: on a CPU
+    vLLM gets the dtype the own loop chose ("auto" there: float32), so both do the same arithmetic; on a
+    GPU vLLM serves in its own "auto" (`load_engine.make_engine`); llama.cpp runs the GGUF as stored. An
+    engine that fails leaves its reason in the table; the others run."""
     if drafter not in (PROMPT_LOOKUP, DRAFT_MODEL):
         yield _only_status(error_html("All three engines draft with prompt lookup or a draft model: early exit "
                                       "runs only in specviz's own loop."))

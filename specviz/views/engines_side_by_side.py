@@ -8,9 +8,9 @@ costs on that engine as much as on how many drafts are accepted. Every row is on
 request, mean over requests, each engine against its own plain decoding (the own loop times it by its
 thread's CPU time, the engines at the client), and vLLM's acceptance figures, one formula for all three:
 
-- `side_by_side_html` / `side_by_side_records`: per engine, batch size and k, the plain and speculative
-  TPOT, the speedup in TPOT with its 95% range, the draft acceptance rate, the mean acceptance length
-  and whether the greedy texts equalled plain decoding's.
+- `side_by_side_html` / `side_by_side_records`: per engine (and the dtype it ran in), batch size and k,
+  the plain and speculative TPOT, the speedup in TPOT with its 95% range, the draft acceptance rate, the
+  mean acceptance length and whether the greedy texts equalled plain decoding's.
 - `speedup_by_engine_figure`, `step_cost_figure`, `acceptance_length_figure`: the three charts.
 - `lesson`: one paragraph at the smallest batch size measured.
 """
@@ -51,13 +51,21 @@ def step_ms(point: LoadPoint) -> float | None:
     return 1000.0 * point.plain_latency if point.plain_latency else None
 
 
+def served_dtype(result: LoadResult) -> str:
+    """The dtype an engine's sweep ran in: llama.cpp the GGUF as stored, vLLM what its servers got (its
+    JSON's `engine.dtype`: on a GPU "auto", vLLM's own choice, whatever the own loop ran in), the own
+    loop its settings' dtype."""
+    settings = result.settings
+    if settings.get("engine") == "llamacpp":
+        return "the GGUF as stored"
+    return (getattr(result, "engine", None) or {}).get("dtype") or settings.get("dtype") or "?"
+
+
 def how_measured(run: EngineRun) -> str:
     """'float32; thread CPU time' or 'the GGUF as stored; wall time at the client'."""
     if run.result is None:
         return ""
-    settings = run.result.settings
-    dtype = "the GGUF as stored" if settings.get("engine") == "llamacpp" else settings.get("dtype") or "?"
-    return f"{dtype}; timed by {clock_text(settings.get('clock', '?'))}"
+    return f"{served_dtype(run.result)}; timed by {clock_text(run.result.settings.get('clock', '?'))}"
 
 
 def side_by_side_records(runs: Sequence[EngineRun]) -> dict:
@@ -65,7 +73,8 @@ def side_by_side_records(runs: Sequence[EngineRun]) -> dict:
     return {"basis": BASIS, "acceptance": ACCEPTANCE, "timing": {
                 run.title: timing(run.result.settings.get("clock", "?"), tpot_ratio=DECODE_ONLY)
                 for run in runs if run.result is not None},
-            "rows": [{"engine": run.title, "batch": p.batch, "k": p.k, "plain_tpot_ms": 1000.0 * p.plain_latency,
+            "rows": [{"engine": run.title, "dtype": served_dtype(run.result), "batch": p.batch, "k": p.k,
+                      "plain_tpot_ms": 1000.0 * p.plain_latency,
                       "spec_tpot_ms": 1000.0 * p.spec_latency, "tpot_ratio": p.tpot_ratio,
                       "tpot_range": [p.tpot_low, p.tpot_high], "draft_acceptance_rate": p.draft_acceptance_rate,
                       "mean_acceptance_length": p.mean_acceptance_length, "identical": p.identical}
@@ -75,16 +84,16 @@ def side_by_side_records(runs: Sequence[EngineRun]) -> dict:
 
 def side_by_side_html(runs: Sequence[EngineRun]) -> str:
     """The table, then how each engine measured (or why it has no figures)."""
-    head = ["engine", "batch", "k", "plain TPOT (ms)", "spec TPOT (ms)", "speedup in TPOT (95% range)",
+    head = ["engine", "dtype", "batch", "k", "plain TPOT (ms)", "spec TPOT (ms)", "speedup in TPOT (95% range)",
             "draft acceptance rate", "mean acceptance length", "greedy texts equal plain"]
     body = []
     for row in side_by_side_records(runs)["rows"]:
-        cells = [row["engine"], str(row["batch"]), str(row["k"]), f"{row['plain_tpot_ms']:.1f}",
+        cells = [row["engine"], row["dtype"], str(row["batch"]), str(row["k"]), f"{row['plain_tpot_ms']:.1f}",
                  f"{row['spec_tpot_ms']:.1f}",
                  f"<b>{row['tpot_ratio']:.2f}\u00d7</b> ({row['tpot_range'][0]:.2f}-{row['tpot_range'][1]:.2f})",
                  f"{row['draft_acceptance_rate']:.0%}", f"{row['mean_acceptance_length']:.2f}",
                  {True: "yes", False: "no", None: "-"}[row["identical"]]]
-        body.append("<tr>" + "".join(f"<td>{c if i == 5 else html.escape(c)}</td>" for i, c in enumerate(cells))
+        body.append("<tr>" + "".join(f"<td>{c if i == 6 else html.escape(c)}</td>" for i, c in enumerate(cells))
                     + "</tr>")
     notes = []
     for run in runs:
