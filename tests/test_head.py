@@ -271,13 +271,14 @@ def test_batched_rows_with_the_head_equal_generate(trained):
 
 def small_head(target, draft_vocab, seed=0):
     """An untrained EAGLE-3 head (exactness holds for any draft distribution) over the first `draft_vocab`
-    ids, reading the last three of a small target's hidden states."""
+    ids, reading the last three of a small target's hidden states below its last layer's output (3 layers:
+    all of them)."""
     from transformers import LlamaConfig
     torch.manual_seed(seed)
     config = target.config
     layer = LlamaConfig(vocab_size=config.vocab_size, hidden_size=config.hidden_size, intermediate_size=32,
                         num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2)
-    layers = tuple(range(config.num_hidden_layers + 1))[-3:]
+    layers = tuple(range(config.num_hidden_layers))[-3:]
     head = Eagle3Head(layer, draft_vocab_size=draft_vocab, target_hidden_size=config.hidden_size, layer_ids=layers)
     return HeadDrafter(head.set_vocab(torch.arange(draft_vocab)).bind(target))
 
@@ -310,7 +311,7 @@ def test_head_sampling_follows_the_target_distribution(tree):
     # target's distribution after each rejection. Four tokens, k = 2: after the first cycle (no
     # features yet) the head drafts two deep, and the second depth is both accepted and rejected
     # often, so its verification is what the counts test.
-    target = make_llama(0, layers=2, vocab=HEAD_VOCAB, hidden=32)
+    target = make_llama(3, layers=3, vocab=HEAD_VOCAB, hidden=32)
     drafter = small_head(target, HEAD_VOCAB - 2)
     if tree:
         drafter = HeadTreeDrafter(drafter, 2, 6)
@@ -351,7 +352,8 @@ def test_a_head_for_another_target_is_refused_with_what_differs(trained):
     with pytest.raises(SpecvizError, match=r"trained for tiny-llama.*hidden size 128 \(the target's: 64\)"):
         load_head(folder, other, target_name="other")
     shallow, _ = tiny_models(layers=4)
-    with pytest.raises(SpecvizError, match=r"reads the target's hidden states \[2, 4, 5\]; other has 5"):
+    with pytest.raises(SpecvizError, match=r"cannot read other's hidden states: its layer ids \[2, 4, 5\] "
+                                           r"include \[4, 5\], outside 0\.\.3"):
         load_head(folder, shallow, target_name="other")
     wider = make_llama(0, layers=8, vocab=97, hidden=128)
     with pytest.raises(SpecvizError, match=r"vocabulary 384 \(the target's: 97\)"):
@@ -491,7 +493,7 @@ def test_the_training_chart_draws_each_finished_epoch():
 def test_the_loop_hands_the_drafter_the_target_hidden_states_of_every_kept_position():
     # What a head drafts from must be what the target computes for that prefix alone: after a ragged
     # batched run, each request's observed features equal one plain forward over its kept tokens.
-    target = make_llama(1, layers=2, vocab=V, hidden=32)
+    target = make_llama(1, layers=3, vocab=V, hidden=32)
     drafter = small_head(target, V)
     prompts = [[1, 2, 3, 1, 2], [4], [0, 5, 0, 5, 0, 5, 2, 1]]
     kept, features = {}, {}
@@ -525,7 +527,7 @@ def test_the_heads_drafts_in_the_loop_are_its_teacher_forced_predictions(batched
     # Inside the loop the head drafts from cached keys and values, features handed over pass by pass,
     # rolled back after rejections and dropped when rows leave: every drafted token (every depth) must
     # still be what the head predicts from the whole sequence at once.
-    target = make_llama(2, layers=2, vocab=V, hidden=32)
+    target = make_llama(2, layers=3, vocab=V, hidden=32)
     drafter = small_head(target, V, seed=1)
     prompts = [[1, 2, 3, 1, 2], [4], [0, 5, 0, 5, 0, 5, 2, 1]]
     if batched:
