@@ -42,8 +42,12 @@ def builtin_name(model: str) -> str | None:
 
 
 def shipped_head_for(target: str) -> Path:
-    """The head shipped for the model string `target` (a built-in, named as `builtin_name` reads it):
-    refused for any other model, even one of the same shape."""
+    """The head shipped for the model string `target`: the one whose config names it (`is_made_for`: a
+    built-in by its name, hub id or converted copy). Refused for any other model, even one of the same
+    shape."""
+    for config in sorted(SHIPPED_HEADS.glob(f"*/{CONFIG}")):
+        if is_made_for(_json(config, config.parent), target):
+            return config.parent
     name = builtin_name(target)
     if name is None:
         shipped = sorted(p.parent.name for p in SHIPPED_HEADS.glob(f"*/{CONFIG}"))
