@@ -77,6 +77,7 @@ def _pretrain(target, texts, optimizer, steps):
 def trained(tmp_path_factory):
     """A tiny target and the folder of a head trained for it (seconds)."""
     target = tiny_language_model()
+    target.config.name_or_path = "org/tiny-llama"        # where it loads from: the head's verifier
     before = {name: value.clone() for name, value in target.state_dict().items()}
     folder = tmp_path_factory.mktemp("head")
     reports = list(train_head(target, ByteTokenizer(), train_prompts(), folder, target_name="tiny-llama",
@@ -103,6 +104,7 @@ def test_a_tiny_head_trains_in_seconds_and_beats_the_most_frequent_next_token(tr
     assert config["speculators_model_type"] == "eagle3" and config["target_hidden_size"] == 128
     assert config["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]        # (2, L // 2, L - 3) of 8 layers
     assert config["transformer_layer_config"]["vocab_size"] == 384 and config["torch_dtype"] == "float32"
+    assert config["speculators_config"]["verifier"]["name_or_path"] == "org/tiny-llama"   # not its display name
     notes = json.loads((folder / "specviz.json").read_text())
     assert notes["trained"]["epochs"] == TINY_OPTIONS.epochs and notes["trained"]["tokens"] >= 2000
     # Every unrolled step learned (an untrained step agrees almost never): the third drafted token,
@@ -349,7 +351,7 @@ def test_a_sampled_row_with_the_head_is_that_prompt_alone(trained):
 def test_a_head_for_another_target_is_refused_with_what_differs(trained):
     _, folder, _ = trained
     other, _ = tiny_models(layers=6, hidden=64)
-    with pytest.raises(SpecvizError, match=r"trained for tiny-llama.*hidden size 128 \(the target's: 64\)"):
+    with pytest.raises(SpecvizError, match=r"trained for org/tiny-llama.*hidden size 128 \(the target's: 64\)"):
         load_head(folder, other, target_name="other")
     shallow, _ = tiny_models(layers=4)
     with pytest.raises(SpecvizError, match=r"cannot read other's hidden states: its layer ids \[2, 4, 5\] "
@@ -392,6 +394,13 @@ def test_a_head_missing_weights_is_refused(trained, tmp_path):
     save_file(state, str(copy / "model.safetensors"))
     with pytest.raises(SpecvizError, match="partial or for another shape.*missing: layers.0.mlp.down_proj.weight"):
         load_head(copy, target)
+
+
+def test_a_target_of_fewer_than_three_layers_is_refused_before_generating(tmp_path):
+    target = make_llama(0, layers=2, vocab=V, hidden=32)
+    with pytest.raises(SpecvizError, match="three distinct hidden states.*a target of 2 layer"):
+        next(train_head(target, ByteTokenizer(), ["Hi"], tmp_path / "head", target_name="two-layers"))
+    assert not (tmp_path / "head" / "sequences.json").exists()
 
 
 def test_too_little_training_data_says_how_much_more(tmp_path):

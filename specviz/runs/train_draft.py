@@ -170,6 +170,9 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
                                "the target) or 'head:DIR_OR_ID'.")
         start = load_head(spec_location(spec, target_name), target, target_name=target_name, name=spec,
                           dtype=torch.float32)
+    config = target.config.get_text_config()
+    # The layers read, checked before the minutes of generation (fewer than 3 target layers: refused).
+    layers = tuple(start.hidden_layers) if start is not None else default_layer_ids(config.num_hidden_layers)
     k = options.k or (start.default_k if start is not None else NEW_HEAD_K)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -208,8 +211,6 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
                            "prompts, more --tokens or more --minutes.")
 
     # 2. Features and soft targets, one target forward per few sequences.
-    config = target.config.get_text_config()
-    layers = tuple(start.hidden_layers) if start is not None else default_layer_ids(config.num_hidden_layers)
     tokens, features, probs, top_ids = [], [], [], []
     for i in range(0, len(sequences), FEATURE_BATCH):
         batch = [s[:MAX_LENGTH] for s in sequences[i:i + FEATURE_BATCH]]
