@@ -791,6 +791,11 @@ def test_the_compare_tab_runs_a_prompt_set_on_vllm_only_where_it_is_offered(monk
     views = [v for v in compare_tab.compare_work(LOCAL)("", two, 16, 0, CHAT, examples, None, 1, VLLM)
              if v is not compare_tab.TICK]
     assert "the same target" in views[-1].status
+    # 'head' alone is the built-in's shipped head: on vLLM, refused for a row with another target.
+    head = [[True, str(tmp_path), "head", 2, False, 0, ""]]
+    views = [v for v in compare_tab.compare_work(LOCAL)("", head, 16, 0, CHAT, examples, None, 1, VLLM)
+             if v is not compare_tab.TICK]
+    assert f"and the target is {tmp_path}" in views[-1].status, views[-1].status
 
 
 def _own_steps(pair, drafter, k: int) -> list[list[tuple[int, int]]]:
