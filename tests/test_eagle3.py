@@ -62,7 +62,7 @@ def greedy(target, prompt, n):
 @pytest.mark.parametrize("k", [1, 3])
 def test_greedy_with_an_eagle3_head_equals_generate(target, folder, k):
     drafter = make_drafter(parse_draft(f"head:{folder}"), target, target_name="tiny-llama")
-    assert isinstance(drafter.head, Eagle3Head) and drafter.hidden_layers == (2, 3, 3)
+    assert isinstance(drafter.head, Eagle3Head) and drafter.hidden_layers == (0, 3, 5)
     for prompt in PROMPTS:
         out = [t for c in speculative_decode(target, drafter, torch.tensor([prompt]), max_new_tokens=20, k=k)
                for t in c.emitted]
@@ -221,7 +221,7 @@ def test_a_head_written_by_hand_in_the_speculators_layout_drafts_what_its_weight
 def test_a_saved_head_reloads_with_its_weights_and_config(target, folder):
     config = json.loads((folder / "config.json").read_text())
     assert config["speculators_model_type"] == "eagle3" and config["norm_before_residual"] is False
-    assert config["eagle_aux_hidden_state_layer_ids"] == [2, 3, 3] and config["draft_vocab_size"] == 20
+    assert config["eagle_aux_hidden_state_layer_ids"] == [0, 3, 5] and config["draft_vocab_size"] == 20
     assert config["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == 3
     assert config["transformer_layer_config"]["num_hidden_layers"] == 1
     head = load_head(folder, target).head
@@ -235,7 +235,7 @@ def test_heads_for_another_target_or_variant_and_unreachable_hub_ids_are_refused
     with pytest.raises(SpecvizError, match=r"trained for tiny-llama.*hidden size 32 \(the target's: 64\)"):
         load_head(folder, wider, target_name="wider")
     shallow = make_llama(0, layers=2, vocab=V, hidden=HIDDEN)
-    with pytest.raises(SpecvizError, match=r"reads the target's hidden states \[2, 3, 3\]"):
+    with pytest.raises(SpecvizError, match=r"layer ids \[0, 3, 5\] include \[3, 5\], outside 0\.\.1"):
         load_head(folder, shallow)
     variant = tmp_path / "variant"
     variant.mkdir()
@@ -249,3 +249,60 @@ def test_heads_for_another_target_or_variant_and_unreachable_hub_ids_are_refused
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(SpecvizError, match="HF_HUB_OFFLINE is set"):
         load_head("nobody-here/no-such-eagle3-head", target)
+
+
+# ----------------------------------------------------------------------------- layer ids and the verifier
+
+def test_default_layer_ids_are_three_distinct_states_below_the_last_layers_output():
+    # vLLM's default (2, L // 2, L - 3) wherever it is three distinct ids; below 7 layers it repeats one,
+    # and (0, L // 2, L - 1) is used. Fewer than 3 layers: no three distinct states, refused.
+    assert default_layer_ids(30) == (2, 15, 27) and default_layer_ids(7) == (2, 3, 4)
+    assert default_layer_ids(6) == (0, 3, 5) and default_layer_ids(3) == (0, 1, 2)
+    for layers in range(3, 100):
+        ids = default_layer_ids(layers)
+        assert len(set(ids)) == 3 and all(0 <= i < layers for i in ids) and list(ids) == sorted(ids), layers
+    for layers in (0, 1, 2):
+        with pytest.raises(SpecvizError, match=f"a target of {layers} layer"):
+            default_layer_ids(layers)
+
+
+@pytest.mark.parametrize("layers, why", [((1, 3, LAYERS), rf"include \[{LAYERS}\], outside 0\.\.{LAYERS - 1}"),
+                                         ((1, 3, 3), "repeat a layer"), ((-1, 3, 4), r"include \[-1\]")],
+                         ids=["the last layer's output", "a layer twice", "below 0"])
+def test_a_head_reading_the_last_layers_output_or_a_layer_twice_is_refused(target, tmp_path, layers, why):
+    # State L is the last layer's output: normed in transformers' output_hidden_states, not in what vLLM
+    # collects, so the two engines would fuse different features; vLLM collects a repeated id once.
+    folder = constant_head_folder(tmp_path / "head", layers=layers, eps=target.config.rms_norm_eps)
+    with pytest.raises(SpecvizError, match=f"cannot read the target's hidden states: its layer ids .*{why}"):
+        load_head(folder, target)
+
+
+def test_the_verifier_is_where_the_target_loads_from_and_old_display_names_still_match(target, tmp_path):
+    from types import SimpleNamespace
+
+    from specviz.models.head_files import SHIPPED_HEADS, is_made_for, made_for, read_config, shipped_head_for
+    from specviz.models.heads import verifier_location
+    from specviz.models.sources import cache_folder
+
+    hub_id = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    copy = str(cache_folder() / "models" / "SmolLM2-135M-Instruct")
+    model = lambda name_or_path: SimpleNamespace(config=SimpleNamespace(name_or_path=name_or_path))  # noqa: E731
+    # The built-in (its converted copy here, or the hub) is written as its hub id; any other target as the
+    # hub id or folder it was loaded from; a target that says neither, by its name.
+    assert verifier_location(model(copy), "SmolLM2-135M-Instruct") == hub_id
+    assert verifier_location(model(hub_id), "SmolLM2-135M-Instruct") == hub_id
+    assert verifier_location(model(str(tmp_path)), tmp_path.name) == str(tmp_path)
+    assert verifier_location(model("org/other"), "other") == "org/other"
+    assert verifier_location(target, "tiny-llama") == "tiny-llama"
+    shipped = read_config(SHIPPED_HEADS / "SmolLM2-135M-Instruct")
+    assert made_for(shipped) == hub_id
+    old = {"speculators_config": {"verifier": {"name_or_path": "SmolLM2-135M-Instruct"}}}
+    for data in (shipped, old):
+        for named in ("SmolLM2-135M-Instruct", "smollm2-135m-instruct", hub_id, copy):
+            assert is_made_for(data, named), (made_for(data), named)
+        assert not is_made_for(data, "org/other") and not is_made_for(data, str(tmp_path))
+    assert is_made_for({"speculators_config": {"verifier": {"name_or_path": str(tmp_path)}}}, f"{tmp_path}/")
+    assert shipped_head_for(hub_id) == shipped_head_for(copy) == SHIPPED_HEADS / "SmolLM2-135M-Instruct"
+    with pytest.raises(SpecvizError, match=r"shipped for the built-in SmolLM2-135M-Instruct, and the target is "
+                                           r"org/other.*train-draft --target org/other"):
+        shipped_head_for("org/other")

@@ -77,6 +77,7 @@ def _pretrain(target, texts, optimizer, steps):
 def trained(tmp_path_factory):
     """A tiny target and the folder of a head trained for it (seconds)."""
     target = tiny_language_model()
+    target.config.name_or_path = "org/tiny-llama"        # where it loads from: the head's verifier
     before = {name: value.clone() for name, value in target.state_dict().items()}
     folder = tmp_path_factory.mktemp("head")
     reports = list(train_head(target, ByteTokenizer(), train_prompts(), folder, target_name="tiny-llama",
@@ -103,6 +104,7 @@ def test_a_tiny_head_trains_in_seconds_and_beats_the_most_frequent_next_token(tr
     assert config["speculators_model_type"] == "eagle3" and config["target_hidden_size"] == 128
     assert config["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]        # (2, L // 2, L - 3) of 8 layers
     assert config["transformer_layer_config"]["vocab_size"] == 384 and config["torch_dtype"] == "float32"
+    assert config["speculators_config"]["verifier"]["name_or_path"] == "org/tiny-llama"   # not its display name
     notes = json.loads((folder / "specviz.json").read_text())
     assert notes["trained"]["epochs"] == TINY_OPTIONS.epochs and notes["trained"]["tokens"] >= 2000
     # Every unrolled step learned (an untrained step agrees almost never): the third drafted token,
@@ -271,13 +273,14 @@ def test_batched_rows_with_the_head_equal_generate(trained):
 
 def small_head(target, draft_vocab, seed=0):
     """An untrained EAGLE-3 head (exactness holds for any draft distribution) over the first `draft_vocab`
-    ids, reading the last three of a small target's hidden states."""
+    ids, reading the last three of a small target's hidden states below its last layer's output (3 layers:
+    all of them)."""
     from transformers import LlamaConfig
     torch.manual_seed(seed)
     config = target.config
     layer = LlamaConfig(vocab_size=config.vocab_size, hidden_size=config.hidden_size, intermediate_size=32,
                         num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2)
-    layers = tuple(range(config.num_hidden_layers + 1))[-3:]
+    layers = tuple(range(config.num_hidden_layers))[-3:]
     head = Eagle3Head(layer, draft_vocab_size=draft_vocab, target_hidden_size=config.hidden_size, layer_ids=layers)
     return HeadDrafter(head.set_vocab(torch.arange(draft_vocab)).bind(target))
 
@@ -310,7 +313,7 @@ def test_head_sampling_follows_the_target_distribution(tree):
     # target's distribution after each rejection. Four tokens, k = 2: after the first cycle (no
     # features yet) the head drafts two deep, and the second depth is both accepted and rejected
     # often, so its verification is what the counts test.
-    target = make_llama(0, layers=2, vocab=HEAD_VOCAB, hidden=32)
+    target = make_llama(3, layers=3, vocab=HEAD_VOCAB, hidden=32)
     drafter = small_head(target, HEAD_VOCAB - 2)
     if tree:
         drafter = HeadTreeDrafter(drafter, 2, 6)
@@ -348,10 +351,11 @@ def test_a_sampled_row_with_the_head_is_that_prompt_alone(trained):
 def test_a_head_for_another_target_is_refused_with_what_differs(trained):
     _, folder, _ = trained
     other, _ = tiny_models(layers=6, hidden=64)
-    with pytest.raises(SpecvizError, match=r"trained for tiny-llama.*hidden size 128 \(the target's: 64\)"):
+    with pytest.raises(SpecvizError, match=r"trained for org/tiny-llama.*hidden size 128 \(the target's: 64\)"):
         load_head(folder, other, target_name="other")
     shallow, _ = tiny_models(layers=4)
-    with pytest.raises(SpecvizError, match=r"reads the target's hidden states \[2, 4, 5\]; other has 5"):
+    with pytest.raises(SpecvizError, match=r"cannot read other's hidden states: its layer ids \[2, 4, 5\] "
+                                           r"include \[4, 5\], outside 0\.\.3"):
         load_head(folder, shallow, target_name="other")
     wider = make_llama(0, layers=8, vocab=97, hidden=128)
     with pytest.raises(SpecvizError, match=r"vocabulary 384 \(the target's: 97\)"):
@@ -390,6 +394,13 @@ def test_a_head_missing_weights_is_refused(trained, tmp_path):
     save_file(state, str(copy / "model.safetensors"))
     with pytest.raises(SpecvizError, match="partial or for another shape.*missing: layers.0.mlp.down_proj.weight"):
         load_head(copy, target)
+
+
+def test_a_target_of_fewer_than_three_layers_is_refused_before_generating(tmp_path):
+    target = make_llama(0, layers=2, vocab=V, hidden=32)
+    with pytest.raises(SpecvizError, match="three distinct hidden states.*a target of 2 layer"):
+        next(train_head(target, ByteTokenizer(), ["Hi"], tmp_path / "head", target_name="two-layers"))
+    assert not (tmp_path / "head" / "sequences.json").exists()
 
 
 def test_too_little_training_data_says_how_much_more(tmp_path):
@@ -491,7 +502,7 @@ def test_the_training_chart_draws_each_finished_epoch():
 def test_the_loop_hands_the_drafter_the_target_hidden_states_of_every_kept_position():
     # What a head drafts from must be what the target computes for that prefix alone: after a ragged
     # batched run, each request's observed features equal one plain forward over its kept tokens.
-    target = make_llama(1, layers=2, vocab=V, hidden=32)
+    target = make_llama(1, layers=3, vocab=V, hidden=32)
     drafter = small_head(target, V)
     prompts = [[1, 2, 3, 1, 2], [4], [0, 5, 0, 5, 0, 5, 2, 1]]
     kept, features = {}, {}
@@ -525,7 +536,7 @@ def test_the_heads_drafts_in_the_loop_are_its_teacher_forced_predictions(batched
     # Inside the loop the head drafts from cached keys and values, features handed over pass by pass,
     # rolled back after rejections and dropped when rows leave: every drafted token (every depth) must
     # still be what the head predicts from the whole sequence at once.
-    target = make_llama(2, layers=2, vocab=V, hidden=32)
+    target = make_llama(2, layers=3, vocab=V, hidden=32)
     drafter = small_head(target, V, seed=1)
     prompts = [[1, 2, 3, 1, 2], [4], [0, 5, 0, 5, 0, 5, 2, 1]]
     if batched:

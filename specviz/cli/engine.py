@@ -86,15 +86,16 @@ def make_engine(args: argparse.Namespace, settings: RunSettings, say, parallel: 
                       start_timeout=args.start_timeout, say=say, requested_device=settings.device)
 
 
-def engine_draft_configs(args: argparse.Namespace, draft: DraftSpec, ks):
-    """The servers' configs for the drafter `settings_from` parsed (a DraftSpec, passed down as it is)."""
+def engine_draft_configs(args: argparse.Namespace, draft: DraftSpec, ks, target: str | None = None):
+    """The servers' configs for the drafter `settings_from` parsed (a DraftSpec, passed down as it is), for
+    the model string `target` (--target; None: the built-in)."""
     if args.engine == "llamacpp":
         return llamacpp.engine_configs(draft, ks, llamacpp.parse_speculative_config(args.speculative_config))
     given = parse_speculative_config(args.speculative_config)
     if given is None and draft.kind in ("self", "ngram-tree"):
         raise SpecvizError(f"vLLM has no drafter like {str(draft)!r} (early exit and trees are specviz's own): use "
                            "ngram, suffix, a draft model, or --speculative-config.")
-    return engine_configs(draft, ks, given)
+    return engine_configs(draft, ks, given, target=target)
 
 
 def load_main(args: argparse.Namespace, settings: RunSettings, prompts, batches, ks) -> int:
@@ -103,7 +104,7 @@ def load_main(args: argparse.Namespace, settings: RunSettings, prompts, batches,
     from ..runs.engine_load import engine_sweep
 
     say = (lambda message: None) if args.quiet else (lambda message: print(message, file=sys.stderr, flush=True))
-    configs = engine_draft_configs(args, settings.draft, ks)
+    configs = engine_draft_configs(args, settings.draft, ks, settings.target)
     engine = make_engine(args, settings, say, parallel=max(batches))
     engine.check(configs)
     say(f"{engine.title} {engine.install.version if engine.install else '(given servers)'}: {engine.model}, "
@@ -199,9 +200,9 @@ def compare_main(args: argparse.Namespace, drafts: list[DraftSpec], settings: Ru
     title = TITLES[args.engine]
     spec_configs = []
     if args.speculative_config:
-        spec_configs = engine_draft_configs(args, None, [settings.k])[1:]
+        spec_configs = engine_draft_configs(args, None, [settings.k], settings.target)[1:]
     for draft in ([] if spec_configs else drafts):
-        spec_configs += engine_draft_configs(args, draft, [settings.k])[1:]
+        spec_configs += engine_draft_configs(args, draft, [settings.k], settings.target)[1:]
     configs = [EngineConfig(0, None)] + spec_configs
     engine = make_engine(args, settings, say)
     if set(engine.urls) - {0}:

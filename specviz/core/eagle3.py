@@ -3,7 +3,8 @@
 
 What it reads: the target's hidden states at three depths, low / middle / high (transformers'
 `output_hidden_states[i]` for i in `layer_ids`, by default (2, L // 2, L - 3) of L layers: the input of
-those layers), concatenated and fused by `fc` [hidden, 3 * target_hidden] into one feature per position.
+those layers; distinct and below L, `layer_ids_problem`), concatenated and fused by `fc`
+[hidden, 3 * target_hidden] into one feature per position.
 Low layers still hold what the token is, high ones what comes next; EAGLE-1 read only the last layer's
 state, which is already shaped for the target's own next token and carries less for the one after.
 
@@ -30,10 +31,36 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
+from ..errors import SpecvizError
+
 
 def default_layer_ids(num_layers: int) -> tuple[int, int, int]:
-    """vLLM's default: low, middle and high (2, L // 2, L - 3)."""
-    return (2, num_layers // 2, num_layers - 3)
+    """Three distinct depths, low / middle / high: vLLM's default (2, L // 2, L - 3) from 7 layers on;
+    below that it repeats a depth (6 layers: 2, 3, 3), and (0, L // 2, L - 1) is used instead (3 layers:
+    0, 1, 2). A target of fewer than 3 layers has no three distinct depths below its last: refused."""
+    if num_layers < 3:
+        raise SpecvizError(f"An EAGLE-3 head reads three distinct hidden states of its target, below its last "
+                           f"layer's output; a target of {num_layers} layer(s) has fewer. Use a draft model or "
+                           "prompt lookup for it.")
+    ids = (2, num_layers // 2, num_layers - 3)
+    if not ids[0] < ids[1] < ids[2]:
+        ids = (0, num_layers // 2, num_layers - 1)
+    return ids
+
+
+def layer_ids_problem(layer_ids, num_layers: int) -> str | None:
+    """Why a head cannot read these hidden states of a target of `num_layers` layers (None when it can):
+    the ids must be distinct and in 0..L-1. vLLM collects each id once (a repeat leaves `fc` short of
+    input), and its state L is the last layer's output before the final norm, where transformers'
+    `output_hidden_states[L]` is after it: the two engines would fuse different features."""
+    ids = list(layer_ids)
+    if len(set(ids)) != len(ids):
+        return f"its layer ids {ids} repeat a layer (vLLM collects each once)"
+    outside = [i for i in ids if not 0 <= i < num_layers]
+    if outside:
+        return (f"its layer ids {ids} include {outside}, outside 0..{num_layers - 1} (the inputs of the target's "
+                f"{num_layers} layers; {num_layers}, the last one's output, is normed in transformers and not in vLLM)")
+    return None
 
 
 class _Attention(nn.Module):

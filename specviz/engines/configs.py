@@ -7,9 +7,10 @@ as vLLM's `--speculative-config`.
   a draft model to `draft_model`; `suffix` to vLLM's suffix decoding (which needs `arctic-inference` in
   vLLM's environment: vLLM says so if it is missing); a draft head (`head`, `head:DIR`, `head:ORG/NAME`,
   in the speculators format: models.heads) to `eagle3` with that folder or hub id (the first specviz
-  heads, head.json, are EAGLE-1 shaped and specviz's own: refused). Early exit and trees have no vLLM
-  counterpart and are refused. Any other method (eagle, eagle3, mtp, ...) passes through as JSON
-  (`--speculative-config`), its draft length set per k measured.
+  heads, head.json, are EAGLE-1 shaped and specviz's own: refused); bare `head` only for the built-in
+  target it ships for (another --target would be served a head trained on another model). Early exit
+  and trees have no vLLM counterpart and are refused. Any other method (eagle, eagle3, mtp, ...) passes
+  through as JSON (`--speculative-config`), its draft length set per k measured.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecvizError
-from ..models.head_files import CONFIG, spec_location
+from ..models.head_files import CONFIG, shipped_head_for
 from ..models.sources import BUILTINS, DEFAULT_TARGET, Progress, builtin_source, resolve_source
 from ..settings import DraftSpec
 
@@ -67,9 +68,10 @@ def model_location(spec: str | None, progress: Progress | None = None) -> str:
     return source.location
 
 
-def head_location(spec) -> str:
-    """What vLLM's eagle3 `model` gets for 'head' (the shipped head of the built-in target) or 'head:DIR'."""
-    location = str(spec_location(spec, DEFAULT_TARGET))
+def head_location(spec, target: str | None = None) -> str:
+    """What vLLM's eagle3 `model` gets for 'head:DIR' (DIR), or for 'head' the head shipped for `target` (a
+    model string; the built-in default when None): refused when `target` is not the built-in it ships for."""
+    location = spec.folder or str(shipped_head_for(target or DEFAULT_TARGET))
     folder = Path(location).expanduser()
     if folder.is_dir():
         if not (folder / CONFIG).is_file():
@@ -115,9 +117,10 @@ def parse_speculative_config(text: str | None) -> dict | None:
 
 
 def speculative_config(spec: DraftSpec | None, k: int, given: dict | None = None,
-                       progress: Progress | None = None) -> dict | None:
-    """vLLM's speculative config for a specviz drafter (or the given JSON) at draft length k; None for k = 0.
-    `spec` is parsed once, where the settings are validated (`settings.parse_draft`), and passed down."""
+                       progress: Progress | None = None, target: str | None = None) -> dict | None:
+    """vLLM's speculative config for a specviz drafter (or the given JSON) at draft length k, for the target
+    model string `target` (None: the built-in default); None for k = 0. `spec` is parsed once, where the
+    settings are validated (`settings.parse_draft`), and passed down."""
     if k <= 0:
         return None
     if given is not None:
@@ -130,15 +133,16 @@ def speculative_config(spec: DraftSpec | None, k: int, given: dict | None = None
     if spec.kind == "model":
         return {"method": "draft_model", "model": model_location(spec.text, progress), "num_speculative_tokens": k}
     if spec.kind == "head":
-        return {"method": "eagle3", "model": head_location(spec), "num_speculative_tokens": k}
+        return {"method": "eagle3", "model": head_location(spec, target), "num_speculative_tokens": k}
     raise SpecvizError(f"vLLM has no drafter like {spec.name!r} (early exit and trees are specviz's own): use "
                        "ngram, suffix, a draft model, or --speculative-config JSON for eagle3, mtp and the others.")
 
 
 def engine_configs(spec: DraftSpec | None, ks, given: dict | None = None,
-                   progress: Progress | None = None) -> list[EngineConfig]:
-    """The plain server first, then one speculative server per k > 0 (`spec`: None with `given`)."""
-    return [EngineConfig(0, None)] + [EngineConfig(k, speculative_config(spec, k, given, progress))
+                   progress: Progress | None = None, target: str | None = None) -> list[EngineConfig]:
+    """The plain server first, then one speculative server per k > 0 (`spec`: None with `given`), for the
+    target model string `target` (None: the built-in default)."""
+    return [EngineConfig(0, None)] + [EngineConfig(k, speculative_config(spec, k, given, progress, target))
                                       for k in ks if k > 0]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..catalog import ASSETS
 from ..errors import SpecvizError
-from .sources import hub_offline
+from .sources import BUILTINS, cache_folder, hub_offline
 
 CONFIG, WEIGHTS, NOTES = "config.json", "model.safetensors", "specviz.json"
 FIRST_CONFIG = "head.json"          # the first specviz heads (EAGLE-1 shaped): refused, to be retrained
@@ -27,6 +27,52 @@ def shipped_head(target_name: str) -> Path:
                            f"{', '.join(shipped) or 'no target'}; train one with `python -m specviz train-draft "
                            "--target ... --out DIR` and use 'head:DIR'.")
     return folder
+
+
+def builtin_name(model: str) -> str | None:
+    """The built-in model a model string names, by its name, its hub id or its converted copy here; None
+    for any other model."""
+    text = str(model or "").strip().rstrip("/")
+    for builtin in BUILTINS.values():
+        if text.lower() in (builtin.name.lower(), (builtin.hub_id or builtin.name).lower()):
+            return builtin.name
+        if text and Path(text).expanduser().resolve() == (cache_folder() / "models" / builtin.name).resolve():
+            return builtin.name
+    return None
+
+
+def shipped_head_for(target: str) -> Path:
+    """The head shipped for the model string `target`: the one whose config names it (`is_made_for`: a
+    built-in by its name, hub id or converted copy). Refused for any other model, even one of the same
+    shape."""
+    for config in sorted(SHIPPED_HEADS.glob(f"*/{CONFIG}")):
+        if is_made_for(_json(config, config.parent), target):
+            return config.parent
+    name = builtin_name(target)
+    if name is None:
+        shipped = sorted(p.parent.name for p in SHIPPED_HEADS.glob(f"*/{CONFIG}"))
+        raise SpecvizError(f"'head' alone is the draft head shipped for the built-in {', '.join(shipped)}, and the "
+                           f"target is {target}: a head drafts for the model it was trained on. Train one for it with "
+                           f"`python -m specviz train-draft --target {target} --out DIR` and use 'head:DIR'.")
+    return shipped_head(name)
+
+
+def made_for(data: dict) -> str:
+    """The target a head's config.json names (`speculators_config.verifier.name_or_path`): a hub id or a
+    folder; specviz's first EAGLE-3 heads wrote the built-in's display name ('SmolLM2-135M-Instruct')."""
+    verifier = (data.get("speculators_config") or {}).get("verifier") or {}
+    return str(verifier.get("name_or_path") or "")
+
+
+def is_made_for(data: dict, target: str) -> bool:
+    """Whether a head's config names `target` (a model string): the same string or folder, or the same
+    built-in by its display name, hub id or converted copy."""
+    def canonical(model: str) -> str:
+        text = str(model).strip().rstrip("/")
+        path = Path(text).expanduser()
+        return builtin_name(text) or (str(path.resolve()) if path.exists() else text)
+
+    return bool(made_for(data)) and canonical(made_for(data)) == canonical(target)
 
 
 def head_folder(location: Path | str) -> Path:

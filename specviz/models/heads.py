@@ -4,9 +4,11 @@ folder (or a hub id) with `config.json` and `model.safetensors`.
 config.json: `speculators_model_type: "eagle3"`, `transformer_layer_config` (a one-layer Llama config of the
 target's width and vocabulary), `draft_vocab_size`, `target_hidden_size`, `norm_before_residual` (written
 always: vLLM assumes true when it is absent), `eagle_aux_hidden_state_layer_ids` (transformers'
-`output_hidden_states` indices), `speculators_config` (`proposal_methods[0].speculative_tokens`: the draft
-length; `verifier.name_or_path`: the target). The weights: `fc.weight`, `layers.0.*`, `norm.weight`,
-`lm_head.weight`, `d2t` (target id = draft id + d2t), `t2d`; no embedding (the target's is shared).
+`output_hidden_states` indices: distinct, each below the target's layer count), `speculators_config`
+(`proposal_methods[0].speculative_tokens`: the draft length; `verifier.name_or_path`: the target as the
+`speculators` library loads it, a hub id or a folder: `verifier_location`). The weights: `fc.weight`,
+`layers.0.*`, `norm.weight`, `lm_head.weight`, `d2t` (target id = draft id + d2t), `t2d`; no embedding (the
+target's is shared).
 specviz's own notes (how it was trained, what it measured) sit beside them in `specviz.json`.
 
 The files (names, the shipped heads, reading config.json) are `models.head_files`. `load_head` refuses a
@@ -27,10 +29,11 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, PreTrainedModel
 
-from ..core.eagle3 import Eagle3Head, default_layer_ids
+from ..core.eagle3 import Eagle3Head, default_layer_ids, layer_ids_problem
 from ..core.head import HeadDrafter
 from ..errors import SpecvizError
-from .head_files import CONFIG, DEFAULT_K, NOTES, WEIGHTS, head_folder, read_config
+from .head_files import CONFIG, DEFAULT_K, NOTES, WEIGHTS, head_folder, made_for, read_config
+from .sources import BUILTINS, cache_folder
 
 LAYER_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
               "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps", "rope_parameters", "attention_bias",
@@ -122,12 +125,12 @@ def _load_eagle3(folder: Path, data: dict, target: PreTrainedModel, target_name:
                  ) -> Eagle3Head:
     head = eagle3_head(data, target)
     actual = target_shape(target)
-    verifier = (data.get("speculators_config") or {}).get("verifier") or {}
     _refuse_mismatch(folder, {"hidden_size": head.target_hidden_size, "vocab_size": head.target_vocab_size},
-                     actual, target_name, verifier.get("name_or_path") or "another target")
-    if max(head.hidden_layers) > actual["layers"] or min(head.hidden_layers) < 0:
-        raise SpecvizError(f"Draft head {folder} reads the target's hidden states {list(head.hidden_layers)}; "
-                           f"{target_name} has {actual['layers'] + 1} (0 to {actual['layers']}).")
+                     actual, target_name, made_for(data) or "another target")
+    problem = layer_ids_problem(head.hidden_layers, actual["layers"])
+    if problem:
+        raise SpecvizError(f"Draft head {folder} cannot read {target_name}'s hidden states: {problem}. Train a head "
+                           "with `python -m specviz train-draft` (it picks valid ones).")
     state = _speculators_state(_weights(folder, [WEIGHTS]), head)
     _check_keys(folder, head.state_dict(), state, WEIGHTS)
     d2t = state["d2t"].long()
@@ -137,6 +140,19 @@ def _load_eagle3(folder: Path, data: dict, target: PreTrainedModel, target_name:
     head.load_state_dict({**state, "d2t": d2t})
     head = head.to(device=target.device, dtype=dtype).refresh_vocab().bind(target)
     return head
+
+
+def verifier_location(target: PreTrainedModel, target_name: str) -> str:
+    """What a head's `verifier.name_or_path` says: where the `speculators` library (and a person) finds
+    the target. A built-in's hub id (its copy here is converted from a GGUF file of the same model), else
+    where the target was loaded from (a hub id or a folder), else its name."""
+    loaded_from = str(getattr(target.config, "name_or_path", "") or "")
+    builtin = BUILTINS.get(target_name)
+    if builtin is not None and builtin.hub_id and (
+            not loaded_from or loaded_from == builtin.hub_id
+            or Path(loaded_from).expanduser().resolve() == (cache_folder() / "models" / builtin.name).resolve()):
+        return builtin.hub_id
+    return loaded_from or target_name
 
 
 def speculators_config(head: Eagle3Head, *, verifier: str, k: int, dtype: torch.dtype) -> dict:

@@ -35,7 +35,7 @@ from transformers import LlamaConfig
 from ..core.eagle3 import Eagle3Head, default_layer_ids
 from ..errors import SpecvizError
 from ..models.head_files import spec_location
-from ..models.heads import load_head, save_head
+from ..models.heads import load_head, save_head, verifier_location
 from ..settings import parse_draft
 from .head_data import (SEED, batched_target_features, bigram_baseline, choose_vocab, generate_sequences,
                         held_out_count, shuffled)
@@ -170,6 +170,9 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
                                "the target) or 'head:DIR_OR_ID'.")
         start = load_head(spec_location(spec, target_name), target, target_name=target_name, name=spec,
                           dtype=torch.float32)
+    config = target.config.get_text_config()
+    # The layers read, checked before the minutes of generation (fewer than 3 target layers: refused).
+    layers = tuple(start.hidden_layers) if start is not None else default_layer_ids(config.num_hidden_layers)
     k = options.k or (start.default_k if start is not None else NEW_HEAD_K)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -208,8 +211,6 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
                            "prompts, more --tokens or more --minutes.")
 
     # 2. Features and soft targets, one target forward per few sequences.
-    config = target.config.get_text_config()
-    layers = tuple(start.hidden_layers) if start is not None else default_layer_ids(config.num_hidden_layers)
     tokens, features, probs, top_ids = [], [], [], []
     for i in range(0, len(sequences), FEATURE_BATCH):
         batch = [s[:MAX_LENGTH] for s in sequences[i:i + FEATURE_BATCH]]
@@ -301,7 +302,7 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
         agreement, agreement2 = per_step[0], per_step[1] if len(per_step) > 1 else 0.0
         history.append((epoch + 1, sum(losses) / len(losses), agreement, agreement2))
         head.eval()
-        save_head(head, out, target_name=target_name, k=k, verifier=target_name,
+        save_head(head, out, target_name=target_name, k=k, verifier=verifier_location(target, target_name),
                   trained={**trained, "epochs": epoch + 1, "history": history, "agreement_per_step": per_step,
                            "minutes": round((time.monotonic() - started) / 60, 2),
                            **({"agreement_before": before} if before is not None else {})})

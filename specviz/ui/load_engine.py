@@ -141,7 +141,7 @@ def engine_work(view_type, limits: Limits, drafter, draft_model, batches_text, k
             raise SpecvizError(f"No prompt set {set_name!r}: choose one of {', '.join(sets)}.")
         prompts = sets[set_name]
         configs = (llamacpp.engine_configs(settings.draft, ks) if choice == LLAMACPP
-                   else engine_configs(settings.draft, ks))
+                   else engine_configs(settings.draft, ks, target=settings.target))
         state = (f"{title}: batch sizes {', '.join(map(str, batches))}; k {', '.join(map(str, ks))}; the {set_name!r} "
                  f"set; {settings.max_new_tokens} new tokens")
         yield status_only(render.status_html(state, f"Finding {title}\u2026"))
@@ -188,8 +188,11 @@ def engine_set_stream(configs: list[RunSettings], prompts, repeats: int, limits:
     if any((c.target, c.temperature, c.chat) != (first.target, first.temperature, first.chat) for c in configs):
         raise SpecvizError(f"On {title} every configuration runs against one plain server: give every row the "
                            "same target and temperature.")
-    spec = llamacpp.speculative_config if choice == LLAMACPP else speculative_config
-    engine_list = [EngineConfig(0, None)] + [EngineConfig(c.k, spec(c.draft, c.k)) for c in configs]
+    def spec(c):    # vLLM's 'head' is the head shipped for the row's target, refused for another target
+        return (llamacpp.speculative_config(c.draft, c.k) if choice == LLAMACPP
+                else speculative_config(c.draft, c.k, target=c.target))
+
+    engine_list = [EngineConfig(0, None)] + [EngineConfig(c.k, spec(c)) for c in configs]
     engine = make_engine(choice, first, 1, stop)
     state = (f"{title}: {len(configs)} configuration{'s' if len(configs) > 1 else ''} over {len(prompts)} prompts, "
              f"{repeats} round{'s' if repeats > 1 else ''}, each against the plain server at concurrency 1")
