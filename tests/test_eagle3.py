@@ -262,7 +262,7 @@ def test_default_layer_ids_are_three_distinct_states_below_the_last_layers_outpu
         ids = default_layer_ids(layers)
         assert len(set(ids)) == 3 and all(0 <= i < layers for i in ids) and list(ids) == sorted(ids), layers
     for layers in (0, 1, 2):
-        with pytest.raises(SpecvizError, match=f"a target of {layers} layer"):
+        with pytest.raises(ValueError, match=f"a target of {layers} layer"):
             default_layer_ids(layers)
 
 

@@ -31,17 +31,17 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-from ..errors import SpecvizError
 
 
 def default_layer_ids(num_layers: int) -> tuple[int, int, int]:
     """Three distinct depths, low / middle / high: vLLM's default (2, L // 2, L - 3) from 7 layers on;
     below that it repeats a depth (6 layers: 2, 3, 3), and (0, L // 2, L - 1) is used instead (3 layers:
-    0, 1, 2). A target of fewer than 3 layers has no three distinct depths below its last: refused."""
+    0, 1, 2). A target of fewer than 3 layers has no three distinct depths below its last: ValueError
+    (the layers above say it as a SpecvizError)."""
     if num_layers < 3:
-        raise SpecvizError(f"An EAGLE-3 head reads three distinct hidden states of its target, below its last "
-                           f"layer's output; a target of {num_layers} layer(s) has fewer. Use a draft model or "
-                           "prompt lookup for it.")
+        raise ValueError(f"An EAGLE-3 head reads three distinct hidden states of its target, below its last "
+                         f"layer's output; a target of {num_layers} layer(s) has fewer. Use a draft model or "
+                         "prompt lookup for it.")
     ids = (2, num_layers // 2, num_layers - 3)
     if not ids[0] < ids[1] < ids[2]:
         ids = (0, num_layers // 2, num_layers - 1)

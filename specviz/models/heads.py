@@ -84,7 +84,10 @@ def eagle3_head(data: dict, target: PreTrainedModel | None = None) -> Eagle3Head
     if not layers:
         if target is None:
             raise SpecvizError("A head without eagle_aux_hidden_state_layer_ids needs its target to default them.")
-        layers = default_layer_ids(target_shape(target)["layers"])
+        try:
+            layers = default_layer_ids(target_shape(target)["layers"])
+        except ValueError as error:
+            raise SpecvizError(str(error)) from None
     return Eagle3Head(layer, draft_vocab_size=int(data.get("draft_vocab_size") or layer.vocab_size),
                       target_hidden_size=int(data.get("target_hidden_size") or layer.hidden_size),
                       layer_ids=tuple(int(i) for i in layers),

@@ -172,7 +172,10 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
                           dtype=torch.float32)
     config = target.config.get_text_config()
     # The layers read, checked before the minutes of generation (fewer than 3 target layers: refused).
-    layers = tuple(start.hidden_layers) if start is not None else default_layer_ids(config.num_hidden_layers)
+    try:
+        layers = tuple(start.hidden_layers) if start is not None else default_layer_ids(config.num_hidden_layers)
+    except ValueError as error:
+        raise SpecvizError(str(error)) from None
     k = options.k or (start.default_k if start is not None else NEW_HEAD_K)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
