@@ -238,11 +238,11 @@ def test_three_engines_side_by_side_show_one_basis_for_every_engine_and_a_failur
     assert "<td>125.0</td>" in table and "<td>8.0</td>" in table     # a plain step in ms: plain TPOT
     assert "<td>10.0</td>" in table and "<b>1.66×</b> (1.61-1.71)" in table   # the TPOT ratio, not throughput's
     assert "<td>40%</td>" in table and "<td>2.90</td>" in table and "80%" not in table and "1.90" not in table
-    assert BASIS in table and "No Python interpreter at /x" in table and "the GGUF as stored" in table
+    assert BASIS in table and "No Python interpreter at /x" in table and "GGUF as stored" in table
     assert "thread CPU time" in table and "wall time at the client (other programs" in table
     assert "<th>dtype</th>" in table and "<td>bfloat16</td>" in table      # each engine's own dtype, per row
     records = side_by_side_records(runs)
-    assert [r["dtype"] for r in records["rows"]] == ["bfloat16"] * 2 + ["the GGUF as stored"] * 2
+    assert [r["dtype"] for r in records["rows"]] == ["bfloat16"] * 2 + ["GGUF as stored"] * 2
     assert records["basis"] == BASIS and records["timing"]["llama.cpp"]["basis"] == {"tpot_ratio": "decode only"}
     assert [(r["engine"], r["batch"], r["tpot_ratio"]) for r in records["rows"]] == [
         ("specviz's loop", 1, 1.66), ("specviz's loop", 2, 1.2), ("llama.cpp", 1, 1.04), ("llama.cpp", 2, 0.9)]

@@ -108,6 +108,7 @@ body.sv-large .sv-text { font-size: 1.2em !important; }
 .sv-engines { overflow-x: auto; }
 .sv-engines-table { font-size: 0.9em; border-collapse: collapse; }
 .sv-engines-table th, .sv-engines-table td { padding: 2px 8px; text-align: right; white-space: nowrap; }
+.sv-engines-table th { white-space: normal; vertical-align: bottom; }   /* headings wrap: the table fits a laptop */
 .sv-engines-table th:first-child, .sv-engines-table td:first-child { text-align: left; }
 .sv-engines-notes { font-size: 0.85em; opacity: 0.85; margin-top: 4px; }
 .sv-engines-step { font-weight: 600; margin-bottom: 2px; }

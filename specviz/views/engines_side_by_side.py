@@ -57,12 +57,12 @@ def served_dtype(result: LoadResult) -> str:
     loop its settings' dtype."""
     settings = result.settings
     if settings.get("engine") == "llamacpp":
-        return "the GGUF as stored"
+        return "GGUF as stored"
     return (getattr(result, "engine", None) or {}).get("dtype") or settings.get("dtype") or "?"
 
 
 def how_measured(run: EngineRun) -> str:
-    """'float32; thread CPU time' or 'the GGUF as stored; wall time at the client'."""
+    """'float32; thread CPU time' or 'GGUF as stored; wall time at the client'."""
     if run.result is None:
         return ""
     return f"{served_dtype(run.result)}; timed by {clock_text(run.result.settings.get('clock', '?'))}"
