@@ -84,17 +84,27 @@ def _estimate_bytes(config, dtype: torch.dtype, trust_remote_code: bool) -> int 
         return None
 
 
-def read_config(spec: str, *, trust_remote_code: bool, progress: Progress | None = None):
-    """`spec`'s config (a built-in model's converted copy: converted first if need be), or None where it
-    cannot be read now: loading then reports the problem with its own message."""
+_CONFIGS: dict[tuple, Any] = {}     # (source, trust_remote_code) -> config, as the model cache keys sources
+
+
+def model_config(spec: str, *, trust_remote_code: bool):
+    """`spec`'s config (a built-in model's converted copy: converted first if need be), read once per
+    source (every GPU load reads it for the dtype and the memory budget: a hub id's would otherwise be
+    looked up again at every run), or None where it cannot be read now: loading then reports the
+    problem with its own message."""
     source = resolve_source(spec)
+    key = (source.key, trust_remote_code)
+    if key in _CONFIGS:
+        return _CONFIGS[key]
     try:
         if source.kind == "builtin":
-            source = builtin_source(BUILTINS[source.location], progress)
-        return AutoConfig.from_pretrained(source.location, trust_remote_code=trust_remote_code,
-                                          **({"gguf_file": source.gguf_file} if source.gguf_file else {}))
+            source = builtin_source(BUILTINS[source.location], None)
+        config = AutoConfig.from_pretrained(source.location, trust_remote_code=trust_remote_code,
+                                            **({"gguf_file": source.gguf_file} if source.gguf_file else {}))
     except (OSError, ValueError, KeyError, TypeError, SpecvizError):
         return None
+    _CONFIGS[key] = config
+    return config
 
 
 def pick_dtype(spec: str, device: torch.device, dtype: str | torch.dtype, *, trust_remote_code: bool) -> torch.dtype:
@@ -103,7 +113,7 @@ def pick_dtype(spec: str, device: torch.device, dtype: str | torch.dtype, *, tru
     resolved = resolve_dtype(dtype, device)
     if not (isinstance(dtype, str) and dtype.strip().lower() == "auto") or device.type != "cuda":
         return resolved
-    config = read_config(spec, trust_remote_code=trust_remote_code)
+    config = model_config(spec, trust_remote_code=trust_remote_code)
     return auto_dtype("cuda", checkpoint=None if config is None else checkpoint_dtype(config),
                       cuda_bf16=torch.cuda.is_bf16_supported())
 
@@ -111,7 +121,7 @@ def pick_dtype(spec: str, device: torch.device, dtype: str | torch.dtype, *, tru
 def estimate_bytes(spec: str, dtype: torch.dtype, *, trust_remote_code: bool) -> tuple[int, int] | None:
     """`spec`'s weights and one sequence's KV cache (`memory.PLANNED_TOKENS`) in `dtype`, in bytes, from
     its config alone; None when the config cannot be read or built."""
-    config = read_config(spec, trust_remote_code=trust_remote_code)
+    config = model_config(spec, trust_remote_code=trust_remote_code)
     weights = None if config is None else _estimate_bytes(config, dtype, trust_remote_code)
     return None if weights is None else (weights, kv_cache_bytes(config, dtype))
 
@@ -188,7 +198,10 @@ def load_cached(spec: str, device: torch.device, dtype: torch.dtype, *, allow_pi
 def fit_on_gpu(specs: list[str], device: torch.device, dtype: torch.dtype, *, trust_remote_code: bool) -> None:
     """Check that the models `specs` name (a target, and a draft model) fit the card's budget in
     `dtype` with their KV caches, and make room among specviz's own cached models (`models.memory`).
-    A model whose size cannot be read from its config is left to loading, which reports why."""
+    A model whose size cannot be read from its config is left to loading, which reports why. Nothing
+    to do on a CPU."""
+    if device.type != "cuda":
+        return
     needs = []
     for spec in specs:
         estimate = estimate_bytes(spec, dtype, trust_remote_code=trust_remote_code)
@@ -204,8 +217,7 @@ def load_model(spec: str, *, device: str | torch.device = "auto", dtype: str | t
     with _lock:
         resolved = resolve_device(device)
         chosen = pick_dtype(spec, resolved, dtype, trust_remote_code=trust_remote_code)
-        if resolved.type == "cuda":
-            fit_on_gpu([spec], resolved, chosen, trust_remote_code=trust_remote_code)
+        fit_on_gpu([spec], resolved, chosen, trust_remote_code=trust_remote_code)
         loaded, _ = load_cached(spec, resolved, chosen, allow_pickle=allow_pickle,
                                 trust_remote_code=trust_remote_code, progress=progress)
         return loaded

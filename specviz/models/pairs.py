@@ -172,9 +172,9 @@ def load_pair(target: str | None = None, draft: DraftSpec | str | None = None, *
         resolved_device = resolve_device(device)
         resolved_dtype = pick_dtype(target, resolved_device, dtype, trust_remote_code=trust_remote_code)
         with_draft = spec.kind == "model"
-        if resolved_device.type == "cuda":     # one budget for both models and their caches, before any loads
-            fit_on_gpu([target, spec] if with_draft else [target], resolved_device, resolved_dtype,
-                       trust_remote_code=trust_remote_code)
+        # On a GPU, one budget for both models and their caches, checked before any loads.
+        fit_on_gpu([target, spec] if with_draft else [target], resolved_device, resolved_dtype,
+                   trust_remote_code=trust_remote_code)
         (target_model, tokenizer), target_key = load_cached(
             target, resolved_device, resolved_dtype, progress=span(progress, 0.0, 0.6 if with_draft else 1.0),
             **options)
