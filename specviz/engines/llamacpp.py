@@ -73,12 +73,11 @@ class LlamaCppInstall:
         return "cuda" if self.gpus[0]["name"].upper().startswith("CUDA") else "gpu"
 
     def environment(self, threads: int) -> dict:
+        build = {"threads": threads, "llamacpp": self.kind, "version": self.version, "system_info": self.system_info}
         if not self.gpus:
-            return {"device": "cpu", "device_name": _cpu_name(), "threads": threads, "llamacpp": self.kind,
-                    "version": self.version, "system_info": self.system_info}
+            return {"device": "cpu", "device_name": _cpu_name(), **build}
         return {"device": self.device, "device_name": self.gpus[0]["description"], "device_count": len(self.gpus),
-                "devices": [d["name"] for d in self.gpus], "gpu_layers": "all", "cpu_name": _cpu_name(),
-                "threads": threads, "llamacpp": self.kind, "version": self.version, "system_info": self.system_info}
+                "devices": [d["name"] for d in self.gpus], "gpu_layers": "all", "cpu_name": _cpu_name(), **build}
 
 
 def gpu_devices(devices) -> list[dict]:
