@@ -6,7 +6,7 @@ import pytest
 
 from conftest import make_gpt2, make_llama, reference, truncated_copy
 from specviz import DraftModelDrafter, PromptLookupDrafter, speculative_decode
-from specviz.core.draft_policy import (MIN_GAIN, Acceptance, CostAwarePolicy, PassCosts, _non_decreasing,
+from specviz.core.draft_policy import (MIN_GAIN, Acceptance, CostAwarePolicy, DraftCosts, PassCosts, _non_decreasing,
                                        calibrate, calibration_widths, expected_tokens)
 from specviz.core.timing import Clock
 
@@ -45,8 +45,36 @@ def test_pass_costs_are_non_decreasing_and_interpolated():
 def test_a_fixed_table_does_not_learn():
     costs = PassCosts({0: 1.0, 4: 2.0}, learn=False)
     costs.observe(4, 100.0)
-    costs.observe_draft(4, 100.0)
-    assert costs.relative(4)[4] == 2.0
+    drafting = DraftCosts(0.1, learn=False)
+    drafting.observe(4, 100.0)
+    assert costs.relative(4)[4] == 2.0 and drafting.per_token == 0.1
+
+
+def test_drafting_is_priced_per_drafter_and_its_first_measurement_is_kept_whole():
+    costs = PassCosts({0: 1.0, 4: 2.0}, learn=False)
+    drafting = DraftCosts()
+    assert not drafting.known
+    drafting.observe(4, 0.004)                                # the first 4 ms over 4 tokens: 1 ms each, not 0.25
+    assert drafting.per_token == pytest.approx(0.001)
+    drafting.observe(2, 0.010)                                # later ones refresh a running mean
+    assert drafting.per_token == pytest.approx(0.001 + 0.25 * (0.005 - 0.001))
+    model_drafter = CostAwarePolicy(costs, DraftCosts(0.25, learn=False))
+    lookup = CostAwarePolicy(costs)                           # a free drafter: no drafting cost of its own
+    assert model_drafter.relative(4) == pytest.approx([1.0, 1.5, 2.0, 2.5, 3.0])
+    assert lookup.relative(4) == pytest.approx([1.0, 1.25, 1.5, 1.75, 2.0])
+    # One drafter's measured drafting never reaches another's table.
+    model_drafter.draft_costs.learn = True
+    model_drafter.draft_costs.observe(1, 9.0)
+    assert lookup.draft_costs.per_token is None and lookup.relative(4)[4] == pytest.approx(2.0)
+
+
+def test_calibration_takes_the_median_of_its_samples(pairs_llama):
+    # Three timed passes after an untimed one: one slow outlier moves the median not at all.
+    target = pairs_llama
+    ticks = iter([0.0, 1.0, 1.0, 1.1, 1.1, 1.2, 1.2, 9.2])    # untimed 1.0, then 0.1, 0.1, 8.0
+    costs = PassCosts()
+    calibrate(target, list(range(5, 25)), [0], costs, lambda: next(ticks), samples=3)
+    assert costs.seconds[0] == pytest.approx(0.1)
 
 
 def test_acceptance_by_position_follows_what_was_seen():
@@ -172,3 +200,42 @@ def test_a_draft_model_paused_catches_up_when_it_drafts_again(prompt):
     assert out == reference(target, prompt)
     planned = [c.planned for c in cycles]
     assert 0 in planned and any(planned), planned
+
+
+# ----------------------------------------------------------------------------- cost tables across runs
+
+def test_a_drafters_measured_costs_never_price_another_drafters_drafts():
+    # In one process (as the app and Compare run): prompt lookup, then a draft model on the same
+    # target, then prompt lookup again. Each drafter has its own drafting table; the target's pass
+    # table is shared (same target, device, dtype, threads) and timed once.
+    from dataclasses import replace
+
+    import torch
+
+    from specviz.core.drafters import PromptLookupDrafter
+    from specviz.models.tiny import tiny_pair
+    from specviz.runs import run as runs
+    from specviz.settings import RunSettings, validate
+
+    pair = tiny_pair("tiny")
+    lookup = replace(pair, draft=PromptLookupDrafter(), draft_name="prompt lookup", draft_parameters=0)
+    prompt = "the cat sat on the mat. the cat sat on the mat. the cat"
+    lookup_settings = validate(RunSettings(target="tiny", draft="ngram", k=4, max_new_tokens=24, chat=False))
+    model_settings = validate(RunSettings(target="tiny", draft="tiny", k=4, max_new_tokens=24, chat=False))
+
+    statuses = [r.status for r in runs.race(lookup_settings, prompt, lookup)]
+    assert statuses[0].startswith("Calibrating: timing target passes") and not statuses[-1]
+    first = runs.execute(lookup_settings, prompt, lookup)       # the tables exist now: nothing to time
+    assert first.calibration_seconds == 0 and first.summary()["calibration_seconds"] == 0
+    model = runs.execute(model_settings, prompt, pair)
+    assert model.calibration_seconds > 0 and model.calibrated == [f"{model.draft_name}'s drafting"]
+    summary = model.summary()
+    assert summary["calibration_seconds"] == model.calibration_seconds
+    assert summary["first_token_wall_seconds"] >= model.calibration_seconds
+    again = runs.execute(lookup_settings, prompt, lookup)
+    assert again.calibration_seconds == 0
+
+    tables = runs._DRAFT_COSTS[pair.target]
+    threads = torch.get_num_threads()
+    assert tables[threads, model.draft_name].per_token > 0
+    assert not tables[threads, "prompt lookup"].known            # the draft model's cost stayed its own

@@ -41,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
     check_output_file(args.record, "--record")
 
     pair = load(settings, progress_printer())
-    run = execute(settings, prompt, pair, baseline=args.baseline)
+    run = execute(settings, prompt, pair, baseline=args.baseline, progress=progress_printer())
     # The files first, each whole or not at all: a failed write leaves only the error line.
     if args.json:
         write_output(args.json, json.dumps(run.to_json(), indent=2, ensure_ascii=False))

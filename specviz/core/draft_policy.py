@@ -5,11 +5,14 @@ n (0 = a plain step) that maximises the expected tokens per unit of time,
     cost(n) = (pass over n drafted tokens + drafting n) / (a plain one-token step),
 
 where c_j is this request's estimated chance that draft position j is accepted given that the ones
-before it were, and the costs are this device's, measured (`PassCosts`: calibrated once per model
-before a run, then refreshed by the run's own passes). A plain step has gain 1, so the policy drafts
-only where drafting is expected to beat plain decoding on this device, and no further than pays.
-It decides only how much is drafted: verification is untouched, so the output is what it always is
-(greedy: the target's own; sampled: the target's distribution).
+before it were, and the costs are this device's, measured: a target pass's by width (`PassCosts`, one
+table per target, device, dtype and thread count) and drafting's per token (`DraftCosts`, one per
+drafter: never another drafter's), each calibrated once before its first run (`calibrate`: medians,
+the collector paused) and then refreshed by the runs' own cycles. A run's decisions depend on its own
+request and those measured costs only, never on which configuration ran before it. A plain step has
+gain 1, so the policy drafts only where drafting is expected to beat plain decoding on this device,
+and no further than pays. It decides only how much is drafted: verification is untouched, so the
+output is what it always is (greedy: the target's own; sampled: the target's distribution).
 
 What it takes from the field (docs/draft_policy.md says more): the objective is DISCO's / dynamic
 lookahead's and SpecDec++'s (stop drafting where the expected gain of one more token turns
@@ -38,6 +41,7 @@ from .drafters import Draft, no_draft
 from .events import Cycle
 from .ragged_cache import RaggedCache
 from .request import Request
+from .timing import median_seconds
 
 # A position's acceptance before anything is seen. A drafter whose drafts cost a pass must draft to
 # learn, so it starts hopeful; one whose proposals are scored for free (prompt lookup) loses nothing by
@@ -48,6 +52,7 @@ FREE_PRIOR_ACCEPTANCE = 0.25
 PRIOR_WEIGHT = 1.0          # worth this many observations
 DECAY = 0.9                 # per observation: recent text outweighs old (a request's text changes)
 COST_SMOOTHING = 0.25       # each new pass's weight in its width's running cost
+CALIBRATION_SAMPLES = 3     # timed passes per width (their median), after one untimed
 PROBE_LENGTH = 2            # a probe drafts this many tokens
 # Draft only where the expected gain clears this: below it the gain is within what the measured costs
 # resolve (a few percent between identical passes here), and a plain step never loses.
@@ -58,23 +63,33 @@ MIN_GAIN = 1.02
 
 class PassCosts:
     """Seconds of a target pass by how many drafted tokens it verifies (0: a plain one-token step), for
-    one model on one device. Seeded by `calibrate` (or `seed`), refreshed by `observe`. Widths never
-    timed are interpolated between timed ones; the table is made non-decreasing (a wider pass never
-    costs less: a cheaper wide pass is noise), weighted by how often each width was timed."""
+    one model on one device, dtype and thread count. Seeded by `calibrate` (or the constructor),
+    refreshed by `observe`. Widths never timed are interpolated between timed ones; the table is made
+    non-decreasing (a wider pass never costs less: a cheaper wide pass is noise), weighted by how often
+    each width was timed. Drafting is priced apart, per drafter (`DraftCosts`)."""
 
     def __init__(self, seconds: dict[int, float] | None = None, *, learn: bool = True):
         self.seconds: dict[int, float] = {}     # width -> running mean seconds
         self.counts: dict[int, float] = {}      # width -> observations behind it (capped)
-        self.draft_per_token = 0.0              # drafting seconds per drafted token, running mean
         self._relative: dict[int, list[float]] = {}     # `relative` by max width, until the next observation
-        self.learn = True
-        for width, value in (seconds or {}).items():
-            self.observe(width, value)
         self.learn = learn                      # False: a fixed table (tests, replays of a decision)
+        for width, value in (seconds or {}).items():
+            self.seed(width, value)
 
     @property
     def known(self) -> bool:
         return 0 in self.seconds
+
+    @property
+    def step(self) -> float:
+        """Seconds of a plain one-token step: the unit every cost is relative to."""
+        return self.seconds[0]
+
+    def seed(self, width: int, seconds: float, weight: float = 1.0) -> None:
+        """Set width's cost outright (a calibration's median, or a given table), worth `weight` observations."""
+        self._relative.clear()
+        self.seconds[width] = seconds
+        self.counts[width] = min(weight, 1.0 / COST_SMOOTHING)
 
     def observe(self, width: int, seconds: float) -> None:
         if seconds <= 0 or not self.learn:
@@ -84,20 +99,13 @@ class PassCosts:
         self.seconds[width] = seconds if old is None else old + COST_SMOOTHING * (seconds - old)
         self.counts[width] = min(self.counts.get(width, 0.0) + 1.0, 1.0 / COST_SMOOTHING)
 
-    def observe_draft(self, drafted: int, seconds: float) -> None:
-        if drafted > 0 and seconds >= 0 and self.learn:
-            per_token = seconds / drafted
-            self._relative.clear()
-            self.draft_per_token += COST_SMOOTHING * (per_token - self.draft_per_token)
-
     def relative(self, max_width: int) -> list[float]:
-        """cost[n] for n = 0..max_width: (pass over n drafted tokens + drafting them) / a plain step
-        (computed once per table: every cycle plans with it, and a table changes only when observed)."""
+        """cost[n] for n = 0..max_width: a pass over n drafted tokens / a plain step (computed once per
+        table: every cycle plans with it, and a table changes only when observed)."""
         cached = self._relative.get(max_width)        # one lookup: another run's observe may clear it
         if cached is not None:
             return cached
         widths = sorted(self.seconds)
-        step = self.seconds[0]
         raw = []
         for n in range(max_width + 1):
             below = max((w for w in widths if w <= n), default=0)
@@ -109,10 +117,31 @@ class PassCosts:
                 value = self.seconds[below] + t * (self.seconds[above] - self.seconds[below])
             weight = self.counts.get(n, 0.25)
             raw.append((value, weight))
-        monotone = _non_decreasing(raw)
-        costs = [monotone[n] / step + n * self.draft_per_token / step for n in range(max_width + 1)]
+        costs = [value / self.step for value in _non_decreasing(raw)]
         self._relative[max_width] = costs
         return costs
+
+
+class DraftCosts:
+    """Seconds one drafter spends per drafted token on one target and device (a draft model, early
+    exit, a head; a drafter that proposes for free, prompt lookup or suffix, has none: it proposes
+    whether or not the policy drafts). Unknown until first measured; the first observation is taken
+    as it is, later ones refresh a running mean."""
+
+    def __init__(self, per_token: float | None = None, *, learn: bool = True):
+        self.per_token = per_token
+        self.learn = learn
+
+    @property
+    def known(self) -> bool:
+        return self.per_token is not None
+
+    def observe(self, drafted: int, seconds: float) -> None:
+        if drafted <= 0 or seconds < 0 or not self.learn:
+            return
+        per_token = seconds / drafted
+        self.per_token = per_token if self.per_token is None else \
+            self.per_token + COST_SMOOTHING * (per_token - self.per_token)
 
 
 def _non_decreasing(points: Sequence[tuple[float, float]]) -> list[float]:
@@ -215,10 +244,22 @@ class CostAwarePolicy:
     """Chooses each request's draft length (see the module docstring). One policy per run: it keeps
     each request's acceptance; `costs` may be shared by runs on the same model and device."""
 
-    def __init__(self, costs: PassCosts, *, probe_after: int = 4, max_probe_after: int = 32):
+    def __init__(self, costs: PassCosts, draft_costs: DraftCosts | None = None, *, probe_after: int = 4,
+                 max_probe_after: int = 32):
         self.costs = costs
+        self.draft_costs = draft_costs if draft_costs is not None else DraftCosts()
         self.probe_after, self.max_probe_after = probe_after, max_probe_after
         self.states: dict[int, _State] = {}
+
+    def relative(self, max_width: int, drafted: Sequence[int] | None = None) -> list[float]:
+        """cost[w] for w = 0..max_width: a pass over w drafted tokens plus drafting them (`drafted[w]`
+        tokens drafted for a pass of width w; a chain: w), over a plain step."""
+        passes = self.costs.relative(max_width)
+        per_token = self.draft_costs.per_token
+        if not per_token:
+            return passes
+        drafting = per_token / self.costs.step
+        return [cost + (w if drafted is None else drafted[w]) * drafting for w, cost in enumerate(passes)]
 
     def state(self, request: int) -> _State:
         return self.states.setdefault(request, _State(probe_after=self.probe_after))
@@ -240,10 +281,10 @@ class CostAwarePolicy:
             return Plan(max_length, expected[-1])
         if widths is None and tree:
             width = max(1, round(state.tree_nodes)) if state.tree_nodes else max_length
-            best, gain = max_length, expected[-1] / self.costs.relative(width)[width]
+            best, gain = max_length, expected[-1] / self.relative(width)[width]
         else:
             widths = list(widths) if widths is not None else list(range(max_length + 1))
-            cost = self.costs.relative(widths[max_length])
+            cost = self.relative(widths[max_length])
             best = max(range(1, max_length + 1), key=lambda n: (expected[n] / cost[widths[n]], -n))
             gain = expected[best] / cost[widths[best]]
         if gain >= MIN_GAIN:
@@ -290,7 +331,7 @@ class CostAwarePolicy:
             cycle = cycles[0]
             self.costs.observe(len(cycle.drafted), cycle.verify_seconds)
             if not free:
-                self.costs.observe_draft(len(cycle.drafted), cycle.draft_seconds)
+                self.draft_costs.observe(len(cycle.drafted), cycle.draft_seconds)
 
     # -------------------------------------------------------------- what the request did
 
@@ -354,19 +395,17 @@ def calibration_widths(max_length: int) -> list[int]:
 
 @torch.inference_mode()
 def calibrate(target, prompt: Sequence[int], widths: Sequence[int], costs: PassCosts,
-              clock: Callable[[], float], *, samples: int = 2) -> None:
+              clock: Callable[[], float], *, samples: int = CALIBRATION_SAMPLES) -> None:
     """Time a target pass verifying n drafted tokens (n + 1 new positions; n = 0: a plain step) at
-    each width, after the prompt: once untimed, then `samples` times, into `costs`."""
+    each width, after the prompt: the median of `samples` timed passes after one untimed, with the
+    collector paused (`timing.median_seconds`), seeds `costs`."""
     cache = RaggedCache(target, 1)
     cache.forward([list(prompt)], keep=1)
     held = len(prompt)
     last = torch.tensor([[prompt[-1]]], device=target.device)
     for width in widths:
         fed = last.expand(1, width + 1).contiguous()
-        for sample in range(samples + 1):
-            start = clock()
-            cache.forward([[]], keep=width + 1, tail=fed, tail_lengths=[width + 1])
-            seconds = clock() - start
-            cache.keep([held])
-            if sample:
-                costs.observe(width, seconds)
+        seconds = median_seconds(lambda fed=fed, width=width: cache.forward([[]], keep=width + 1, tail=fed,
+                                                                            tail_lengths=[width + 1]),
+                                 clock, samples, undo=lambda: cache.keep([held]))
+        costs.seed(width, seconds, weight=samples)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import functools
 import gc
+import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -86,3 +87,19 @@ def timed_events(events: Iterator[T]) -> Iterator[T]:
         if event is _END:
             return
         yield event
+
+
+def median_seconds(work: Callable[[], object], clock: Clock, samples: int,
+                   undo: Callable[[], object] | None = None) -> float:
+    """Median seconds of `work` over `samples` timed runs after one untimed, `undo` (untimed) after
+    each, with the collector paused as it is for every event: the one calibration routine of the
+    package (the draft policy's pass costs and the load sweep's cost curve both time with it)."""
+    seconds = []
+    for _ in range(samples + 1):
+        with collector_paused():
+            start = clock()
+            work()
+            seconds.append(clock() - start)
+        if undo is not None:
+            undo()
+    return statistics.median(seconds[1:])

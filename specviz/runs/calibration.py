@@ -5,9 +5,8 @@ figures (runs.load)."""
 
 from __future__ import annotations
 
-import statistics
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -16,7 +15,7 @@ from ..core.drafters import DraftModelDrafter, PromptLookupDrafter
 from ..core.events import BatchCycle, BatchStep
 from ..core.ragged_cache import RaggedCache
 from ..core.sampling import Sampler
-from ..core.timing import Clock, collector_paused
+from ..core.timing import Clock, median_seconds
 from ..metrics import expected_tokens_per_pass, ratio
 from ..models import ModelPair
 
@@ -102,7 +101,7 @@ def _forward_seconds(cache: RaggedCache, tokens_per_row: int, context: list[list
     again (untimed) so that every one runs at the same context."""
     held = cache.lengths()
     blocks = [row[-tokens_per_row:] for row in context]
-    return _median_seconds(lambda: cache.forward(blocks, keep=tokens_per_row), clock, samples,
+    return median_seconds(lambda: cache.forward(blocks, keep=tokens_per_row), clock, samples,
                            undo=lambda: cache.keep(held))
 
 
@@ -110,24 +109,7 @@ def _lookup_seconds(drafter: PromptLookupDrafter, context: list[list[int]], k: i
                     samples: int) -> float:
     """Prompt lookup drafting k tokens for every row, row by row as the batched loop drafts."""
     sampler, rows = Sampler(device=torch.device("cpu")), [torch.tensor([row]) for row in context]
-    return _median_seconds(lambda: [drafter.propose(row, k, sampler) for row in rows], clock, samples)
-
-
-def _median_seconds(work: Callable[[], object], clock: Clock, samples: int,
-                    undo: Callable[[], object] | None = None) -> float:
-    """Median seconds of `work` over `samples` timed runs after one untimed, `undo` (untimed) after
-    each, with the garbage collector paused as it is for the sweep's events."""
-    seconds = []
-    for _ in range(samples + 1):
-        with collector_paused():
-            start = clock()
-            work()
-            seconds.append(clock() - start)
-        if undo is not None:
-            undo()
-    return statistics.median(seconds[1:])
-
-
+    return median_seconds(lambda: [drafter.propose(row, k, sampler) for row in rows], clock, samples)
 
 
 def predicted_speedup(k: int, passes: Sequence[BatchCycle], steps: Sequence[BatchStep], alpha: float,

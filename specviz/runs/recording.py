@@ -211,8 +211,18 @@ def _run_from(record) -> tuple[Run, str]:
               baseline=fields_.get("baseline", bool(steps)), cycles=cycles, texts=texts, steps=steps,
               step_texts=step_texts, spec_done=fields_.get("spec_done", True),
               plain_done=fields_.get("plain_done", True), host_load=HostLoad.from_dict(record.get("summary")),
-              note=fields_.get("note", ""))
+              note=fields_.get("note", ""), **_calibration(record.get("summary")))
     return run, fields_.get("label") or f"{run.target_name} + {run.draft_name}"
+
+
+def _calibration(summary: dict | None) -> dict:
+    """A recorded run's calibration figures (recordings made before they were kept have none)."""
+    summary = summary if isinstance(summary, dict) else {}
+    seconds, first = summary.get("calibration_seconds"), summary.get("first_token_wall_seconds")
+    calibrated = summary.get("calibrated")
+    return dict(calibration_seconds=float(seconds) if isinstance(seconds, (int, float)) and seconds >= 0 else 0.0,
+                calibrated=[str(c) for c in calibrated] if isinstance(calibrated, list) else [],
+                first_token_wall_seconds=float(first) if isinstance(first, (int, float)) and first >= 0 else None)
 
 
 class _Model(TypedDict, total=False):

@@ -58,6 +58,13 @@ class Run:
     spec_done: bool = False
     plain_done: bool = False
     host_load: HostLoad | None = None   # how busy the machine was over the race (None: not measured)
+    # The cost-aware policy's calibration before the race (wall seconds; 0: its tables were measured
+    # earlier in this process), what it timed, and the wall seconds from the start of the race (its
+    # warm-up and calibration included) to the first speculative token: what a user waited.
+    calibration_seconds: float = 0.0
+    calibrated: list[str] = field(default_factory=list)
+    first_token_wall_seconds: float | None = None
+    status: str = ""                # what the race is doing before its first event (calibrating), or ""
     _stats: tuple = (-1, None)
     _speed: tuple = ((-1, -1), None, None)
     _decode: Callable[[list[int]], str] | None = None   # holds the tokenizer only, never the models
@@ -152,6 +159,8 @@ class Run:
                    **self.stats.to_dict()}
         if self.note:
             summary["note"] = self.note
+        summary.update(calibration_seconds=self.calibration_seconds, calibrated=self.calibrated,
+                       first_token_wall_seconds=self.first_token_wall_seconds)
         if self.host_load is not None:
             summary.update(self.host_load.to_dict())
         speed = self.speed

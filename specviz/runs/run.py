@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import collections
 import functools
+import statistics
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
@@ -29,7 +31,7 @@ import torch
 from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.plain import autoregressive_decode
 from ..core.decoding import speculative_decode
-from ..core.draft_policy import CostAwarePolicy, PassCosts, calibrate, calibration_widths
+from ..core.draft_policy import CostAwarePolicy, DraftCosts, PassCosts, calibrate, calibration_widths
 from ..core.timing import Clock
 from ..core.draft_trees import DraftTreeDrafter
 from ..core.drafters import DraftModelDrafter, Drafter
@@ -131,25 +133,50 @@ def _warm_up(settings: RunSettings, pair: ModelPair, drafter: Drafter, input_ids
         pass
 
 
-# What a target pass costs on this machine, per model and torch thread count: measured before the
-# first cost-aware run of a model (`pass_costs`), then refreshed by every run's own passes.
+# What a target pass costs on this machine, per model (its device and dtype) and torch thread count,
+# and what each drafter spends drafting for it: measured before the first cost-aware run that needs
+# them (`cost_tables`), then refreshed by every run's own cycles. A drafter's drafting cost is its own:
+# one drafter's measurement never prices another's drafts.
 _PASS_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_DRAFT_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def pass_costs(pair: ModelPair, input_ids: torch.Tensor, max_length: int) -> PassCosts:
+def pass_costs(pair: ModelPair, input_ids: torch.Tensor, max_length: int) -> tuple[PassCosts, list[int]]:
     """The pass costs kept for the pair's target, with every width up to `max_length` timed (the
-    widths not yet timed are timed now, after the prompt: one untimed pass and two timed each)."""
+    widths not yet timed are timed now, after the prompt), and the widths timed now."""
     costs = _PASS_COSTS.setdefault(pair.target, {}).setdefault(torch.get_num_threads(), PassCosts())
     missing = [w for w in calibration_widths(max_length) if w not in costs.seconds]
     if missing:
         calibrate(pair.target, input_ids[0].tolist(), missing, costs, Clock(pair.device))
-    return costs
+    return costs, missing
+
+
+def drafting_costs(settings: RunSettings, pair: ModelPair, drafter: Drafter, draft_name: str,
+                   input_ids: torch.Tensor, options: dict) -> tuple[DraftCosts, bool]:
+    """This drafter's drafting seconds per token for the pair's target (nothing for a drafter that
+    proposes for free), measured now if never measured: a short greedy run of fixed k, the median over
+    its cycles after the first (whose drafting also read the prompt). Returns the costs and whether
+    they were measured now."""
+    tables = _DRAFT_COSTS.setdefault(pair.target, {})
+    costs = tables.setdefault((torch.get_num_threads(), draft_name), DraftCosts())
+    if drafter.free_to_propose or costs.known:
+        return costs, False
+    k = settings.k
+    short = dict(options, max_new_tokens=min(settings.max_new_tokens, 3 * (k + 1) + 1), temperature=0.0)
+    per_token = [cycle.draft_seconds / len(cycle.drafted)
+                 for cycle in speculative_decode(pair.target, drafter.without_memory(), input_ids, k=k, **short)
+                 if cycle.index > 0 and cycle.drafted]
+    if per_token:
+        costs.per_token = statistics.median(per_token)
+    return costs, True
 
 
 def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool = False,
-         warm_up: bool = True) -> Iterator[Run]:
+         warm_up: bool = True, progress: Progress | None = None) -> Iterator[Run]:
     """Decode `prompt` (speculatively, and plainly too with `baseline`), yielding the run after each
     event. `settings` must have passed `settings.validate`; errors a user can cause raise SpecvizError.
+    The cost-aware policy's first run of a target (or of a drafter on it) calibrates first: the run is
+    yielded once with its `status` saying so, and `progress` (if given) hears it too.
     On a CPU it runs on one torch thread, timed by its CPU time, unless this process chose otherwise
     (`models.devices.use_threads`: more threads are timed by the wall clock)."""
     default_threads(pair.device)
@@ -166,12 +193,6 @@ def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool 
         steps = autoregressive_decode(pair.target, input_ids, settings.max_new_tokens, **options) if baseline else None
     except ValueError as error:
         raise SpecvizError(str(error)) from None
-    if warm_up:
-        _warm_up(settings, pair, drafter, input_ids, options)
-    if policy is not None:      # timed like the warm-up: before either method's clock starts
-        widest = max(2 * settings.k, settings.tree_budget, getattr(drafter, "budget", 0) or 0) \
-            if drafter.drafts_trees else settings.k           # a tree's pass verifies its nodes
-        policy.costs = pass_costs(pair, input_ids, widest)
     prompt_ids = input_ids[0].tolist()
     draft_name = pair.draft_name + (f" tree (top-{settings.branch}, {settings.tree_budget} nodes)"
                                     if drafter is not pair.draft else "")
@@ -180,6 +201,13 @@ def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool 
               dtype=str(pair.dtype).removeprefix("torch."), device=str(pair.device), clock=Clock(pair.device).name,
               prompt_tokens=len(prompt_ids), eos_token_ids=eos, baseline=baseline, note=pair.note,
               _decode=functools.partial(pair.tokenizer.decode, skip_special_tokens=True))
+    began = time.perf_counter()
+    if warm_up:
+        _warm_up(settings, pair, drafter, input_ids, options)
+    if policy is not None:      # timed like the warm-up: before either method's clock starts
+        widest = max(2 * settings.k, settings.tree_budget, getattr(drafter, "budget", 0) or 0) \
+            if drafter.drafts_trees else settings.k           # a tree's pass verifies its nodes
+        yield from _calibrated(run, settings, pair, drafter, input_ids, options, policy, widest, progress)
     spec_text, plain_text = Detokenizer(pair.tokenizer, prompt_ids), Detokenizer(pair.tokenizer, prompt_ids)
     limit, ends = settings.max_new_tokens, set(eos)
     spec_tokens = 0
@@ -187,6 +215,8 @@ def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool 
     try:
         for event in interleave(cycles, steps):
             if isinstance(event, Cycle):
+                if not run.cycles:     # the first token as a user waits for it: warm-up and calibration included
+                    run.first_token_wall_seconds = time.perf_counter() - began
                 run.cycles.append(event)
                 run.texts.append(cycle_text(event, spec_text))
                 spec_tokens += len(event.emitted)
@@ -203,6 +233,36 @@ def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool 
         # says how busy the host was too.
         run.host_load = HostLoad.since(started)
     yield run
+
+
+def _calibrated(run: Run, settings: RunSettings, pair: ModelPair, drafter: Drafter, input_ids: torch.Tensor,
+                options: dict, policy: CostAwarePolicy, widest: int, progress: Progress | None) -> Iterator[Run]:
+    """Give the policy the cost tables for this target and drafter, measuring what was never measured
+    in this process (yielding `run` once first, its status saying what is timed); the seconds it took
+    (wall clock) go to `run.calibration_seconds`: before either method's clock, so in neither's
+    figures, but in the time to the first token."""
+    threads = torch.get_num_threads()
+    known = _PASS_COSTS.get(pair.target, {}).get(threads)
+    needs_passes = known is None or any(w not in known.seconds for w in calibration_widths(widest))
+    needs_drafting = not drafter.free_to_propose and not _DRAFT_COSTS.get(pair.target, {}).get(
+        (threads, run.draft_name), DraftCosts()).known
+    if needs_passes or needs_drafting:
+        what = " and ".join(part for part, needed in (
+            (f"target passes verifying 0 to {widest} drafted tokens", needs_passes),
+            (f"{run.draft_name}'s drafting", needs_drafting)) if needed)
+        run.status = (f"Calibrating: timing {what} on this machine (once per process; excluded from both "
+                      f"methods' figures)\u2026")
+        if progress is not None:
+            progress(0.0, run.status)
+        yield run
+    started = time.perf_counter()
+    policy.costs, widths = pass_costs(pair, input_ids, widest)
+    policy.draft_costs, drafting = drafting_costs(settings, pair, drafter, run.draft_name, input_ids, options)
+    if widths or drafting:
+        run.calibration_seconds = time.perf_counter() - started
+        run.calibrated = ([f"target passes of {', '.join(map(str, widths))} drafted tokens"] if widths else []) + \
+                         ([f"{run.draft_name}'s drafting"] if drafting else [])
+    run.status = ""
 
 
 def cycle_text(cycle: Cycle, detok: Detokenizer) -> CycleText:
@@ -232,6 +292,6 @@ def last(items: Iterable[T]) -> T | None:
 
 
 def execute(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool = False,
-            warm_up: bool = True) -> Run:
+            warm_up: bool = True, progress: Progress | None = None) -> Run:
     """`race` drained: the finished run."""
-    return last(race(settings, prompt, pair, baseline=baseline, warm_up=warm_up))
+    return last(race(settings, prompt, pair, baseline=baseline, warm_up=warm_up, progress=progress))

@@ -15,7 +15,7 @@ from ..errors import SpecvizError
 from ..runs import Comparison, Loader, PromptSetComparison, Sweep, config_label, iter_comparison, iter_sweep
 from ..runs.run import load
 from ..settings import Limits, RunSettings, check_prompt, flag, validate, whole_number
-from ..views import explain, render
+from ..views import explain, prose, render
 from ..views.export import export_comparison
 from ..views.figures import comparison_figures, sweep_figure
 from ..views.prompt_sets import write_files as write_set_files
@@ -144,7 +144,8 @@ def compare_view(comparison: Comparison, sweep: Sweep | None = None, *, state: s
     best = max(comparison.results, key=lambda r: r.speedup or 0.0, default=None)
     if best is not None:
         label = comparison.labels[comparison.results.index(best)]
-        numbers = explain.run_numbers(label, best.stats, best.speedup, best.theory_at_pass_cost)
+        numbers = explain.run_numbers(label, best.stats, best.speedup, best.theory_at_pass_cost,
+                                          prose.calibration_text(best))
     else:
         numbers = gr.skip()
     sweep_plot = gr.update(value=sweep_figure(sweep), visible=True) if sweep is not None else gr.update(visible=False)

@@ -94,8 +94,8 @@ def run_work(limits: Limits, loader: Loader | None = None, memories: SessionMemo
                 if not show:
                     yield TICK
                     continue
-                yield page(renderer.view(run, "Running: speculative and plain decoding take turns on the same "
-                                              "model\u2026", with_charts=with_charts))
+                yield page(renderer.view(run, run.status or "Running: speculative and plain decoding take turns on "
+                                              "the same model\u2026", with_charts=with_charts))
             yield page(renderer.view(run, "Finished.", final=True), recording_button(run))
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
             error = error_html(failure(exc))

@@ -12,7 +12,7 @@ import gradio as gr
 
 from ..runs import Loader, config_label, load_stepwise, race
 from ..settings import Limits, RunSettings, check_prompt, validate
-from ..views import explain, render, teach
+from ..views import explain, prose, render, teach
 from .budget import check_pair_prompt
 from .common import (CHAT, CONCURRENCY_ID, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, RAW, TICK, StopSignal, Throttle,
                      click_with_stop, draft_spec, error_html, failure, gpu_task, recording_button, streaming)
@@ -83,7 +83,7 @@ def teach_work(limits: Limits, loader: Loader | None = None):
                 return
             label = config_label(settings)
             view = teach_view(teach.teach_run(run, pair.tokenizer, label=label), 0,
-                              explain.run_numbers(label, run.stats),
+                              explain.run_numbers(label, run.stats, calibration=prose.calibration_text(run)),
                               recording_button(run, "teach-stopped" if cut else "teach"))
             if cut:   # a Stop pressed after the last cycle leaves the run complete
                 view = view._replace(position=f"Stopped after {len(run.cycles)} cycle"

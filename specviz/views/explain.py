@@ -17,13 +17,15 @@ EXAMPLE_NUMBERS = dict(alpha=0.7, k=4, c=0.05)
 
 
 def run_numbers(label: str, stats, measured_speedup: float | None = None,
-                theory_here: float | None = None) -> dict:
-    """What the Explain tab needs of a run, as plain data (for a gr.State)."""
-    return {"label": label, "stats": stats.to_dict(), "speedup": measured_speedup, "theory_here": theory_here}
+                theory_here: float | None = None, calibration: str | None = None) -> dict:
+    """What the Explain tab needs of a run, as plain data (for a gr.State); `calibration` is
+    `prose.calibration_text` of the run."""
+    return {"label": label, "stats": stats.to_dict(), "speedup": measured_speedup, "theory_here": theory_here,
+            "calibration": calibration}
 
 
 def formulas_markdown(stats=None, *, measured_speedup: float | None = None, theory_here: float | None = None,
-                      label: str | None = None,
+                      label: str | None = None, calibration: str | None = None,
                       alpha: float | None = None, k: int | None = None, c: float | None = None) -> str:
     """The two formulas of the theory, with a run's numbers in them: tokens per pass
     (1 - α^(k+1)) / (1 - α) and speedup over (k c + 1). `stats` is a SpecStats; without one,
@@ -62,6 +64,8 @@ def formulas_markdown(stats=None, *, measured_speedup: float | None = None, theo
             lines.append(f" The cost-aware policy drafted in **{stats.cycles_drafted}** of {stats.cycles} cycles and "
                          f"paused speculation in **{stats.cycles_paused}** (a plain step where no draft length was "
                          "expected to pay); $k$ above is the most it may draft.")
+        if calibration:
+            lines.append(f" Its costs come from this machine: calibration {calibration}.")
         lines.append("")
     best = best_k(alpha, c)
     if expected_speedup(alpha, best, c) < 1:
@@ -81,7 +85,7 @@ def explain_markdown(numbers: dict | None = None) -> str:
                 "section fills in with that run's own.*")
     return formulas_markdown(SpecStats(**numbers["stats"]), measured_speedup=numbers.get("speedup"),
                              theory_here=numbers.get("theory_here"),
-                             label=numbers.get("label"))
+                             label=numbers.get("label"), calibration=numbers.get("calibration"))
 
 
 def theory_figure(alpha: float, c: float, *, k_max: int = 12, measured: tuple[int, float] | None = None,

@@ -159,6 +159,19 @@ def policy_text(run: Run) -> str | None:
             f"speculation in {s.cycles_paused} (no draft length expected to beat a plain step)")
 
 
+def calibration_text(run: Run) -> str | None:
+    """What the cost-aware policy's calibration took before this run (None without the policy)."""
+    if not run.settings.cost_aware:
+        return None
+    first = (f"; time to the first token {run.first_token_wall_seconds:.2f} s (wall clock, warm-up and calibration "
+             "included)") if run.first_token_wall_seconds is not None else ""
+    if run.calibration_seconds > 0:
+        return (f"{run.calibration_seconds:.2f} s (wall clock) before the race, timing {' and '.join(run.calibrated)}: "
+                f"excluded from both methods' figures{first}")
+    return (f"none in this run (this process had measured this target's passes and this drafter's drafting "
+            f"already){first}")
+
+
 def summary_lines(run: Run) -> list[str]:
     """The command line's summary of one run."""
     s = run.stats
@@ -172,6 +185,9 @@ def summary_lines(run: Run) -> list[str]:
     policy = policy_text(run)
     if policy:
         lines.append(f"draft length: {policy}")
+    calibration = calibration_text(run)
+    if calibration:
+        lines.append(f"calibration: {calibration}")
     lines += [f"{name.lower()}: {value}; {note}" for name, value, note in cross_tokenizer_lines(run)]
     lines.append(f"speculative: {s.tokens_per_second:.1f} tokens/s (with prefill)")
     if run.steps:
