@@ -35,15 +35,17 @@ import subprocess
 import sys
 import tempfile
 import threading
+import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specviz.catalog import prompt_set  # noqa: E402
+from specviz.catalog import prompt_set, read_prompt_file  # noqa: E402
 from specviz.engines import EngineConfig, VllmEngine, closed_loop, engine_configs, model_location  # noqa: E402
 from specviz.engines.vllm_server import SERVED_NAME, free_port, start_server, start_watched  # noqa: E402
 from specviz.models.host import load_average, read_cpuinfo  # noqa: E402
+from specviz.runs import engine_load  # noqa: E402
 from specviz.runs.engine_load import (batch_prompts, engine_sweep, latency, make_requests,  # noqa: E402
                                       requests_per_point, throughput)
 from specviz.settings import RunSettings, parse_draft, whole_numbers  # noqa: E402
@@ -56,6 +58,11 @@ BENCH = ("import sys; from vllm.benchmarks.serve import add_cli_args, main; "
 def vllm_bench_serve(python: str, url: str, folder: str, prompts: list[str], concurrency: int, tokens: int,
                      scratch: Path) -> dict:
     """`vllm bench serve` on `prompts` (in this order) at `--max-concurrency`, each writing `tokens`."""
+    reset = urllib.request.Request(f"{url}/reset_prefix_cache", method="POST")
+    try:
+        urllib.request.urlopen(reset, timeout=30).read()
+    except OSError as error:        # a server started without VLLM_SERVER_DEV_MODE=1
+        say(f"could not empty the prefix cache before vllm bench serve ({error})")
     data = scratch / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
     result = scratch / "result.json"
@@ -293,7 +300,8 @@ def main() -> int:
     parser.add_argument("--k", default="4", help="draft lengths above 0 (default %(default)s)")
     parser.add_argument("--draft", default="ngram")
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--prompts", default="rewrite", help="a prompt set (default %(default)s)")
+    parser.add_argument("--prompts", default="rewrite",
+                        help="a prompt set or file (default %(default)s; short edits: assets/edit_prompts.txt)")
     parser.add_argument("--count", type=int, default=4, help="its first COUNT prompts (default %(default)s)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=1, help="each point's requests this many times over")
@@ -304,13 +312,21 @@ def main() -> int:
     parser.add_argument("--user-servers", action="store_true",
                         help="vllm bench serve on servers as a user starts them and as specviz does, in turns")
     parser.add_argument("--rounds", type=int, default=2, help="--user-servers: turns of each (default %(default)s)")
+    parser.add_argument("--points-share-cache", action="store_true",
+                        help="give the sweep's points no prefix-cache namespace of their own (as before 2026-12-06)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     args.batches = whole_numbers("--batch", args.batch, 1, 64)
     args.ks = whole_numbers("--k", args.k, 1, 64)
 
     folder = model_location(None)
-    prompts = prompt_set(args.prompts)[:args.count]
+    prompts = read_prompt_file(args.prompts) if Path(args.prompts).is_file() else prompt_set(args.prompts)
+    prompts = prompts[:args.count]
+    if args.points_share_cache:       # the sweep as it was before each point had its own prefix-cache namespace
+        engine_load.point_salt = lambda *_: None
+    # Every run of vllm bench serve starts from an empty prefix cache (its own warm-ups then fill it, as
+    # on a server just started): the servers take vLLM's development endpoints for that.
+    os.environ.setdefault("VLLM_SERVER_DEV_MODE", "1")
     settings = RunSettings(draft=args.draft, k=max(args.ks), max_new_tokens=args.max_new_tokens, dtype=args.dtype)
     engine = VllmEngine(model=folder, vllm_python=args.vllm_python, dtype=args.dtype, engine_args=args.engine_arg,
                         say=say)

@@ -38,6 +38,10 @@ class Request:
     top_k: int = 0       # 0: off
     seed: int | None = None
     ignore_eos: bool = False     # vLLM's extension: always write max_tokens (benchmarks: equal work)
+    # vLLM's prefix-cache namespace (its `cache_salt`): requests with another salt, or none, never reuse
+    # this one's cached prompt blocks. A sweep gives each point its own, so that a point is timed as
+    # on a server just started (its requests share blocks among themselves, as `vllm bench serve`'s do).
+    cache_salt: str | None = None
 
     def body(self, model: str) -> dict:
         # Sampling fields only where they differ from the server's defaults: the body is then what
@@ -52,6 +56,8 @@ class Request:
             body["seed"] = self.seed
         if self.ignore_eos:
             body["ignore_eos"] = True
+        if self.cache_salt is not None:
+            body["cache_salt"] = self.cache_salt
         if self.chat:
             body["messages"] = [{"role": "user", "content": self.prompt}]
         else:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -119,12 +120,25 @@ def requests_per_point(batch: int, prompts: int, repeats: int = 1) -> int:
 
 
 def make_requests(settings: RunSettings, prompts: Sequence[BenchPrompt], count: int,
-                  max_tokens: int | None = None, *, ignore_eos: bool = False) -> list[Request]:
+                  max_tokens: int | None = None, *, ignore_eos: bool = False,
+                  cache_salt: str | None = None) -> list[Request]:
     chosen = batch_prompts(prompts, count)
     return [Request(i, p.prompt, settings.chat, max_tokens or settings.max_new_tokens, settings.temperature,
                     settings.top_p, settings.top_k, None if settings.seed is None else settings.seed + i,
-                    ignore_eos=ignore_eos)
+                    ignore_eos=ignore_eos, cache_salt=cache_salt)
             for i, p in enumerate(chosen)]
+
+
+def point_salt(engine: Engine, config: EngineConfig, batch: int) -> str | None:
+    """The prefix-cache namespace of one point on vLLM (None elsewhere). vLLM caches prompt blocks
+    by default: without its own namespace a point's requests would reuse the blocks of the warm-up's
+    and the earlier points' identical prompts and skip their prefill, which a server just started (as
+    `vllm bench serve` is usually run on) pays. On short prompts with long copies, where prefill is a
+    large share of a request, the sweep would time less work than such a server does."""
+    if engine.name != "vllm":
+        return None
+    return f"specviz-{uuid.uuid4().hex[:12]}-k{config.k}-b{batch}"
+
 
 
 def acceptance(responses: Sequence[Response], counted: dict | None = None) -> dict | None:
@@ -292,7 +306,8 @@ def engine_sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], engine: 
                 pass
 
     def measure(served, batch, done):
-        requests = make_requests(settings, prompts, requests_per_point(batch, len(prompts), repeats), ignore_eos=True)
+        requests = make_requests(settings, prompts, requests_per_point(batch, len(prompts), repeats), ignore_eos=True,
+                                 cache_salt=point_salt(engine, served.config, batch))
         began = time.monotonic()
         for response in closed_loop(served.url, served.model, requests, batch, stop):
             done.append(response)

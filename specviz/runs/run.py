@@ -139,6 +139,7 @@ def _warm_up(settings: RunSettings, pair: ModelPair, drafter: Drafter, input_ids
 # one drafter's measurement never prices another's drafts.
 _PASS_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _DRAFT_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+CALIBRATION_DRAFT = 2       # tokens a drafter drafts per cycle while its drafting is timed
 
 
 def pass_costs(pair: ModelPair, input_ids: torch.Tensor, max_length: int) -> tuple[PassCosts, list[int]]:
@@ -154,14 +155,14 @@ def pass_costs(pair: ModelPair, input_ids: torch.Tensor, max_length: int) -> tup
 def drafting_costs(settings: RunSettings, pair: ModelPair, drafter: Drafter, draft_name: str,
                    input_ids: torch.Tensor, options: dict) -> tuple[DraftCosts, bool]:
     """This drafter's drafting seconds per token for the pair's target (nothing for a drafter that
-    proposes for free), measured now if never measured: a short greedy run of fixed k, the median over
-    its cycles after the first (whose drafting also read the prompt). Returns the costs and whether
-    they were measured now."""
+    proposes for free), measured now if never measured: a short greedy run drafting `CALIBRATION_DRAFT`
+    tokens a cycle, the median over its cycles after the first (whose drafting also read the prompt).
+    Returns the costs and whether they were measured now."""
     tables = _DRAFT_COSTS.setdefault(pair.target, {})
     costs = tables.setdefault((torch.get_num_threads(), draft_name), DraftCosts())
     if drafter.free_to_propose or costs.known:
         return costs, False
-    k = settings.k
+    k = min(settings.k, CALIBRATION_DRAFT)      # drafting's cost per token hardly depends on k: short drafts
     short = dict(options, max_new_tokens=min(settings.max_new_tokens, 3 * (k + 1) + 1), temperature=0.0)
     per_token = [cycle.draft_seconds / len(cycle.drafted)
                  for cycle in speculative_decode(pair.target, drafter.without_memory(), input_ids, k=k, **short)
