@@ -191,6 +191,26 @@ def test_a_point_holds_several_waves_of_requests():
     assert requests_per_point(1, 4) == 4 and requests_per_point(2, 4, repeats=2) == 16
 
 
+def test_each_point_on_vllm_has_its_own_prefix_cache_namespace():
+    # vLLM caches prompt blocks by default: a point must not reuse the warm-up's or an earlier point's.
+    from types import SimpleNamespace
+
+    from specviz.catalog import BenchPrompt
+    from specviz.runs.engine_load import make_requests, point_salt
+    from specviz.settings import RunSettings
+
+    vllm, llamacpp = SimpleNamespace(name="vllm"), SimpleNamespace(name="llamacpp")
+    salts = {point_salt(vllm, EngineConfig(k, None), batch) for k in (0, 4) for batch in (1, 4)}
+    assert len(salts) == 4 and None not in salts
+    assert point_salt(vllm, EngineConfig(4, None), 1) != point_salt(vllm, EngineConfig(4, None), 1)   # a rerun too
+    assert point_salt(llamacpp, EngineConfig(4, None), 1) is None
+    prompts = [BenchPrompt("a", "edit", "Fix: teh cat"), BenchPrompt("b", "edit", "Fix: a dgo")]
+    salt = point_salt(vllm, EngineConfig(4, None), 1)
+    bodies = [r.body("m") for r in make_requests(RunSettings(), prompts, 4, cache_salt=salt)]
+    assert {b["cache_salt"] for b in bodies} == {salt}     # shared inside the point, as vllm bench serve's requests
+    assert "cache_salt" not in make_requests(RunSettings(), prompts, 1)[0].body("m")
+
+
 def _responses(ttft: float, seconds: float, tokens: int = 48, count: int = 4) -> list:
     """One request at a time, each `seconds` long, its first token after `ttft`, jittered a little per request."""
     from specviz.engines import Response
