@@ -5,8 +5,14 @@ from __future__ import annotations
 
 
 # Every timed figure names its clock (`core.timing.Clock.name`) and its basis: decode only (each
-# method's first event, which carries the prompt's prefill, left out) or with the prefill.
-DECODE_ONLY, WITH_PREFILL = "decode only", "with prefill"
+# method's first event, which carries the prompt's prefill, left out), with the prefill, or the
+# prefill alone.
+DECODE_ONLY, WITH_PREFILL, PREFILL_ONLY = "decode only", "with prefill", "prefill only"
+
+# How long a run took as a person waits for it: always the wall clock, whatever timed its figures
+# (JSON `elapsed_wall_seconds`). On one thread's CPU time a race's figures leave out the rendering
+# between events and whatever else the machine did; this says what the race cost in real time.
+WALL_CLOCK = "wall clock"
 
 
 def moved_by_load(clock: str) -> bool:
@@ -20,6 +26,17 @@ def clock_text(clock: str) -> str:
     return clock + (" (other programs on this machine can move it)" if moved_by_load(clock) else "")
 
 
+def timed(figure: str, clock: str) -> str:
+    """A figure with its clock, as every view writes it: '2.51\u00d7 (thread CPU time)', '2.06 s (wall clock)'."""
+    return f"{figure} ({clock})"
+
+
+def elapsed_text(seconds: float) -> str:
+    """A run's elapsed time, on the wall clock: '6.3 s elapsed (wall clock)'."""
+    return timed(f"{seconds:.1f} s elapsed", WALL_CLOCK)
+
+
 def timing(clock: str, **bases: str) -> dict:
-    """A figure's clock and basis for JSON: `timing(clock, speedup=DECODE_ONLY, ...)`."""
+    """The clock and basis of a JSON object's timed fields: `timing(clock, speedup=DECODE_ONLY, ...)`.
+    Every field named in `bases` is timed by `clock`; `elapsed_wall_seconds` by the wall clock."""
     return {"clock": clock, "moved_by_load": moved_by_load(clock), "basis": bases}
