@@ -174,6 +174,18 @@ def test_the_headline_and_the_panels_name_their_clock_and_the_run_its_wall_time(
         "26 tokens \u00b7 1.04 s \u00b7 25.0 tokens/s (thread CPU time) \u00b7 done")
 
 
+def test_parted_outputs_advise_float32_by_the_devices_dtype_policy():
+    """On a CPU 'auto' is float32; on a GPU it is the serving dtype, and float32 is not exact there either."""
+    from specviz.views.prose import parted_text
+
+    cycles = [make_cycle(index=i, drafted=(1, 2), num_accepted=1, correction=9) for i in range(13)]
+    steps = [Step(index=i, token=(1, 9)[i % 2] if i < 10 else 5, prob=0.5, seconds=0.04) for i in range(26)]
+    run = dataclasses.replace(make_run(cycles, steps), dtype="bfloat16")
+    assert "Choose dtype float32 (what 'auto' picks on a CPU) for identical outputs" in parted_text(run)
+    on_gpu = parted_text(dataclasses.replace(run, device="cuda:0"))
+    assert "'auto' on a GPU is the serving dtype" in on_gpu and "what 'auto' picks" not in on_gpu
+
+
 def test_comparison_note():
     texts = lambda ids: [chr(97 + i) for i in ids]  # noqa: E731
     assert "identical" in render.comparison_note([1, 2, 3], [1, 2, 3], texts([1, 2, 3]), texts([1, 2, 3]),

@@ -124,8 +124,9 @@ def use_threads(threads: int | None = None) -> str:
         torch.set_num_threads(DEFAULT_CPU_THREADS)
     _threads_chosen = threads is not None
     count = torch.get_num_threads()
-    return f"torch uses {count} CPU thread{'s' if count != 1 else ''}" + (
-        "" if threads is not None or not torch.cuda.is_available() else f" ({DEFAULT_CPU_THREADS} for a run on the CPU)")
+    per_run = threads is None and torch.cuda.is_available()     # a CPU run here still takes the default
+    return (f"torch uses {count} CPU thread{'s' if count != 1 else ''}"
+            + (f" ({DEFAULT_CPU_THREADS} for a run on the CPU)" if per_run else ""))
 
 
 def default_threads(device: str | torch.device = "auto") -> None:

@@ -89,6 +89,15 @@ def compared_text(run: Run) -> str:
             f"timed by {clock_text(run.clock)}")
 
 
+def float32_advice(device: str) -> str:
+    """What float32 buys, by the dtype policy (`models.devices.auto_dtype`): on a CPU it is what 'auto'
+    picks and keeps greedy outputs identical; on a GPU 'auto' is the serving dtype (bf16 or fp16)."""
+    if device.startswith("cuda"):
+        return ("Choose dtype float32 for outputs closer to plain decoding's ('auto' on a GPU is the serving dtype, "
+                "bf16 or fp16; even float32 is not bit-exact across shapes on a GPU)")
+    return "Choose dtype float32 (what 'auto' picks on a CPU) for identical outputs"
+
+
 def parted_text(run: Run) -> str | None:
     """For a greedy race whose outputs part: what happened and what the speedup compares (shown before
     the headline: the method's promise is identical output). None otherwise."""
@@ -99,7 +108,7 @@ def parted_text(run: Run) -> str | None:
     why = (f"in {run.dtype} a one-token step and a multi-token pass round differently, and at a near-tie of the "
            "top two logits the argmax flips" if reduced else
            "a one-token step and a multi-token pass differ numerically at a near-tie of the top two logits")
-    advice = (" Choose dtype float32 (what 'auto' picks) for identical outputs." if reduced else "")
+    advice = f" {float32_advice(run.device)}." if reduced else ""
     compared = (f"The speedup compares the {work.tokens} tokens both wrote." if run.speed is not None else
                 "Too few tokens were written alike for a speedup.")
     return f"Greedy outputs part at token {work.parted_at}: {why}. {compared}{advice}"
@@ -191,7 +200,7 @@ def summary_lines(run: Run) -> list[str]:
             lines.append("greedy outputs identical: yes")
         else:
             lines.append(f"greedy outputs identical: no, they diverge at token {run.divergence} (reduced precision "
-                         "such as bf16 can flip near-tied logits; --dtype float32, what auto picks, keeps them equal)")
+                         f"such as bf16 can flip near-tied logits; {float32_advice(run.device).lower()})")
     if run.elapsed_wall_seconds is not None:
         lines.append(f"elapsed: {elapsed_text(run.elapsed_wall_seconds)}")
     busy = busy_host_text(run)

@@ -317,7 +317,8 @@ def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
         _row("Measured speedup", speed_text(run) if speed else "\u2013", compared_text(run)),
         *(_row(name, value, note) for name, value, note in theory_lines(run)),
         *(_row(f"{name}, with prefill", f"{s.tokens_per_second:.1f} tokens/s",
-               f"{s.tokens} tokens in {timed(f'{s.seconds:.2f} s', run.clock)}") for name, s in (("Speculative", spec), ("Plain", plain))
+               f"{s.tokens} tokens in " + timed(f"{s.seconds:.2f} s", run.clock))
+          for name, s in (("Speculative", spec), ("Plain", plain))
           if s),
     ]
     paragraphs = "".join(f'<p class="sv-note">{html.escape(n)}</p>' for n in notes)
