@@ -72,7 +72,7 @@ def parse_configs(rows, *, max_new_tokens, seed, chat: bool, limits: Limits) -> 
             continue
         # A blank k or temperature cell means the default; validate reads blank target and draft cells.
         settings = RunSettings(target=target, draft=draft, k=4 if k in (None, "") else k, dynamic_k=dynamic_k,
-                               fixed_k=bool(fixed_k) if fixed_k not in (None, "") else False,
+                               fixed_k=flag(fixed_k),
                                temperature=0.0 if temperature in (None, "") else temperature,
                                seed=seed, max_new_tokens=max_new_tokens, chat=chat,
                                branch=1 if branch in (None, "") else branch)
