@@ -250,7 +250,7 @@ def test_compare_piped_to_a_file_keeps_every_figure_and_label_whole():
     env = dict(os.environ, COLUMNS="", TERM="dumb")
     result = subprocess.run([sys.executable, "-m", "specviz", "compare", "--target", "tiny", "--draft", "ngram",
                              "--draft", "suffix", "--max-new-tokens", "8", "--no-color", PROMPT],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300, cwd=ROOT, env=env)
+                            capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)     # pipes, not a terminal
     assert result.returncode == 0, result.stderr
     assert "\u2026" not in result.stdout
     header = next(line for line in result.stdout.splitlines() if "configuration" in line)
