@@ -38,8 +38,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                             "type and sizes ('{\"type\": \"ngram-mod\", \"n_match\": 8}'); the draft length is "
                             "set to each k measured")
     group.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
-                       help="passed to every server started, e.g. --engine-arg=--tensor-parallel-size=2 "
-                            "(repeat; write it with '=')")
+                       help="passed to every server started, e.g. --engine-arg=--tensor-parallel-size=2 or "
+                            "--engine-arg=-tp=2 (repeat; write it with '=')")
     group.add_argument("--engine-url", action="append", default=[], metavar="K=URL",
                        help="an already-running server for draft length K (0 = the plain one), running the config "
                             "--draft/--speculative-config describe at K; nothing is started for that K")
