@@ -24,8 +24,8 @@ from specviz.settings import RunSettings, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = {"specviz_tokens_per_s", "transformers_tokens_per_s", "baseline_tokens_per_s", "identical_to_baseline",
-            "acceptance_rate", "tokens_per_cycle", "mean_acceptance_length", "cost_ratio", "specviz_speedup", "transformers_speedup",
-            "specviz_vs_transformers", "expected_speedup", "category", "draft"}
+            "acceptance_rate", "tokens_per_cycle", "mean_acceptance_length", "cost_ratio", "specviz_speedup",
+            "transformers_speedup", "specviz_vs_transformers", "expected_speedup", "category", "draft"}
 
 
 def tiny_setup(draft: str, max_new_tokens: int = 12, k: int | None = None) -> bench.Setup:

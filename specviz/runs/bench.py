@@ -276,8 +276,8 @@ def run_bench(setup: Setup, prompts: Sequence[BenchPrompt], *, repeats: int = 1,
 
 # ----------------------------------------------------------------------------- summaries
 
-SUMMARY_KEYS = ("acceptance_rate", "tokens_per_cycle", "mean_acceptance_length", "nodes_per_pass", "cost_ratio", "baseline_tokens_per_s",
-                "specviz_tokens_per_s",
+SUMMARY_KEYS = ("acceptance_rate", "tokens_per_cycle", "mean_acceptance_length", "nodes_per_pass", "cost_ratio",
+                "baseline_tokens_per_s", "specviz_tokens_per_s",
                 "transformers_tokens_per_s", "specviz_speedup", "transformers_speedup", "specviz_vs_transformers",
                 "expected_speedup", "speedup_vs_theory", "expected_tokens_per_pass", "verify_pass_cost",
                 "expected_speedup_at_pass_cost", "draft_tokens_per_target_token")
