@@ -16,10 +16,11 @@ WALL_CLOCK = "wall clock"
 
 
 def moved_by_load(clock: str) -> bool:
-    """Whether other programs on the machine can move a figure timed by `clock`: the wall clock on a
-    CPU (more than one torch thread, an engine's client) can; one thread's CPU time and a device's
-    synchronised clock cannot."""
-    return clock.startswith("wall") and "device-synchronised" not in clock
+    """Whether other programs on the machine can move a figure timed by `clock`. Every wall clock can:
+    on a CPU with more than one torch thread, at an engine's client, and on a GPU too (synchronised
+    with the device, it still counts the host thread's launches, which a busy CPU delays, and waits
+    for the card, which another program may share). One thread's CPU time counts only that thread."""
+    return clock.startswith("wall")
 
 
 def clock_text(clock: str) -> str:

@@ -170,6 +170,8 @@ def test_the_headline_and_the_panels_name_their_clock_and_the_run_its_wall_time(
     assert headline.endswith("; 6.3 s elapsed (wall clock)")
     run.clock = "wall clock, device-synchronised"
     assert "Measured speedup 1.60\u00d7 (wall clock, device-synchronised) over" in speedup_headline(run)[1]
+    # a GPU's wall clock counts the host's launches and waits for a card others may share
+    assert "(other programs on this machine can move it)" in render.summary_html(run, state="")
     assert render.race_status(26, 1.04, True, "thread CPU time") == (
         "26 tokens \u00b7 1.04 s \u00b7 25.0 tokens/s (thread CPU time) \u00b7 done")
 
