@@ -202,7 +202,7 @@ def summary_lines(run: Run) -> list[str]:
             lines.append(f"greedy outputs identical: no, they diverge at token {run.divergence} (reduced precision "
                          f"such as bf16 can flip near-tied logits; {float32_advice(run.device).lower()})")
     if run.elapsed_wall_seconds is not None:
-        lines.append(f"elapsed: {elapsed_text(run.elapsed_wall_seconds)}")
+        lines.append(f"race: {elapsed_text(run.elapsed_wall_seconds)}")
     busy = busy_host_text(run)
     if busy:
         lines.append(f"warning: {busy}")
