@@ -169,7 +169,7 @@ def throughput(setup: Setup, prompts: list[BenchPrompt]) -> dict:
             "transformers_tokens_per_s": overall["transformers_tokens_per_s"],
             "specviz_speedup": overall["specviz_speedup"], "transformers_speedup": overall["transformers_speedup"],
             "specviz_vs_transformers": overall["specviz_vs_transformers"],
-            "acceptance_rate": overall["acceptance_rate"], "tokens_per_pass": overall["tokens_per_pass"],
+            "acceptance_rate": overall["acceptance_rate"], "tokens_per_cycle": overall["tokens_per_cycle"],
             "cost_ratio": overall["cost_ratio"], "expected_speedup": overall["expected_speedup"],
             "identical_to_baseline": overall["identical"], "prompts": len(prompts),
             "first_divergences": [row["first_divergence"] for row in rows],
@@ -238,7 +238,7 @@ def markdown(report: dict) -> str:
             t, o = pair["throughput"], pair["overhead"]
             lines.append(
                 f"| {pair['target']} | {pair['draft']} | {pair['k']} | {t['acceptance_rate']:.0%} | "
-                f"{t['tokens_per_pass']:.2f} | {t['cost_ratio']:.3f} | {t['plain_tokens_per_s']:.1f} | "
+                f"{t['tokens_per_cycle']:.2f} | {t['cost_ratio']:.3f} | {t['plain_tokens_per_s']:.1f} | "
                 f"{t['specviz_tokens_per_s']:.1f} | {t['transformers_tokens_per_s']:.1f} | "
                 f"{t['specviz_speedup']:.2f}x | {t['transformers_speedup']:.2f}x | "
                 f"{t['specviz_vs_transformers']:.2f} | {t['expected_speedup']:.2f}x | "

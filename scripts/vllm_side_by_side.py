@@ -158,7 +158,7 @@ def side_by_side(args, settings, prompts, engine, folder) -> dict:
                         "throughput_ratio": point.throughput_ratio, "plain_tpot_ms": point.plain_latency * 1e3,
                         "spec_tpot_ms": point.spec_latency * 1e3, "tpot_ratio": point.tpot_ratio,
                         "plain_ttft_ms": point.plain_ttft * 1e3, "spec_ttft_ms": point.spec_ttft * 1e3,
-                        "mean_acceptance_length": point.tokens_per_pass, "identical": point.identical,
+                        "mean_acceptance_length": point.mean_acceptance_length, "identical": point.identical,
                         "pays": point.speedup > 1.0},
             "vllm_bench_serve": {"plain": plain, "spec": spec, "throughput_ratio": vllm_throughput,
                                  "tpot_ratio": vllm_tpot, "pays": vllm_throughput > 1.0},

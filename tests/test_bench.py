@@ -24,8 +24,8 @@ from specviz.settings import RunSettings, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = {"specviz_tokens_per_s", "transformers_tokens_per_s", "baseline_tokens_per_s", "identical_to_baseline",
-            "acceptance_rate", "tokens_per_pass", "cost_ratio", "specviz_speedup", "transformers_speedup",
-            "specviz_vs_transformers", "expected_speedup", "category", "draft"}
+            "acceptance_rate", "tokens_per_cycle", "mean_acceptance_length", "cost_ratio", "specviz_speedup",
+            "transformers_speedup", "specviz_vs_transformers", "expected_speedup", "category", "draft"}
 
 
 def tiny_setup(draft: str, max_new_tokens: int = 12, k: int | None = None) -> bench.Setup:
@@ -93,7 +93,8 @@ def test_tiny_bench_rows(draft, monkeypatch):
         assert row["identical_to_baseline"] is True and row["first_divergence"] is None
         assert row["transformers_identical_to_baseline"] is True
         assert row["specviz_tokens_per_s"] > 0 and row["transformers_tokens_per_s"] > 0
-        assert 0.0 <= row["acceptance_rate"] <= 1.0 and 1.0 <= row["tokens_per_pass"] <= k + 1
+        assert 0.0 <= row["acceptance_rate"] <= 1.0 and 1.0 <= row["tokens_per_cycle"] <= k + 1
+        assert "tokens_per_pass" not in row     # a name that meant the mean acceptance length in earlier files
         # The host's load over the prompt's runs (steal: None for a race shorter than a clock tick).
         assert row["busy_host_repeats"] in (0, 1) and row["host_load_average"] >= 0
         assert row["host_steal_share"] is None or 0.0 <= row["host_steal_share"] <= 1.0
@@ -196,7 +197,7 @@ def test_a_cross_tokenizer_bench_counts_the_draft_models_tokens_per_target_token
 
 
 def test_markdown_table_renders():
-    rows = [dict(category=c, target="t", draft="ngram", k=8, dtype="float32", acceptance_rate=0.5, tokens_per_pass=2.0,
+    rows = [dict(category=c, target="t", draft="ngram", k=8, dtype="float32", acceptance_rate=0.5, tokens_per_cycle=2.0,
                  cost_ratio=0.01, baseline_tokens_per_s=10.0, specviz_tokens_per_s=20.0, transformers_tokens_per_s=19.0,
                  specviz_speedup=2.0, transformers_speedup=1.9, specviz_vs_transformers=1.05, expected_speedup=2.1,
                  speedup_vs_theory=0.95, identical_to_baseline=True, transformers_identical_to_baseline=True)

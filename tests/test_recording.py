@@ -76,6 +76,23 @@ def test_replay_follows_each_methods_clock(tiny):
     assert len(rec.up_to_cycle(run, len(run.cycles)).cycles) == len(run.cycles)
 
 
+def test_a_recording_keeps_the_races_elapsed_wall_time_and_its_replay_says_it_at_the_end(tiny):
+    run = live_run(tiny)
+    assert run.elapsed_wall_seconds > 0
+    record = rec.recording([run])
+    assert record["runs"][0]["summary"]["elapsed_wall_seconds"] == run.elapsed_wall_seconds
+    loaded = rec.loads(rec.dumps(record)).runs[0]
+    assert loaded.elapsed_wall_seconds == run.elapsed_wall_seconds
+    assert rec.up_to_cycle(loaded, 2).elapsed_wall_seconds is None     # the whole race's time, said once played
+    *_, (_, played) = rec.replay(loaded)
+    assert played.elapsed_wall_seconds == run.elapsed_wall_seconds
+    del record["runs"][0]["summary"]["elapsed_wall_seconds"]             # a file from before it was recorded
+    assert rec.loads(rec.dumps(record)).runs[0].elapsed_wall_seconds is None
+    record["runs"][0]["summary"]["elapsed_wall_seconds"] = -1
+    with pytest.raises(SpecvizError, match="elapsed wall time"):
+        rec.loads(rec.dumps(record))
+
+
 def test_a_comparison_records_every_configuration(tiny, tmp_path):
     runs = [live_run(tiny), live_run(tiny, draft="self:1")]
     loaded = rec.load(rec.save(tmp_path / "c.json", runs, ["lookup", "early exit"], kind="compare"))

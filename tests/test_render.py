@@ -16,6 +16,7 @@ from specviz.runs.result import CycleText, Run
 from specviz.runs.run import cycle_text
 from specviz.settings import RunSettings
 from specviz.views import charts, render
+from specviz.views.prose import speedup_headline
 
 TEXT = ["the cat sat on the mat", "héllo wörld, naïve café", "日本語のテキスト", "a <b> & \"c\"\nnew line"]
 
@@ -147,13 +148,44 @@ def test_summary_names_the_speedup_its_range_clock_and_both_theories():
     steps = [Step(index=i, token=(1, 9)[i % 2], prob=0.5, seconds=0.04) for i in range(26)]   # the same text
     markup = render.summary_html(make_run(cycles, steps), state="Finished.", notes=["a <note>"])
     text = html.unescape(re.sub(r"<[^>]+>", " ", markup))
-    assert "Measured speedup 1.60\u00d7 over plain decoding (95% range 1.60\u20131.60\u00d7)" in text
+    assert "Measured speedup 1.60\u00d7 (thread CPU time) over plain decoding (95% range 1.60\u20131.60\u00d7)" in text
+    assert "26 tokens in 1.04 s (thread CPU time)" in text
     assert "timed by thread CPU time" in text and "over the same 26 tokens, written by both" in text
     assert "Verification pass cost" in text and "1.25 plain steps" in text
     assert "< 0.001 (prompt lookup runs no model)" in text
     assert "a &lt;note&gt;" in markup
     waiting = render.summary_html(make_run(cycles[:1], steps[:1]), state="")
     assert "waiting for both methods to pass their prefill" in waiting
+
+
+def test_the_headline_and_the_panels_name_their_clock_and_the_run_its_wall_time():
+    cycles = [make_cycle(index=i, drafted=(1, 2), num_accepted=1, correction=9, draft_seconds=0.0, verify_seconds=0.05)
+              for i in range(13)]
+    steps = [Step(index=i, token=(1, 9)[i % 2], prob=0.5, seconds=0.04) for i in range(26)]
+    run = make_run(cycles, steps)
+    run.elapsed_wall_seconds = 6.31
+    big, headline = speedup_headline(run)
+    assert big == "1.60\u00d7"
+    assert headline.startswith("Measured speedup 1.60\u00d7 (thread CPU time) over plain decoding")
+    assert headline.endswith("; 6.3 s elapsed (wall clock)")
+    run.clock = "wall clock, device-synchronised"
+    assert "Measured speedup 1.60\u00d7 (wall clock, device-synchronised) over" in speedup_headline(run)[1]
+    # a GPU's wall clock counts the host's launches and waits for a card others may share
+    assert "(other programs on this machine can move it)" in render.summary_html(run, state="")
+    assert render.race_status(26, 1.04, True, "thread CPU time") == (
+        "26 tokens \u00b7 1.04 s \u00b7 25.0 tokens/s (thread CPU time) \u00b7 done")
+
+
+def test_parted_outputs_advise_float32_by_the_devices_dtype_policy():
+    """On a CPU 'auto' is float32; on a GPU it is the serving dtype, and float32 is not exact there either."""
+    from specviz.views.prose import parted_text
+
+    cycles = [make_cycle(index=i, drafted=(1, 2), num_accepted=1, correction=9) for i in range(13)]
+    steps = [Step(index=i, token=(1, 9)[i % 2] if i < 10 else 5, prob=0.5, seconds=0.04) for i in range(26)]
+    run = dataclasses.replace(make_run(cycles, steps), dtype="bfloat16")
+    assert "Choose dtype float32 (what 'auto' picks on a CPU) for identical outputs" in parted_text(run)
+    on_gpu = parted_text(dataclasses.replace(run, device="cuda:0"))
+    assert "'auto' on a GPU is the serving dtype" in on_gpu and "what 'auto' picks" not in on_gpu
 
 
 def test_comparison_note():

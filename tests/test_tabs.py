@@ -164,6 +164,14 @@ def test_parse_configs_reads_strings_from_the_page():
         (None, "self:3", 2, False, 0.5, False)
 
 
+@pytest.mark.parametrize("cell, fixed", [("false", False), ("no", False), ("", False), (None, False),
+                                         ("true", True), (True, True), (False, False)])
+def test_the_fixed_k_cell_reads_text_as_the_other_ticks_do(cell, fixed):
+    row = ["true", "", "ngram", 4, "false", 0, 1, cell]
+    (config,) = compare_tab.parse_configs([row], max_new_tokens=16, seed=None, chat=False, limits=LOCAL)
+    assert config.fixed_k is fixed
+
+
 def test_compare_puts_a_chain_and_a_tree_side_by_side(tiny):
     from specviz.runs import config_labels
     from specviz.runs.compare import compare

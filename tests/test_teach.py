@@ -150,12 +150,13 @@ def test_visible_whitespace():
 def test_formulas_are_filled_with_a_runs_numbers(tiny):
     result = run(tiny, "small", k=4, temperature=1.0, seed=1)
     stats = summarize(result.cycles)
-    text = explain.formulas_markdown(stats, measured_speedup=1.234, label="small k=4")
+    text = explain.formulas_markdown(stats, measured_speedup=1.234, label="small k=4", clock="thread CPU time")
     a, c = stats.alpha, stats.cost_ratio
     assert f"$\\alpha = {a:.2f}$" in text and "$k = 4$" in text and f"$c = {c:.3f}$" in text
     assert f"= {expected_tokens_per_pass(a, 4):.2f}" in text and f"= {expected_speedup(a, 4, c):.2f}\\times" in text
     assert "**1.23\u00d7**" in text and f"**{stats.mean_acceptance_length:.2f}**" in text
-    numbers = explain.run_numbers("small k=4", stats, 1.234)
+    assert "**1.23\u00d7** (thread CPU time) over plain decoding" in text
+    numbers = explain.run_numbers("small k=4", stats, 1.234, clock="thread CPU time")
     assert explain.explain_markdown(numbers) == text
     assert "Example numbers" in explain.explain_markdown(None)
     figure = explain.theory_figure(a, c, measured=(4, 1.234))

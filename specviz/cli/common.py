@@ -40,8 +40,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, draft_repeatable: bo
         parser.add_argument("--draft", action="append", default=None, help=draft_help + "; repeat to compare")
     else:
         parser.add_argument("--draft", default=None, help=draft_help + " (default: ngram)")
-    parser.add_argument("--dtype", default="auto", help="auto (float32, which keeps greedy outputs identical to plain "
-                        "decoding's; half precision only on a GPU too small for it), float32, bfloat16 or float16")
+    parser.add_argument("--dtype", default="auto", help="auto (on a CPU float32, which keeps greedy outputs identical "
+                        "to plain decoding's; on a GPU the serving dtype: the checkpoint's bf16 or fp16), float32, "
+                        "bfloat16 or float16")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     parser.add_argument("--raw", action="store_true", help="raw completion: do not apply the chat template")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
@@ -209,6 +210,24 @@ def progress_printer(quiet: bool = False) -> Callable[[float, str], None]:
         if not quiet:
             print(f"[{fraction:4.0%}] {printable(message)}", file=sys.stderr)
     return report
+
+
+def print_table(console, table) -> None:
+    """A table with every figure whole. A terminal keeps the table to its width; a pipe or a file has
+    no width of its own (rich would assume 80 columns and cut cells to '1.3\u2026'), so there the
+    table is as wide as its widest row."""
+    from rich.measure import Measurement
+
+    if console.is_terminal:
+        console.print(table)
+        return
+    widest = Measurement.get(console, console.options.update_width(1 << 16), table).maximum
+    width = console.width
+    console.width = max(widest, width)     # print's own width= may only narrow the console's
+    try:
+        console.print(table)
+    finally:
+        console.width = width
 
 
 def rich_table(title: str, headers, rows):

@@ -19,7 +19,8 @@ from ..runs import recording
 from ..settings import check_prompt
 from ..views import prose
 from .common import (add_decoding_arguments, add_model_arguments, check_output_file, check_output_folder, fail,
-                     load, make_console, printable, progress_printer, rich_table, say, settings_from, write_output)
+                     load, make_console, print_table, printable, progress_printer, rich_table, say, settings_from,
+                     write_output)
 from .engine import SERVING, add_engine_arguments, check_engine_flags, compare_main
 
 # What --export writes into its folder (`views.export`, `views.prompt_sets.write_files`), so that no
@@ -99,12 +100,12 @@ def main(args: argparse.Namespace) -> int:
     say(console, f"{first.target_name}, {first.prompt_tokens} prompt tokens, "
                  f"up to {first.settings.max_new_tokens} new tokens")
     if result is None:
-        console.print(rich_table("Against plain decoding", prose.table_headers(comparison),
-                                 prose.table_rows(comparison)))
+        print_table(console, rich_table("Against plain decoding", prose.table_headers(comparison),
+                                        prose.table_rows(comparison)))
         say(console, prose.winner_line(comparison))
     else:
         title = printable(f"k sweep of {configs[0].draft} (theory at the pooled \u03b1 and median c)")
-        console.print(rich_table(title, prose.SWEEP_HEADERS, prose.sweep_rows(result)))
+        print_table(console, rich_table(title, prose.SWEEP_HEADERS, prose.sweep_rows(result)))
         say(console, prose.plain_rate_line(comparison.results))
         say(console, prose.sweep_line(result))
     say(console, prose.timing_note(comparison.results))
@@ -185,9 +186,9 @@ def over_prompts(args: argparse.Namespace, configs) -> int:
     say(console, f"{len(prompts)} prompts x {len(configs)} configurations x {args.repeats} round(s) in "
                  f"{time.monotonic() - started:.0f} s; speedup: decode-only time per token against plain decoding "
                  "of the same prompt")
-    console.print(rich_table("Over the prompts", views.table_headers(comparison), views.table_rows(comparison)))
+    print_table(console, rich_table("Over the prompts", views.table_headers(comparison), views.table_rows(comparison)))
     headers, rows = views.category_rows(comparison)
-    console.print(rich_table("Median speedup by category", [printable(h) for h in headers], rows))
+    print_table(console, rich_table("Median speedup by category", [printable(h) for h in headers], rows))
     say(console, views.winner_line(comparison))
     say(console, views.timing_line(comparison))
     for line in note:

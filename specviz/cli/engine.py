@@ -38,8 +38,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                             "type and sizes ('{\"type\": \"ngram-mod\", \"n_match\": 8}'); the draft length is "
                             "set to each k measured")
     group.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
-                       help="passed to every server started, e.g. --engine-arg=--tensor-parallel-size=2 "
-                            "(repeat; write it with '=')")
+                       help="passed to every server started, e.g. --engine-arg=--tensor-parallel-size=2 or "
+                            "--engine-arg=-tp=2 (repeat; write it with '=')")
     group.add_argument("--engine-url", action="append", default=[], metavar="K=URL",
                        help="an already-running server for draft length K (0 = the plain one), running the config "
                             "--draft/--speculative-config describe at K; nothing is started for that K")
@@ -146,10 +146,8 @@ def load_main(args: argparse.Namespace, settings: RunSettings, prompts, batches,
 def print_engine_result(result) -> None:
     """The sweep on a serving engine: the decision metric's ratio with the engine's other figures
     beside it, the decision sentence, and the config to copy."""
-    from rich.console import Console
-
     from ..views.load_view import decision, outputs_note
-    from .common import rich_table
+    from .common import make_console, print_table, rich_table
 
     settings, env = result.settings, result.environment
     title = TITLES[settings.get("engine", "vllm")]
@@ -163,7 +161,7 @@ def print_engine_result(result) -> None:
              f"{p.spec_ttft * 1000:.0f} / {p.plain_ttft * 1000:.0f}",
              f"{p.mean_acceptance_length:.2f}" if p.k else "-", str(p.requests),
              "-" if p.identical is None or not p.k else "yes" if p.identical else "NO"] for p in result.points]
-    Console(width=160).print(rich_table(
+    print_table(make_console(), rich_table(
         f"speculation under load on {title}: speedup = {settings['decision_metric_text']}, speculative / plain",
         ["batch", "k", "speedup", "95% range", "output tok/s spec / plain", "TPOT ms", "ITL ms", "TTFT ms",
          "accept len", "requests", "identical"], rows))
@@ -191,7 +189,7 @@ def compare_main(args: argparse.Namespace, drafts: list[DraftSpec], settings: Ru
     from ..engines import EngineConfig
     from ..runs.engine_compare import engine_compare
     from ..views import prompt_sets as views
-    from .common import make_console, printable, rich_table
+    from .common import make_console, print_table, printable, rich_table
     from .common import say as say_line
 
     def say(message: str) -> None:
@@ -227,8 +225,8 @@ def compare_main(args: argparse.Namespace, drafts: list[DraftSpec], settings: Ru
         write_atomic(args.json, json.dumps(dict(views.summary(comparison), rows=views.rows(comparison),
                                                 **out.engine_fields()), indent=2, ensure_ascii=False))
     console = make_console(args.no_color)
-    console.print(rich_table(f"On {title}, over the prompts (concurrency 1)", views.table_headers(comparison),
-                             views.table_rows(comparison)))
+    print_table(console, rich_table(f"On {title}, over the prompts (concurrency 1)", views.table_headers(comparison),
+                                    views.table_rows(comparison)))
     say_line(console, views.winner_line(comparison))
     say_line(console, views.timing_line(comparison))
     for label, figures in out.acceptance.items():

@@ -15,8 +15,8 @@ from ..models.sources import TINY_TARGET
 from ..runs.load_result import DEFAULT_BATCHES, DEFAULT_KS, LoadResult
 from ..settings import whole_numbers
 from ..views.load_view import outputs_note
-from .common import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, load, progress_printer,
-                     read_prompts, rich_table, settings_from)
+from .common import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, load, make_console, print_table,
+                     progress_printer, read_prompts, rich_table, settings_from)
 from .engine import SERVING, add_engine_arguments, check_engine_flags, load_main
 
 MAX_BATCH = 64
@@ -87,8 +87,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 def print_result(result: LoadResult) -> None:
-    from rich.console import Console
-
     settings, env = result.settings, result.environment
     print(f"{settings['target']} + {settings['draft']}; {env['device_name']}, {settings['dtype']}; "
           f"{settings.get('output_length', str(settings['max_new_tokens']) + ' new tokens')}; "
@@ -100,7 +98,7 @@ def print_result(result: LoadResult) -> None:
              f"{p.spec_latency * 1000:.0f}", f"{p.plain_latency * 1000:.0f}",
              # k = 0 is plain decoding itself: nothing to compare
              "-" if p.identical is None or not p.k else "yes" if p.identical else "NO"] for p in result.points]
-    Console(width=150).print(rich_table(
+    print_table(make_console(), rich_table(
         "speculation under load (decode only)",
         ["batch", "k", "speedup", "95% range", "theory", "tokens/pass", "accept len", "spec tok/s", "plain tok/s",
          "spec ms/token", "plain ms/token", "identical"], rows))

@@ -53,14 +53,21 @@ def device_index(device: str) -> int | None:
     return int(index) if kind == "cuda" and index.isdigit() else None
 
 
+# vLLM's short names for its flags (`vllm serve --help`): the same flag, read alike.
+SHORT_FLAGS = {"--tensor-parallel-size": ("-tp",), "--pipeline-parallel-size": ("-pp",)}
+
+
 def given(flag: str, engine_args: Sequence[str]) -> str | None:
-    """The value the user's server arguments give `flag` ("--flag=V" or "--flag V"), else None."""
+    """The value the user's server arguments give `flag` or its short name ("--flag=V", "--flag V",
+    "-tp=2", "-tp 2"), else None."""
+    names = (flag, *SHORT_FLAGS.get(flag, ()))
     words = list(engine_args)
     for i, word in enumerate(words):
-        if word == flag:
+        if word in names:
             return words[i + 1] if i + 1 < len(words) else ""
-        if word.startswith(flag + "="):
-            return word.split("=", 1)[1]
+        name, equals, value = word.partition("=")
+        if equals and name in names:
+            return value
     return None
 
 

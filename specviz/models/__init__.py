@@ -23,7 +23,7 @@ import lazy_loader
 
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
     "devices": ["DTYPES", "auto_dtype", "checkpoint_dtype", "cpu_has_native_bf16", "default_threads", "resolve_device",
-                "resolve_dtype", "use_threads"],
+                "resolve_dtype", "threads_for_run", "use_threads"],
     "loading": ["LoadedModel", "load_model", "model_bytes"],
     "pairs": ["ModelPair", "end_of_turn_id", "eos_token_ids", "load_pair", "make_drafter", "vocabulary_mismatch"],
     "sources": ["BUILTINS", "DEFAULT_TARGET", "Source", "cache_folder", "convert_once", "display_name",
@@ -33,7 +33,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
 
 if TYPE_CHECKING:      # what the names are, for readers and type checkers
     from .devices import (DTYPES, auto_dtype, checkpoint_dtype, cpu_has_native_bf16, default_threads, resolve_device,
-                          resolve_dtype, use_threads)
+                          resolve_dtype, threads_for_run, use_threads)
     from .loading import LoadedModel, load_model, model_bytes
     from .pairs import ModelPair, end_of_turn_id, eos_token_ids, load_pair, make_drafter, vocabulary_mismatch
     from .sources import BUILTINS, DEFAULT_TARGET, Source, cache_folder, convert_once, display_name, resolve_source

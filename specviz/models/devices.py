@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from ..errors import SpecvizError
@@ -105,13 +108,13 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype
 # as a neighbour came and went). More threads are a choice (`use_threads(N)`, `--threads N`,
 # SPECVIZ_THREADS): faster, and timed by the wall clock, which load can move.
 DEFAULT_CPU_THREADS = 1
-_threads_chosen = False         # whether this process has set torch's threads through use_threads
+_threads_chosen = False         # whether this process chose torch's threads (`use_threads(N)`)
 
 
 def use_threads(threads: int | None = None) -> str:
-    """Set torch's CPU threads for this process: `threads`, or with None the default (one, unless a
-    GPU is here: its runs are timed on the device and keep torch's threads for their host work).
-    Returns a line for a log."""
+    """Set torch's CPU threads for this process: `threads`, kept by every run after it; or with None
+    specviz's default, which each run on a CPU takes for itself (`default_threads`: one thread, on a
+    host with a GPU too; a GPU's runs keep torch's threads for their host work). Returns a line for a log."""
     global _threads_chosen
     if threads is not None:
         if threads < 1:
@@ -119,17 +122,30 @@ def use_threads(threads: int | None = None) -> str:
         torch.set_num_threads(threads)
     elif not torch.cuda.is_available():
         torch.set_num_threads(DEFAULT_CPU_THREADS)
-    _threads_chosen = True
+    _threads_chosen = threads is not None
     count = torch.get_num_threads()
-    return f"torch uses {count} CPU thread{'s' if count != 1 else ''}"
+    per_run = threads is None and torch.cuda.is_available()     # a CPU run here still takes the default
+    return (f"torch uses {count} CPU thread{'s' if count != 1 else ''}"
+            + (f" ({DEFAULT_CPU_THREADS} for a run on the CPU)" if per_run else ""))
 
 
 def default_threads(device: str | torch.device = "auto") -> None:
-    """Before a run on `device`: on a CPU, unless this process chose torch's threads already
-    (`use_threads`), the default of one. Every run path calls this (loading a pair, `runs.race`, the
-    load sweep), so that the library times as the app and the command line do."""
-    global _threads_chosen
-    if _threads_chosen or resolve_device(device).type != "cpu":
-        return
-    torch.set_num_threads(DEFAULT_CPU_THREADS)
-    _threads_chosen = True
+    """Before a run on `device`: on a CPU, unless this process chose torch's threads (`use_threads(N)`),
+    the default of one. Every run path calls this (loading a pair, `runs.race`, the load sweep), so
+    that the library times as the app and the command line do."""
+    if not _threads_chosen and resolve_device(device).type == "cpu":
+        torch.set_num_threads(DEFAULT_CPU_THREADS)
+
+
+@contextmanager
+def threads_for_run(device: str | torch.device) -> Iterator[None]:
+    """torch's threads for one run on `device` (`default_threads`), and afterwards the count it found:
+    a library call leaves the process's threads as they were. Around a generator's body, the count
+    comes back when the generator finishes or is closed."""
+    found = torch.get_num_threads()
+    default_threads(device)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != found:
+            torch.set_num_threads(found)

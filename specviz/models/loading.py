@@ -20,7 +20,7 @@ from ..core.ragged_cache import check_transformers
 from ..errors import SpecvizError, is_out_of_memory
 from .cache import lock as _lock
 from .cache import model_cache
-from .memory import Need, kv_cache_bytes, make_room
+from .memory import Need, kv_cache_bytes, make_room, weight_bytes
 from .devices import auto_dtype, checkpoint_dtype, resolve_device, resolve_dtype
 from .sources import BUILTINS, DEFAULT_TARGET, Progress, Source, builtin_source, report, resolve_source
 
@@ -78,7 +78,7 @@ def _estimate_bytes(config, dtype: torch.dtype, trust_remote_code: bool) -> int 
     try:
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
-        return sum(p.numel() for p in model.parameters()) * dtype.itemsize
+        return weight_bytes(model, config, dtype)
     except Exception as error:  # noqa: BLE001 - an estimate only: loading reports the real problem
         log.debug("could not estimate the size of %s: %s", type(config).__name__, error)
         return None

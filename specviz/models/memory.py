@@ -65,6 +65,47 @@ def read_gpu_memory(device: torch.device) -> GpuMemory:
     return GpuMemory(torch.cuda.get_device_name(device), total, free, held)
 
 
+def bits_per_weight(config) -> float | None:
+    """What a quantized checkpoint stores per weight of its linear layers, in bits, from its
+    `quantization_config` (their scales included); None when it is not quantized, or by a method not
+    known here (then its dtype's size is assumed). bitsandbytes: 4 bits with a 32-bit scale per 64
+    weights, or 8; GPTQ and AWQ: their `bits`, with a 16-bit scale and a zero point per `group_size`
+    weights; fp8: 8; compressed-tensors: its weights' `num_bits`."""
+    quantization = getattr(config, "quantization_config", None)
+    if quantization is None:
+        return None
+    if not isinstance(quantization, dict):
+        quantization = quantization.to_dict() if hasattr(quantization, "to_dict") else vars(quantization)
+    method = str(quantization.get("quant_method", "")).lower()
+    if method == "bitsandbytes" or "load_in_4bit" in quantization or "load_in_8bit" in quantization:
+        return 4.5 if quantization.get("load_in_4bit") else 8.0 if quantization.get("load_in_8bit") else None
+    if "fp8" in method:
+        return 8.0
+    if method == "compressed-tensors":
+        bits = [group.get("weights", {}).get("num_bits") for group in quantization.get("config_groups", {}).values()
+                if isinstance(group, dict) and isinstance(group.get("weights"), dict)]
+        return float(max(bits)) if bits and all(isinstance(b, int) for b in bits) else None
+    bits = quantization.get("bits") or quantization.get("w_bit")          # GPTQ, AWQ (and AutoAWQ's own name)
+    if not isinstance(bits, int) or bits <= 0:
+        return None
+    group = quantization.get("group_size") or quantization.get("q_group_size") or 128
+    return bits + ((16 + bits) / group if group > 0 else 0.0)           # group_size -1: one scale per row
+
+
+def weight_bytes(model: torch.nn.Module, config, dtype: torch.dtype) -> int:
+    """The weights of `model` (built on the meta device from `config`) as the checkpoint loads them: in
+    `dtype`, but a quantized checkpoint's linear layers at its bits per weight (`bits_per_weight`; the
+    output head, the embeddings and the norms stay in `dtype`, as the quantizers leave them)."""
+    total = sum(p.numel() for p in model.parameters())
+    bits = bits_per_weight(config)
+    if bits is None:
+        return total * dtype.itemsize
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    quantized = sum(module.weight.numel() for module in model.modules()
+                    if isinstance(module, torch.nn.Linear) and module is not head)
+    return int(quantized * bits / 8) + (total - quantized) * dtype.itemsize
+
+
 def kv_cache_bytes(config, dtype: torch.dtype, tokens: int = PLANNED_TOKENS) -> int:
     """Keys and values of every layer for `tokens` positions (one sequence) in `dtype`."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config

@@ -162,6 +162,17 @@ def load(path: Path | str) -> Recording:
     return loads(read_limited(path, MAX_BYTES, "a recording"), path.name)
 
 
+def recorded_elapsed(summary) -> float | None:
+    """The wall time a recorded race took (its summary's `elapsed_wall_seconds`); None in files from
+    before it was recorded. ValueError for a value no clock reads."""
+    elapsed = summary.get("elapsed_wall_seconds") if isinstance(summary, dict) else None
+    if elapsed is None:
+        return None
+    if type(elapsed) not in (int, float) or not 0 <= elapsed < float("inf"):
+        raise ValueError("its elapsed wall time is not a time")
+    return float(elapsed)
+
+
 def _strict(adapter: pydantic.TypeAdapter, value):
     """`value` (parsed JSON) validated as JSON in strict mode: no bool for an int, no "3" for 3."""
     return adapter.validate_json(json.dumps(value), strict=True)
@@ -211,7 +222,8 @@ def _run_from(record) -> tuple[Run, str]:
               baseline=fields_.get("baseline", bool(steps)), cycles=cycles, texts=texts, steps=steps,
               step_texts=step_texts, spec_done=fields_.get("spec_done", True),
               plain_done=fields_.get("plain_done", True), host_load=HostLoad.from_dict(record.get("summary")),
-              note=fields_.get("note", ""), **_calibration(record.get("summary")))
+              note=fields_.get("note", ""), elapsed_wall_seconds=recorded_elapsed(record.get("summary")),
+              **_calibration(record.get("summary")))
     return run, fields_.get("label") or f"{run.target_name} + {run.draft_name}"
 
 
@@ -282,7 +294,7 @@ def replay(recorded: Run, events: list[tuple[float, Cycle | Step]] | None = None
     of `events` (default: its whole `timeline`), one fresh `Run` growing as it did live. After the
     whole timeline it equals `recorded` in every number. A run with no events is yielded once."""
     run = dataclasses.replace(recorded, cycles=[], texts=[], steps=[], step_texts=[], spec_done=False,
-                              plain_done=False, _stats=(-1, None), _speed=((-1, -1), None))
+                              plain_done=False, elapsed_wall_seconds=None, _stats=(-1, None), _speed=((-1, -1), None))
     texts = dict(zip(map(id, recorded.cycles), recorded.texts))
     step_texts = dict(zip(map(id, recorded.steps), recorded.step_texts))
     events = timeline(recorded) if events is None else events
@@ -298,6 +310,8 @@ def replay(recorded: Run, events: list[tuple[float, Cycle | Step]] | None = None
             run.steps.append(event)
             run.step_texts.append(step_texts[id(event)])
             run.plain_done = len(run.steps) == len(recorded.steps) and recorded.plain_done
+        if run.done:    # the recorded race's wall time is its whole length's: said once it has all played
+            run.elapsed_wall_seconds = recorded.elapsed_wall_seconds
         yield seconds, run
 
 

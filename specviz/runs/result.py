@@ -8,11 +8,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..core.events import Cycle, Step
-from ..clocks import DECODE_ONLY, WITH_PREFILL, timing
+from ..clocks import DECODE_ONLY, PREFILL_ONLY, WITH_PREFILL, timing
 from ..metrics import (EqualWork, PlainStats, SpecStats, Speed, equal_work, first_divergence, ideal_speedup,
                        measure_speed, summarize, summarize_plain, theory_at_pass_cost)
 from ..models.host import HostLoad, environment
 from ..settings import RunSettings
+
+
+# Every seconds field of a run's summary, with its basis (all on the run's clock).
+SECONDS_BASES = {"seconds": WITH_PREFILL, "draft_seconds": WITH_PREFILL, "verify_seconds": WITH_PREFILL,
+                 "baseline_seconds": WITH_PREFILL, "spec_prefill_seconds": PREFILL_ONLY,
+                 "baseline_prefill_seconds": PREFILL_ONLY, "spec_decode_seconds": DECODE_ONLY,
+                 "baseline_decode_seconds": DECODE_ONLY}
 
 
 @dataclass
@@ -65,6 +72,7 @@ class Run:
     calibrated: list[str] = field(default_factory=list)
     first_token_wall_seconds: float | None = None
     status: str = ""                # what the race is doing before its first event (calibrating), or ""
+    elapsed_wall_seconds: float | None = None   # the race's wall time so far, its rendering too (whatever `clock` is)
     _stats: tuple = (-1, None)
     _speed: tuple = ((-1, -1), None, None)
     _decode: Callable[[list[int]], str] | None = None   # holds the tokenizer only, never the models
@@ -155,7 +163,7 @@ class Run:
                    "draft_policy": ("dynamic k" if self.settings.dynamic_k else "fixed k" if self.settings.fixed_k
                                     else "cost-aware"),
                    "timing": timing(self.clock, speedup=DECODE_ONLY, tokens_per_second=WITH_PREFILL,
-                                    baseline_tokens_per_second=WITH_PREFILL),
+                                    baseline_tokens_per_second=WITH_PREFILL, **SECONDS_BASES),
                    **self.stats.to_dict()}
         if self.note:
             summary["note"] = self.note
@@ -163,6 +171,8 @@ class Run:
                        first_token_wall_seconds=self.first_token_wall_seconds)
         if self.host_load is not None:
             summary.update(self.host_load.to_dict())
+        if self.elapsed_wall_seconds is not None:
+            summary["elapsed_wall_seconds"] = self.elapsed_wall_seconds
         speed = self.speed
         if self.steps:
             summary.update(baseline_tokens=len(self.steps), baseline_seconds=self.plain.seconds,

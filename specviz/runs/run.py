@@ -38,7 +38,7 @@ from ..core.drafters import DraftModelDrafter, Drafter
 from ..core.head import HeadDrafter, HeadTreeDrafter
 from ..core.events import Cycle, interleave
 from ..errors import SpecvizError
-from ..models import Detokenizer, ModelPair, check_context, default_threads, encode_prompt, load_pair
+from ..models import Detokenizer, ModelPair, check_context, default_threads, encode_prompt, load_pair, threads_for_run
 from ..models.host import HostLoad, read_cpu_times
 from ..models.sources import TINY_TARGET, Progress
 from ..models.tiny import tiny_pair
@@ -179,8 +179,14 @@ def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool 
     The cost-aware policy's first run of a target (or of a drafter on it) calibrates first: the run is
     yielded once with its `status` saying so, and `progress` (if given) hears it too.
     On a CPU it runs on one torch thread, timed by its CPU time, unless this process chose otherwise
-    (`models.devices.use_threads`: more threads are timed by the wall clock)."""
-    default_threads(pair.device)
+    (`models.devices.use_threads`: more threads are timed by the wall clock); torch's threads are as
+    it found them again when it ends or is closed."""
+    with threads_for_run(pair.device):
+        yield from _race(settings, prompt, pair, baseline, warm_up, progress)
+
+
+def _race(settings: RunSettings, prompt: str, pair: ModelPair, baseline: bool, warm_up: bool,
+          progress: Progress | None) -> Iterator[Run]:
     input_ids = encode(settings, prompt, pair)
     drafter = drafter_for(settings, pair)
     eos = list(pair.eos_token_ids or [])
@@ -212,9 +218,10 @@ def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool 
     spec_text, plain_text = Detokenizer(pair.tokenizer, prompt_ids), Detokenizer(pair.tokenizer, prompt_ids)
     limit, ends = settings.max_new_tokens, set(eos)
     spec_tokens = 0
-    started = read_cpu_times()
+    started, wall_started = read_cpu_times(), time.perf_counter()
     try:
         for event in interleave(cycles, steps):
+            run.elapsed_wall_seconds = time.perf_counter() - wall_started
             if isinstance(event, Cycle):
                 if not run.cycles:     # the first token as a user waits for it: warm-up and calibration included
                     run.first_token_wall_seconds = time.perf_counter() - began
@@ -233,6 +240,7 @@ def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool 
         # Also when the consumer stops early (a Stop closes this generator): a stopped run's summary
         # says how busy the host was too.
         run.host_load = HostLoad.since(started)
+        run.elapsed_wall_seconds = time.perf_counter() - wall_started
     yield run
 
 

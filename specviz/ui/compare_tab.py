@@ -72,7 +72,7 @@ def parse_configs(rows, *, max_new_tokens, seed, chat: bool, limits: Limits) -> 
             continue
         # A blank k or temperature cell means the default; validate reads blank target and draft cells.
         settings = RunSettings(target=target, draft=draft, k=4 if k in (None, "") else k, dynamic_k=dynamic_k,
-                               fixed_k=bool(fixed_k) if fixed_k not in (None, "") else False,
+                               fixed_k=flag(fixed_k),
                                temperature=0.0 if temperature in (None, "") else temperature,
                                seed=seed, max_new_tokens=max_new_tokens, chat=chat,
                                branch=1 if branch in (None, "") else branch)
@@ -93,7 +93,7 @@ def column_html(label: str, run) -> str:
     """One configuration's token view: its label, numbers, and every cycle's tokens."""
     s = run.stats
     status = (f"{s.tokens} tokens \u00b7 {s.tokens_per_cycle:.2f} per pass \u00b7 "
-              f"{s.tokens_per_second:.1f} tokens/s \u00b7 {run.speedup or 0:.2f}\u00d7")
+              f"{s.tokens_per_second:.1f} tokens/s \u00b7 {run.speedup or 0:.2f}\u00d7 ({run.clock})")
     if s.draft_tokens_per_target_token is not None:       # drafted across tokenizers
         status += f" \u00b7 {s.draft_tokens_per_target_token:.2f} draft tokens per target token"
     return render.panel_html(label, status, "".join(render.run_cycles_html(run)), kind="spec")
@@ -144,8 +144,8 @@ def compare_view(comparison: Comparison, sweep: Sweep | None = None, *, state: s
     best = max(comparison.results, key=lambda r: r.speedup or 0.0, default=None)
     if best is not None:
         label = comparison.labels[comparison.results.index(best)]
-        numbers = explain.run_numbers(label, best.stats, best.speedup, best.theory_at_pass_cost,
-                                          prose.calibration_text(best))
+        numbers = explain.run_numbers(label, best.stats, best.speedup, best.theory_at_pass_cost, best.clock,
+                                      prose.calibration_text(best))
     else:
         numbers = gr.skip()
     sweep_plot = gr.update(value=sweep_figure(sweep), visible=True) if sweep is not None else gr.update(visible=False)

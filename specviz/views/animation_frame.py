@@ -229,9 +229,9 @@ class FrameDrawer:
                   font=fonts.small, fill=GREY)
         top, bottom = margin + 62 * unit, height - 150 * unit
         middle = width / 2
-        spec_status = render.race_status(run.stats.tokens, run.stats.seconds, run.spec_done)
+        spec_status = render.race_status(run.stats.tokens, run.stats.seconds, run.spec_done, run.clock)
         plain_seconds = run.plain.seconds if run.plain else 0.0
-        plain_status = render.race_status(len(run.steps), plain_seconds, run.plain_done)
+        plain_status = render.race_status(len(run.steps), plain_seconds, run.plain_done, run.clock)
         _draw_pane(draw, (margin, top, middle - 6 * unit, bottom), "Speculative decoding", spec_status,
                    self.spec_items, fonts, unit, legend=True)
         _draw_pane(draw, (middle + 6 * unit, top, width - margin, bottom), "Plain decoding (baseline)", plain_status,
@@ -248,7 +248,7 @@ class FrameDrawer:
         tiles = [(big, speedup_caption(run), fonts.big, COLOUR[BONUS]),
                  (f"{spec.draft_acceptance_rate:.0%}" if spec.drafted else "\u2013",
                   f"of drafted tokens accepted ({spec.accepted} of {spec.drafted})", fonts.tile, INK),
-                 (f"{spec.mean_acceptance_length:.2f}" if spec.cycles else "\u2013",
+                 (f"{spec.tokens_per_cycle:.2f}" if spec.cycles else "\u2013",
                   f"tokens per target pass ({spec.tokens} in {spec.cycles})", fonts.tile, INK)]
         widths = [0.36, 0.32, 0.32]
         x = left

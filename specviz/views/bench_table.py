@@ -10,7 +10,7 @@ from ..runs.comparison import CROSS_TOKENIZER_MARK
 
 # (header, summary key, format); the last column counts outputs identical to plain decoding.
 COLUMNS = [("draft", "draft", "{}"), ("category", "category", "{}"), ("accept", "acceptance_rate", "{:.0%}"),
-           ("tok/pass", "tokens_per_pass", "{:.2f}"), ("nodes/pass", "nodes_per_pass", "{:.1f}"),
+           ("tok/pass", "tokens_per_cycle", "{:.2f}"), ("nodes/pass", "nodes_per_pass", "{:.1f}"),
            ("c", "cost_ratio", "{:.3f}"),
            ("plain tok/s", "baseline_tokens_per_s", "{:.1f}"), ("specviz tok/s", "specviz_tokens_per_s", "{:.1f}"),
            ("HF tok/s", "transformers_tokens_per_s", "{:.1f}"), ("specviz speedup", "specviz_speedup", "{:.2f}x"),

@@ -120,8 +120,12 @@ def _policy_note(cycle: Cycle) -> str:
     return f": expected {cycle.expected_gain:.2f}x" + (" (a probe)" if cycle.probe else "")
 
 
+# A chart's seconds, named in its title once a run has a clock (the axes stay as before a run).
+CLOCKED = "seconds on"
+
+
 def race_figure(cycles: Sequence[Cycle], steps: Sequence[Step], speed: Speed | None = None,
-                compared: EqualWork | None = None) -> go.Figure:
+                compared: EqualWork | None = None, clock: str = "") -> go.Figure:
     """Tokens generated against time, each method on its own clock (the sum of its own step
     times), and the running speedup on the right axis over the events `compared` (the tokens both
     wrote: `metrics.equal_work`; default all)."""
@@ -135,6 +139,8 @@ def race_figure(cycles: Sequence[Cycle], steps: Sequence[Step], speed: Speed | N
         over = (f", first {compared.tokens} tokens" if compared is not None and compared.tokens < len(spec_y) - 1
                 else "")
         title += f" \u2014 speedup {speed.speedup:.2f}\u00d7 (decode only{over})"
+    if clock:
+        title += f" \u00b7 {CLOCKED} {clock}"
     traces = [
         go.Scatter(x=spec_x, y=spec_y, name="speculative", mode="lines", line=dict(color=SPEC_COLOUR, width=3),
                    line_shape="hv", hovertemplate="speculative: %{y} tokens at %{x:.2f} s<extra></extra>"),
@@ -172,7 +178,8 @@ DRAFT_COLOUR, VERIFY_COLOUR = "#E69F00", SPEC_COLOUR
 NOT_COMPARED_OPACITY = 0.3
 
 
-def timeline_figure(cycles: Sequence[Cycle], steps: Sequence[Step], compared: EqualWork | None = None) -> go.Figure:
+def timeline_figure(cycles: Sequence[Cycle], steps: Sequence[Step], compared: EqualWork | None = None,
+                    clock: str = "") -> go.Figure:
     """Where the time goes, on one axis of each method's own time: the speculative lane alternates each
     cycle's drafting and its verification pass, the plain lane has one segment per step. A drafter
     pays when its passes write enough tokens to cover what drafting and a pass cost over a step. Events
@@ -210,6 +217,8 @@ def timeline_figure(cycles: Sequence[Cycle], steps: Sequence[Step], compared: Eq
     spent = sum(c.seconds for c in cycles)
     if spent:
         title += f" (drafting {sum(c.draft_seconds for c in cycles) / spent:.0%})"
+    if clock:
+        title += f" \u00b7 {CLOCKED} {clock}"
     figure = go.Figure(traces, layout=layout(title, "seconds (each method's own time)", None,
                                              barmode="overlay", height=260, hovermode="closest",
                                              yaxis=dict(categoryorder="array", categoryarray=["plain", "speculative"],
@@ -248,8 +257,8 @@ def run_figures(run=None, *, action: str = "Run") -> tuple[go.Figure, ...]:
     stats = run.stats if run.cycles else None
     compared = run.compared if run.steps else None
     return (acceptance_figure(run.cycles), tokens_per_pass_figure(run.cycles, stats),
-            race_figure(run.cycles, run.steps, run.speed, compared), position_figure(run.cycles, stats),
-            timeline_figure(run.cycles, run.steps, compared))
+            race_figure(run.cycles, run.steps, run.speed, compared, run.clock), position_figure(run.cycles, stats),
+            timeline_figure(run.cycles, run.steps, compared, run.clock))
 
 
 def training_figure(history: Sequence[tuple], baseline: float | None = None) -> go.Figure:

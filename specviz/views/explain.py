@@ -17,15 +17,16 @@ EXAMPLE_NUMBERS = dict(alpha=0.7, k=4, c=0.05)
 
 
 def run_numbers(label: str, stats, measured_speedup: float | None = None,
-                theory_here: float | None = None, calibration: str | None = None) -> dict:
-    """What the Explain tab needs of a run, as plain data (for a gr.State); `calibration` is
-    `prose.calibration_text` of the run."""
+                theory_here: float | None = None, clock: str | None = None,
+                calibration: str | None = None) -> dict:
+    """What the Explain tab needs of a run, as plain data (for a gr.State); `clock` timed the speedup,
+    `calibration` is `prose.calibration_text` of the run."""
     return {"label": label, "stats": stats.to_dict(), "speedup": measured_speedup, "theory_here": theory_here,
-            "calibration": calibration}
+            "clock": clock, "calibration": calibration}
 
 
 def formulas_markdown(stats=None, *, measured_speedup: float | None = None, theory_here: float | None = None,
-                      label: str | None = None, calibration: str | None = None,
+                      label: str | None = None, clock: str | None = None, calibration: str | None = None,
                       alpha: float | None = None, k: int | None = None, c: float | None = None) -> str:
     """The two formulas of the theory, with a run's numbers in them: tokens per pass
     (1 - α^(k+1)) / (1 - α) and speedup over (k c + 1). `stats` is a SpecStats; without one,
@@ -55,7 +56,8 @@ def formulas_markdown(stats=None, *, measured_speedup: float | None = None, theo
     if stats is not None:
         lines.append(f"Measured: **{stats.tokens_per_cycle:.2f}** tokens per target pass "
                      f"({stats.tokens} tokens in {stats.cycles} passes)"
-                     + (f", and a measured speedup of **{measured_speedup:.2f}\u00d7** over plain decoding."
+                     + (f", and a measured speedup of **{measured_speedup:.2f}\u00d7**"
+                        + (f" ({clock})" if clock else "") + " over plain decoding."
                         if measured_speedup else "."))
         if theory_here:
             lines.append(f" At this machine's measured cost of a verification pass the theory gives "
@@ -85,7 +87,8 @@ def explain_markdown(numbers: dict | None = None) -> str:
                 "section fills in with that run's own.*")
     return formulas_markdown(SpecStats(**numbers["stats"]), measured_speedup=numbers.get("speedup"),
                              theory_here=numbers.get("theory_here"),
-                             label=numbers.get("label"), calibration=numbers.get("calibration"))
+                             label=numbers.get("label"), clock=numbers.get("clock"),
+                             calibration=numbers.get("calibration"))
 
 
 def theory_figure(alpha: float, c: float, *, k_max: int = 12, measured: tuple[int, float] | None = None,

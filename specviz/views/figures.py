@@ -8,7 +8,7 @@ from itertools import accumulate
 
 import plotly.graph_objects as go
 
-from .charts import PLAIN_COLOUR, THEORY_COLOUR, layout
+from .charts import CLOCKED, PLAIN_COLOUR, THEORY_COLOUR, layout
 from .prose import baseline_labels
 
 CONFIG_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
@@ -69,7 +69,9 @@ def race_overlay(labels: Sequence[str], results: Sequence, baselines: Sequence[t
                                  name=name, mode="lines", line_shape="hv",
                                  line=dict(color=PLAIN_COLOUR, width=3, dash=BASELINE_DASHES[n % 4]),
                                  hovertemplate=f"{name}: %{{y}} tokens at %{{x:.2f}} s<extra></extra>"))
-    return go.Figure(traces, layout=_layout("Tokens against time", "seconds (each run's own time)", "tokens"))
+    clocks = " / ".join(sorted({result.clock for result in results}))
+    title = "Tokens against time" + (f" \u00b7 {CLOCKED} {clocks}" if clocks else "")
+    return go.Figure(traces, layout=_layout(title, "seconds (each run's own time)", "tokens"))
 
 
 def comparison_figures(comparison) -> dict[str, go.Figure]:

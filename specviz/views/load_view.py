@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from ..runs.load_result import LoadPoint, LoadResult
-from .charts import PLAIN_COLOUR, THEORY_COLOUR, layout, waiting
+from .charts import CLOCKED, PLAIN_COLOUR, THEORY_COLOUR, layout, waiting
 from .figures import config_colour
 from .render import panel_html
 
@@ -106,7 +106,9 @@ def _per_batch_figure(result: LoadResult | None, title: str, axis: str, unit: st
     """One value against batch size (`axis` its axis title, `unit` in the hover): plain decoding
     (`plain_value` of a point) and speculation per k (`spec_value`); before any point, `empty` says
     what will appear."""
-    figure = go.Figure(layout=layout(title, "batch size", axis, hovermode="closest"))
+    clock = result.settings.get("clock") if result is not None else None
+    figure = go.Figure(layout=layout(title + (f" \u00b7 {CLOCKED} {clock}" if clock else ""), "batch size", axis,
+                                     hovermode="closest"))
     if result is None or not result.points:
         return waiting(figure, f"Run to see {empty}")
     batches, plain = _plain(result)

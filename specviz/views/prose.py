@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..clocks import clock_text
+from ..clocks import clock_text, elapsed_text, timed
 from ..metrics import EQUAL_LENGTH, SHARED_PREFIX, draft_cost, drafted_per_cycle, ideal_speedup, pass_seconds
 from ..runs.comparison import Comparison, Sweep, ranked
 from ..runs.result import Run
@@ -23,33 +23,36 @@ def cost_ratio_text(run: Run) -> str:
 
 
 def speed_text(run: Run) -> str:
-    """'2.31x (95% range 2.10-2.52x)', or why there is no trustworthy figure yet."""
+    """'2.31x (thread CPU time), 95% range 2.10-2.52x', or why there is no trustworthy figure yet."""
     speed = run.speed
     if speed is None:
         return no_speed_text(run)
-    figure = f"{speed.speedup:.2f}{X} (95% range {speed.low:.2f}\u2013{speed.high:.2f}{X})"
+    figure = f"{timed(f'{speed.speedup:.2f}{X}', run.clock)}, 95% range {speed.low:.2f}\u2013{speed.high:.2f}{X}"
     if not speed.reliable:
         return figure + ": too short to measure reliably"
     return figure
 
 
 def speedup_headline(run: Run) -> tuple[str, str]:
-    """The speedup as the summary shows it: (the large figure, the headline sentence). The app's
-    summary and the exported animations both say it with these words."""
+    """The speedup as the summary shows it: (the large figure, the headline sentence naming the clock
+    that timed it, and the run's elapsed wall time). The app's summary and the exported animations
+    both say it with these words."""
     speed = run.speed
+    elapsed = "" if run.elapsed_wall_seconds is None else f"; {elapsed_text(run.elapsed_wall_seconds)}"
     if speed is None:
-        return "\u2026", f"Measured speedup: {no_speed_text(run)}"
+        return "\u2026", f"Measured speedup: {no_speed_text(run)}{elapsed}"
     figure = f"{speed.speedup:.2f}{X}"
     interval = f"(95% range {speed.low:.2f}\u2013{speed.high:.2f}{X})"
     if not speed.reliable:
-        return f"~{figure}", f"Measured speedup about {figure} {interval}: too short to measure reliably"
-    return figure, f"Measured speedup {figure} over plain decoding {interval}"
+        return (f"~{figure}", f"Measured speedup about {timed(figure, run.clock)} {interval}: too short to measure "
+                f"reliably{elapsed}")
+    return figure, f"Measured speedup {timed(figure, run.clock)} over plain decoding {interval}{elapsed}"
 
 
 def speedup_caption(run: Run) -> str:
     speed = run.speed
-    return ("speedup over plain decoding" if speed is None or speed.speedup >= 1 else
-            "plain decoding's speed: slower here")
+    return timed("speedup over plain decoding" if speed is None or speed.speedup >= 1 else
+                 "plain decoding's speed: slower here", run.clock)
 
 
 def no_speed_text(run: Run) -> str:
@@ -86,6 +89,15 @@ def compared_text(run: Run) -> str:
             f"timed by {clock_text(run.clock)}")
 
 
+def float32_advice(device: str) -> str:
+    """What float32 buys, by the dtype policy (`models.devices.auto_dtype`): on a CPU it is what 'auto'
+    picks and keeps greedy outputs identical; on a GPU 'auto' is the serving dtype (bf16 or fp16)."""
+    if device.startswith("cuda"):
+        return ("Choose dtype float32 for outputs closer to plain decoding's ('auto' on a GPU is the serving dtype, "
+                "bf16 or fp16; even float32 is not bit-exact across shapes on a GPU)")
+    return "Choose dtype float32 (what 'auto' picks on a CPU) for identical outputs"
+
+
 def parted_text(run: Run) -> str | None:
     """For a greedy race whose outputs part: what happened and what the speedup compares (shown before
     the headline: the method's promise is identical output). None otherwise."""
@@ -96,7 +108,7 @@ def parted_text(run: Run) -> str | None:
     why = (f"in {run.dtype} a one-token step and a multi-token pass round differently, and at a near-tie of the "
            "top two logits the argmax flips" if reduced else
            "a one-token step and a multi-token pass differ numerically at a near-tie of the top two logits")
-    advice = (" Choose dtype float32 (what 'auto' picks) for identical outputs." if reduced else "")
+    advice = f" {float32_advice(run.device)}." if reduced else ""
     compared = (f"The speedup compares the {work.tokens} tokens both wrote." if run.speed is not None else
                 "Too few tokens were written alike for a speedup.")
     return f"Greedy outputs part at token {work.parted_at}: {why}. {compared}{advice}"
@@ -189,9 +201,9 @@ def summary_lines(run: Run) -> list[str]:
     if calibration:
         lines.append(f"calibration: {calibration}")
     lines += [f"{name.lower()}: {value}; {note}" for name, value, note in cross_tokenizer_lines(run)]
-    lines.append(f"speculative: {s.tokens_per_second:.1f} tokens/s (with prefill)")
+    lines.append(f"speculative: {s.tokens_per_second:.1f} tokens/s (with prefill, {run.clock})")
     if run.steps:
-        lines.append(f"plain:       {run.plain.tokens_per_second:.1f} tokens/s (with prefill)")
+        lines.append(f"plain:       {run.plain.tokens_per_second:.1f} tokens/s (with prefill, {run.clock})")
         parted = parted_text(run)
         if parted:
             lines.append(f"warning: {parted}")
@@ -204,7 +216,9 @@ def summary_lines(run: Run) -> list[str]:
             lines.append("greedy outputs identical: yes")
         else:
             lines.append(f"greedy outputs identical: no, they diverge at token {run.divergence} (reduced precision "
-                         "such as bf16 can flip near-tied logits; --dtype float32, what auto picks, keeps them equal)")
+                         f"such as bf16 can flip near-tied logits; {float32_advice(run.device).lower()})")
+    if run.elapsed_wall_seconds is not None:
+        lines.append(f"race: {elapsed_text(run.elapsed_wall_seconds)}")
     busy = busy_host_text(run)
     if busy:
         lines.append(f"warning: {busy}")

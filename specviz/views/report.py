@@ -90,7 +90,7 @@ def _overview(runs: Sequence[tuple[str, Run]]) -> str:
     rows = []
     for label, run in runs:
         speed = run.speed
-        speedup = (f"{speed.speedup:.2f}\u00d7 ({speed.low:.2f}\u2013{speed.high:.2f})"
+        speedup = (f"{speed.speedup:.2f}\u00d7 ({run.clock}; {speed.low:.2f}\u2013{speed.high:.2f})"
                    + ("" if speed.reliable else ", too short to be sure")) if speed else "no baseline"
         rows.append(f"<tr><td>{html.escape(label)}</td><td>{speedup}</td>"
                     f"<td>{run.stats.draft_acceptance_rate:.1%}</td><td>{run.stats.mean_acceptance_length:.2f}</td>"
