@@ -9,26 +9,21 @@ from __future__ import annotations
 
 import pytest
 
-from specviz.core.events import BONUS, RESAMPLED, Cycle
 from specviz.engines.llamacpp import counted_acceptance
 from specviz.engines.vllm_client import Response, spec_figures
 from specviz.metrics import acceptance_rate_per_position, summarize
 from specviz.runs.engine_load import acceptance
 from specviz.runs.run import execute
 from specviz.settings import RunSettings
+from conftest import make_cycle
 from tiny_pair import PROMPT
 
 K = 4
 
 
-def cycle(index: int, drafted: int, accepted: int) -> Cycle:
-    """A chain cycle that drafted `drafted` tokens (ids 1, 2, ...) and accepted the first `accepted`."""
-    tokens = list(range(1, drafted + 1))
-    kind = BONUS if accepted == drafted else RESAMPLED
-    return Cycle(index=index, k=K, drafted=tokens, num_accepted=accepted, emitted=tokens[:accepted] + [99],
-                 correction=99, correction_kind=kind, correction_prob=1.0, draft_probs=[1.0] * drafted,
-                 target_probs=[1.0] * drafted, uniforms=[], residual_top=[], greedy=True, draft_seconds=0.0,
-                 verify_seconds=0.1)
+def cycle(index: int, drafted: int, accepted: int):
+    """A chain cycle that drafted `drafted` tokens and accepted the first `accepted` (k = 4)."""
+    return make_cycle(index=index, drafted=range(1, drafted + 1), num_accepted=accepted, k=K, verify_seconds=0.1)
 
 
 # Four target passes: 3 of 4 drafted tokens accepted, 2 of 4, 0 of 1, and a pass with nothing drafted
