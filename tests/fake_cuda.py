@@ -3,12 +3,13 @@ on a machine without one (tests/test_gpu_policy.py, tests/test_engine_gpu.py).
 
 What is faked is the hardware and the allocator, honestly: `allocate` stands for the tensors of a model
 loaded on a card and returns an object that holds them; while anything references that object its
-bytes are allocated. When the last reference goes, its blocks stay reserved (torch's cache keeps them)
-until `empty_cache`, which returns to the driver the reserved blocks nothing allocates, and nothing
-else: a model that something still references stays on the card however often the cache is emptied.
-The driver's free memory (`mem_get_info`) is the card's total less what this process reserved and what
-other programs hold. An allocation that finds no room is torch's out-of-memory error, after torch's own
-retry with the cache emptied."""
+bytes are allocated (and like a model it holds reference cycles: only a garbage collection frees it).
+Once freed, its blocks stay reserved (torch's cache keeps them) until `empty_cache`, which returns to
+the driver the reserved blocks nothing allocates, and nothing else: a model that something still
+references stays on the card however often the cache is emptied. The driver's free memory
+(`mem_get_info`) is the card's total less what this process reserved and what other programs hold. An
+allocation that finds no room is torch's out-of-memory error, after torch's own retry with the cache
+emptied."""
 
 from __future__ import annotations
 
@@ -33,10 +34,11 @@ class Card:
 
 
 class Weights:
-    """A stand-in for a loaded model's tensors on a card: allocated while referenced."""
+    """A stand-in for a loaded model's tensors on a card: allocated while referenced. It refers to
+    itself, as a model's modules do (parent and child), so that only the garbage collector frees it."""
 
     def __init__(self, card: Card, nbytes: int):
-        self.nbytes = nbytes
+        self.nbytes, self.me = nbytes, self
         weakref.finalize(self, Weights._release, card, nbytes)
 
     @staticmethod

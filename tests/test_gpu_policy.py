@@ -7,6 +7,7 @@ nothing references them and returned to the driver only by empty_cache. specviz'
 would on the card; nothing here allocates on a GPU. The configs are real model configs (their
 sizes as published), so the figures are the ones a user of these models would meet."""
 
+import gc
 import json
 from types import SimpleNamespace
 
@@ -186,7 +187,8 @@ def test_a_cached_model_still_in_use_elsewhere_is_not_room(monkeypatch, folders,
     # Had the load gone ahead, the allocator would have run out of memory.
     with pytest.raises(torch.OutOfMemoryError):
         cards.allocate(13 * 10**9)
-    # The run ends and lets go: the same load fits, with the card's memory back.
+    # The run ends and lets go (not yet collected: a model's modules refer to each other): the same load
+    # fits, with the card's memory back.
     del in_use
     fit_on_gpu([llama_24_layers(tmp_path)], cuda, torch.bfloat16, trust_remote_code=False)
     assert cards.cards[0].allocated == 0 and cards.allocate(13 * 10**9)
@@ -197,7 +199,8 @@ def test_torchs_cached_free_blocks_count_as_room_and_live_tensors_do_not(monkeyp
     cuda = torch.device("cuda", 0)
     cached = cards.allocate(6 * GiB)
     live = cards.allocate(4 * GiB)           # tensors of a run, never in the model cache
-    del cached                               # freed: its blocks stay reserved until empty_cache
+    del cached
+    gc.collect()                             # freed: its blocks stay reserved until empty_cache
     card = read_gpu_memory(cuda)
     assert (card.free, card.held, card.others) == (12 * GiB, 6 * GiB, 6 * GiB)    # the live 4 GiB count as others'
     torch.cuda.empty_cache()

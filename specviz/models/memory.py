@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import SpecvizError
-from .cache import model_cache
+from .cache import collect, model_cache
 
 RESERVE_SHARE = 0.10        # of the card's total: CUDA's context, activations, fragmentation
 PLANNED_TOKENS = 4096       # each model's KV cache is budgeted for one sequence of this many tokens
@@ -103,6 +103,12 @@ def make_room(needs: list[Need], device: torch.device, dtype: torch.dtype, keep:
     if nothing else still holds it (a run decoding with it in another session): the card is read again,
     and a pair that still does not fit is refused before it loads. Returns the card as first read."""
     gpu = read_gpu_memory(device)
+    if sum(item.total for item in needs) > gpu.budget:
+        # A model let go of but not yet collected (a model's modules refer to each other) still holds
+        # its memory, and would count as another program's: collect, give the blocks back, read again.
+        collect()
+        torch.cuda.empty_cache()
+        gpu = read_gpu_memory(device)
     check_fits(needs, gpu, dtype, device)
     still_to_load = sum(item.total for item in needs) - model_cache.bytes_of(keep)
     reusable = gpu.free + gpu.held - model_cache.bytes_on(device)      # free, and torch's cached free blocks
