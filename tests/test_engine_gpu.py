@@ -1,7 +1,8 @@
 """The serving engines on GPUs this machine does not have: the decisions (`engines.gpu`) against faked
-cards, and the servers' commands and variables with torch's view of CUDA faked (`torch.cuda.is_available`,
-`device_count`, `current_device`, `mem_get_info`, `empty_cache`) and a stand-in for vLLM's server that
-records how it was started. specviz's own code runs as it is, its model cache included."""
+cards, and the servers' commands and variables with torch's view of CUDA and its caching allocator faked
+(tests/fake_cuda.py: the own models' memory is given back only when nothing references them and the
+cache is emptied) and a stand-in for vLLM's server that records how it was started. specviz's own code
+runs as it is, its model cache included."""
 
 import json
 import sys
@@ -9,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
+from fake_cuda import FakeCuda
 from specviz.catalog import BenchPrompt
 from specviz.engines import VllmEngine, VllmInstall, engine_configs, gpu
 from specviz.engines.llamacpp import LlamaCppEngine, LlamaCppInstall, parse_device_list
@@ -77,32 +78,8 @@ def test_vllms_short_parallelism_flags_are_read_as_the_long_ones(args):
 
 # ----------------------------------------------------------------------------- faked CUDA
 
-class FakeCuda:
-    """torch.cuda as it looks with `count` cards of `total` bytes, `held` of each in use by specviz's own
-    cached models (given back by empty_cache) and `other` by other programs."""
-
-    def __init__(self, total: int, count: int, held: int = 0, other: int = 0):
-        self.total, self.count, self.held, self.other = total, count, held, other
-        self.asked: list[int] = []
-
-    def install(self, monkeypatch):
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-        monkeypatch.setattr(torch.cuda, "device_count", lambda: self.count)
-        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-        monkeypatch.setattr(torch.cuda, "empty_cache", self.empty_cache)
-        monkeypatch.setattr(torch.cuda, "mem_get_info", self.mem_get_info)
-        return self
-
-    def empty_cache(self):
-        self.held = 0
-
-    def mem_get_info(self, device=None):
-        self.asked.append(device)
-        return self.total - self.held - self.other, self.total
-
-
 def test_read_gpu_reads_the_device_asked_for(monkeypatch):
-    cuda = FakeCuda(CARD_80, 2, other=10 * GIB).install(monkeypatch)
+    cuda = FakeCuda(monkeypatch, (CARD_80, 10 * GIB), (CARD_80, 10 * GIB))
     assert gpu.read_gpu("cuda:1") == gpu.Gpu(1, 70 * GIB, CARD_80, 2) and cuda.asked == [1]
     assert gpu.read_gpu("auto") == gpu.Gpu(None, 70 * GIB, CARD_80, 2) and cuda.asked[-1] == 0
     with pytest.raises(SpecvizError, match="only 2 GPU"):
@@ -119,12 +96,20 @@ def standin_python(tmp_path, monkeypatch) -> tuple[Path, Path]:
     return python, record
 
 
+@pytest.mark.parametrize("in_use", [False, True], ids=["own models let go", "own model still in use"])
 @pytest.mark.parametrize("total, count, device", [(CARD_24, 1, "auto"), (CARD_80, 2, "cuda:1")])
 def test_a_vllm_server_on_a_gpu_frees_the_own_models_takes_what_is_free_and_is_pinned(tmp_path, monkeypatch,
-                                                                                       total, count, device):
-    cuda = FakeCuda(total, count, held=6 * GIB, other=2 * GIB).install(monkeypatch)
+                                                                                       total, count, device, in_use):
+    cuda = FakeCuda(monkeypatch, *[(total, 2 * GIB)] * count)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    model_cache.put(("own", "pair"), object(), 6 * GIB)       # the own loop's last pair, still cached
+    index = 1 if device == "cuda:1" else 0
+    card = cuda.cards[index]
+    # The own loop's last pair, still cached (6 GiB on the card); with `in_use` something else (a run
+    # in another session) still holds 4 GiB of it, which letting go of the cache cannot free.
+    pair = [cuda.allocate(2 * GIB, index), cuda.allocate(4 * GIB, index)]
+    model_cache.put(("own", "pair"), pair, 6 * GIB)
+    held_elsewhere = pair[1] if in_use else None
+    del pair
     python, record = standin_python(tmp_path, monkeypatch)
     install = VllmInstall(str(python), "0.32.0", "cuda", "Fake GPU", count, "2.13.0")
     # As the Load tab's "all three" makes it: the own loop's float32 for a CPU, vLLM's own dtype on a GPU.
@@ -135,9 +120,11 @@ def test_a_vllm_server_on_a_gpu_frees_the_own_models_takes_what_is_free_and_is_p
     *_, last = engine_sweep(settings, prompts, engine, engine_configs(parse_draft("ngram"), [0, 4]), batches=[1],
                             ks=[0, 4], warm_up=False)
 
-    assert len(model_cache) == 0 and cuda.held == 0           # let go before the first server started
+    # Let go before the first server started: what nothing else holds went back to the driver.
+    still = 4 * GIB if in_use else 0
+    assert len(model_cache) == 0 and card.reserved == card.allocated == still
     starts = [e for e in map(json.loads, record.read_text().splitlines()) if e["event"] == "start"]
-    share = f"{gpu.memory_utilization(total - 2 * GIB, total):.2f}"     # what is free once the own models went
+    share = f"{gpu.memory_utilization(total - 2 * GIB - still, total):.2f}"     # what is free once the own models went
     assert len(starts) == 2
     for start in starts:
         argv = start["argv"]
@@ -147,6 +134,7 @@ def test_a_vllm_server_on_a_gpu_frees_the_own_models_takes_what_is_free_and_is_p
     described = last.result.engine
     assert described["dtype"] == "auto" and described["gpu"]["requested_device"] == device
     assert described["gpu"]["servers"]["plain"]["args"] == ["--gpu-memory-utilization", share]
+    del held_elsewhere
 
 
 def test_on_a_cpu_the_vllm_command_and_record_are_as_before(tmp_path):
@@ -202,13 +190,13 @@ def test_xllamacpp_takes_the_gpu_layers_flag():
 
 
 def test_a_llamacpp_server_on_a_gpu_is_pinned_and_the_own_models_let_go(tmp_path, monkeypatch):
-    FakeCuda(CARD_80, 2, held=3 * GIB).install(monkeypatch)
+    cuda = FakeCuda(monkeypatch, (CARD_80, 0), (CARD_80, 0))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     seen = tmp_path / "seen"
     server = tmp_path / "llama-server"      # records its variable and flags, then serves nothing
     server.write_text(f"#!/bin/sh\necho \"$CUDA_VISIBLE_DEVICES $*\" > {seen}\nsleep 30\n")
     server.chmod(0o755)
-    model_cache.put(("own", "pair"), object(), 3 * GIB)
+    model_cache.put(("own", "pair"), cuda.allocate(3 * GIB, device=1), 3 * GIB)
     engine = LlamaCppEngine(model="/m.gguf", threads=2, requested_device="cuda:1", log_dir=tmp_path,
                             install=LlamaCppInstall((str(server),), "b1", "llama-server", devices=GPU_DEVICES[1:]))
     handle = engine.start(engine_configs(parse_draft("ngram"), [0])[0])
@@ -221,3 +209,4 @@ def test_a_llamacpp_server_on_a_gpu_is_pinned_and_the_own_models_let_go(tmp_path
     finally:
         handle.stop()
     assert pinned == "1" and flags[flags.index("--n-gpu-layers") + 1] == "999" and len(model_cache) == 0
+    assert cuda.cards[1].reserved == 0                  # given back to the driver before the server started

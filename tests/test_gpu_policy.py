@@ -1,20 +1,24 @@
 """The GPU decisions (dtype "auto", the memory budget, devices) on this CPU against faked CUDA cards.
 
-What is faked is the hardware only: torch.cuda's answers about a card (present, how many, its total
-and free memory, bf16 support, its name, what this process's allocator holds). specviz's own code runs
-as it would on the card; nothing here allocates on a GPU. The configs are real model configs (their
+What is faked is the hardware and torch's caching allocator (tests/fake_cuda.py): torch.cuda's answers
+about a card (present, how many, its total and free memory, bf16 support, its name, what this process
+reserved and allocated), and models "loaded" as objects holding bytes on a card, freed only when
+nothing references them and returned to the driver only by empty_cache. specviz's own code runs as it
+would on the card; nothing here allocates on a GPU. The configs are real model configs (their
 sizes as published), so the figures are the ones a user of these models would meet."""
 
+import gc
 import json
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from fake_cuda import FakeCuda
 from specviz.errors import SpecvizError
 from specviz.models import auto_dtype, checkpoint_dtype, resolve_device
 from specviz.models.cache import model_cache
-from specviz.models.loading import estimate_bytes, fit_on_gpu, pick_dtype
+from specviz.models.loading import cache_key, estimate_bytes, fit_on_gpu, pick_dtype
 from specviz.models.memory import PLANNED_TOKENS, RESERVE_SHARE, GpuMemory, kv_cache_bytes, read_gpu_memory
 
 GiB = 2**30
@@ -28,27 +32,6 @@ LLAMA_1B = dict(LLAMA_8B, hidden_size=2048, intermediate_size=8192, num_hidden_l
 QWEN_14B = dict(architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_size=5120, intermediate_size=13824,
                 num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8, vocab_size=152064,
                 max_position_embeddings=32768, tie_word_embeddings=False, dtype="bfloat16")
-
-
-class FakeCards:
-    """Cards as torch.cuda reports them: `cards[i]` = (total, free) in bytes; `cached_free` bytes of
-    torch's cached free blocks on each."""
-
-    def __init__(self, monkeypatch, *cards: tuple[int, int], bf16: bool = True, name: str = "Fake GPU"):
-        self.cards, self.bf16, self.name, self.cached_free = list(cards), bf16, name, 0
-        index = lambda device=None: 0 if device is None else torch.device(device).index or 0  # noqa: E731
-        for attribute, fake in {
-            "is_available": lambda: True,
-            "device_count": lambda: len(self.cards),
-            "current_device": lambda: 0,
-            "mem_get_info": lambda device=None: (self.cards[index(device)][1], self.cards[index(device)][0]),
-            "is_bf16_supported": lambda *args, **kwargs: self.bf16,
-            "get_device_name": lambda device=None: self.name,
-            "memory_reserved": lambda device=None: self.cached_free,
-            "memory_allocated": lambda device=None: 0,
-            "empty_cache": lambda: None,
-        }.items():
-            monkeypatch.setattr(torch.cuda, attribute, fake)
 
 
 @pytest.fixture
@@ -97,12 +80,12 @@ def test_the_checkpoint_dtype_is_read_from_the_config():
 
 @pytest.mark.parametrize("bf16", [True, False], ids=["bf16 card", "no bf16"])
 def test_pick_dtype_on_a_faked_gpu_follows_the_checkpoint_not_the_free_memory(monkeypatch, folders, bf16):
-    cards = FakeCards(monkeypatch, (80 * GiB, 80 * GiB), bf16=bf16)
+    cards = FakeCuda(monkeypatch, (80 * GiB, 0), bf16=bf16)
     cuda = resolve_device("cuda")
     half = torch.bfloat16 if bf16 else torch.float16
     expected = {folders.llama8b: half, folders.fp32: half, folders.fp16: torch.float16}
     for free in (80 * GiB, 30 * GiB, 2 * GiB):          # the same answer however full the card is
-        cards.cards[0] = (80 * GiB, free)
+        cards.cards[0].other = 80 * GiB - free
         for folder, dtype in expected.items():
             assert pick_dtype(folder, cuda, "auto", trust_remote_code=False) == dtype
     assert pick_dtype(folders.llama8b, cuda, "fp32", trust_remote_code=False) == torch.float32   # asked for
@@ -150,12 +133,12 @@ def test_the_budget_counts_what_specviz_holds_as_its_own():
 
 @pytest.mark.parametrize("total, fits", [(24, True), (80, True)])
 def test_an_8b_target_with_a_1b_draft_in_bf16(monkeypatch, folders, total, fits):
-    FakeCards(monkeypatch, (total * GiB, total * GiB))
+    FakeCuda(monkeypatch, (total * GiB, 0))
     fit_on_gpu([folders.llama8b, folders.llama1b], torch.device("cuda", 0), torch.bfloat16, trust_remote_code=False)
 
 
 def test_a_pair_that_does_not_fit_is_refused_before_loading_with_the_sizes_and_the_ways_out(monkeypatch, folders):
-    FakeCards(monkeypatch, (24 * GiB, 24 * GiB), name="Fake L4")
+    FakeCuda(monkeypatch, (24 * GiB, 0), name="Fake L4")
     cuda = torch.device("cuda", 0)
     with pytest.raises(SpecvizError) as refused:          # 8B + 1B in float32: ~37 GB
         fit_on_gpu([folders.llama8b, folders.llama1b], cuda, torch.float32, trust_remote_code=False)
@@ -168,47 +151,89 @@ def test_a_pair_that_does_not_fit_is_refused_before_loading_with_the_sizes_and_t
 
 
 def test_another_program_on_the_card_is_named(monkeypatch, folders):
-    FakeCards(monkeypatch, (80 * GiB, 20 * GiB))           # 60 GiB taken by, say, a vLLM server
+    FakeCuda(monkeypatch, (80 * GiB, 60 * GiB))            # 60 GiB taken by, say, a vLLM server
     with pytest.raises(SpecvizError, match="held by other programs.*stopping what else uses the card"):
         fit_on_gpu([folders.qwen14b], torch.device("cuda", 0), torch.bfloat16, trust_remote_code=False)
 
 
 def test_the_same_answer_while_an_earlier_copy_is_cached_and_room_is_made_among_specvizs_own(monkeypatch, folders,
                                                                                            tmp_path):
-    from specviz.models.loading import cache_key
-
-    cards = FakeCards(monkeypatch, (24 * GiB, 24 * GiB))
+    cards = FakeCuda(monkeypatch, (24 * GiB, 0), (24 * GiB, 0))
     cuda = torch.device("cuda", 0)
     monkeypatch.setattr(model_cache, "budget_bytes", 64 * GiB)      # SPECVIZ_MODEL_MEMORY_GB=64
-    # An earlier pair's 8B target (16 GB) is cached on the card, and the driver counts it as used.
+    # An earlier pair's 8B target (16 GB) is cached on the card, and the driver counts it as used; only
+    # the cache holds it.
     key = cache_key(folders.llama8b, torch.bfloat16, cuda)
-    model_cache.put(key, object(), 16 * 10**9)
+    model_cache.put(key, cards.allocate(16 * 10**9), 16 * 10**9)
     elsewhere = (("folder", "other", None), "bfloat16", "cuda:1")
-    model_cache.put(elsewhere, object(), 10**9)
-    cards.cards[0] = (24 * GiB, 24 * GiB - 16 * 10**9)
+    model_cache.put(elsewhere, cards.allocate(10**9, device=1), 10**9)
+    assert cards.cards[0].free == 24 * GiB - 16 * 10**9
     assert read_gpu_memory(cuda).held == 16 * 10**9 and read_gpu_memory(cuda).others == 0
     # The same pair again fits, as it did the first time, and its cached target stays.
     fit_on_gpu([folders.llama8b, folders.llama1b], cuda, torch.bfloat16, trust_remote_code=False)
     assert model_cache.keys() == [key, elsewhere]
     # A 1B model fits beside it: nothing is evicted.
     fit_on_gpu([folders.llama1b], cuda, torch.bfloat16, trust_remote_code=False)
-    assert model_cache.keys() == [key, elsewhere]
-    # A 13 GB model fits the budget but not beside the cached 16 GB: that goes; the other card's stays.
-    folder = tmp_path / "Llama-24-layers"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(dict(LLAMA_8B, num_hidden_layers=24)))
-    fit_on_gpu([str(folder)], cuda, torch.bfloat16, trust_remote_code=False)
+    assert model_cache.keys() == [key, elsewhere] and cards.cards[0].allocated == 16 * 10**9
+    # A 13 GB model fits the budget but not beside the cached 16 GB: that goes, and its memory with it
+    # (collected, and the allocator's cache emptied); the other card's stays.
+    fit_on_gpu([llama_24_layers(tmp_path)], cuda, torch.bfloat16, trust_remote_code=False)
     assert model_cache.keys() == [elsewhere]
+    assert cards.cards[0].free == 24 * GiB and cards.cards[1].allocated == 10**9
+
+
+def llama_24_layers(tmp_path) -> str:
+    """A ~13 GB model in bf16 (Llama-3.1-8B's shape with 24 layers): fits a 24 GiB card alone, not beside 16 GB."""
+    folder = tmp_path / "Llama-24-layers"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(dict(LLAMA_8B, num_hidden_layers=24)))
+    return str(folder)
+
+
+def test_a_cached_model_still_in_use_elsewhere_is_not_room(monkeypatch, folders, tmp_path):
+    # An earlier pair's 8B target is cached, and a run in another session still decodes with it: evicting
+    # it from the cache frees nothing, however often the allocator's cache is emptied.
+    cards = FakeCuda(monkeypatch, (24 * GiB, 0))
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(model_cache, "budget_bytes", 64 * GiB)
+    in_use = cards.allocate(16 * 10**9)
+    model_cache.put(cache_key(folders.llama8b, torch.bfloat16, cuda), in_use, 16 * 10**9)
+    with pytest.raises(SpecvizError, match=r"Does not fit cuda:0 \(Fake GPU\) yet.*16\.0 GB of them are still in "
+                                           r"use.*Nothing was loaded; try again when that run has finished"):
+        fit_on_gpu([llama_24_layers(tmp_path)], cuda, torch.bfloat16, trust_remote_code=False)
+    assert cards.emptied and cards.cards[0].allocated == cards.cards[0].reserved == 16 * 10**9
+    assert len(model_cache) == 0                      # evicted all the same: it goes when the run lets go
+    # Had the load gone ahead, the allocator would have run out of memory.
+    with pytest.raises(torch.OutOfMemoryError):
+        cards.allocate(13 * 10**9)
+    # The run ends and lets go (not yet collected: a model's modules refer to each other): the same load
+    # fits, with the card's memory back.
+    del in_use
+    fit_on_gpu([llama_24_layers(tmp_path)], cuda, torch.bfloat16, trust_remote_code=False)
+    assert cards.cards[0].allocated == 0 and cards.allocate(13 * 10**9)
+
+
+def test_torchs_cached_free_blocks_count_as_room_and_live_tensors_do_not(monkeypatch):
+    cards = FakeCuda(monkeypatch, (24 * GiB, 2 * GiB))
+    cuda = torch.device("cuda", 0)
+    cached = cards.allocate(6 * GiB)
+    live = cards.allocate(4 * GiB)           # tensors of a run, never in the model cache
+    del cached
+    gc.collect()                             # freed: its blocks stay reserved until empty_cache
+    card = read_gpu_memory(cuda)
+    assert (card.free, card.held, card.others) == (12 * GiB, 6 * GiB, 6 * GiB)    # the live 4 GiB count as others'
+    torch.cuda.empty_cache()
+    assert read_gpu_memory(cuda) == type(card)(card.name, 24 * GiB, 18 * GiB, 0) and live.nbytes == 4 * GiB
 
 
 # ----------------------------------------------------------------------------- devices
 
 def test_one_and_two_cards(monkeypatch, folders):
-    cards = FakeCards(monkeypatch, (80 * GiB, 80 * GiB))
+    cards = FakeCuda(monkeypatch, (80 * GiB, 0))
     assert resolve_device("auto") == torch.device("cuda", 0) == resolve_device("cuda")
     with pytest.raises(SpecvizError, match="only 1 GPU"):
         resolve_device("cuda:1")
-    cards.cards.append((24 * GiB, 4 * GiB))            # a second, smaller and busy card
+    cards.add(24 * GiB, 20 * GiB)                      # a second, smaller and busy card
     assert resolve_device("cuda:1") == torch.device("cuda", 1)
     assert read_gpu_memory(torch.device("cuda", 1)).total == 24 * GiB
     fit_on_gpu([folders.llama8b], torch.device("cuda", 0), torch.bfloat16, trust_remote_code=False)
@@ -219,7 +244,7 @@ def test_one_and_two_cards(monkeypatch, folders):
 def test_the_command_line_says_it_in_one_line_before_loading(monkeypatch, folders, capsys):
     from specviz.cli import entry
 
-    FakeCards(monkeypatch, (24 * GiB, 24 * GiB), name="Fake L4")
+    FakeCuda(monkeypatch, (24 * GiB, 0), name="Fake L4")
     code = entry(["run", "--target", folders.qwen14b, "--device", "cuda", "--raw", "Hello"])
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()

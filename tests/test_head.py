@@ -5,6 +5,7 @@ lossless (greedy equals `generate` in fp32, alone and in a batch; sampled runs f
 exact distribution, with a power check); a head made for another target, a corrupt or partial file,
 a first specviz head (head.json) and too little training data are refused with what is wrong."""
 
+import itertools
 import json
 import shutil
 import sys
@@ -182,21 +183,34 @@ def test_greedy_with_the_head_equals_generate(trained, k):
         assert out == target.generate(prompt, max_new_tokens=40, do_sample=False)[0, prompt.shape[1]:].tolist()
 
 
+# Where a pass over drafted tokens costs far more than a plain step the head's drafts cannot pay: the
+# policy pauses (plain steps, `planned == 0`) between probes. Where a pass costs next to nothing they
+# always pay: it never pauses. Paused cycles still hand the head the target's hidden states; its next
+# draft reads them all, so the output stays the target's either way.
+@pytest.mark.parametrize("table, pauses", [({0: 1.0, 1: 3.0, 3: 4.0}, True), ({0: 1.0, 1: 1.001, 3: 1.002}, False)],
+                         ids=["cannot pay", "pays"])
 @pytest.mark.slow
-@pytest.mark.slow
-def test_greedy_with_the_head_and_the_cost_aware_policy_equals_generate(trained):
-    # Paused cycles still hand the head the target's hidden states; its next draft reads them all.
+def test_greedy_with_the_head_and_the_cost_aware_policy_equals_generate(trained, table, pauses):
     from specviz.core.draft_policy import CostAwarePolicy, PassCosts
 
     target, folder, _ = trained
     drafter = make_drafter(parse_draft(f"head:{folder}"), target, target_name="tiny-llama")
     for text in ("Explain volcanoes in simple terms.", "Hi"):
         prompt = torch.tensor([list(f"<user>\n{text}\n<assistant>\n".encode())])
-        policy = CostAwarePolicy(PassCosts({0: 1.0, 1: 1.5, 3: 1.7}, learn=False), probe_after=1)
+        policy = CostAwarePolicy(PassCosts(table, learn=False), probe_after=1)
         cycles = list(speculative_decode(target, drafter, prompt, max_new_tokens=40, k=3, policy=policy))
         out = [t for c in cycles for t in c.emitted]
         assert out == target.generate(prompt, max_new_tokens=40, do_sample=False)[0, prompt.shape[1]:].tolist()
-        assert any(c.drafted for c in cycles)
+        planned = [c.planned for c in cycles]
+        assert None not in planned and any(c.drafted for c in cycles), text
+        # The last token has no room for a draft (planned 0 there too, with nothing to choose): not a pause.
+        room = [c for c, before in zip(cycles, itertools.accumulate((len(c.emitted) for c in cycles), initial=0))
+                if 40 - before > 1]
+        paused = [c for c in room if c.planned == 0]
+        assert bool(paused) == pauses, (text, planned)
+        assert all(not c.drafted and len(c.emitted) == 1 for c in paused)     # a pause is a plain step
+        if pauses:          # it drafted only to probe, then paused again
+            assert all(c.probe for c in cycles if c.drafted), (text, planned)
 
 
 def test_the_loop_drafts_what_the_head_predicts_from_the_whole_sequence(trained):

@@ -25,6 +25,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from specviz import DraftModelDrafter, PromptLookupDrafter, autoregressive_decode, speculative_decode
 from specviz import CrossTokenizerDrafter, models
 from specviz.catalog import PRESET_KEYS, list_presets
+from specviz.core import tree_shape
 from specviz.errors import SpecvizError
 from specviz.models import (DEFAULT_TARGET, auto_dtype, convert_once, cpu_has_native_bf16, encode_prompt,
                             end_of_turn_id, load_model, load_pair, resolve_source)
@@ -544,6 +545,27 @@ def test_builtin_greedy_speculative_equals_plain_fp32(builtin_fp32, plain_rewrit
     cycles = list(speculative_decode(pair.target, pair.draft, ids, 32, k=k, eos_token_id=pair.eos_token_ids))
     assert len(plain) > 8 and [t for c in cycles for t in c.emitted] == plain
     assert sum(c.num_accepted for c in cycles) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("draft", ["ngram-tree", "suffix"])
+def test_builtin_tree_drafters_under_the_cost_aware_policy_equal_plain_fp32(builtin_fp32, plain_rewrite, draft):
+    # The policy cuts each tree to the depth that pays, or pauses: cheap wide passes, a CPU in float32,
+    # passes of 3-4 steps (tests/test_policy_trees.py does the same on tiny models, and sampling).
+    from specviz.core.draft_policy import CostAwarePolicy, PassCosts
+
+    pair = load_pair(draft=draft, dtype="float32", device="cpu")
+    ids, plain = plain_rewrite
+    planned = []
+    tables = ({0: 1.0, 1: 1.02, 8: 1.1, 32: 1.2}, {0: 1.0, 1: 1.6, 4: 1.75, 8: 1.9, 32: 3.0}, {0: 1.0, 1: 3.0, 32: 4.0})
+    for table in tables:
+        policy = CostAwarePolicy(PassCosts(table, learn=False))
+        cycles = list(speculative_decode(pair.target, pair.draft, ids, 32, k=8, eos_token_id=pair.eos_token_ids,
+                                         policy=policy))
+        assert [t for c in cycles for t in c.emitted] == plain, table
+        assert all(c.is_tree and tree_shape.draft_reach(c) <= c.planned for c in cycles if c.drafted)
+        planned += [c.planned for c in cycles if c.planned is not None]
+    assert 0 in planned and any(planned), planned           # it paused and drafted
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import SpecvizError
-from .cache import model_cache
+from .cache import collect, model_cache
 
 RESERVE_SHARE = 0.10        # of the card's total: CUDA's context, activations, fragmentation
 PLANNED_TOKENS = 4096       # each model's KV cache is budgeted for one sequence of this many tokens
@@ -140,11 +140,28 @@ def check_fits(needs: list[Need], gpu: GpuMemory, dtype: torch.dtype, device: to
 
 def make_room(needs: list[Need], device: torch.device, dtype: torch.dtype, keep: set[Hashable]) -> GpuMemory:
     """Check the pair against the card's budget (`check_fits`), then evict specviz's other cached
-    models on the card where the pair would not fit beside them. Returns the card as read."""
+    models on the card where the pair would not fit beside them. Evicting frees a model's memory only
+    if nothing else still holds it (a run decoding with it in another session): the card is read again,
+    and a pair that still does not fit is refused before it loads. Returns the card as first read."""
     gpu = read_gpu_memory(device)
+    if sum(item.total for item in needs) > gpu.budget:
+        # A model let go of but not yet collected (a model's modules refer to each other) still holds
+        # its memory, and would count as another program's: collect, give the blocks back, read again.
+        collect()
+        torch.cuda.empty_cache()
+        gpu = read_gpu_memory(device)
     check_fits(needs, gpu, dtype, device)
     still_to_load = sum(item.total for item in needs) - model_cache.bytes_of(keep)
     reusable = gpu.free + gpu.held - model_cache.bytes_on(device)      # free, and torch's cached free blocks
     if still_to_load > reusable:
         model_cache.evict_from(device, keep)
+        after = read_gpu_memory(device)
+        room = after.free + after.held - model_cache.bytes_on(device)
+        if still_to_load > room:
+            in_use = max(0, after.others - gpu.others)
+            raise SpecvizError(
+                f"Does not fit {device} ({gpu.name}) yet: specviz let go of its other cached models there, but "
+                f"{in_use / GB:.1f} GB of them are still in use (a run with an earlier pair, in another tab or "
+                f"session?), and ~{still_to_load / GB:.1f} GB are needed where {room / GB:.1f} GB are free. "
+                f"Nothing was loaded; try again when that run has finished.")
     return gpu
