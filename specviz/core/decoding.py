@@ -144,14 +144,8 @@ def _cycles(target, drafter: Drafter, requests: list[Request], options: LoopOpti
         plans = {}
         for request in live:
             request.budget = request.draft_budget()
-            if policy is not None and not free:
-                plans[request.index] = plan = policy.plan(request.index, request.budget, free=False,
-                                                          tree=drafter.drafts_trees)
-                request.budget = plan.length
         start = clock()
-        drafts = drafter.propose_batch(live)
-        if policy is not None and free:
-            drafts = [policy.plan_proposal(request, draft, plans) for request, draft in zip(live, drafts)]
+        drafts = drafter.propose_batch(live) if policy is None else policy.draft(drafter, live, plans)
         draft_seconds += clock() - start
         # 2. Verify every draft in one target pass, accept a prefix of each, roll the caches back (a
         # tree: a single request's extension).

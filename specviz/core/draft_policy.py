@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import tree_shape
-from .drafters import Draft, no_draft
+from .drafters import Draft, Drafter, no_draft
 from .events import Cycle
 from .ragged_cache import RaggedCache
 from .request import Request
@@ -216,6 +216,11 @@ class Plan:
     length: int                 # tokens to verify this cycle (0: a plain step)
     gain: float                 # expected tokens per plain step's time of the best drafting length (> 1 pays)
     probe: bool = False         # drafting although not expected to pay, to learn whether it does now
+    expected: float = 1.0       # expected tokens this cycle emits at that length (1: a plain step)
+    # A hybrid drafter (core.hybrid): the component that drafts, and every component's offer this
+    # cycle as {"drafter", "length", "expected_tokens", "gain"} (what the choice compared).
+    drafter: str | None = None
+    offers: tuple[dict, ...] = ()
 
 
 @dataclass
@@ -278,7 +283,7 @@ class CostAwarePolicy:
             rates = state.by_signal[signal].rates(max_length, prior=rates)
         expected = expected_tokens(rates)
         if not self.costs.known:
-            return Plan(max_length, expected[-1])
+            return Plan(max_length, expected[-1], expected=expected[-1])
         if widths is None and tree:
             width = max(1, round(state.tree_nodes)) if state.tree_nodes else max_length
             best, gain = max_length, expected[-1] / self.relative(width)[width]
@@ -289,14 +294,30 @@ class CostAwarePolicy:
             gain = expected[best] / cost[widths[best]]
         if gain >= MIN_GAIN:
             state.paused_for, state.probe_after = 0, self.probe_after
-            return Plan(best, gain)
+            return Plan(best, gain, expected=expected[best])
         state.paused_for += 1
         if not free and state.paused_for > state.probe_after:
             state.paused_for, state.probe_after = 0, min(2 * state.probe_after, self.max_probe_after)
-            return Plan(max_length if tree else min(PROBE_LENGTH, max_length), gain, probe=True)
+            length = max_length if tree else min(PROBE_LENGTH, max_length)
+            return Plan(length, gain, probe=True, expected=expected[length])
         return Plan(0, gain)
 
     # -------------------------------------------------------------- in the decoding loop
+
+    def draft(self, drafter: Drafter, live: Sequence[Request], plans: dict[int, Plan]) -> list[Draft]:
+        """The loop's step 1 under the policy: each request's draft, as long as is expected to pay
+        (`request.budget` holds its most on entry), its plan noted in `plans`. A drafter that proposes for
+        free proposes its most first, then is cut (`plan_proposal`); any other is planned, then drafts."""
+        free = drafter.free_to_propose
+        if not free:
+            for request in live:
+                plans[request.index] = plan = self.plan(request.index, request.budget, free=False,
+                                                        tree=drafter.drafts_trees)
+                request.budget = plan.length
+        drafts = drafter.propose_batch(live)
+        if free:
+            drafts = [self.plan_proposal(request, draft, plans) for request, draft in zip(live, drafts)]
+        return drafts
 
     def plan_proposal(self, request: Request, draft: Draft, plans: dict[int, Plan]) -> Draft:
         """A free drafter's proposal: noted for scoring, its plan made for it (into `plans`), and the
@@ -380,7 +401,10 @@ class CostAwarePolicy:
 
 def planned_fields(plan: Plan | None) -> dict:
     """A cycle's `Cycle` fields for its plan (none without the policy, or with nothing proposed)."""
-    return {} if plan is None else dict(planned=plan.length, expected_gain=plan.gain, probe=plan.probe)
+    if plan is None:
+        return {}
+    hybrid = dict(drafter=plan.drafter, offers=[dict(offer) for offer in plan.offers]) if plan.offers else {}
+    return dict(planned=plan.length, expected_gain=plan.gain, probe=plan.probe, **hybrid)
 
 
 def calibration_widths(max_length: int) -> list[int]:

@@ -67,6 +67,12 @@ class Cycle:
     planned: int | None = None
     expected_gain: float | None = None
     probe: bool = False
+    # A hybrid drafter (core.hybrid, `--draft auto`): the component that wrote this cycle's draft (its
+    # name: "ngram", "suffix", "head", "self:L" or a draft model's; None: nothing drafted, or one
+    # drafter only), and what the policy compared to choose it: each component's offer as
+    # {"drafter", "length", "expected_tokens", "gain"} (empty without a hybrid).
+    drafter: str | None = None
+    offers: list[dict] = field(default_factory=list)
 
     @property
     def is_cross_tokenizer(self) -> bool:
