@@ -32,7 +32,8 @@ class DraftSpec(str):
     knows what it names: `kind` and, for 'self:L', `layers`. Made by `parse_draft`, which passes one
     through unchanged: whoever holds a DraftSpec never parses it again."""
 
-    kind: str               # "ngram" (prompt lookup), "ngram-tree" (as a tree), "suffix", "self", "head" or "model"
+    kind: str               # "ngram" (prompt lookup), "ngram-tree" (as a tree), "suffix", "self", "head",
+                            # "auto" (the best of several each cycle: core.hybrid) or "model"
     layers: int | None      # L of self:L
 
     def __new__(cls, text: str, kind: str, layers: int | None = None) -> DraftSpec:
@@ -62,13 +63,14 @@ class DraftSpec(str):
 
 def parse_draft(spec: str | None) -> DraftSpec:
     """'ngram', 'ngram-tree', 'suffix' (suffix decoding), 'self:L' (the target's first L layers),
-    'head' or 'head:DIR' (a trained draft head: the one shipped for the built-in target, or one in DIR)
-    or anything else as a draft model. A DraftSpec is returned as it is."""
+    'head' or 'head:DIR' (a trained draft head: the one shipped for the built-in target, or one in DIR),
+    'auto' (each cycle the best of prompt lookup, suffix decoding and the target's shipped head: hybrid
+    drafting) or anything else as a draft model. A DraftSpec is returned as it is."""
     if isinstance(spec, DraftSpec):
         return spec
     text = (spec or DEFAULT_DRAFT).strip() or DEFAULT_DRAFT
     lowered = text.lower()
-    if lowered in ("ngram", "ngram-tree", "suffix"):
+    if lowered in ("ngram", "ngram-tree", "suffix", "auto"):
         return DraftSpec(lowered, lowered)
     if lowered.startswith("self"):
         match = re.fullmatch(r"self:(\d{1,4})", lowered)
@@ -240,6 +242,9 @@ def validate(settings: RunSettings, limits: Limits = LOCAL) -> RunSettings:
     if branch > 1 and draft.kind not in ("model", "self", "head"):
         raise SpecvizError(f"A tree branch applies to a draft model, early exit or a draft head; {draft!r} drafts "
                            "its own way (ngram-tree and suffix draft trees already).")
+    if draft.kind == "auto" and (flag(settings.fixed_k) or dynamic_k):
+        raise SpecvizError("Draft 'auto' chooses a drafter and its draft length each cycle by the cost-aware "
+                           "policy: it runs without a fixed k or dynamic k.")
     return replace(settings, target=target, draft=draft, k=k, fixed_k=flag(settings.fixed_k), dynamic_k=dynamic_k,
                    branch=branch,
                    tree_budget=tree_budget,
