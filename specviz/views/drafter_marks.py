@@ -1,0 +1,53 @@
+"""Which drafter wrote a draft, as every view names and marks it (a hybrid run, `--draft auto`): one
+word a class reads at a glance, a letter for the token view and the terminal, a colour for the charts."""
+
+from __future__ import annotations
+
+from ..settings import parse_draft
+
+# kind -> (word, letter, colour); a draft model's and early exit's kinds are "model" and "self".
+_MARKS = {
+    "ngram": ("copy", "c", "#2b8a3e"),          # prompt lookup: copied from the prompt or the output
+    "ngram-tree": ("copy", "c", "#2b8a3e"),
+    "suffix": ("suffix", "s", "#1971c2"),
+    "head": ("head", "h", "#e8590c"),
+    "self": ("early exit", "e", "#9c36b5"),
+    "model": ("draft model", "m", "#9c36b5"),
+}
+NONE_COLOUR = "#adb5bd"
+
+
+def _mark(name: str) -> tuple[str, str, str]:
+    return _MARKS.get(parse_draft(name).kind, _MARKS["model"])
+
+
+def drafter_word(name: str) -> str:
+    """'copy', 'suffix', 'head', 'early exit' or 'draft model'."""
+    return _mark(name)[0]
+
+
+def drafter_letter(name: str) -> str:
+    return _mark(name)[1]
+
+
+def drafter_colour(name: str) -> str:
+    return _mark(name)[2]
+
+
+def legend_items(names) -> list[tuple[str, str, str]]:
+    """(letter, word, colour) of each drafter named, in a fixed order, each word once."""
+    seen = {}
+    for name in names:
+        letter, word, colour = drafter_letter(name), drafter_word(name), drafter_colour(name)
+        seen.setdefault(word, (letter, word, colour))
+    order = [word for word, _, _ in _MARKS.values()]
+    return sorted(seen.values(), key=lambda item: order.index(item[1]))
+
+
+def drafter_css() -> str:
+    """Each drafter's colour: its letter, and a line under each token it drafted (hybrid runs)."""
+    rules = []
+    for word, colour in {word: colour for word, _, colour in _MARKS.values()}.items():
+        rules.append(f'.sv-by[data-drafter="{word}"] {{ color: {colour}; }}\n'
+                     f'.sv-tok[data-drafter="{word}"] {{ border-bottom: 2px solid {colour}; }}')
+    return "\n".join(rules)
