@@ -157,6 +157,22 @@ def test_per_drafter_counts_sum_to_the_runs(target):
     assert summarize([c for c in cycles if c.drafter is None]).drafters is None
 
 
+def test_the_chart_and_teach_say_which_drafter_each_cycle_chose_and_why(target):
+    from specviz.views.charts import tokens_per_pass_figure
+    from specviz.views.drafter_marks import choice_text
+
+    cycles = list(speculative_decode(target, hybrid(target), PROMPT, max_new_tokens=40, k=4,
+                                     policy=fixed_policy(0.02)))
+    figure = tokens_per_pass_figure(cycles, summarize(cycles))
+    marked = {trace.name: list(trace.x) for trace in figure.data if trace.name.startswith("drafted by ")}
+    assert sum(len(x) for x in marked.values()) == sum(1 for c in cycles if c.drafted)
+    assert len(marked) >= 2, marked          # more than one drafter drafted, each its own trace
+    drafted = next(c for c in cycles if c.drafter == "ngram")
+    assert choice_text(drafted).endswith("So copy drafted.") and "copy offered" in choice_text(drafted)
+    paused = next(c for c in cycles if c.planned == 0)
+    assert choice_text(paused).endswith("none drafted: a plain step.")
+
+
 def test_cli_json_has_per_drafter_counts_and_each_cycles_drafter(tmp_path):
     from specviz.cli import entry
 

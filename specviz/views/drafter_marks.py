@@ -51,3 +51,22 @@ def drafter_css() -> str:
         rules.append(f'.sv-by[data-drafter="{word}"] {{ color: {colour}; }}\n'
                      f'.sv-tok[data-drafter="{word}"] {{ border-bottom: 2px solid {colour}; }}')
     return "\n".join(rules)
+
+
+def choice_text(cycle) -> str:
+    """Why a hybrid cycle drafted with this drafter, or with none: each drafter's offer (the length the
+    policy would draft with it, the tokens it expected, and that over a plain step's time) and the
+    choice. '' for a cycle of one drafter."""
+    if not cycle.offers:
+        return ""
+    parts = []
+    for offer in sorted(cycle.offers, key=lambda o: -o["gain"]):
+        word = drafter_word(offer["drafter"])
+        if offer["length"]:
+            parts.append(f"{word} offered {offer['length']} token{'s' if offer['length'] != 1 else ''}, expecting "
+                         f"{offer['expected_tokens']:.1f} tokens from the pass ({offer['gain']:.2f}\u00d7 a plain step)")
+        else:
+            parts.append(f"{word} was not expected to pay ({offer['gain']:.2f}\u00d7)")
+    chosen = (f"{drafter_word(cycle.drafter)} drafted" if cycle.drafter else
+              "none drafted: a plain step" if not cycle.drafted else "")
+    return "; ".join(parts) + (f". So {chosen}." if chosen else ".")
