@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from itertools import accumulate
 
 from .core import tree_shape
-from .core.events import RESAMPLED, Cycle, Step
+from .core.events import RESAMPLED, Cycle, Step, drafter_counts
 
 
 def expected_tokens_per_pass(a: float, k: int) -> float:
@@ -69,9 +69,7 @@ class SpecStats:
     # speculation (chose a plain step); the rest found nothing to propose.
     cycles_drafted: int | None = None
     cycles_paused: int | None = None
-    # A hybrid drafter (`--draft auto`; None otherwise): per drafter that drafted, vLLM's counts of its
-    # drafts and the figures from them (`per_drafter`); they sum to the run's.
-    drafters: dict[str, dict] | None = None
+    drafters: dict[str, dict] | None = None     # a hybrid run's counts and figures per drafter (`policy_counts`)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -156,39 +154,18 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
         cost_ratio=c, expected_tokens_per_pass=tokens_per_pass,
         expected_speedup=tokens_per_pass / (mean_drafted * c + 1.0), best_k=best_k(alpha, c),
         mean_nodes_per_pass=ratio(drafted, len(cycles)), **from_earlier(cycles), **across_tokenizers(cycles),
-        **policy_counts(cycles), drafters=per_drafter(cycles))
-
-
-def per_drafter(cycles: Sequence[Cycle]) -> dict[str, dict] | None:
-    """A hybrid run's drafts by the drafter that wrote them: num_drafts, num_draft_tokens and
-    num_accepted_tokens (vLLM's counts) and vLLM's figures from them; None for a run of one drafter."""
-    if not any(c.drafter is not None for c in cycles):
-        return None
-    out: dict[str, dict] = {}
-    for c in cycles:
-        if c.drafter is None or not c.drafted:
-            continue
-        counts = out.setdefault(str(c.drafter), {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0,
-                                                 "accepted_per_position": []})
-        counts["num_drafts"] += 1
-        counts["num_draft_tokens"] += len(c.drafted)
-        counts["num_accepted_tokens"] += c.num_accepted
-        positions = counts["accepted_per_position"]
-        positions.extend([0] * (c.num_accepted - len(positions)))
-        for i in range(c.num_accepted):
-            positions[i] += 1
-    return {name: {**{key: value for key, value in counts.items() if key != "accepted_per_position"},
-                   **acceptance_figures(counts["num_drafts"], counts["num_draft_tokens"], counts["num_accepted_tokens"],
-                                        counts["accepted_per_position"])}
-            for name, counts in out.items()}
+        **policy_counts(cycles))
 
 
 def policy_counts(cycles: Sequence[Cycle]) -> dict:
-    """Cycles that drafted and cycles the cost-aware policy paused (None for a run without it)."""
+    """Cycles that drafted and cycles the cost-aware policy paused (None for a run without it); a hybrid run's
+    vLLM counts per drafter (`core.events.drafter_counts`) with vLLM's figures from them (None otherwise)."""
+    counts = drafter_counts(cycles)
+    drafters = counts and {name: {**c, **acceptance_figures(**c)} for name, c in counts.items()}
     if not any(c.planned is not None for c in cycles):
-        return {"cycles_drafted": None, "cycles_paused": None}
+        return {"cycles_drafted": None, "cycles_paused": None, "drafters": drafters}
     return {"cycles_drafted": sum(1 for c in cycles if c.drafted),
-            "cycles_paused": sum(1 for c in cycles if c.planned == 0)}
+            "cycles_paused": sum(1 for c in cycles if c.planned == 0), "drafters": drafters}
 
 
 def from_earlier(cycles: Sequence[Cycle]) -> dict:

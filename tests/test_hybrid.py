@@ -15,7 +15,7 @@ from test_head import HEAD_LENGTH, HEAD_VOCAB, small_head
 from test_sampling import exact_joint, pooled_chisquare
 
 from specviz import speculative_decode
-from specviz.core.draft_policy import DraftCosts, PassCosts
+from specviz.core.pass_costs import DraftCosts, PassCosts
 from specviz.core.drafters import PromptLookupDrafter
 from specviz.core.hybrid import HybridDrafter, HybridPolicy
 from specviz.core.lookup_trees import SuffixDrafter

@@ -122,9 +122,10 @@ def main(args: argparse.Namespace) -> int:
         print(printable(f"transformers for {result['meta']['draft']}: {result['meta']['transformers_settings']}"))
     print()
     print(printable(table))
-    print("\nSpec-Bench's leaderboard: speedup (mean accepted tokens: new tokens per target pass), medians per category")
+    print("\nSpec-Bench's leaderboard: speedup (mean accepted tokens: new tokens per target pass), medians per "
+          "category")
     print(printable(board_table))
-    for flag, path in (("--json", args.json), ("--csv", args.csv)):
+    for path in (args.json, args.csv):
         if path:
             print(f"\nwrote {path}")
     return 0

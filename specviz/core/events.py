@@ -6,7 +6,7 @@ computed from these records; nothing downstream reaches back into the loop.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 # The one vocabulary of verdicts, used by every layer. A drafted token (or tree node) is accepted,
@@ -104,6 +104,21 @@ class Cycle:
         record["verdicts"] = self.verdicts
         record["residual_top"] = [list(pair) for pair in self.residual_top]
         return record
+
+
+def drafter_counts(cycles: Sequence[Cycle]) -> dict[str, dict[str, int]] | None:
+    """A hybrid run's drafts by the drafter that wrote them, in vLLM's counts (num_drafts,
+    num_draft_tokens, num_accepted_tokens): they sum to the run's. None for a run of one drafter."""
+    if not any(c.drafter is not None for c in cycles):
+        return None
+    counts: dict[str, dict[str, int]] = {}
+    for c in cycles:
+        if c.drafter is not None and c.drafted:
+            n = counts.setdefault(str(c.drafter), dict(num_drafts=0, num_draft_tokens=0, num_accepted_tokens=0))
+            n["num_drafts"] += 1
+            n["num_draft_tokens"] += len(c.drafted)
+            n["num_accepted_tokens"] += c.num_accepted
+    return counts
 
 
 @dataclass(frozen=True)

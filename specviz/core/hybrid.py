@@ -26,12 +26,13 @@ exactly its component's (a model's with its distribution, a lookup's one-hot). O
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
 from . import tree_shape
-from .draft_policy import CostAwarePolicy, DraftCosts, PassCosts, Plan
+from .draft_policy import CostAwarePolicy, Plan
+from .pass_costs import DraftCosts, PassCosts
 from .drafters import Draft, Drafter, no_draft
 from .events import Cycle
 from .request import Request
@@ -102,6 +103,18 @@ class HybridDrafter(Drafter):
         return HybridDrafter([c.without_memory() for c in self.components], self.name)
 
 
+@dataclass(frozen=True)
+class HybridPlan(Plan):
+    """A hybrid cycle's plan: the component that drafts (None: none) and what the choice compared, each
+    component's offer as {"drafter", "length", "expected_tokens", "gain"}."""
+
+    drafter: str | None = None
+    offers: tuple[dict, ...] = ()
+
+    def fields(self) -> dict:
+        return dict(super().fields(), drafter=self.drafter, offers=[dict(offer) for offer in self.offers])
+
+
 @dataclass
 class _Offer:
     """One component's offer this cycle: its plan, and its draft when it proposed already (free)."""
@@ -168,11 +181,12 @@ class HybridPolicy(CostAwarePolicy):
         drafter.chosen = best.component if best is not None and draft.tokens.numel() else None
         if best is None:
             gain = max((o.plan.gain for o in offers), default=1.0)
-            plans[request.index] = Plan(0, gain, offers=seen)
+            plans[request.index] = HybridPlan(0, gain, offers=seen)
             request.budget = 0
         else:
-            plans[request.index] = replace(best.plan, offers=seen,
-                                           drafter=drafter.chosen.name if drafter.chosen is not None else None)
+            plan = best.plan
+            plans[request.index] = HybridPlan(plan.length, plan.gain, plan.probe, plan.expected, offers=seen,
+                                              drafter=drafter.chosen.name if drafter.chosen is not None else None)
         return [draft]
 
     def learn(self, live: Sequence[Request], cycles: Sequence[Cycle], index: int, free: bool) -> None:
@@ -190,3 +204,4 @@ class HybridPolicy(CostAwarePolicy):
             self.costs.observe(len(cycle.drafted), cycle.verify_seconds)
             if cycle.drafter is not None and cycle.drafter not in self.free:
                 self.parts[cycle.drafter].draft_costs.observe(len(cycle.drafted), cycle.draft_seconds)
+

@@ -312,7 +312,8 @@ def summarize_rows(rows: Sequence[dict]) -> list[dict]:
             entry[key] = median(values) if values else None
         entry["cross_tokenizer"] = any(m.get("cross_tokenizer") for m in members)
         entry["identical"] = sum(m["identical_to_baseline"] for m in members)
-        told = [m["transformers_identical_to_baseline"] for m in members if m["transformers_identical_to_baseline"] is not None]
+        told = [m["transformers_identical_to_baseline"] for m in members
+                if m["transformers_identical_to_baseline"] is not None]
         entry["transformers_identical"] = sum(told) if told else None
         summary.append(entry)
     return summary

@@ -31,7 +31,8 @@ import torch
 from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.plain import autoregressive_decode
 from ..core.decoding import speculative_decode
-from ..core.draft_policy import CostAwarePolicy, DraftCosts, PassCosts, calibrate, calibration_widths
+from ..core.draft_policy import CostAwarePolicy
+from ..core.pass_costs import DraftCosts, PassCosts, calibrate, calibration_widths
 from ..core.timing import Clock
 from ..core.draft_trees import DraftTreeDrafter
 from ..core.drafters import DraftModelDrafter, Drafter

@@ -35,7 +35,8 @@ def markdown_table(summary: Sequence[dict]) -> str:
         cells = []
         for _, key, fmt in columns:
             if key is None:
-                theirs = "" if entry.get("transformers_identical") is None else f" (HF {entry['transformers_identical']})"
+                hf = entry.get("transformers_identical")
+                theirs = "" if hf is None else f" (HF {hf})"
                 cells.append(f"{entry['identical']}/{entry['prompts']}{theirs}")
             elif key == "draft" and entry.get("cross_tokenizer"):
                 cells.append(entry[key] + CROSS_TOKENIZER_MARK)
@@ -63,7 +64,8 @@ def leaderboard(summary: Sequence[dict]) -> list[dict]:
     for engine, speedup, per_pass in (("specviz", "specviz_speedup", "tokens_per_pass"),
                                       ("transformers", "transformers_speedup", "transformers_tokens_per_pass")):
         for draft in drafts:
-            cells = {c: {"speedup": cell[(draft, c)].get(speedup), "mean_accepted_tokens": cell[(draft, c)].get(per_pass)}
+            cells = {c: {"speedup": cell[(draft, c)].get(speedup),
+                         "mean_accepted_tokens": cell[(draft, c)].get(per_pass)}
                      for c in categories if (draft, c) in cell}
             if any(v["speedup"] is not None for v in cells.values()):
                 rows.append({"method": f"{engine} {draft}", "cells": cells})

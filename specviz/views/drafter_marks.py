@@ -3,6 +3,8 @@ word a class reads at a glance, a letter for the token view and the terminal, a 
 
 from __future__ import annotations
 
+import html
+
 from ..settings import parse_draft
 
 # kind -> (word, letter, colour); a draft model's and early exit's kinds are "model" and "self".
@@ -44,9 +46,23 @@ def legend_items(names) -> list[tuple[str, str, str]]:
     return sorted(seen.values(), key=lambda item: order.index(item[1]))
 
 
+def mark_html(name: str) -> str:
+    """A hybrid cycle's mark before its draft: the drafter's letter, its word on hover."""
+    word = html.escape(drafter_word(name))
+    return (f'<sup class="sv-by" data-drafter="{word}" title="drafted by {word} ({html.escape(name)})">'
+            f'{html.escape(drafter_letter(name))}</sup>')
+
+
+def legend_items_html(names) -> str:
+    """The token view's legend items for a hybrid run's drafters (none for a run of one drafter)."""
+    return "".join(f'<span class="sv-legend-item"><sup class="sv-by" data-drafter="{html.escape(word)}">'
+                   f'{html.escape(letter)}</sup><span class="sv-tok" data-drafter="{html.escape(word)}">token</span> '
+                   f'drafted by {html.escape(word)}</span>' for letter, word, _ in legend_items(names))
+
+
 def drafter_css() -> str:
     """Each drafter's colour: its letter, and a line under each token it drafted (hybrid runs)."""
-    rules = []
+    rules = [".sv-by { font-size: 0.7em; font-weight: 700; font-family: var(--font, sans-serif); margin-right: 1px; }"]
     for word, colour in {word: colour for word, _, colour in _MARKS.values()}.items():
         rules.append(f'.sv-by[data-drafter="{word}"] {{ color: {colour}; }}\n'
                      f'.sv-tok[data-drafter="{word}"] {{ border-bottom: 2px solid {colour}; }}')
@@ -64,7 +80,8 @@ def choice_text(cycle) -> str:
         word = drafter_word(offer["drafter"])
         if offer["length"]:
             parts.append(f"{word} offered {offer['length']} token{'s' if offer['length'] != 1 else ''}, expecting "
-                         f"{offer['expected_tokens']:.1f} tokens from the pass ({offer['gain']:.2f}\u00d7 a plain step)")
+                         f"{offer['expected_tokens']:.1f} tokens from the pass "
+                         f"({offer['gain']:.2f}\u00d7 a plain step)")
         else:
             parts.append(f"{word} was not expected to pay ({offer['gain']:.2f}\u00d7)")
     chosen = (f"{drafter_word(cycle.drafter)} drafted" if cycle.drafter else

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..core import tree_shape
 from ..core.events import ACCEPTED, BONUS, NOT_REACHED, REJECTED, RESAMPLED, Cycle
 from ..runs.result import CycleText
-from .drafter_marks import drafter_css, drafter_letter, drafter_word, legend_items
+from .drafter_marks import drafter_css, drafter_word, legend_items_html, mark_html
 from .retokenization import retokenization, retokenization_html
 
 VERDICTS = (ACCEPTED, REJECTED, RESAMPLED, BONUS)
@@ -72,8 +72,7 @@ def cycle_pieces(cycle: Cycle, text: CycleText) -> list[Piece]:
         if across:
             title += f"\nacross tokenizers: {across}"
         by = drafter_word(cycle.drafter) if cycle.drafter else None
-        if by:
-            title += f"\ndrafted by {by} ({cycle.drafter}), the drafter expected to pay most this cycle"
+        title += f"\ndrafted by {by} ({cycle.drafter}), the drafter expected to pay most this cycle" if by else ""
         pieces.append(Piece(text.drafted[i], verdict, title, earlier, by))
     if cycle.correction is not None:
         if cycle.correction_kind == RESAMPLED:
@@ -116,14 +115,7 @@ def cycle_html(cycle: Cycle, text: CycleText) -> str:
     marker = (f'<span class="sv-branches" data-nodes="{len(cycle.drafted)}" tabindex="0" title="{html.escape(note)}">'
               f'\u2442{len(cycle.drafted)}</span>') if note else ""
     return render_cycle(cycle.index, cycle_pieces(cycle, text), marker + retokenization_html(cycle, text),
-                        drafter_mark_html(cycle.drafter) if cycle.drafter and cycle.drafted else "")
-
-
-def drafter_mark_html(name: str) -> str:
-    """A hybrid cycle's mark before its draft: the drafter's letter, its word on hover."""
-    word = drafter_word(name)
-    return (f'<sup class="sv-by" data-drafter="{html.escape(word)}" title="drafted by {html.escape(word)} '
-            f'({html.escape(name)})">{html.escape(drafter_letter(name))}</sup>')
+                        mark_html(cycle.drafter) if cycle.drafter and cycle.drafted else "")
 
 
 def run_cycles_html(run) -> list[str]:
@@ -144,9 +136,8 @@ def render_token(piece: Piece) -> str:
         raise ValueError(f"unknown verdict {piece.verdict!r}")
     title = piece.title if piece.text else piece.title + "\n(part of a character that the next token completes)"
     title = html.escape(title)
-    earlier = ' data-earlier="1"' if piece.earlier else ""
-    if piece.drafter:
-        earlier += f' data-drafter="{html.escape(piece.drafter)}"'
+    earlier = (' data-earlier="1"' if piece.earlier else "") + (
+        f' data-drafter="{html.escape(piece.drafter)}"' if piece.drafter else "")
     # tabindex: a token takes the keyboard focus, and Enter pins its details (the app's token-details script)
     return (f'<span class="sv-tok sv-{piece.verdict}" data-verdict="{piece.verdict}"{earlier} tabindex="0" '
             f'title="{title}">{token_text_html(piece.text)}</span>')
@@ -165,10 +156,7 @@ def legend_html(drafters: Sequence[str] = ()) -> str:
         f'{html.escape(LEGEND_TEXT[v])}</span>' for v in VERDICTS)
     bar = ('<span class="sv-legend-item"><span class="sv-cycle sv-cycle-sample"></span> '
            'one cycle (one target pass)</span>')
-    by = "".join(f'<span class="sv-legend-item"><sup class="sv-by" data-drafter="{html.escape(word)}">'
-                 f'{html.escape(letter)}</sup><span class="sv-tok" data-drafter="{html.escape(word)}">token</span> '
-                 f'drafted by {html.escape(word)}</span>' for letter, word, _ in legend_items(drafters))
-    return f'<div class="sv-legend" aria-label="legend">{items}{bar}{by}</div>'
+    return f'<div class="sv-legend" aria-label="legend">{items}{bar}{legend_items_html(drafters)}</div>'
 
 
 def panel_html(title: str, status: str, body: str, *, kind: str, legend: bool = False, placeholder: str = "",
@@ -182,8 +170,7 @@ def panel_html(title: str, status: str, body: str, *, kind: str, legend: bool = 
 
 def token_view_html(cycle_html: Sequence[str], status: str = "", drafters: Sequence[str] = ()) -> str:
     """The speculative run: legend (with a hybrid run's `drafters`), then every cycle so far."""
-    return panel_html("Speculative decoding", status, "".join(cycle_html), kind="spec", legend=True,
-                      drafters=drafters,
+    return panel_html("Speculative decoding", status, "".join(cycle_html), kind="spec", legend=True, drafters=drafters,
                       placeholder="Drafted tokens appear here, cycle by cycle.")
 
 
@@ -210,7 +197,6 @@ def _tint(colour: str, alpha: float) -> str:
 
 
 DRAFTER_CSS = drafter_css()
-
 CSS = f"""
 .sv-panel {{ border: 1px solid var(--border-color-primary, #ccc); border-radius: 8px; padding: 10px 12px;
   background: var(--block-background-fill, transparent); }}
@@ -234,7 +220,6 @@ CSS = f"""
 .sv-bonus {{ background: {_tint(COLOURS[BONUS], 0.22)}; text-decoration: underline double;
   text-decoration-color: {COLOURS[BONUS]}; font-weight: 700; }}
 .sv-nl {{ opacity: 0.55; }}
-.sv-by {{ font-size: 0.7em; font-weight: 700; font-family: var(--font, sans-serif); margin-right: 1px; }}
 {DRAFTER_CSS}
 .sv-branches {{ font-size: 0.75em; opacity: 0.7; vertical-align: super; cursor: help; }}
 details.sv-retok {{ display: inline; }}
