@@ -99,10 +99,11 @@ def main(args: argparse.Namespace) -> int:
     summary = [entry for result in results for entry in result["summary"]]
     table = markdown_table(summary)
     board = leaderboard(summary)
-    board_table = leaderboard_markdown(board)
+    tables = (f"{table}\n\nSpec-Bench's leaderboard: speedup (mean accepted tokens: new tokens per target pass), "
+              f"medians per category\n{leaderboard_markdown(board)}")
     # The files first, each whole or not at all: a failed write leaves only the error line.
     if args.markdown:
-        write_output(args.markdown, table + "\n\n" + board_table + "\n")
+        write_output(args.markdown, tables + "\n")
     if args.csv:
         write_output(args.csv, leaderboard_csv(board))
     if args.json:
@@ -121,10 +122,7 @@ def main(args: argparse.Namespace) -> int:
     for result in results:
         print(printable(f"transformers for {result['meta']['draft']}: {result['meta']['transformers_settings']}"))
     print()
-    print(printable(table))
-    print("\nSpec-Bench's leaderboard: speedup (mean accepted tokens: new tokens per target pass), medians per "
-          "category")
-    print(printable(board_table))
+    print(printable(tables))
     for path in (args.json, args.csv):
         if path:
             print(f"\nwrote {path}")
