@@ -258,6 +258,9 @@ def test_auto_is_parsed_and_refused_where_it_cannot_run():
     from specviz.engines.configs import speculative_config
     with pytest.raises(SpecvizError, match="specviz's own"):
         speculative_config(parse_draft("auto"), 4)
+    from specviz.runs.compare import iter_sweep
+    with pytest.raises(SpecvizError, match="k sweep"):         # before anything loads
+        next(iter_sweep(validate(RunSettings(draft="auto")), "a prompt"))
 
 
 def test_auto_for_a_target_without_a_shipped_head_copies_and_suffixes(target):
