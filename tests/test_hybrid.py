@@ -154,6 +154,9 @@ def test_per_drafter_counts_sum_to_the_runs(target):
         assert sum(counts[key] for counts in stats.drafters.values()) == total
     for counts in stats.drafters.values():
         assert counts["mean_acceptance_length"] == 1 + counts["num_accepted_tokens"] / counts["num_drafts"]
+        assert sum(counts["accepted_per_position"]) == counts["num_accepted_tokens"]
+        assert counts["acceptance_rate_per_position"] == [a / counts["num_drafts"]
+                                                         for a in counts["accepted_per_position"]]
     assert summarize([c for c in cycles if c.drafter is None]).drafters is None
 
 

@@ -106,18 +106,24 @@ class Cycle:
         return record
 
 
-def drafter_counts(cycles: Sequence[Cycle]) -> dict[str, dict[str, int]] | None:
+def drafter_counts(cycles: Sequence[Cycle]) -> dict[str, dict] | None:
     """A hybrid run's drafts by the drafter that wrote them, in vLLM's counts (num_drafts,
-    num_draft_tokens, num_accepted_tokens): they sum to the run's. None for a run of one drafter."""
+    num_draft_tokens, num_accepted_tokens, and accepted per position): they sum to the run's. None for
+    a run of one drafter."""
     if not any(c.drafter is not None for c in cycles):
         return None
-    counts: dict[str, dict[str, int]] = {}
+    counts: dict[str, dict] = {}
     for c in cycles:
         if c.drafter is not None and c.drafted:
-            n = counts.setdefault(str(c.drafter), dict(num_drafts=0, num_draft_tokens=0, num_accepted_tokens=0))
+            n = counts.setdefault(str(c.drafter), dict(num_drafts=0, num_draft_tokens=0, num_accepted_tokens=0,
+                                                       accepted_per_position=[]))
             n["num_drafts"] += 1
             n["num_draft_tokens"] += len(c.drafted)
             n["num_accepted_tokens"] += c.num_accepted
+            positions = n["accepted_per_position"]      # [i]: its drafts that accepted position i (a tree: depth)
+            positions += [0] * (c.num_accepted - len(positions))
+            for i in range(c.num_accepted):
+                positions[i] += 1
     return counts
 
 
