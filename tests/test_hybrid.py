@@ -176,7 +176,7 @@ def test_the_chart_and_teach_say_which_drafter_each_cycle_chose_and_why(target):
     assert choice_text(paused).endswith("none drafted: a plain step.")
 
 
-def test_cli_json_has_per_drafter_counts_and_each_cycles_drafter(tmp_path):
+def test_cli_json_has_per_drafter_counts_and_each_cycles_drafter(tmp_path, capsys):
     from specviz.cli import entry
 
     out = tmp_path / "run.json"
@@ -188,6 +188,9 @@ def test_cli_json_has_per_drafter_counts_and_each_cycles_drafter(tmp_path):
     drafters = summary["drafters"] or {}
     assert sum(d["num_draft_tokens"] for d in drafters.values()) == summary["drafted"]
     assert {c["drafter"] for c in cycles if c["drafted"]} == set(drafters)
+    printed = capsys.readouterr()
+    assert "drafted by: c: copy" in printed.out + printed.err             # the terminal's letters
+    assert "drafters: copy (ngram)" in printed.out + printed.err          # and the summary's counts
 
 
 def test_the_token_view_marks_each_drafted_token_with_its_drafter(tiny):
