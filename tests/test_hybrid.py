@@ -210,6 +210,23 @@ def test_the_token_view_marks_each_drafted_token_with_its_drafter(tiny):
     assert "drafted by" not in render.token_view_html([])        # a run of one drafter: no drafter legend
 
 
+def test_a_race_with_a_head_in_the_hybrid_calibrates_its_drafting_and_stays_lossless(tiny):
+    # The tiny target ships no head: one is given, as a library user would compose a hybrid.
+    import dataclasses
+
+    from specviz.runs.run import execute
+
+    settings = validate(RunSettings(target="tiny", draft="auto", k=4, max_new_tokens=24))
+    pair = tiny.loader(settings)
+    vocab = pair.target.config.vocab_size
+    drafter = HybridDrafter([PromptLookupDrafter(), SuffixDrafter(), small_head(pair.target, vocab, seed=3)])
+    pair = dataclasses.replace(pair, draft=drafter, draft_name="auto")
+    run = execute(settings, "the cat sat on the mat and the dog ran in the park", pair, baseline=True)
+    assert "head's drafting" in run.calibrated                  # its own cost, under its own name
+    assert run.identical
+    assert all(c.offers for c in run.cycles[1:]) and {o["drafter"] for o in run.cycles[1].offers} >= {"head"}
+
+
 def test_recordings_keep_the_choice_and_older_ones_still_load(tiny, tmp_path):
     from specviz.runs import recording
     from specviz.runs.run import execute
