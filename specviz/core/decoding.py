@@ -140,7 +140,8 @@ def _cycles(target, drafter: Drafter, requests: list[Request], options: LoopOpti
     while live:
         # 1. Draft up to k tokens per request (never past its length budget: the pass adds one more);
         # with the policy, as many as are expected to pay (a drafter that proposes for free proposes
-        # its most, and its proposal is cut to that after being noted for scoring).
+        # its most, and its proposal is cut to that after being noted for scoring; a hybrid's policy
+        # also chooses which of its drafters drafts: core.hybrid), its planning timed as drafting.
         plans = {}
         for request in live:
             request.budget = request.draft_budget()
