@@ -227,6 +227,20 @@ def test_a_race_with_a_head_in_the_hybrid_calibrates_its_drafting_and_stays_loss
     assert all(c.offers for c in run.cycles[1:]) and {o["drafter"] for o in run.cycles[1].offers} >= {"head"}
 
 
+def test_auto_with_early_exit_drafts_with_it_too_and_stays_lossless(tiny):
+    from specviz.runs.run import execute
+
+    settings = validate(RunSettings(target="tiny", draft="auto:self:2", k=4, max_new_tokens=24))
+    pair = tiny.loader(settings)
+    assert [str(c.name) for c in pair.draft.components] == ["ngram", "suffix", "self:2"]
+    run = execute(settings, "the cat sat on the mat and the dog ran in the park", pair, baseline=True)
+    assert "self:2's drafting" in run.calibrated and run.identical
+    assert {o["drafter"] for o in run.cycles[1].offers} >= {"self:2"}
+    for bad in ("auto:ngram", "auto:org/model", "auto:"):
+        with pytest.raises(SpecvizError, match="'auto' takes early exit or a head"):
+            parse_draft(bad)
+
+
 def test_recordings_keep_the_choice_and_older_ones_still_load(tiny, tmp_path):
     from specviz.runs import recording
     from specviz.runs.run import execute

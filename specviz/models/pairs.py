@@ -140,7 +140,8 @@ def make_drafter(spec: DraftSpec | str | None, target: PreTrainedModel, *, targe
     if draft.kind == "suffix":
         return SuffixDrafter()
     if draft.kind == "auto":
-        return hybrid_drafter(target, target_name)
+        inner = None if draft.inner is None else make_drafter(draft.inner, target, target_name=target_name)
+        return hybrid_drafter(target, target_name, inner)
     if draft.kind == "self":
         try:
             view = early_exit_model(target, draft.layers)
@@ -160,11 +161,13 @@ def make_drafter(spec: DraftSpec | str | None, target: PreTrainedModel, *, targe
     return DraftModelDrafter(draft_model, vocab_size=vocab_size, name=name)
 
 
-def hybrid_drafter(target: PreTrainedModel, target_name: str) -> HybridDrafter:
-    """'auto': prompt lookup, suffix decoding and, where one ships for the target, its trained head,
-    each cycle the one expected to pay most (core.hybrid)."""
+def hybrid_drafter(target: PreTrainedModel, target_name: str, inner: Drafter | None = None) -> HybridDrafter:
+    """'auto': prompt lookup, suffix decoding and `inner` (early exit or a head) or else, where one ships
+    for the target, its trained head; each cycle the one expected to pay most (core.hybrid)."""
     components: list[Drafter] = [PromptLookupDrafter(max_ngram=3), SuffixDrafter()]
-    if has_shipped_head(target_name):
+    if inner is not None:
+        components.append(inner)
+    elif has_shipped_head(target_name):
         head = parse_draft("head")
         components.append(load_head(spec_location(head, target_name), target, target_name=target_name, name=head))
     return HybridDrafter(components, name=parse_draft("auto"))
