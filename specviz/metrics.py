@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from itertools import accumulate
 
 from .core import tree_shape
-from .core.events import RESAMPLED, Cycle, Step
+from .core.events import RESAMPLED, Cycle, Step, drafter_counts
 
 
 def expected_tokens_per_pass(a: float, k: int) -> float:
@@ -69,6 +69,7 @@ class SpecStats:
     # speculation (chose a plain step); the rest found nothing to propose.
     cycles_drafted: int | None = None
     cycles_paused: int | None = None
+    drafters: dict[str, dict] | None = None     # a hybrid run's counts and figures per drafter (`policy_counts`)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -157,11 +158,14 @@ def summarize(cycles: Sequence[Cycle]) -> SpecStats:
 
 
 def policy_counts(cycles: Sequence[Cycle]) -> dict:
-    """Cycles that drafted and cycles the cost-aware policy paused (None for a run without it)."""
+    """Cycles that drafted and cycles the cost-aware policy paused (None for a run without it); a hybrid run's
+    vLLM counts per drafter (`core.events.drafter_counts`) with vLLM's figures from them (None otherwise)."""
+    counts = drafter_counts(cycles)
+    drafters = counts and {name: {**c, **acceptance_figures(**c)} for name, c in counts.items()}
     if not any(c.planned is not None for c in cycles):
-        return {"cycles_drafted": None, "cycles_paused": None}
+        return {"cycles_drafted": None, "cycles_paused": None, "drafters": drafters}
     return {"cycles_drafted": sum(1 for c in cycles if c.drafted),
-            "cycles_paused": sum(1 for c in cycles if c.planned == 0)}
+            "cycles_paused": sum(1 for c in cycles if c.planned == 0), "drafters": drafters}
 
 
 def from_earlier(cycles: Sequence[Cycle]) -> dict:

@@ -32,7 +32,8 @@ class DraftSpec(str):
     knows what it names: `kind` and, for 'self:L', `layers`. Made by `parse_draft`, which passes one
     through unchanged: whoever holds a DraftSpec never parses it again."""
 
-    kind: str               # "ngram" (prompt lookup), "ngram-tree" (as a tree), "suffix", "self", "head" or "model"
+    kind: str               # "ngram" (prompt lookup), "ngram-tree" (as a tree), "suffix", "self", "head",
+                            # "auto" (the best of several each cycle: core.hybrid) or "model"
     layers: int | None      # L of self:L
 
     def __new__(cls, text: str, kind: str, layers: int | None = None) -> DraftSpec:
@@ -50,6 +51,11 @@ class DraftSpec(str):
         return self
 
     @property
+    def inner(self) -> DraftSpec | None:
+        """For 'auto:SPEC', SPEC (early exit or a head, beside prompt lookup and suffix decoding)."""
+        return parse_draft(self.split(":", 1)[1]) if self.kind == "auto" and ":" in self else None
+
+    @property
     def folder(self) -> str | None:
         """For 'head:DIR', DIR (as typed); None for 'head' alone (the shipped head) and other kinds."""
         return self.split(":", 1)[1] if self.kind == "head" and ":" in self else None
@@ -62,14 +68,23 @@ class DraftSpec(str):
 
 def parse_draft(spec: str | None) -> DraftSpec:
     """'ngram', 'ngram-tree', 'suffix' (suffix decoding), 'self:L' (the target's first L layers),
-    'head' or 'head:DIR' (a trained draft head: the one shipped for the built-in target, or one in DIR)
+    'head' or 'head:DIR' (a trained draft head: the one shipped for the built-in target, or one in DIR),
+    'auto' (each cycle the best of prompt lookup, suffix decoding and the target's shipped head: hybrid
+    drafting; 'auto:self:L' or 'auto:head:DIR' with early exit or that head instead of the shipped one)
     or anything else as a draft model. A DraftSpec is returned as it is."""
     if isinstance(spec, DraftSpec):
         return spec
     text = (spec or DEFAULT_DRAFT).strip() or DEFAULT_DRAFT
     lowered = text.lower()
-    if lowered in ("ngram", "ngram-tree", "suffix"):
+    if lowered in ("ngram", "ngram-tree", "suffix", "auto"):
         return DraftSpec(lowered, lowered)
+    if lowered.startswith("auto:"):
+        inner = parse_draft(text.split(":", 1)[1])
+        if inner.kind not in ("self", "head") or not text.split(":", 1)[1].strip():
+            raise SpecvizError(f"Draft {text!r}: 'auto' takes early exit or a head beside prompt lookup and suffix "
+                               "decoding ('auto:self:L', 'auto:head:DIR'); a draft model joins a hybrid in Python "
+                               "(specviz.core.hybrid).")
+        return DraftSpec(f"auto:{inner}", "auto", inner.layers)
     if lowered.startswith("self"):
         match = re.fullmatch(r"self:(\d{1,4})", lowered)
         if not match:
@@ -227,7 +242,7 @@ def validate(settings: RunSettings, limits: Limits = LOCAL) -> RunSettings:
         raise SpecvizError(f"This hosted demo only runs the preset models; {target!r} is not one of them.")
     if (draft.kind == "model" and limits.draft_models is not None and draft not in limits.draft_models):
         raise SpecvizError(f"This hosted demo only runs the preset draft models; {draft!r} is not one of them.")
-    if draft.folder is not None and limits.hosted:
+    if (draft.folder is not None or (draft.inner is not None and draft.inner.folder is not None)) and limits.hosted:
         raise SpecvizError("This hosted demo only runs the shipped draft head ('head'), not one from a folder.")
     for name in ("dtype", "device"):
         value = getattr(settings, name)
@@ -240,6 +255,9 @@ def validate(settings: RunSettings, limits: Limits = LOCAL) -> RunSettings:
     if branch > 1 and draft.kind not in ("model", "self", "head"):
         raise SpecvizError(f"A tree branch applies to a draft model, early exit or a draft head; {draft!r} drafts "
                            "its own way (ngram-tree and suffix draft trees already).")
+    if draft.kind == "auto" and (flag(settings.fixed_k) or dynamic_k):
+        raise SpecvizError("Draft 'auto' chooses a drafter and its draft length each cycle by the cost-aware "
+                           "policy: it runs without a fixed k or dynamic k.")
     return replace(settings, target=target, draft=draft, k=k, fixed_k=flag(settings.fixed_k), dynamic_k=dynamic_k,
                    branch=branch,
                    tree_budget=tree_budget,

@@ -6,8 +6,8 @@ import pytest
 
 from conftest import make_gpt2, make_llama, reference, truncated_copy
 from specviz import DraftModelDrafter, PromptLookupDrafter, speculative_decode
-from specviz.core.draft_policy import (MIN_GAIN, Acceptance, CostAwarePolicy, DraftCosts, PassCosts, _non_decreasing,
-                                       calibrate, calibration_widths, expected_tokens)
+from specviz.core.draft_policy import MIN_GAIN, Acceptance, CostAwarePolicy, expected_tokens
+from specviz.core.pass_costs import DraftCosts, PassCosts, _non_decreasing, calibrate, calibration_widths
 from specviz.core.timing import Clock
 
 N = 40

@@ -23,6 +23,7 @@ import os
 import pickle
 import sys
 import types
+import weakref
 
 import gradio as gr
 import pytest
@@ -290,6 +291,10 @@ def test_what_a_run_learns_is_kept_for_the_next_call_only_where_the_worker_is_re
 
     monkeypatch.setattr(run_module, "calibrate", calibrating)
     monkeypatch.setattr(SuffixDrafter, "begin", beginning)
+    # The app's process has measured nothing yet (earlier tests in this process may have, on the same
+    # cached tiny target: a forked worker would inherit their tables).
+    monkeypatch.setattr(run_module, "_PASS_COSTS", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(run_module, "_DRAFT_COSTS", weakref.WeakKeyDictionary())
     demo = build_demo(loader=tiny.loader, hosted=False)
     run = gpu_events(demo, zerogpu.decorated)["run"]
     for _ in range(2):                              # the same click twice, in one session

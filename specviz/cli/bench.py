@@ -18,7 +18,7 @@ from ..files import check_paths
 from ..runs.bench import (DEFAULT_K, TINY_TARGET, Setup, default_draft, default_k, describe, run_bench,
                           summarize_rows)
 from ..runs.run import load
-from ..views.bench_table import markdown_table
+from ..views.bench_table import leaderboard, leaderboard_csv, leaderboard_markdown, markdown_table
 from .common import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, printable, progress_printer,
                      settings_from, write_output)
 
@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         draft_help=DRAFT_HELP + f"; with --target {TINY_TARGET}: 'tiny' (its 2-layer draft model, the default), "
                                 "'ngram' or 'self:L'")
     parser.add_argument("--k", default=None,
-                        help=f"draft length (default per drafter: ngram {DEFAULT_K['ngram']}, "
+                        help=f"draft length, at most (default per drafter: ngram and auto {DEFAULT_K['ngram']}, "
                              f"self:L {DEFAULT_K['self']}, draft model {DEFAULT_K['model']})")
     parser.add_argument("--fixed-k", action="store_true",
                         help="draft k tokens every cycle (the classic algorithm, and what transformers does here); by "
@@ -54,7 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "CPU)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="write meta, rows and summary as JSON")
     parser.add_argument("--markdown", type=Path, default=None, metavar="FILE",
-                        help="also write the markdown table here")
+                        help="also write the markdown tables here (the figures, then Spec-Bench's leaderboard)")
+    parser.add_argument("--csv", type=Path, default=None, metavar="FILE",
+                        help="write Spec-Bench's leaderboard as CSV: a row per method, per category its speedup "
+                             "and mean accepted tokens")
     parser.add_argument("--quiet", action="store_true", help="no per-prompt progress lines")
 
 
@@ -63,20 +66,22 @@ def main(args: argparse.Namespace) -> int:
     for flag, value in (("--limit", args.limit), ("--repeats", args.repeats)):
         if value is not None and value < 1:
             raise SpecvizError(f"{flag} must be at least 1, got {value}.")
-    drafts = args.draft or [default_draft(args.target)]
+    # --draft repeated or comma-separated (ngram,suffix,head,auto): one configuration each.
+    drafts = [d.strip() for arg in (args.draft or [default_draft(args.target)]) for d in arg.split(",") if d.strip()]
     configs = [settings_from(args, draft=draft, k=args.k if args.k is not None else default_k(draft),
                              temperature=0.0) for draft in drafts]
     categories = [c.strip() for arg in (args.category or []) for c in arg.split(",") if c.strip()]
     if args.sample_seed is not None and args.limit is None:
         raise SpecvizError("--sample-seed draws --limit prompts per category: give --limit too.")
     if args.prompts == SPEC_BENCH:
-        check_paths([], [("--json", args.json), ("--markdown", args.markdown)])
+        check_paths([], [("--json", args.json), ("--markdown", args.markdown), ("--csv", args.csv)])
         prompts = load_spec_bench(categories or None, args.limit, args.sample_seed)
     else:
-        check_paths([Path(args.prompts)], [("--json", args.json), ("--markdown", args.markdown)])
+        check_paths([Path(args.prompts)], [("--json", args.json), ("--markdown", args.markdown), ("--csv", args.csv)])
         prompts = load_bench_prompts(Path(args.prompts), categories or None, args.limit)
     check_output_file(args.json, "--json")
     check_output_file(args.markdown, "--markdown")
+    check_output_file(args.csv, "--csv")
 
     say = (lambda message: None) if args.quiet else (lambda message: print(printable(message), file=sys.stderr,
                                                                            flush=True))
@@ -93,16 +98,21 @@ def main(args: argparse.Namespace) -> int:
 
     summary = [entry for result in results for entry in result["summary"]]
     table = markdown_table(summary)
+    board = leaderboard(summary)
+    tables = (f"{table}\n\nSpec-Bench's leaderboard: speedup (mean accepted tokens: new tokens per target pass), "
+              f"medians per category\n{leaderboard_markdown(board)}")
     # The files first, each whole or not at all: a failed write leaves only the error line.
     if args.markdown:
-        write_output(args.markdown, table + "\n")
+        write_output(args.markdown, tables + "\n")
+    if args.csv:
+        write_output(args.csv, leaderboard_csv(board))
     if args.json:
         # Whole generations (transformers' generate is timed as one call): every rate and speedup with prefill.
         rated = ("specviz_speedup", "transformers_speedup", "specviz_tokens_per_s", "transformers_tokens_per_s",
                  "baseline_tokens_per_s")
         write_output(args.json, json.dumps({"meta": [r["meta"] for r in results],
                                             "rows": [row for r in results for row in r["rows"]],
-                                            "summary": summary,
+                                            "summary": summary, "leaderboard": board,
                                             "timing": timing(results[0]["meta"]["clock"],
                                                              **dict.fromkeys(rated, WITH_PREFILL))}, indent=2))
     meta = results[0]["meta"]
@@ -112,7 +122,8 @@ def main(args: argparse.Namespace) -> int:
     for result in results:
         print(printable(f"transformers for {result['meta']['draft']}: {result['meta']['transformers_settings']}"))
     print()
-    print(printable(table))
-    if args.json:
-        print(f"\nwrote {args.json}")
+    print(printable(tables))
+    for path in (args.json, args.csv):
+        if path:
+            print(f"\nwrote {path}")
     return 0

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..engines import (TITLES, LlamaCppEngine, VllmEngine, engine_configs, llamacpp, model_location,
                        parse_speculative_config, vllm_dtype)
-from ..engines.configs import parse_server_urls
+from ..engines.configs import HYBRID_ON_ENGINES, parse_server_urls
 from ..engines.vllm_install import VLLM_ENV
 from ..engines.vllm_server import START_TIMEOUT
 from ..errors import SpecvizError
@@ -89,6 +89,8 @@ def make_engine(args: argparse.Namespace, settings: RunSettings, say, parallel: 
 def engine_draft_configs(args: argparse.Namespace, draft: DraftSpec, ks, target: str | None = None):
     """The servers' configs for the drafter `settings_from` parsed (a DraftSpec, passed down as it is), for
     the model string `target` (--target; None: the built-in)."""
+    if draft is not None and draft.kind == "auto" and args.speculative_config is None:
+        raise SpecvizError(HYBRID_ON_ENGINES.format(engine="llama.cpp" if args.engine == "llamacpp" else "vLLM"))
     if args.engine == "llamacpp":
         return llamacpp.engine_configs(draft, ks, llamacpp.parse_speculative_config(args.speculative_config))
     given = parse_speculative_config(args.speculative_config)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..core.events import ACCEPTED, BONUS, REJECTED, RESAMPLED
 from ..runs.result import Run
 from ..views.prose import summary_lines
+from ..views.drafter_marks import drafter_letter, legend_items
 from ..views.render import cycle_pieces
 from .common import printable, say
 
@@ -35,6 +36,8 @@ def cycle_rich_text(cycle, cycle_text, *, first: bool = False, marks: bool = Tru
     text = Text()
     if not first:
         text.append("|", style="dim")        # appended: Text("|", style=...) would dim the whole cycle
+    if cycle.drafter and cycle.drafted:       # a hybrid run: the drafter's letter before its draft
+        text.append(f"{drafter_letter(cycle.drafter)}:", style="dim")
     for piece in cycle_pieces(cycle, cycle_text):
         opening, closing = MARKS[piece.verdict] if marks else ("", "")
         text.append(opening + printable(piece.text) + closing, style=RICH_STYLES[piece.verdict])
@@ -48,6 +51,9 @@ def print_legend_and_summary(console, run: Run, *, marks: bool) -> None:
     else:
         console.print("legend: " + "  ".join(f"[{style}]{name}[/]" for name, style in RICH_STYLES.items())
                       + "  [dim]| cycle boundary[/]")
+    if run.stats.drafters:
+        say(console, "drafted by: " + "  ".join(f"{letter}: {word}" for letter, word, _ in
+                                                 legend_items(run.stats.drafters)))
     print_summary(console, run)
 
 

@@ -140,18 +140,13 @@ def _cycles(target, drafter: Drafter, requests: list[Request], options: LoopOpti
     while live:
         # 1. Draft up to k tokens per request (never past its length budget: the pass adds one more);
         # with the policy, as many as are expected to pay (a drafter that proposes for free proposes
-        # its most, and its proposal is cut to that after being noted for scoring).
+        # its most, and its proposal is cut to that after being noted for scoring; a hybrid's policy
+        # also chooses which of its drafters drafts: core.hybrid), its planning timed as drafting.
         plans = {}
         for request in live:
             request.budget = request.draft_budget()
-            if policy is not None and not free:
-                plans[request.index] = plan = policy.plan(request.index, request.budget, free=False,
-                                                          tree=drafter.drafts_trees)
-                request.budget = plan.length
         start = clock()
-        drafts = drafter.propose_batch(live)
-        if policy is not None and free:
-            drafts = [policy.plan_proposal(request, draft, plans) for request, draft in zip(live, drafts)]
+        drafts = drafter.propose_batch(live) if policy is None else policy.draft(drafter, live, plans)
         draft_seconds += clock() - start
         # 2. Verify every draft in one target pass, accept a prefix of each, roll the caches back (a
         # tree: a single request's extension).

@@ -5,14 +5,15 @@ n (0 = a plain step) that maximises the expected tokens per unit of time,
     cost(n) = (pass over n drafted tokens + drafting n) / (a plain one-token step),
 
 where c_j is this request's estimated chance that draft position j is accepted given that the ones
-before it were, and the costs are this device's, measured: a target pass's by width (`PassCosts`, one
-table per target, device, dtype and thread count) and drafting's per token (`DraftCosts`, one per
-drafter: never another drafter's), each calibrated once before its first run (`calibrate`: medians,
-the collector paused) and then refreshed by the runs' own cycles. A run's decisions depend on its own
-request and those measured costs only, never on which configuration ran before it. A plain step has
-gain 1, so the policy drafts only where drafting is expected to beat plain decoding on this device,
-and no further than pays. It decides only how much is drafted: verification is untouched, so the
-output is what it always is (greedy: the target's own; sampled: the target's distribution).
+before it were, and the costs are this device's, measured (core.pass_costs): a target pass's by width
+(`PassCosts`, one table per target, device, dtype and thread count) and drafting's per token
+(`DraftCosts`, one per drafter: never another drafter's), each calibrated once before its first run
+(`calibrate`: medians, the collector paused) and then refreshed by the runs' own cycles. A run's
+decisions depend on its own request and those measured costs only, never on which configuration ran
+before it. A plain step has gain 1, so the policy drafts only where drafting is expected to beat plain
+decoding on this device, and no further than pays. It decides only how much is drafted: verification
+is untouched, so the output is what it always is (greedy: the target's own; sampled: the target's
+distribution).
 
 What it takes from the field (docs/draft_policy.md says more): the objective is DISCO's / dynamic
 lookahead's and SpecDec++'s (stop drafting where the expected gain of one more token turns
@@ -31,17 +32,15 @@ cycles it drafts a short chain, and each probe that does not pay doubles the wai
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import torch
 
 from . import tree_shape
-from .drafters import Draft, no_draft
+from .drafters import Draft, Drafter, no_draft
 from .events import Cycle
-from .ragged_cache import RaggedCache
+from .pass_costs import DraftCosts, PassCosts
 from .request import Request
-from .timing import median_seconds
 
 # A position's acceptance before anything is seen. A drafter whose drafts cost a pass must draft to
 # learn, so it starts hopeful; one whose proposals are scored for free (prompt lookup) loses nothing by
@@ -51,110 +50,10 @@ PRIOR_ACCEPTANCE = 0.5
 FREE_PRIOR_ACCEPTANCE = 0.25
 PRIOR_WEIGHT = 1.0          # worth this many observations
 DECAY = 0.9                 # per observation: recent text outweighs old (a request's text changes)
-COST_SMOOTHING = 0.25       # each new pass's weight in its width's running cost
-CALIBRATION_SAMPLES = 3     # timed passes per width (their median), after one untimed
 PROBE_LENGTH = 2            # a probe drafts this many tokens
 # Draft only where the expected gain clears this: below it the gain is within what the measured costs
 # resolve (a few percent between identical passes here), and a plain step never loses.
 MIN_GAIN = 1.02
-
-
-# ----------------------------------------------------------------------------- what a pass costs
-
-class PassCosts:
-    """Seconds of a target pass by how many drafted tokens it verifies (0: a plain one-token step), for
-    one model on one device, dtype and thread count. Seeded by `calibrate` (or the constructor),
-    refreshed by `observe`. Widths never timed are interpolated between timed ones; the table is made
-    non-decreasing (a wider pass never costs less: a cheaper wide pass is noise), weighted by how often
-    each width was timed. Drafting is priced apart, per drafter (`DraftCosts`)."""
-
-    def __init__(self, seconds: dict[int, float] | None = None, *, learn: bool = True):
-        self.seconds: dict[int, float] = {}     # width -> running mean seconds
-        self.counts: dict[int, float] = {}      # width -> observations behind it (capped)
-        self._relative: dict[int, list[float]] = {}     # `relative` by max width, until the next observation
-        self.learn = learn                      # False: a fixed table (tests, replays of a decision)
-        for width, value in (seconds or {}).items():
-            self.seed(width, value)
-
-    @property
-    def known(self) -> bool:
-        return 0 in self.seconds
-
-    @property
-    def step(self) -> float:
-        """Seconds of a plain one-token step: the unit every cost is relative to."""
-        return self.seconds[0]
-
-    def seed(self, width: int, seconds: float, weight: float = 1.0) -> None:
-        """Set width's cost outright (a calibration's median, or a given table), worth `weight` observations."""
-        self._relative.clear()
-        self.seconds[width] = seconds
-        self.counts[width] = min(weight, 1.0 / COST_SMOOTHING)
-
-    def observe(self, width: int, seconds: float) -> None:
-        if seconds <= 0 or not self.learn:
-            return
-        old = self.seconds.get(width)
-        self._relative.clear()
-        self.seconds[width] = seconds if old is None else old + COST_SMOOTHING * (seconds - old)
-        self.counts[width] = min(self.counts.get(width, 0.0) + 1.0, 1.0 / COST_SMOOTHING)
-
-    def relative(self, max_width: int) -> list[float]:
-        """cost[n] for n = 0..max_width: a pass over n drafted tokens / a plain step (computed once per
-        table: every cycle plans with it, and a table changes only when observed)."""
-        cached = self._relative.get(max_width)        # one lookup: another run's observe may clear it
-        if cached is not None:
-            return cached
-        widths = sorted(self.seconds)
-        raw = []
-        for n in range(max_width + 1):
-            below = max((w for w in widths if w <= n), default=0)
-            above = min((w for w in widths if w >= n), default=below)
-            if above == below:
-                value = self.seconds[below]
-            else:   # linear between the nearest timed widths
-                t = (n - below) / (above - below)
-                value = self.seconds[below] + t * (self.seconds[above] - self.seconds[below])
-            weight = self.counts.get(n, 0.25)
-            raw.append((value, weight))
-        costs = [value / self.step for value in _non_decreasing(raw)]
-        self._relative[max_width] = costs
-        return costs
-
-
-class DraftCosts:
-    """Seconds one drafter spends per drafted token on one target and device (a draft model, early
-    exit, a head; a drafter that proposes for free, prompt lookup or suffix, has none: it proposes
-    whether or not the policy drafts). Unknown until first measured; the first observation is taken
-    as it is, later ones refresh a running mean."""
-
-    def __init__(self, per_token: float | None = None, *, learn: bool = True):
-        self.per_token = per_token
-        self.learn = learn
-
-    @property
-    def known(self) -> bool:
-        return self.per_token is not None
-
-    def observe(self, drafted: int, seconds: float) -> None:
-        if drafted <= 0 or seconds < 0 or not self.learn:
-            return
-        per_token = seconds / drafted
-        self.per_token = per_token if self.per_token is None else \
-            self.per_token + COST_SMOOTHING * (per_token - self.per_token)
-
-
-def _non_decreasing(points: Sequence[tuple[float, float]]) -> list[float]:
-    """The weighted least-squares non-decreasing fit of (value, weight) pairs (pool adjacent violators)."""
-    blocks: list[list[float]] = []      # [mean, weight, size]
-    for value, weight in points:
-        blocks.append([value, weight, 1])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            mean2, weight2, size2 = blocks.pop()
-            mean1, weight1, size1 = blocks.pop()
-            total = weight1 + weight2
-            blocks.append([(mean1 * weight1 + mean2 * weight2) / total, total, size1 + size2])
-    return [mean for mean, _, size in blocks for _ in range(int(size))]
 
 
 # ----------------------------------------------------------------------------- one request's acceptance
@@ -216,6 +115,11 @@ class Plan:
     length: int                 # tokens to verify this cycle (0: a plain step)
     gain: float                 # expected tokens per plain step's time of the best drafting length (> 1 pays)
     probe: bool = False         # drafting although not expected to pay, to learn whether it does now
+    expected: float = 1.0       # expected tokens this cycle emits at that length (1: a plain step)
+
+    def fields(self) -> dict:
+        """Its cycle's `Cycle` fields."""
+        return dict(planned=self.length, expected_gain=self.gain, probe=self.probe)
 
 
 @dataclass
@@ -278,7 +182,7 @@ class CostAwarePolicy:
             rates = state.by_signal[signal].rates(max_length, prior=rates)
         expected = expected_tokens(rates)
         if not self.costs.known:
-            return Plan(max_length, expected[-1])
+            return Plan(max_length, expected[-1], expected=expected[-1])
         if widths is None and tree:
             width = max(1, round(state.tree_nodes)) if state.tree_nodes else max_length
             best, gain = max_length, expected[-1] / self.relative(width)[width]
@@ -289,14 +193,29 @@ class CostAwarePolicy:
             gain = expected[best] / cost[widths[best]]
         if gain >= MIN_GAIN:
             state.paused_for, state.probe_after = 0, self.probe_after
-            return Plan(best, gain)
+            return Plan(best, gain, expected=expected[best])
         state.paused_for += 1
         if not free and state.paused_for > state.probe_after:
             state.paused_for, state.probe_after = 0, min(2 * state.probe_after, self.max_probe_after)
-            return Plan(max_length if tree else min(PROBE_LENGTH, max_length), gain, probe=True)
+            length = max_length if tree else min(PROBE_LENGTH, max_length)
+            return Plan(length, gain, probe=True, expected=expected[length])
         return Plan(0, gain)
 
     # -------------------------------------------------------------- in the decoding loop
+
+    def draft(self, drafter: Drafter, live: Sequence[Request], plans: dict[int, Plan]) -> list[Draft]:
+        """The loop's step 1: each request's draft (of at most `request.budget`) as long as is expected to
+        pay, its plan in `plans`. A free drafter proposes its most, then is cut; any other drafts as planned."""
+        free = drafter.free_to_propose
+        if not free:
+            for request in live:
+                plans[request.index] = plan = self.plan(request.index, request.budget, free=False,
+                                                        tree=drafter.drafts_trees)
+                request.budget = plan.length
+        drafts = drafter.propose_batch(live)
+        if free:
+            drafts = [self.plan_proposal(request, draft, plans) for request, draft in zip(live, drafts)]
+        return drafts
 
     def plan_proposal(self, request: Request, draft: Draft, plans: dict[int, Plan]) -> Draft:
         """A free drafter's proposal: noted for scoring, its plan made for it (into `plans`), and the
@@ -380,32 +299,4 @@ class CostAwarePolicy:
 
 def planned_fields(plan: Plan | None) -> dict:
     """A cycle's `Cycle` fields for its plan (none without the policy, or with nothing proposed)."""
-    return {} if plan is None else dict(planned=plan.length, expected_gain=plan.gain, probe=plan.probe)
-
-
-def calibration_widths(max_length: int) -> list[int]:
-    """The widths `calibrate` times: 0 to 4, then doubling, and max_length itself."""
-    widths = {w for w in (0, 1, 2, 3, 4) if w <= max_length} | {max_length}
-    w = 8
-    while w < max_length:
-        widths.add(w)
-        w *= 2
-    return sorted(widths)
-
-
-@torch.inference_mode()
-def calibrate(target, prompt: Sequence[int], widths: Sequence[int], costs: PassCosts,
-              clock: Callable[[], float], *, samples: int = CALIBRATION_SAMPLES) -> None:
-    """Time a target pass verifying n drafted tokens (n + 1 new positions; n = 0: a plain step) at
-    each width, after the prompt: the median of `samples` timed passes after one untimed, with the
-    collector paused (`timing.median_seconds`), seeds `costs`."""
-    cache = RaggedCache(target, 1)
-    cache.forward([list(prompt)], keep=1)
-    held = len(prompt)
-    last = torch.tensor([[prompt[-1]]], device=target.device)
-    for width in widths:
-        fed = last.expand(1, width + 1).contiguous()
-        seconds = median_seconds(lambda fed=fed, width=width: cache.forward([[]], keep=width + 1, tail=fed,
-                                                                            tail_lengths=[width + 1]),
-                                 clock, samples, undo=lambda: cache.keep([held]))
-        costs.seed(width, seconds, weight=samples)
+    return {} if plan is None else plan.fields()

@@ -6,7 +6,7 @@ computed from these records; nothing downstream reaches back into the loop.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 # The one vocabulary of verdicts, used by every layer. A drafted token (or tree node) is accepted,
@@ -67,6 +67,12 @@ class Cycle:
     planned: int | None = None
     expected_gain: float | None = None
     probe: bool = False
+    # A hybrid drafter (core.hybrid, `--draft auto`): the component that wrote this cycle's draft (its
+    # name: "ngram", "suffix", "head", "self:L" or a draft model's; None: nothing drafted, or one
+    # drafter only), and what the policy compared to choose it: each component's offer as
+    # {"drafter", "length", "expected_tokens", "gain"} (empty without a hybrid).
+    drafter: str | None = None
+    offers: list[dict] = field(default_factory=list)
 
     @property
     def is_cross_tokenizer(self) -> bool:
@@ -98,6 +104,27 @@ class Cycle:
         record["verdicts"] = self.verdicts
         record["residual_top"] = [list(pair) for pair in self.residual_top]
         return record
+
+
+def drafter_counts(cycles: Sequence[Cycle]) -> dict[str, dict] | None:
+    """A hybrid run's drafts by the drafter that wrote them, in vLLM's counts (num_drafts,
+    num_draft_tokens, num_accepted_tokens, and accepted per position): they sum to the run's. None for
+    a run of one drafter."""
+    if not any(c.drafter is not None for c in cycles):
+        return None
+    counts: dict[str, dict] = {}
+    for c in cycles:
+        if c.drafter is not None and c.drafted:
+            n = counts.setdefault(str(c.drafter), dict(num_drafts=0, num_draft_tokens=0, num_accepted_tokens=0,
+                                                       accepted_per_position=[]))
+            n["num_drafts"] += 1
+            n["num_draft_tokens"] += len(c.drafted)
+            n["num_accepted_tokens"] += c.num_accepted
+            positions = n["accepted_per_position"]      # [i]: its drafts that accepted position i (a tree: depth)
+            positions += [0] * (c.num_accepted - len(positions))
+            for i in range(c.num_accepted):
+                positions[i] += 1
+    return counts
 
 
 @dataclass(frozen=True)

@@ -134,8 +134,15 @@ def speculative_config(spec: DraftSpec | None, k: int, given: dict | None = None
         return {"method": "draft_model", "model": model_location(spec.text, progress), "num_speculative_tokens": k}
     if spec.kind == "head":
         return {"method": "eagle3", "model": head_location(spec, target), "num_speculative_tokens": k}
+    if spec.kind == "auto":
+        raise SpecvizError(HYBRID_ON_ENGINES.format(engine="vLLM"))
     raise SpecvizError(f"vLLM has no drafter like {spec.name!r} (early exit and trees are specviz's own): use "
                        "ngram, suffix, a draft model, or --speculative-config JSON for eagle3, mtp and the others.")
+
+
+# Neither engine chooses a drafter per cycle: what deploys there today is the best single drafter.
+HYBRID_ON_ENGINES = ("{engine} drafts with one drafter: 'auto' (a drafter chosen each cycle) is specviz's own. "
+                     "Serve the drafter that measured best on your prompts (ngram, suffix or a head).")
 
 
 def engine_configs(spec: DraftSpec | None, ks, given: dict | None = None,

@@ -21,12 +21,17 @@ UNSUPPORTED = ("norm_before_fc", "fc_norm", "norm_output")   # vLLM variants thi
 def shipped_head(target_name: str) -> Path:
     """The folder of the head shipped for a built-in target (refused if there is none)."""
     folder = SHIPPED_HEADS / target_name
-    if not (folder / CONFIG).is_file():
+    if not has_shipped_head(target_name):
         shipped = sorted(p.parent.name for p in SHIPPED_HEADS.glob(f"*/{CONFIG}"))
         raise SpecvizError(f"No draft head ships for {target_name}: 'head' alone is the head shipped for "
                            f"{', '.join(shipped) or 'no target'}; train one with `python -m specviz train-draft "
                            "--target ... --out DIR` and use 'head:DIR'.")
     return folder
+
+
+def has_shipped_head(target_name: str) -> bool:
+    """Whether a head ships for the built-in target of this display name."""
+    return (SHIPPED_HEADS / target_name / CONFIG).is_file()
 
 
 def builtin_name(model: str) -> str | None:

@@ -13,12 +13,13 @@ from transformers import PreTrainedModel
 
 from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.drafters import Drafter, DraftModelDrafter, PromptLookupDrafter, early_exit_model
+from ..core.hybrid import HybridDrafter
 from ..core.lookup_trees import NgramTreeDrafter, SuffixDrafter
 from ..errors import SpecvizError
 from ..settings import DraftSpec, parse_draft
 from .cache import lock as _lock
 from .devices import resolve_device
-from .head_files import spec_location
+from .head_files import has_shipped_head, spec_location
 from .heads import load_head
 from .loading import fit_on_gpu, load_cached, pick_dtype
 from .sources import (
@@ -128,7 +129,8 @@ def make_drafter(spec: DraftSpec | str | None, target: PreTrainedModel, *, targe
     whose embedding matrix is padded to another size than the target's is fine: the drafter cuts or
     pads its distribution to the target's vocabulary. Given both tokenizers, a draft whose
     vocabulary differs from the target's drafts across tokenizers. 'head' is the draft head shipped for
-    the target (refused for a target with none), 'head:DIR' a trained head (models.heads)."""
+    the target (refused for a target with none), 'head:DIR' a trained head (models.heads); 'auto' the
+    hybrid of prompt lookup, suffix decoding and the shipped head where there is one."""
     draft = parse_draft(spec)
     vocab_size = target.config.get_text_config().vocab_size
     if draft.kind == "ngram":
@@ -137,6 +139,9 @@ def make_drafter(spec: DraftSpec | str | None, target: PreTrainedModel, *, targe
         return NgramTreeDrafter(max_ngram=3)
     if draft.kind == "suffix":
         return SuffixDrafter()
+    if draft.kind == "auto":
+        inner = None if draft.inner is None else make_drafter(draft.inner, target, target_name=target_name)
+        return hybrid_drafter(target, target_name, inner)
     if draft.kind == "self":
         try:
             view = early_exit_model(target, draft.layers)
@@ -154,6 +159,18 @@ def make_drafter(spec: DraftSpec | str | None, target: PreTrainedModel, *, targe
         return CrossTokenizerDrafter(draft_model, draft_tokenizer, target_tokenizer, name=name,
                                      target_vocab_size=vocab_size)
     return DraftModelDrafter(draft_model, vocab_size=vocab_size, name=name)
+
+
+def hybrid_drafter(target: PreTrainedModel, target_name: str, inner: Drafter | None = None) -> HybridDrafter:
+    """'auto': prompt lookup, suffix decoding and `inner` (early exit or a head) or else, where one ships
+    for the target, its trained head; each cycle the one expected to pay most (core.hybrid)."""
+    components: list[Drafter] = [PromptLookupDrafter(max_ngram=3), SuffixDrafter()]
+    if inner is not None:
+        components.append(inner)
+    elif has_shipped_head(target_name):
+        head = parse_draft("head")
+        components.append(load_head(spec_location(head, target_name), target, target_name=target_name, name=head))
+    return HybridDrafter(components, name=parse_draft("auto"))
 
 
 def load_pair(target: str | None = None, draft: DraftSpec | str | None = None, *, device: str | torch.device = "auto",

@@ -39,7 +39,6 @@ from ..core.plain import batched_autoregressive_decode
 from ..core.timing import Clock, collector_paused
 from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.drafters import PromptLookupDrafter
-from ..errors import SpecvizError
 from ..metrics import median, ratio, work_rates
 from ..models import ModelPair
 from ..models.host import host_description
@@ -50,7 +49,7 @@ from .result import Run
 from .run import encode, execute
 
 # Draft length per kind of drafter.
-DEFAULT_K = {"ngram": 8, "ngram-tree": 8, "suffix": 8, "self": 4, "model": 4, "head": 2}
+DEFAULT_K = {"ngram": 8, "ngram-tree": 8, "suffix": 8, "self": 4, "model": 4, "head": 2, "auto": 8}
 WARM_UP_TOKENS = 16
 
 
@@ -98,13 +97,17 @@ class Timed:
         return ratio(len(self.tokens), self.seconds)
 
 
-def transformers_settings(setup: Setup) -> tuple[dict, dict, str]:
+# What transformers' assisted generation has no counterpart of: its columns stay empty for these.
+NOT_IN_TRANSFORMERS = {"head": "none (transformers has no trained draft head)",
+                       "auto": "none (transformers drafts with one drafter, not one chosen each cycle)"}
+
+
+def transformers_settings(setup: Setup) -> tuple[dict, dict, str] | None:
     """(generate kwargs, settings to put on the assistant's generation_config, description) that
-    give transformers the same drafter with a fixed draft length k."""
+    give transformers the same drafter with a fixed draft length k; None where it has no such drafter."""
     k, draft = setup.settings.k, setup.draft
-    if draft.kind == "head":
-        raise SpecvizError("transformers' assisted generation has no trained draft head to compare with: benchmark "
-                           "a head with scripts/bench_head.py, or `python -m specviz compare`.")
+    if draft.kind in NOT_IN_TRANSFORMERS:
+        return None
     if draft.kind in ("ngram", "ngram-tree", "suffix"):
         # transformers verifies chains only: a tree drafter is measured against its chain prompt lookup.
         # transformers' prompt lookup matches up to this many tokens (the n-gram drafters' own size;
@@ -147,9 +150,12 @@ def generation_config_set(model: PreTrainedModel, values: dict) -> Iterator[None
 
 
 def run_transformers(setup: Setup, input_ids: torch.Tensor, clock: Callable[[], float],
-                     max_new_tokens: int | None = None) -> Timed:
-    """transformers' assisted generation, greedy, timed as one call."""
-    kwargs, assistant_config, _ = transformers_settings(setup)
+                     max_new_tokens: int | None = None) -> Timed | None:
+    """transformers' assisted generation, greedy, timed as one call (None where it has no such drafter)."""
+    given = transformers_settings(setup)
+    if given is None:
+        return None
+    kwargs, assistant_config, _ = given
     target = setup.pair.target
     assistant = setup.assistant if setup.assistant is not None else target
     eos = list(setup.pair.eos_token_ids) or None
@@ -184,7 +190,7 @@ def prompt_settings(setup: Setup, prompt: BenchPrompt) -> RunSettings:
 
 def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transformers: Sequence[Timed]) -> dict:
     """One JSON row from the repeated runs of one prompt: the counts of the first, medians of tokens/s."""
-    run, hf = runs[0], transformers[0]
+    run, hf = runs[0], transformers[0] if transformers else None
     loads = [r.host_load for r in runs if r.host_load is not None]
     stats, speed = run.stats, run.speed
     # Over the tokens both methods wrote (`metrics.equal_work`): greedy outputs that part compare their
@@ -192,7 +198,7 @@ def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transforme
     equal = [work_rates(r.compared) for r in runs]
     rates = {"plain": median([plain for _spec, plain in equal]),
              "specviz": median([spec for spec, _plain in equal]),
-             "transformers": median([t.tokens_per_s for t in transformers])}
+             "transformers": median([t.tokens_per_s for t in transformers]) if transformers else None}
     row = {
         "id": prompt.id, "category": prompt.category, "target": run.target_name, "draft": run.draft_name,
         "dtype": run.dtype, "k": setup.settings.k, "prompt_tokens": run.prompt_tokens, "new_tokens": stats.tokens,
@@ -203,20 +209,24 @@ def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transforme
         "tokens_per_cycle": stats.tokens_per_cycle, "mean_acceptance_length": stats.mean_acceptance_length,
         "nodes_per_pass": stats.mean_nodes_per_pass,
         "target_passes": stats.cycles, "cycles_drafted": stats.cycles_drafted, "cycles_paused": stats.cycles_paused,
-        "transformers_target_passes": hf.target_passes,
+        "transformers_target_passes": hf.target_passes if hf else None,
+        # Spec-Bench's "mean accepted tokens" for transformers: its new tokens per target pass.
+        "transformers_tokens_per_pass": ratio(len(hf.tokens), hf.target_passes) if hf else None,
+        # A hybrid drafter (`auto`): per drafter, its drafts and accepted tokens (metrics.per_drafter).
+        "drafters": stats.drafters,
         "expected_tokens_per_pass": stats.expected_tokens_per_pass,
         "mean_drafted": ratio(stats.drafted, stats.cycles),
         "cost_ratio": stats.cost_ratio, "expected_speedup": stats.expected_speedup,
         "baseline_tokens_per_s": rates["plain"], "specviz_tokens_per_s": rates["specviz"],
         "transformers_tokens_per_s": rates["transformers"],
         "specviz_speedup": ratio(rates["specviz"], rates["plain"]),
-        "transformers_speedup": ratio(rates["transformers"], rates["plain"]),
-        "specviz_vs_transformers": ratio(rates["specviz"], rates["transformers"]),
+        "transformers_speedup": ratio(rates["transformers"], rates["plain"]) if hf else None,
+        "specviz_vs_transformers": ratio(rates["specviz"], rates["transformers"]) if hf else None,
         "identical_to_baseline": bool(run.identical),
         "compared_tokens": run.compared.tokens, "compared_basis": run.compared.basis,
         "first_divergence": run.divergence,
         # transformers wrote as many tokens as were compared: identical to plain decoding's over those.
-        "transformers_identical_to_baseline": hf.tokens == run.baseline_tokens[:run.compared.tokens],
+        "transformers_identical_to_baseline": hf.tokens == run.baseline_tokens[:run.compared.tokens] if hf else None,
         "repeats": len(runs),
         # Repeated work: how many earlier turns were decoded first (untimed) with the same drafter,
         # and how many accepted tokens only those turns' text proposed (suffix decoding).
@@ -254,7 +264,7 @@ def run_bench(setup: Setup, prompts: Sequence[BenchPrompt], *, repeats: int = 1,
         short = replace(prompt_settings(setup, prompts[0]), max_new_tokens=min(setup.settings.max_new_tokens,
                                                                              WARM_UP_TOKENS))
         execute(short, prompts[0].prompt, pair, baseline=True, warm_up=False)
-        run_transformers(setup, encoded[0], clock, short.max_new_tokens)
+        run_transformers(setup, encoded[0], clock, short.max_new_tokens)   # nothing where it has no such drafter
     runs: list[list[Run]] = [[] for _ in prompts]
     hf: list[list[Timed]] = [[] for _ in prompts]
 
@@ -263,10 +273,13 @@ def run_bench(setup: Setup, prompts: Sequence[BenchPrompt], *, repeats: int = 1,
         # for as many new tokens as plain and specviz are rated over (`metrics.equal_work`: where
         # greedy outputs part, their shared prefix), so that the three rates are of the same work.
         runs[i].append(run)
-        hf[i].append(run_transformers(setup, encoded[i], clock, max(1, run.compared.tokens)))
+        timed = run_transformers(setup, encoded[i], clock, max(1, run.compared.tokens))
+        if timed is not None:
+            hf[i].append(timed)
         if progress:
+            theirs = f"  transformers {timed.tokens_per_s:6.1f}" if timed is not None else ""
             progress(f"[{round_ + 1}/{repeats}] {prompts[i].id:<20} plain {run.plain.tokens_per_second:6.1f}  "
-                     f"specviz {run.stats.tokens_per_second:6.1f}  transformers {hf[i][-1].tokens_per_s:6.1f} tokens/s")
+                     f"specviz {run.stats.tokens_per_second:6.1f}{theirs} tokens/s")
 
     for _ in iter_prompt_set([setup.settings], prompts, repeats=repeats, loader=lambda _settings, _progress: pair,
                              warm_up=False, after_run=with_transformers):
@@ -280,7 +293,7 @@ SUMMARY_KEYS = ("acceptance_rate", "tokens_per_cycle", "mean_acceptance_length",
                 "baseline_tokens_per_s", "specviz_tokens_per_s",
                 "transformers_tokens_per_s", "specviz_speedup", "transformers_speedup", "specviz_vs_transformers",
                 "expected_speedup", "speedup_vs_theory", "expected_tokens_per_pass", "verify_pass_cost",
-                "expected_speedup_at_pass_cost", "draft_tokens_per_target_token")
+                "expected_speedup_at_pass_cost", "draft_tokens_per_target_token", "transformers_tokens_per_pass")
 
 
 def summarize_rows(rows: Sequence[dict]) -> list[dict]:
@@ -300,7 +313,9 @@ def summarize_rows(rows: Sequence[dict]) -> list[dict]:
             entry[key] = median(values) if values else None
         entry["cross_tokenizer"] = any(m.get("cross_tokenizer") for m in members)
         entry["identical"] = sum(m["identical_to_baseline"] for m in members)
-        entry["transformers_identical"] = sum(m["transformers_identical_to_baseline"] for m in members)
+        told = [m["transformers_identical_to_baseline"] for m in members
+                if m["transformers_identical_to_baseline"] is not None]
+        entry["transformers_identical"] = sum(told) if told else None
         summary.append(entry)
     return summary
 
@@ -314,7 +329,12 @@ def describe(setup: Setup) -> dict:
             "draft_policy": "dynamic k" if settings.dynamic_k else "fixed k" if settings.fixed_k else "cost-aware",
             "max_new_tokens": settings.max_new_tokens, "hardware": host_description(pair.device),
             "torch": torch.__version__, "transformers": transformers.__version__, "clock": Clock(pair.device).name,
-            "transformers_settings": transformers_settings(setup)[2], "eos_token_ids": list(pair.eos_token_ids)}
+            "transformers_settings": _transformers_described(setup), "eos_token_ids": list(pair.eos_token_ids)}
+
+
+def _transformers_described(setup: Setup) -> str:
+    given = transformers_settings(setup)
+    return given[2] if given is not None else NOT_IN_TRANSFORMERS[setup.draft.kind]
 
 
 # ----------------------------------------------------------------------------- the baseline's strength

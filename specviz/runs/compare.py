@@ -17,7 +17,7 @@ from dataclasses import replace
 from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..errors import SpecvizError
 from ..models import ModelPair
-from ..settings import RunSettings
+from ..settings import RunSettings, parse_draft
 from .comparison import CROSS_TOKENIZER_MARK, SWEEP_KS, Comparison, Sweep, baseline_key, config_labels
 from .result import Run
 from .run import Loader, last, load, load_stepwise, race
@@ -74,6 +74,9 @@ def compare(configs: Sequence[RunSettings], prompt: str, **options) -> Compariso
 def iter_sweep(settings: RunSettings, prompt: str, ks: Iterable[int] = SWEEP_KS, **options) -> Iterator[Sweep]:
     """`settings` at each k (fixed k: neither the cost-aware policy nor dynamic k), against one shared baseline."""
     ks = list(ks)
+    if parse_draft(settings.draft).kind == "auto":
+        raise SpecvizError("The k sweep drafts k tokens every cycle; 'auto' chooses its drafter and draft length "
+                           "each cycle by the cost-aware policy: sweep one drafter (ngram, suffix, head).")
     configs = [replace(settings, k=k, fixed_k=True, dynamic_k=False, max_k=None) for k in ks]
     for comparison in iter_comparison(configs, prompt, **options):
         yield Sweep(comparison, ks)

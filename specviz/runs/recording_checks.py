@@ -127,6 +127,7 @@ def check_cycle(cycle: Cycle, text: CycleText, number: int) -> None:
     if cycle.from_earlier is not None and len(cycle.from_earlier) != n:
         raise ValueError(f"{where}: one 'from earlier' mark per drafted token expected")
     check_across_tokenizers(cycle, where)
+    check_hybrid(cycle, where)
     if cycle.is_tree:
         try:
             if len(cycle.parents) != n:
@@ -158,6 +159,23 @@ def check_cycle(cycle: Cycle, text: CycleText, number: int) -> None:
         raise ValueError(f"{where}: its emitted tokens do not match its verdicts")
 
 VERDICT_NAMES = {ACCEPTED, REJECTED, NOT_REACHED}
+MAX_OFFERS = 8                     # a hybrid's drafters compared in a cycle (it has at most four kinds)
+OFFER_KEYS = {"drafter", "length", "expected_tokens", "gain"}
+
+
+def check_hybrid(cycle: Cycle, where: str) -> None:
+    """A hybrid cycle's drafter (a name) and the offers it was chosen from (each a drafter's planned
+    length, expected tokens and gain)."""
+    if cycle.drafter is not None and len(cycle.drafter) > MAX_NOTE_CHARS:
+        raise ValueError(f"{where}: its drafter's name is too long")
+    if len(cycle.offers) > MAX_OFFERS:
+        raise ValueError(f"{where}: more than {MAX_OFFERS} drafters' offers")
+    for offer in cycle.offers:
+        if (set(offer) != OFFER_KEYS or not isinstance(offer["drafter"], str) or len(offer["drafter"]) > MAX_NOTE_CHARS
+                or not isinstance(offer["length"], int) or not 0 <= offer["length"] <= MAX_NODES
+                or not all(isinstance(offer[key], (int, float)) and math.isfinite(offer[key]) and offer[key] >= 0
+                           for key in ("expected_tokens", "gain"))):
+            raise ValueError(f"{where}: an offer is not a drafter's length, expected tokens and gain")
 
 
 def check_across_tokenizers(cycle: Cycle, where: str) -> None:

@@ -31,11 +31,13 @@ import torch
 from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.plain import autoregressive_decode
 from ..core.decoding import speculative_decode
-from ..core.draft_policy import CostAwarePolicy, DraftCosts, PassCosts, calibrate, calibration_widths
+from ..core.draft_policy import CostAwarePolicy
+from ..core.pass_costs import DraftCosts, PassCosts, calibrate, calibration_widths
 from ..core.timing import Clock
 from ..core.draft_trees import DraftTreeDrafter
 from ..core.drafters import DraftModelDrafter, Drafter
 from ..core.head import HeadDrafter, HeadTreeDrafter
+from ..core.hybrid import HybridDrafter, HybridPolicy
 from ..core.events import Cycle, interleave
 from ..errors import SpecvizError
 from ..models import Detokenizer, ModelPair, check_context, default_threads, encode_prompt, load_pair, threads_for_run
@@ -127,8 +129,9 @@ def _warm_up(settings: RunSettings, pair: ModelPair, drafter: Drafter, input_ids
     so that neither method pays one-time costs (allocator growth, kernel selection) on the clock."""
     k = max(settings.k, settings.max_k or 0)
     warm = dict(options, max_new_tokens=min(settings.max_new_tokens, k + 2), temperature=0.0)
-    for _ in speculative_decode(pair.target, drafter.without_memory(), input_ids, k=k, **warm):
-        pass
+    for each in components(drafter):       # a hybrid's drafters each (alone, it drafts with the first)
+        for _ in speculative_decode(pair.target, each.without_memory(), input_ids, k=k, **warm):
+            pass
     for _ in autoregressive_decode(pair.target, input_ids, **dict(warm, max_new_tokens=2)):
         pass
 
@@ -172,6 +175,16 @@ def drafting_costs(settings: RunSettings, pair: ModelPair, drafter: Drafter, dra
     return costs, True
 
 
+def components(drafter: Drafter) -> list[Drafter]:
+    """The drafters a drafter drafts with: a hybrid's components, else itself."""
+    return list(drafter.components) if isinstance(drafter, HybridDrafter) else [drafter]
+
+
+def new_policy(drafter: Drafter) -> CostAwarePolicy:
+    """A cost-aware policy for this drafter (a hybrid's chooses among its drafters), costs still unknown."""
+    return HybridPolicy(PassCosts()) if isinstance(drafter, HybridDrafter) else CostAwarePolicy(PassCosts())
+
+
 def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool = False,
          warm_up: bool = True, progress: Progress | None = None) -> Iterator[Run]:
     """Decode `prompt` (speculatively, and plainly too with `baseline`), yielding the run after each
@@ -192,7 +205,7 @@ def _race(settings: RunSettings, prompt: str, pair: ModelPair, baseline: bool, w
     eos = list(pair.eos_token_ids or [])
     options = dict(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
                    seed=settings.seed, eos_token_id=eos)
-    policy = CostAwarePolicy(PassCosts()) if settings.cost_aware else None
+    policy = new_policy(drafter) if settings.cost_aware else None
     try:
         # Both loops check their arguments when called, before any work.
         cycles = speculative_decode(pair.target, drafter, input_ids, settings.max_new_tokens, k=settings.k,
@@ -253,12 +266,16 @@ def _calibrated(run: Run, settings: RunSettings, pair: ModelPair, drafter: Draft
     threads = torch.get_num_threads()
     known = _PASS_COSTS.get(pair.target, {}).get(threads)
     needs_passes = known is None or any(w not in known.seconds for w in calibration_widths(widest))
-    needs_drafting = not drafter.free_to_propose and not _DRAFT_COSTS.get(pair.target, {}).get(
-        (threads, run.draft_name), DraftCosts()).known
+    # Each drafter's own drafting cost (a hybrid's components each, under their own names).
+    named = {run.draft_name: drafter} if not isinstance(drafter, HybridDrafter) else \
+        {str(each.name): each for each in drafter.components}
+    unmeasured = [name for name, each in named.items() if not each.free_to_propose and not _DRAFT_COSTS.get(
+        pair.target, {}).get((threads, name), DraftCosts()).known]
+    needs_drafting = bool(unmeasured)
     if needs_passes or needs_drafting:
         what = " and ".join(part for part, needed in (
             (f"target passes verifying 0 to {widest} drafted tokens", needs_passes),
-            (f"{run.draft_name}'s drafting", needs_drafting)) if needed)
+            (f"{', '.join(unmeasured)}'s drafting", needs_drafting)) if needed)
         run.status = (f"Calibrating: timing {what} on this machine (once per process; excluded from both "
                       f"methods' figures)\u2026")
         if progress is not None:
@@ -266,11 +283,18 @@ def _calibrated(run: Run, settings: RunSettings, pair: ModelPair, drafter: Draft
         yield run
     started = time.perf_counter()
     policy.costs, widths = pass_costs(pair, input_ids, widest)
-    policy.draft_costs, drafting = drafting_costs(settings, pair, drafter, run.draft_name, input_ids, options)
-    if widths or drafting:
+    measured = []
+    for name, each in named.items():
+        costs, drafting = drafting_costs(settings, pair, each, name, input_ids, options)
+        if isinstance(policy, HybridPolicy):
+            policy.component_costs[name] = costs
+        else:
+            policy.draft_costs = costs
+        measured += [name] if drafting else []
+    if widths or measured:
         run.calibration_seconds = time.perf_counter() - started
         run.calibrated = ([f"target passes of {', '.join(map(str, widths))} drafted tokens"] if widths else []) + \
-                         ([f"{run.draft_name}'s drafting"] if drafting else [])
+                         [f"{name}'s drafting" for name in measured]
     run.status = ""
 
 

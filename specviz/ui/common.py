@@ -49,7 +49,8 @@ CHART_SECONDS = 1.0               # and the charts (heavier for the browser) thi
 PROMPT_LOOKUP, DRAFT_MODEL, EARLY_EXIT = "Prompt lookup (n-gram)", "Draft model", "Early exit (target's first layers)"
 PROMPT_LOOKUP_TREE = "Prompt lookup tree (every earlier match, one pass)"
 SUFFIX = "Suffix decoding (tree from the longest earlier match)"
-DRAFTERS = [PROMPT_LOOKUP, PROMPT_LOOKUP_TREE, SUFFIX, DRAFT_MODEL, EARLY_EXIT]
+AUTO = "Auto (each cycle the best of prompt lookup, suffix and the target's head)"
+DRAFTERS = [PROMPT_LOOKUP, PROMPT_LOOKUP_TREE, SUFFIX, AUTO, DRAFT_MODEL, EARLY_EXIT]
 CHAT, RAW = "Chat template", "Raw completion"
 CUSTOM = "Custom"
 MEMORY_SESSIONS = 64              # sessions whose suffix-decoding memory is kept at once (see SessionMemories)
@@ -219,6 +220,8 @@ def draft_spec(drafter: str, draft_model: str | None, exit_layer) -> str:
         return "ngram-tree"
     if drafter == SUFFIX:
         return "suffix"
+    if drafter == AUTO:
+        return "auto"
     if drafter == EARLY_EXIT:
         return f"self:{whole_number('early-exit layer', exit_layer, 1, 1000)}"
     if drafter == DRAFT_MODEL:

@@ -19,7 +19,7 @@ from ..settings import Limits, RunSettings, check_prompt, parse_draft, validate
 from ..views import charts, render
 from ..views.run_view import RunRenderer, RunView, empty_view, stopped_view
 from .budget import check_pair_prompt
-from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
+from .common import (AUTO, CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
                      PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK, animation_buttons, animation_file, SessionMemories,
                      StopSignal, Throttle, click_with_stop, draft_spec, error_html, failure, gpu_task, presets,
                      recording_button, slider_max_new_tokens, streaming)
@@ -134,6 +134,8 @@ def preset_settings(name: str, presets_list: list[dict]) -> dict:
         fields["drafter"] = PROMPT_LOOKUP_TREE
     elif draft.kind == "suffix":
         fields["drafter"] = SUFFIX
+    elif draft.kind == "auto":
+        fields["drafter"] = AUTO
     elif draft.kind == "self":
         fields.update(drafter=EARLY_EXIT, exit_layer=draft.layers)
     else:

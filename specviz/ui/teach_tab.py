@@ -14,7 +14,7 @@ from ..runs import Loader, config_label, load_stepwise, race
 from ..settings import Limits, RunSettings, check_prompt, validate
 from ..views import explain, prose, render, teach
 from .budget import check_pair_prompt
-from .common import (CHAT, CONCURRENCY_ID, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, RAW, TICK, StopSignal, Throttle,
+from .common import (AUTO, CHAT, CONCURRENCY_ID, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, RAW, TICK, StopSignal, Throttle,
                      click_with_stop, draft_spec, error_html, failure, gpu_task, recording_button, streaming)
 from .fields import NumberBox, NumberSlider
 
@@ -157,7 +157,9 @@ def build_teach_tab(*, limits: Limits, loader: Loader | None = None, last_run: g
         prompt = gr.Textbox(TEACH_PROMPT, label="Prompt", lines=2, max_lines=3, scale=3, elem_id="teach-prompt")
         with gr.Column(scale=2, min_width=280):
             with gr.Accordion("Settings: drafter, k, temperature, length", open=False, elem_id="teach-settings"):
-                drafter = gr.Radio(DRAFTERS, value=EARLY_EXIT, label="Drafter", elem_id="teach-drafter")
+                # Teach drafts k every cycle: not 'auto', which chooses by the cost-aware policy.
+                drafter = gr.Radio([d for d in DRAFTERS if d != AUTO], value=EARLY_EXIT, label="Drafter",
+                                   elem_id="teach-drafter")
                 draft_model = gr.Textbox(label="Draft model (any tokenizer: one unlike the target's is drafted "
                                          "across tokenizers)", visible=False,
                                          interactive=not limits.hosted)

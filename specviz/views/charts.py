@@ -23,6 +23,7 @@ import plotly.graph_objects as go
 from ..core.events import ACCEPTED, Cycle, Step
 from ..core.tree_shape import draft_reach
 from ..metrics import EqualWork, SpecStats, Speed, running_speedup
+from .drafter_marks import drafter_colour, drafter_word
 from .render import COLOURS
 
 SPEC_COLOUR, PLAIN_COLOUR, THEORY_COLOUR = "#0072B2", "#7f7f7f", "#CC79A7"
@@ -102,6 +103,13 @@ def tokens_per_pass_figure(cycles: Sequence[Cycle], stats: SpecStats | None) -> 
                                                                                       shape="hvh"),
                                  customdata=[[_policy_note(c)] for c in cycles],
                                  hovertemplate="%{y} drafted%{customdata[0]}<extra></extra>"))
+        # A hybrid run: which drafter each cycle chose, a marker in its colour.
+        for word, chose in _by_drafter(cycles).items():
+            traces.append(go.Scatter(x=_cycle_numbers(chose), y=[len(c.drafted) for c in chose],
+                                     name=f"drafted by {word}", mode="markers",
+                                     marker=dict(symbol="circle", size=7, color=drafter_colour(chose[0].drafter)),
+                                     customdata=[[_policy_note(c)] for c in chose],
+                                     hovertemplate="%{y} drafted%{customdata[0]}<extra></extra>"))
         paused = [c for c in cycles if c.planned == 0]
         if paused:
             traces.append(go.Scatter(x=_cycle_numbers(paused), y=[0] * len(paused), name="paused (plain step)",
@@ -113,11 +121,21 @@ def tokens_per_pass_figure(cycles: Sequence[Cycle], stats: SpecStats | None) -> 
     return go.Figure(traces, layout=layout("Tokens per target pass", "cycle", "tokens", yaxis_range=[0, top]))
 
 
+def _by_drafter(cycles: Sequence[Cycle]) -> dict[str, list[Cycle]]:
+    """A hybrid run's drafting cycles by the word for their drafter (empty for a run of one drafter)."""
+    groups: dict[str, list[Cycle]] = {}
+    for c in cycles:
+        if c.drafter and c.drafted:
+            groups.setdefault(drafter_word(c.drafter), []).append(c)
+    return groups
+
+
 def _policy_note(cycle: Cycle) -> str:
     """The policy's reason, for a hover: ': expected 0.92x' (paused) or ': expected 1.40x'."""
     if cycle.expected_gain is None:
         return ": nothing to propose" if cycle.planned is None and not cycle.drafted else ""
-    return f": expected {cycle.expected_gain:.2f}x" + (" (a probe)" if cycle.probe else "")
+    by = f" by {drafter_word(cycle.drafter)}" if cycle.drafter else ""
+    return f"{by}: expected {cycle.expected_gain:.2f}x" + (" (a probe)" if cycle.probe else "")
 
 
 # A chart's seconds, named in its title once a run has a clock (the axes stay as before a run).

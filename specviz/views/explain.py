@@ -11,6 +11,7 @@ from ..core.events import ACCEPTED, REJECTED, RESAMPLED
 from ..metrics import SpecStats, best_k, expected_speedup, expected_tokens_per_pass
 from . import render
 from .charts import layout
+from .drafter_marks import drafter_word
 
 LATEX_DELIMITERS = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]
 EXAMPLE_NUMBERS = dict(alpha=0.7, k=4, c=0.05)
@@ -66,6 +67,10 @@ def formulas_markdown(stats=None, *, measured_speedup: float | None = None, theo
             lines.append(f" The cost-aware policy drafted in **{stats.cycles_drafted}** of {stats.cycles} cycles and "
                          f"paused speculation in **{stats.cycles_paused}** (a plain step where no draft length was "
                          "expected to pay); $k$ above is the most it may draft.")
+        if stats.drafters:
+            lines.append(" By drafter: " + "; ".join(
+                f"{drafter_word(name)} drafted in **{d['num_drafts']}** cycles, {d['num_accepted_tokens']} of "
+                f"{d['num_draft_tokens']} tokens accepted" for name, d in stats.drafters.items()) + ".")
         if calibration:
             lines.append(f" Its costs come from this machine: calibration {calibration}.")
         lines.append("")
@@ -240,6 +245,11 @@ beat it (by 2%), the cycle pauses speculation. Prompt lookup keeps proposing whi
 nothing) and its proposals are checked against what the target writes, so drafting resumes as soon as
 they come true; other drafters probe now and then. Verification is untouched, so the output is exactly
 what it would be with any $k$.
+
+With *auto* (hybrid drafting) the same objective chooses the drafter too: each drafter (prompt lookup,
+suffix decoding, the target's trained head) has its own $c_j$, learned on this request, and its own
+measured drafting cost, and each cycle the one with the highest expected tokens per unit of time drafts,
+or none. The token view marks each drafted token with the drafter that wrote it.
 """)
 
 

@@ -10,6 +10,7 @@ from ..clocks import clock_text, elapsed_text, timed
 from ..metrics import EQUAL_LENGTH, SHARED_PREFIX, draft_cost, drafted_per_cycle, ideal_speedup, pass_seconds
 from ..runs.comparison import Comparison, Sweep, ranked
 from ..runs.result import Run
+from .drafter_marks import drafter_word
 
 X = "\u00d7"
 
@@ -171,6 +172,18 @@ def policy_text(run: Run) -> str | None:
             f"speculation in {s.cycles_paused} (no draft length expected to beat a plain step)")
 
 
+def drafters_text(run: Run) -> str | None:
+    """A hybrid run's drafts by drafter (None for a run of one drafter): each one's drafts and tokens
+    accepted, and the cycles none drafted."""
+    s = run.stats
+    if not s.drafters:
+        return None
+    parts = [f"{drafter_word(name)} ({name}) {c['num_drafts']} drafts, {c['num_accepted_tokens']} of "
+             f"{c['num_draft_tokens']} tokens accepted ({c['draft_acceptance_rate']:.0%})"
+             for name, c in sorted(s.drafters.items(), key=lambda item: -item[1]["num_drafts"])]
+    return "; ".join(parts) + f"; none in {s.cycles - s.num_drafts} of {s.cycles} cycles"
+
+
 def calibration_text(run: Run) -> str | None:
     """What the cost-aware policy's calibration took before this run (None without the policy)."""
     if not run.settings.cost_aware:
@@ -197,6 +210,9 @@ def summary_lines(run: Run) -> list[str]:
     policy = policy_text(run)
     if policy:
         lines.append(f"draft length: {policy}")
+    drafters = drafters_text(run)
+    if drafters:
+        lines.append(f"drafters: {drafters}")
     calibration = calibration_text(run)
     if calibration:
         lines.append(f"calibration: {calibration}")

@@ -20,6 +20,7 @@ from ..clocks import timed
 from ..core import tree_shape
 from ..core.events import ACCEPTED, BONUS, NOT_REACHED, REJECTED, RESAMPLED, Cycle
 from ..runs.result import CycleText
+from .drafter_marks import drafted_by_text, drafter_css, drafter_word, legend_items_html, mark_html
 from .retokenization import retokenization, retokenization_html
 
 VERDICTS = (ACCEPTED, REJECTED, RESAMPLED, BONUS)
@@ -44,6 +45,7 @@ class Piece:
     verdict: str
     title: str
     earlier: bool = False       # drafted only from an earlier request's text (suffix decoding)
+    drafter: str | None = None  # a hybrid run: the word for the drafter that drafted it (views.drafter_marks)
 
 
 def _prob(p: float | None) -> str:
@@ -70,7 +72,8 @@ def cycle_pieces(cycle: Cycle, text: CycleText) -> list[Piece]:
             title += "\ndrafted from an earlier request's text (suffix decoding remembers this session's runs)"
         if across:
             title += f"\nacross tokenizers: {across}"
-        pieces.append(Piece(text.drafted[i], verdict, title, earlier))
+        by = cycle.drafter and drafter_word(cycle.drafter)
+        pieces.append(Piece(text.drafted[i], verdict, title + drafted_by_text(cycle.drafter), earlier, by))
     if cycle.correction is not None:
         if cycle.correction_kind == RESAMPLED:
             what = "the target's correction after the rejection"
@@ -111,7 +114,8 @@ def cycle_html(cycle: Cycle, text: CycleText) -> str:
     note = tree_note(cycle, text)
     marker = (f'<span class="sv-branches" data-nodes="{len(cycle.drafted)}" tabindex="0" title="{html.escape(note)}">'
               f'\u2442{len(cycle.drafted)}</span>') if note else ""
-    return render_cycle(cycle.index, cycle_pieces(cycle, text), marker + retokenization_html(cycle, text))
+    return render_cycle(cycle.index, cycle_pieces(cycle, text), marker + retokenization_html(cycle, text),
+                        mark_html(cycle.drafter) if cycle.drafter and cycle.drafted else "")
 
 
 def run_cycles_html(run) -> list[str]:
@@ -132,38 +136,41 @@ def render_token(piece: Piece) -> str:
         raise ValueError(f"unknown verdict {piece.verdict!r}")
     title = piece.title if piece.text else piece.title + "\n(part of a character that the next token completes)"
     title = html.escape(title)
-    earlier = ' data-earlier="1"' if piece.earlier else ""
+    earlier = (' data-earlier="1"' if piece.earlier else "") + (
+        f' data-drafter="{html.escape(piece.drafter)}"' if piece.drafter else "")
     # tabindex: a token takes the keyboard focus, and Enter pins its details (the app's token-details script)
     return (f'<span class="sv-tok sv-{piece.verdict}" data-verdict="{piece.verdict}"{earlier} tabindex="0" '
             f'title="{title}">{token_text_html(piece.text)}</span>')
 
 
-def render_cycle(index: int, pieces: Sequence[Piece], extra: str = "") -> str:
-    """One cycle: its tokens (and `extra` HTML) inside a span that draws the boundary before it."""
+def render_cycle(index: int, pieces: Sequence[Piece], extra: str = "", before: str = "") -> str:
+    """One cycle: its tokens (after `before`, and `extra` HTML) inside a span that draws the boundary before it."""
     tokens = "".join(render_token(p) for p in pieces)
-    return f'<span class="sv-cycle" data-cycle="{index}">{tokens}{extra}</span>'
+    return f'<span class="sv-cycle" data-cycle="{index}">{before}{tokens}{extra}</span>'
 
 
-def legend_html() -> str:
+def legend_html(drafters: Sequence[str] = ()) -> str:
+    """The verdicts' legend; with `drafters` (a hybrid run's), each drafter's mark too."""
     items = "".join(
         f'<span class="sv-legend-item"><span class="sv-tok sv-{v}" data-legend="{v}">token</span> '
         f'{html.escape(LEGEND_TEXT[v])}</span>' for v in VERDICTS)
     bar = ('<span class="sv-legend-item"><span class="sv-cycle sv-cycle-sample"></span> '
            'one cycle (one target pass)</span>')
-    return f'<div class="sv-legend" aria-label="legend">{items}{bar}</div>'
+    return f'<div class="sv-legend" aria-label="legend">{items}{bar}{legend_items_html(drafters)}</div>'
 
 
-def panel_html(title: str, status: str, body: str, *, kind: str, legend: bool = False, placeholder: str = "") -> str:
-    """A titled panel with a status line and a body of token text."""
+def panel_html(title: str, status: str, body: str, *, kind: str, legend: bool = False, placeholder: str = "",
+               drafters: Sequence[str] = ()) -> str:
+    """A titled panel with a status line and a body of token text (`drafters`: a hybrid run's, in the legend)."""
     content = body or f'<span class="sv-placeholder">{html.escape(placeholder)}</span>'
     return (f'<div class="sv-panel sv-{kind}"><div class="sv-panel-head"><span class="sv-panel-title">'
             f'{html.escape(title)}</span><span class="sv-panel-status">{html.escape(status)}</span></div>'
-            f'{legend_html() if legend else ""}<div class="sv-text">{content}</div></div>')
+            f'{legend_html(drafters) if legend else ""}<div class="sv-text">{content}</div></div>')
 
 
-def token_view_html(cycle_html: Sequence[str], status: str = "") -> str:
-    """The speculative run: legend, then every cycle so far."""
-    return panel_html("Speculative decoding", status, "".join(cycle_html), kind="spec", legend=True,
+def token_view_html(cycle_html: Sequence[str], status: str = "", drafters: Sequence[str] = ()) -> str:
+    """The speculative run: legend (with a hybrid run's `drafters`), then every cycle so far."""
+    return panel_html("Speculative decoding", status, "".join(cycle_html), kind="spec", legend=True, drafters=drafters,
                       placeholder="Drafted tokens appear here, cycle by cycle.")
 
 
@@ -214,6 +221,7 @@ CSS = f"""
 .sv-bonus {{ background: {_tint(COLOURS[BONUS], 0.22)}; text-decoration: underline double;
   text-decoration-color: {COLOURS[BONUS]}; font-weight: 700; }}
 .sv-nl {{ opacity: 0.55; }}
+{drafter_css()}
 .sv-branches {{ font-size: 0.75em; opacity: 0.7; vertical-align: super; cursor: help; }}
 details.sv-retok {{ display: inline; }}
 details.sv-retok > summary {{ display: inline; list-style: none; cursor: pointer; font-size: 0.75em; opacity: 0.7;

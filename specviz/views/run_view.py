@@ -53,7 +53,8 @@ class RunRenderer:
             self.cycle_html.append(render.cycle_html(cycle, text))
         plain_seconds = run.plain.seconds if run.plain else 0.0
         tokens = render.token_view_html(self.cycle_html, render.race_status(run.stats.tokens, run.stats.seconds,
-                                                                            run.spec_done, run.clock))
+                                                                            run.spec_done, run.clock),
+                                        drafters=list(run.stats.drafters or ()))
         baseline = render.baseline_html("".join(run.step_texts),
                                         render.race_status(len(run.steps), plain_seconds, run.plain_done, run.clock))
         figures = charts.run_figures(run) if with_charts else (None,) * len(charts.EMPTY_TEXT)

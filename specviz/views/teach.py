@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 
 from . import render
 from ..core.events import ACCEPTED, NOT_REACHED, REJECTED, RESAMPLED, Cycle
+from .drafter_marks import choice_text
 from .teach_figures import note_figure, residual_figure, tree_figure, verification_figure
 from .teach_rows import (TokenRow, TokenText, number, rows_html, token_rows,
                          tested_nodes, tree_walk, up_to_test, visible)
@@ -179,6 +180,9 @@ def cycle_markdown(cycle: Cycle, rows: Sequence[TokenRow], text_of: TokenText, t
     tested = tested_nodes(cycle, rows) if upto is not None else []
     if tested:
         return "\n".join(lines + _tests_so_far(cycle, rows, tested, text_of, upto))
+    choice = choice_text(cycle)
+    if choice:       # a hybrid run: which drafter drafted, and what it was compared with
+        lines += [f"**Which drafter**: {choice}", ""]
     if cycle.planned == 0:
         lines.append(policy_pause_text(cycle))
     elif not cycle.drafted:

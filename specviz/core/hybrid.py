@@ -1,0 +1,207 @@
+"""Hybrid drafting (`--draft auto`): the best drafter for every cycle. A `HybridDrafter` holds several
+drafters (prompt lookup, suffix decoding, a trained head, early exit or a draft model) and a
+`HybridPolicy` chooses, every cycle, the one whose draft is expected to give the most tokens per unit
+of time on this device, or none (a plain step).
+
+Each component is judged by itself, as the cost-aware policy judges a drafter alone
+(core.draft_policy): its own acceptance by position on this request (a policy of its own per
+component, all sharing the target's pass costs) and its own measured drafting cost (a `DraftCosts` per
+component, never another's). A component that proposes for free (prompt lookup, suffix decoding)
+proposes every cycle and has its proposal scored against what the target then writes, whether or not
+it drafted; any other (a head, a draft model) is planned without proposing and drafts only when
+chosen, learning its acceptance from its own verified drafts and from probes. The gains compared are
+the policy's own, `expected_tokens / relative cost`, so the choice is the one the policy would make
+for each drafter alone, taken across them.
+
+Components keep their state in every cycle, drafting or not: a head reads the target's hidden states
+of every kept position (`observe`) and catches up on its own cache when it next drafts; a draft model
+feeds what its cache lacks when it next drafts; suffix decoding sees the whole request. After a tree
+cycle only the component that drafted the tree keeps its path, the others roll back to the kept
+length.
+
+Lossless as every drafter: the verification rule is the loop's, whatever drafted, and each draft is
+exactly its component's (a model's with its distribution, a lookup's one-hot). One request at a time
+(suffix decoding keeps one request's state)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from . import tree_shape
+from .draft_policy import CostAwarePolicy, Plan
+from .pass_costs import DraftCosts, PassCosts
+from .drafters import Draft, Drafter, no_draft
+from .events import Cycle
+from .request import Request
+from .sampling import Sampler
+
+
+class HybridDrafter(Drafter):
+    """Several drafters as one (module docstring); `chosen` is the component whose draft the loop is
+    verifying (None: nothing drafted this cycle). Without a `HybridPolicy` (a warm-up, a fixed k) the
+    first component with a proposal drafts."""
+
+    def __init__(self, components: Sequence[Drafter], name: str = "auto"):
+        components = list(components)
+        names = [c.name for c in components]
+        if not components or len(set(names)) != len(names):
+            raise ValueError(f"a hybrid drafter needs one or more drafters of distinct names, got {names}")
+        readers = [c for c in components if c.hidden_layers]
+        if len(readers) > 1:
+            raise ValueError("a hybrid drafter takes at most one drafter that reads the target's hidden states")
+        self.components, self.name = components, name
+        self.parameters = sum(c.parameters for c in components)
+        self.hidden_layers = readers[0].hidden_layers if readers else ()
+        self.drafts_trees = any(c.drafts_trees for c in components)
+        self.budget = max((getattr(c, "budget", 0) or 0 for c in components), default=0)   # a tree's most nodes
+        self.chosen: Drafter | None = None
+
+    def begin(self, prompt_ids: torch.Tensor) -> None:
+        self.chosen = None
+        for component in self.components:
+            component.begin(prompt_ids)
+
+    def propose_with(self, component: Drafter, request: Request) -> Draft:
+        """`component`'s draft of at most `request.budget` tokens."""
+        if request.budget <= 0:
+            return no_draft()
+        return component.propose(torch.tensor([request.tokens]), request.budget, request.sampler)
+
+    def propose(self, sequence: torch.Tensor, k: int, sampler: Sampler) -> Draft:
+        for component in self.components:
+            draft = component.propose(sequence, k, sampler)
+            if draft.tokens.numel():
+                self.chosen = component
+                return draft
+        self.chosen = None
+        return no_draft()
+
+    def keep_path(self, valid_length: int, path: list[int]) -> None:
+        for component in self.components:
+            if component is self.chosen:
+                component.keep_path(valid_length, path)
+            else:
+                component.rollback(valid_length)
+
+    def rollback(self, valid_length: int) -> None:
+        for component in self.components:
+            component.rollback(valid_length)
+
+    def observe(self, hidden: Sequence[torch.Tensor]) -> None:
+        for component in self.components:
+            if component.hidden_layers:
+                component.observe(hidden)
+
+    def forget(self) -> None:
+        for component in self.components:
+            component.forget()
+
+    def without_memory(self) -> HybridDrafter:
+        return HybridDrafter([c.without_memory() for c in self.components], self.name)
+
+
+@dataclass(frozen=True)
+class HybridPlan(Plan):
+    """A hybrid cycle's plan: the component that drafts (None: none) and what the choice compared, each
+    component's offer as {"drafter", "length", "expected_tokens", "gain"}."""
+
+    drafter: str | None = None
+    offers: tuple[dict, ...] = ()
+
+    def fields(self) -> dict:
+        return dict(super().fields(), drafter=self.drafter, offers=[dict(offer) for offer in self.offers])
+
+
+@dataclass
+class _Offer:
+    """One component's offer this cycle: its plan, and its draft when it proposed already (free)."""
+
+    component: Drafter
+    plan: Plan
+    draft: Draft | None
+    budget: int                 # the request's budget for its draft (a tree's depth cut)
+
+
+class HybridPolicy(CostAwarePolicy):
+    """The cost-aware policy over a `HybridDrafter`'s components (module docstring). `draft_costs`:
+    each component's drafting cost, by its name (a component not in it starts unmeasured)."""
+
+    def __init__(self, costs: PassCosts, draft_costs: Mapping[str, DraftCosts] | None = None, **options):
+        super().__init__(costs, **options)
+        self.component_costs: dict[str, DraftCosts] = dict(draft_costs or {})
+        self.parts: dict[str, CostAwarePolicy] = {}
+        self.free: set[str] = set()
+        self._options = options
+
+    def part(self, component: Drafter) -> CostAwarePolicy:
+        """The component's own policy: its acceptance per request, its drafting cost, the shared pass costs."""
+        name = component.name
+        if name not in self.parts:
+            self.parts[name] = CostAwarePolicy(self.costs, self.component_costs.setdefault(name, DraftCosts()),
+                                               **self._options)
+            if component.free_to_propose:
+                self.free.add(name)
+        part = self.parts[name]
+        part.costs = self.costs         # the target's, replaced when calibrated
+        return part
+
+    def draft(self, drafter: Drafter, live: Sequence[Request], plans: dict[int, Plan]) -> list[Draft]:
+        if not isinstance(drafter, HybridDrafter):
+            raise ValueError(f"the hybrid policy chooses among a hybrid drafter's drafters, not {drafter.name}")
+        if len(live) != 1:
+            raise ValueError("a hybrid drafter drafts for one request at a time")
+        (request,) = live
+        most = request.budget
+        offers = []
+        for component in drafter.components:
+            part = self.part(component)
+            request.budget = most
+            if component.free_to_propose:
+                # It proposes its most, noted for scoring; its plan cuts it (a tree: `request.budget`).
+                planned: dict[int, Plan] = {}
+                draft = part.plan_proposal(request, drafter.propose_with(component, request), planned)
+                if request.index in planned:
+                    offers.append(_Offer(component, planned[request.index], draft, request.budget))
+            else:
+                plan = part.plan(request.index, most, free=False, tree=component.drafts_trees)
+                offers.append(_Offer(component, plan, None, plan.length))
+        seen = tuple(dict(drafter=o.component.name, length=o.plan.length, expected_tokens=o.plan.expected,
+                          gain=o.plan.gain) for o in offers)
+        # The best expected gain among those expected to pay; else a probe (a drafter that must draft
+        # to learn); else a plain step.
+        paying = [o for o in offers if o.plan.length and not o.plan.probe]
+        best = max(paying, key=lambda o: o.plan.gain) if paying else next((o for o in offers if o.plan.probe), None)
+        draft = no_draft()
+        if best is not None:
+            request.budget = best.budget
+            draft = best.draft if best.draft is not None else drafter.propose_with(best.component, request)
+        drafter.chosen = best.component if best is not None and draft.tokens.numel() else None
+        if best is None:
+            gain = max((o.plan.gain for o in offers), default=1.0)
+            plans[request.index] = HybridPlan(0, gain, offers=seen)
+            request.budget = 0
+        else:
+            plan = best.plan
+            plans[request.index] = HybridPlan(plan.length, plan.gain, plan.probe, plan.expected, offers=seen,
+                                              drafter=drafter.chosen.name if drafter.chosen is not None else None)
+        return [draft]
+
+    def learn(self, live: Sequence[Request], cycles: Sequence[Cycle], index: int, free: bool) -> None:
+        """The drafter that drafted learns from its verified draft; every free one scores its proposal
+        against the output; the pass's cost, and the drafting cost of a drafter that is not free."""
+        (request,), (cycle,) = live, cycles
+        output = request.tokens[len(request.tokens) - request.generated:]
+        for name, part in self.parts.items():
+            if name == cycle.drafter:
+                part.observe(request.index, tree_shape.draft_reach(cycle), len(cycle.accepted_nodes), output,
+                             nodes=len(cycle.drafted))
+            else:
+                part.observe(request.index, 0, 0, output)
+        if index > 0:
+            self.costs.observe(len(cycle.drafted), cycle.verify_seconds)
+            if cycle.drafter is not None and cycle.drafter not in self.free:
+                self.parts[cycle.drafter].draft_costs.observe(len(cycle.drafted), cycle.draft_seconds)
+

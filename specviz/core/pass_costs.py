@@ -1,0 +1,144 @@
+"""What a target pass and drafting cost on this device, for the cost-aware policy (core.draft_policy): a
+target pass's seconds by width (`PassCosts`, one table per target, device, dtype and thread count) and a
+drafter's seconds per drafted token (`DraftCosts`, one per drafter), calibrated once (`calibrate`:
+medians, the collector paused) and refreshed by the runs' own cycles."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from .ragged_cache import RaggedCache
+from .timing import median_seconds
+
+COST_SMOOTHING = 0.25       # each new pass's weight in its width's running cost
+CALIBRATION_SAMPLES = 3     # timed passes per width (their median), after one untimed
+
+
+# ----------------------------------------------------------------------------- what a pass costs
+
+class PassCosts:
+    """Seconds of a target pass by how many drafted tokens it verifies (0: a plain one-token step), for
+    one model on one device, dtype and thread count. Seeded by `calibrate` (or the constructor),
+    refreshed by `observe`. Widths never timed are interpolated between timed ones; the table is made
+    non-decreasing (a wider pass never costs less: a cheaper wide pass is noise), weighted by how often
+    each width was timed. Drafting is priced apart, per drafter (`DraftCosts`)."""
+
+    def __init__(self, seconds: dict[int, float] | None = None, *, learn: bool = True):
+        self.seconds: dict[int, float] = {}     # width -> running mean seconds
+        self.counts: dict[int, float] = {}      # width -> observations behind it (capped)
+        self._relative: dict[int, list[float]] = {}     # `relative` by max width, until the next observation
+        self.learn = learn                      # False: a fixed table (tests, replays of a decision)
+        for width, value in (seconds or {}).items():
+            self.seed(width, value)
+
+    @property
+    def known(self) -> bool:
+        return 0 in self.seconds
+
+    @property
+    def step(self) -> float:
+        """Seconds of a plain one-token step: the unit every cost is relative to."""
+        return self.seconds[0]
+
+    def seed(self, width: int, seconds: float, weight: float = 1.0) -> None:
+        """Set width's cost outright (a calibration's median, or a given table), worth `weight` observations."""
+        self._relative.clear()
+        self.seconds[width] = seconds
+        self.counts[width] = min(weight, 1.0 / COST_SMOOTHING)
+
+    def observe(self, width: int, seconds: float) -> None:
+        if seconds <= 0 or not self.learn:
+            return
+        old = self.seconds.get(width)
+        self._relative.clear()
+        self.seconds[width] = seconds if old is None else old + COST_SMOOTHING * (seconds - old)
+        self.counts[width] = min(self.counts.get(width, 0.0) + 1.0, 1.0 / COST_SMOOTHING)
+
+    def relative(self, max_width: int) -> list[float]:
+        """cost[n] for n = 0..max_width: a pass over n drafted tokens / a plain step (computed once per
+        table: every cycle plans with it, and a table changes only when observed)."""
+        cached = self._relative.get(max_width)        # one lookup: another run's observe may clear it
+        if cached is not None:
+            return cached
+        widths = sorted(self.seconds)
+        raw = []
+        for n in range(max_width + 1):
+            below = max((w for w in widths if w <= n), default=0)
+            above = min((w for w in widths if w >= n), default=below)
+            if above == below:
+                value = self.seconds[below]
+            else:   # linear between the nearest timed widths
+                t = (n - below) / (above - below)
+                value = self.seconds[below] + t * (self.seconds[above] - self.seconds[below])
+            weight = self.counts.get(n, 0.25)
+            raw.append((value, weight))
+        costs = [value / self.step for value in _non_decreasing(raw)]
+        self._relative[max_width] = costs
+        return costs
+
+
+class DraftCosts:
+    """Seconds one drafter spends per drafted token on one target and device (a draft model, early
+    exit, a head; a drafter that proposes for free, prompt lookup or suffix, has none: it proposes
+    whether or not the policy drafts). Unknown until first measured; the first observation is taken
+    as it is, later ones refresh a running mean."""
+
+    def __init__(self, per_token: float | None = None, *, learn: bool = True):
+        self.per_token = per_token
+        self.learn = learn
+
+    @property
+    def known(self) -> bool:
+        return self.per_token is not None
+
+    def observe(self, drafted: int, seconds: float) -> None:
+        if drafted <= 0 or seconds < 0 or not self.learn:
+            return
+        per_token = seconds / drafted
+        self.per_token = per_token if self.per_token is None else \
+            self.per_token + COST_SMOOTHING * (per_token - self.per_token)
+
+
+def _non_decreasing(points: Sequence[tuple[float, float]]) -> list[float]:
+    """The weighted least-squares non-decreasing fit of (value, weight) pairs (pool adjacent violators)."""
+    blocks: list[list[float]] = []      # [mean, weight, size]
+    for value, weight in points:
+        blocks.append([value, weight, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            mean2, weight2, size2 = blocks.pop()
+            mean1, weight1, size1 = blocks.pop()
+            total = weight1 + weight2
+            blocks.append([(mean1 * weight1 + mean2 * weight2) / total, total, size1 + size2])
+    return [mean for mean, _, size in blocks for _ in range(int(size))]
+
+
+# ----------------------------------------------------------------------------- calibration
+
+def calibration_widths(max_length: int) -> list[int]:
+    """The widths `calibrate` times: 0 to 4, then doubling, and max_length itself."""
+    widths = {w for w in (0, 1, 2, 3, 4) if w <= max_length} | {max_length}
+    w = 8
+    while w < max_length:
+        widths.add(w)
+        w *= 2
+    return sorted(widths)
+
+
+@torch.inference_mode()
+def calibrate(target, prompt: Sequence[int], widths: Sequence[int], costs: PassCosts,
+              clock: Callable[[], float], *, samples: int = CALIBRATION_SAMPLES) -> None:
+    """Time a target pass verifying n drafted tokens (n + 1 new positions; n = 0: a plain step) at
+    each width, after the prompt: the median of `samples` timed passes after one untimed, with the
+    collector paused (`timing.median_seconds`), seeds `costs`."""
+    cache = RaggedCache(target, 1)
+    cache.forward([list(prompt)], keep=1)
+    held = len(prompt)
+    last = torch.tensor([[prompt[-1]]], device=target.device)
+    for width in widths:
+        fed = last.expand(1, width + 1).contiguous()
+        seconds = median_seconds(lambda fed=fed, width=width: cache.forward([[]], keep=width + 1, tail=fed,
+                                                                            tail_lengths=[width + 1]),
+                                 clock, samples, undo=lambda: cache.keep([held]))
+        costs.seed(width, seconds, weight=samples)

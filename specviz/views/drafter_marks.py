@@ -1,0 +1,95 @@
+"""Which drafter wrote a draft, as every view names and marks it (a hybrid run, `--draft auto`): one
+word a class reads at a glance, a letter for the token view and the terminal, a colour for the charts."""
+
+from __future__ import annotations
+
+import html
+
+from ..settings import parse_draft
+
+# kind -> (word, letter, colour); a draft model's and early exit's kinds are "model" and "self".
+_MARKS = {
+    "ngram": ("copy", "c", "#2b8a3e"),          # prompt lookup: copied from the prompt or the output
+    "ngram-tree": ("copy", "c", "#2b8a3e"),
+    "suffix": ("suffix", "s", "#1971c2"),
+    "head": ("head", "h", "#e8590c"),
+    "self": ("early exit", "e", "#9c36b5"),
+    "model": ("draft model", "m", "#9c36b5"),
+}
+NONE_COLOUR = "#adb5bd"
+
+
+def _mark(name: str) -> tuple[str, str, str]:
+    return _MARKS.get(parse_draft(name).kind, _MARKS["model"])
+
+
+def drafter_word(name: str) -> str:
+    """'copy', 'suffix', 'head', 'early exit' or 'draft model'."""
+    return _mark(name)[0]
+
+
+def drafter_letter(name: str) -> str:
+    return _mark(name)[1]
+
+
+def drafter_colour(name: str) -> str:
+    return _mark(name)[2]
+
+
+def legend_items(names) -> list[tuple[str, str, str]]:
+    """(letter, word, colour) of each drafter named, in a fixed order, each word once."""
+    seen = {}
+    for name in names:
+        letter, word, colour = drafter_letter(name), drafter_word(name), drafter_colour(name)
+        seen.setdefault(word, (letter, word, colour))
+    order = [word for word, _, _ in _MARKS.values()]
+    return sorted(seen.values(), key=lambda item: order.index(item[1]))
+
+
+def mark_html(name: str) -> str:
+    """A hybrid cycle's mark before its draft: the drafter's letter, its word on hover."""
+    word = html.escape(drafter_word(name))
+    return (f'<sup class="sv-by" data-drafter="{word}" title="drafted by {word} ({html.escape(name)})">'
+            f'{html.escape(drafter_letter(name))}</sup>')
+
+
+def legend_items_html(names) -> str:
+    """The token view's legend items for a hybrid run's drafters (none for a run of one drafter)."""
+    return "".join(f'<span class="sv-legend-item"><sup class="sv-by" data-drafter="{html.escape(word)}">'
+                   f'{html.escape(letter)}</sup><span class="sv-tok" data-drafter="{html.escape(word)}">token</span> '
+                   f'drafted by {html.escape(word)}</span>' for letter, word, _ in legend_items(names))
+
+
+def drafter_css() -> str:
+    """Each drafter's colour: its letter, and a line under each token it drafted (hybrid runs)."""
+    rules = [".sv-by { font-size: 0.7em; font-weight: 700; font-family: var(--font, sans-serif); margin-right: 1px; }"]
+    for word, colour in {word: colour for word, _, colour in _MARKS.values()}.items():
+        rules.append(f'.sv-by[data-drafter="{word}"] {{ color: {colour}; }}\n'
+                     f'.sv-tok[data-drafter="{word}"] {{ border-bottom: 2px solid {colour}; }}')
+    return "\n".join(rules)
+
+
+def choice_text(cycle) -> str:
+    """Why a hybrid cycle drafted with this drafter, or with none: each drafter's offer (the length the
+    policy would draft with it, the tokens it expected, and that over a plain step's time) and the
+    choice. '' for a cycle of one drafter."""
+    if not cycle.offers:
+        return ""
+    parts = []
+    for offer in sorted(cycle.offers, key=lambda o: -o["gain"]):
+        word = drafter_word(offer["drafter"])
+        if offer["length"]:
+            parts.append(f"{word} offered {offer['length']} token{'s' if offer['length'] != 1 else ''}, expecting "
+                         f"{offer['expected_tokens']:.1f} tokens from the pass "
+                         f"({offer['gain']:.2f}\u00d7 a plain step)")
+        else:
+            parts.append(f"{word} was not expected to pay ({offer['gain']:.2f}\u00d7)")
+    chosen = (f"{drafter_word(cycle.drafter)} drafted" if cycle.drafter else
+              "none drafted: a plain step" if not cycle.drafted else "")
+    return "; ".join(parts) + (f". So {chosen}." if chosen else ".")
+
+
+def drafted_by_text(drafter: str | None) -> str:
+    """A drafted token's tooltip line for a hybrid run's `drafter` ('' for any other run)."""
+    return (f"\ndrafted by {drafter_word(drafter)} ({drafter}), the drafter expected to pay most this cycle"
+            if drafter else "")
