@@ -33,6 +33,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -336,10 +337,16 @@ def pip_problems(cmd: Command) -> list[str]:
 
 
 def file_problems(cmd: Command) -> list[str]:
-    """The file a script, shell script or mkdocs line names exists (a script's flags: test_scripts_parse...)."""
+    """The file a script, shell script or mkdocs line names exists. A script's flags pass its argparse
+    parser (`test_scripts_parse_their_documented_arguments`); one that reads sys.argv itself names them."""
     what = kind(cmd)
-    path = {"script": cmd.argv[1] if len(cmd.argv) > 1 else "", "shell script": cmd.argv[1], "mkdocs": "mkdocs.yml"}[what]
-    return [] if (ROOT / path).is_file() else [f"no file {path}"]
+    path = ROOT / {"script": cmd.argv[1], "shell script": cmd.argv[1], "mkdocs": "mkdocs.yml"}[what]
+    if not path.is_file():
+        return [f"no file {path.relative_to(ROOT)}"]
+    source = path.read_text(encoding="utf-8")
+    if what != "script" or "argparse" in source:
+        return []
+    return [f"{path.name} never mentions {flag}" for flag in flags(list(cmd.argv[2:])) if flag not in source]
 
 
 CHECKS = {"specviz": specviz_problems, "pytest": pytest_problems, "pip": pip_problems,
@@ -447,9 +454,12 @@ def test_command_blocks_run(page, reader_folder, monkeypatch, capsys):
         for name, value in cmd.env:
             monkeypatch.setenv(name, value)
         args = runnable_args(cmd)
+        started = time.perf_counter()
         code = entry(args)
         _, err = capsys.readouterr()
         assert code == 0, f"{cmd.where}: python -m specviz {shlex.join(args)}\n{err[-3000:]}"
+        with capsys.disabled():      # seen with -s: which line costs the time
+            print(f"{cmd.where}: {time.perf_counter() - started:.1f} s wall: python -m specviz {shlex.join(args)}")
 
 
 def script_commands() -> list[Command]:
@@ -507,7 +517,10 @@ def test_scripts_parse_their_documented_arguments():
     assert parse_scripts(cmds) == []
 
 
-@pytest.mark.parametrize("where, reason", marked_not_run() or [("-", "")], ids=lambda value: value)
+NOT_RUN_HERE = marked_not_run() or [("-", "")]
+
+
+@pytest.mark.parametrize("where, reason", NOT_RUN_HERE, ids=[where for where, _ in NOT_RUN_HERE])
 def test_what_is_not_run_says_why(where, reason):
     """Each block marked `<!-- not run: ... -->` and each command not run here, as a skipped test
     with its reason: how many and why, in the summary."""
@@ -525,7 +538,8 @@ def test_the_checks_find_a_broken_example(tmp_path):
                     "```python\nfrom specviz.settings import RunSettings, no_such_name\n```\n\n"
                     "```bash\npython -m specviz run --no-such-flag \"hi\"\npython -m specviz rnu \"hi\"\n"
                     "python -m pytest -q tests/test_nowhere.py -m \"not fast\" && pip install -r requirements-no.txt\n```\n\n"
-                    "Inline: `python -m specviz bench --no-limit`, a name only: `python -m specviz COMMAND --help`.\n")
+                    "Inline: `python -m specviz bench --no-limit`, a name only: `python -m specviz COMMAND --help`, "
+                    "`python app.py --no-such-flag`.\n")
     found = blocks(page)
     assert [block.not_run for block in found] == [None, "needs a GPU", None, None]
     assert [problem.split(": ", 1)[1] for block in found if block.language == "python"
@@ -534,7 +548,8 @@ def test_the_checks_find_a_broken_example(tmp_path):
     problems = [problem.split("`: ", 1)[1] for problem in command_problems(page)]
     assert problems == ["run has no option --no-such-flag", "no command 'rnu' (there are " + ", ".join(COMMANDS) + ")",
                         "no test file tests/test_nowhere.py", "no mark 'fast' is registered",
-                        "no requirements file requirements-no.txt", "bench has no option --no-limit"]
+                        "no requirements file requirements-no.txt", "bench has no option --no-limit",
+                        "app.py never mentions --no-such-flag"]
     failures = run_python_blocks(page)
     assert len(failures) == 1 and failures[0].startswith("page.md:3 fails") and "not callable" in failures[0]
 
