@@ -447,7 +447,7 @@ def test_python_blocks_run(page, reader_folder, all_threads):
 @pytest.mark.slow
 @pytest.mark.parametrize("page", [page for page in PAGES if any(reason is None for _, reason in run_plan(page))],
                          ids=shown)
-def test_command_blocks_run(page, reader_folder, monkeypatch, capsys):
+def test_command_blocks_run(page, reader_folder, monkeypatch, capsys, all_threads):
     for cmd, reason in run_plan(page):
         if reason:
             continue
