@@ -51,6 +51,8 @@ FENCE = re.compile(r"^ *```(\w*)[^\n]*\n(.*?)^ *```", re.DOTALL | re.MULTILINE)
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(.+?)\s*-->")
 INLINE_CODE = re.compile(r"`([^`\n]+)`")
 SHELL = {"bash", "sh", "shell", "console"}
+LANGUAGES = {"py": "python", "python3": "python", "zsh": "bash"}
+UNREADABLE = "(unbalanced quotes)"     # the first word of a shell line shlex cannot split
 ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 SEPARATORS = {"&&", "||", ";", "|", "&"}
 
@@ -95,14 +97,16 @@ def blocks(page: Path) -> list[Block]:
     for match in FENCE.finditer(text):
         above = text[:match.start()].rstrip().rsplit("\n", 1)[-1]
         marker = NOT_RUN.search(above)
-        found.append(Block(page, text.count("\n", 0, match.start()) + 1, match.group(1).lower(), match.group(2),
+        language = LANGUAGES.get(match.group(1).lower(), match.group(1).lower())
+        found.append(Block(page, text.count("\n", 0, match.start()) + 1, language, match.group(2),
                            marker.group(1) if marker else None))
     return found
 
 
 def split_shell(text: str) -> list[tuple[int, list[str]]]:
     """Simple commands as word lists, with the line (from 0) each starts on: continuations joined,
-    comments dropped, `&&`, `;` and pipes separating."""
+    comments and `$ ` prompts dropped, `&&`, `;` and pipes separating. A line shlex cannot split is
+    `[UNREADABLE, line]`."""
     commands = []
     lines = text.split("\n")
     number = 0
@@ -112,15 +116,18 @@ def split_shell(text: str) -> list[tuple[int, list[str]]]:
             number += 1
             line = line[:-1] + " " + lines[number]
         number += 1
-        lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
+        lexer = shlex.shlex(re.sub(r"^\s*\$ ", "", line), posix=True, punctuation_chars=";&|")
         lexer.whitespace_split = True
         current: list[str] = []
-        for word in lexer:
-            if word in SEPARATORS:
-                commands.append((start, current))
-                current = []
-            else:
-                current.append(word)
+        try:
+            for word in lexer:
+                if word in SEPARATORS:
+                    commands.append((start, current))
+                    current = []
+                else:
+                    current.append(word)
+        except ValueError:
+            current = [UNREADABLE, line]
         commands.append((start, current))
     return [(start, words) for start, words in commands if words]
 
@@ -138,6 +145,8 @@ def kind(cmd: Command) -> str | None:
     """What a command runs: 'specviz', 'pytest', 'script' (python X.py, app.py too), 'pip', 'shell
     script', 'mkdocs', or None (export, cd, ...: not checked)."""
     argv = cmd.argv
+    if argv[:1] == (UNREADABLE,):
+        return "unreadable" if cmd.block and cmd.block.language in SHELL else None
     python = bool(argv) and argv[0] in ("python", "python3")
     if python and argv[1:3] == ("-m", "specviz"):
         return "specviz"
@@ -163,11 +172,11 @@ def args_of(cmd: Command) -> list[str]:
 
 
 def commands(page: Path) -> list[Command]:
-    """Every checked command of a page: each line of its shell blocks, and inline code in its prose
-    that starts with one."""
+    """Every checked command of a page: each line of its shell blocks (and of blocks of no language
+    that starts with one), and inline code in its prose that starts with one."""
     found = []
     for block in blocks(page):
-        if block.language in SHELL:
+        if block.language in SHELL or block.language in ("", "text"):
             for start, words in split_shell(block.text):
                 found.append(command(f"{shown(page)}:{block.line + 1 + start}", words, block))
     text = page.read_text(encoding="utf-8")
@@ -340,7 +349,7 @@ def file_problems(cmd: Command) -> list[str]:
     """The file a script, shell script or mkdocs line names exists. A script's flags pass its argparse
     parser (`test_scripts_parse_their_documented_arguments`); one that reads sys.argv itself names them."""
     what = kind(cmd)
-    path = ROOT / {"script": cmd.argv[1], "shell script": cmd.argv[1], "mkdocs": "mkdocs.yml"}[what]
+    path = ROOT / ("mkdocs.yml" if what == "mkdocs" else cmd.argv[1])
     if not path.is_file():
         return [f"no file {path.relative_to(ROOT)}"]
     source = path.read_text(encoding="utf-8")
@@ -349,7 +358,7 @@ def file_problems(cmd: Command) -> list[str]:
     return [f"{path.name} never mentions {flag}" for flag in flags(list(cmd.argv[2:])) if flag not in source]
 
 
-CHECKS = {"specviz": specviz_problems, "pytest": pytest_problems, "pip": pip_problems,
+CHECKS = {"unreadable": lambda cmd: ["shlex cannot split it (unbalanced quotes?)"], "specviz": specviz_problems, "pytest": pytest_problems, "pip": pip_problems,
           "script": file_problems, "shell script": file_problems, "mkdocs": file_problems}
 
 
@@ -563,3 +572,12 @@ def test_a_whole_line_is_parsed_and_a_skipped_output_is_not_needed(tmp_path):
     assert [(cmd.where, reason) for cmd, reason in run_plan(page)] == [
         ("page.md:2", None), ("page.md:3", "trains a head for minutes"),
         ("page.md:4", "needs the output of a command not run here"), ("page.md:6", OTHER_ENGINES["vllm"])]
+
+
+def test_prompts_unbalanced_quotes_and_py_blocks(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```console\n$ python -m specviz run --nope 'hi'\n```\n\n```bash\npython -m specviz run 'hi\n```\n\n"
+                    "```py\nimport specviz\n```\n\n```\nan untyped block: it's not a command\n```\n")
+    assert [block.language for block in blocks(page)] == ["console", "bash", "python", ""]
+    assert [problem.split("`: ", 1)[1] for problem in command_problems(page)] == [
+        "run has no option --nope", "shlex cannot split it (unbalanced quotes?)"]
