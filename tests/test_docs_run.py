@@ -329,7 +329,8 @@ def pytest_problems(cmd: Command) -> list[str]:
 def pins() -> dict[str, str]:
     found = {}
     for file in ROOT.glob("requirements*.txt"):
-        for name, version in re.findall(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==([^\s;#]+)", file.read_text(), re.MULTILINE):
+        text = file.read_text(encoding="utf-8")
+        for name, version in re.findall(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==([^\s;#]+)", text, re.MULTILINE):
             found[name.lower()] = version
     return found
 
@@ -358,7 +359,8 @@ def file_problems(cmd: Command) -> list[str]:
     return [f"{path.name} never mentions {flag}" for flag in flags(list(cmd.argv[2:])) if flag not in source]
 
 
-CHECKS = {"unreadable": lambda cmd: ["shlex cannot split it (unbalanced quotes?)"], "specviz": specviz_problems, "pytest": pytest_problems, "pip": pip_problems,
+CHECKS = {"unreadable": lambda cmd: ["shlex cannot split it (unbalanced quotes?)"],
+          "specviz": specviz_problems, "pytest": pytest_problems, "pip": pip_problems,
           "script": file_problems, "shell script": file_problems, "mkdocs": file_problems}
 
 
@@ -546,7 +548,8 @@ def test_the_checks_find_a_broken_example(tmp_path):
                     "<!-- not run: needs a GPU -->\n```python\nraise RuntimeError('never run')\n```\n\n"
                     "```python\nfrom specviz.settings import RunSettings, no_such_name\n```\n\n"
                     "```bash\npython -m specviz run --no-such-flag \"hi\"\npython -m specviz rnu \"hi\"\n"
-                    "python -m pytest -q tests/test_nowhere.py -m \"not fast\" && pip install -r requirements-no.txt\n```\n\n"
+                    "python -m pytest -q tests/test_nowhere.py -m \"not fast\" && "
+                    "pip install -r requirements-no.txt\n```\n\n"
                     "Inline: `python -m specviz bench --no-limit`, a name only: `python -m specviz COMMAND --help`, "
                     "`python app.py --no-such-flag`.\n")
     found = blocks(page)
@@ -576,7 +579,8 @@ def test_a_whole_line_is_parsed_and_a_skipped_output_is_not_needed(tmp_path):
 
 def test_prompts_unbalanced_quotes_and_py_blocks(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("```console\n$ python -m specviz run --nope 'hi'\n```\n\n```bash\npython -m specviz run 'hi\n```\n\n"
+    page.write_text("```console\n$ python -m specviz run --nope 'hi'\n```\n\n"
+                    "```bash\npython -m specviz run 'hi\n```\n\n"
                     "```py\nimport specviz\n```\n\n```\nan untyped block: it's not a command\n```\n")
     assert [block.language for block in blocks(page)] == ["console", "bash", "python", ""]
     assert [problem.split("`: ", 1)[1] for problem in command_problems(page)] == [
