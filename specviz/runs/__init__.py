@@ -3,8 +3,9 @@ benchmark against transformers' assisted generation (`bench`). All of them go th
 grows a `result.Run`; `recording` saves finished runs and reads them back.
 
 The names below are imported on first use (lazy_loader), so that importing one module of this
-package does not import all of them. A name that is also a module's here is imported from its
-module: `runs.run.load` (a model pair; `runs.load` is the load sweep) and `runs.compare.compare`.
+package does not import all of them. A name that is also a module's here is not exported (the module
+would shadow it as soon as it is imported): the pair `settings` name is loaded by `load_models`
+(`runs.run.load`; `runs.load` is the load sweep), and `runs.compare.compare` is imported from its module.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
     "prompt_set_result": ["PromptSetComparison"],
     "prompt_sets": ["compare_prompt_set", "iter_prompt_set"],
     "result": ["CycleText", "Run"],
-    "run": ["Loader", "execute", "last", "load_stepwise", "race"],
+    "run": ["Loader", "execute", "last", "load_models", "load_stepwise", "race"],
 })
 
 if TYPE_CHECKING:      # what the names are, for readers and type checkers
@@ -28,4 +29,4 @@ if TYPE_CHECKING:      # what the names are, for readers and type checkers
     from .prompt_set_result import PromptSetComparison
     from .prompt_sets import compare_prompt_set, iter_prompt_set
     from .result import CycleText, Run
-    from .run import Loader, execute, last, load_stepwise, race
+    from .run import Loader, execute, last, load_models, load_stepwise, race

@@ -62,6 +62,9 @@ def load(settings: RunSettings, progress: Progress | None = None) -> ModelPair:
                      progress=progress)
 
 
+load_models = load      # the name `specviz.runs` exports: there `load` is the load sweep's module (`runs.load`)
+
+
 def load_stepwise(settings: RunSettings, loader: Loader | None = None, *, tick: float = 0.25):
     """The pair for `settings`, loaded in a worker thread: yields a progress message (or None) at
     least every `tick` seconds while it works, then the pair. A consumer that stops iterating is not
