@@ -49,7 +49,7 @@ def pytest_cmdline_main(config):
 # worker the next scope as it finishes one, does not leave one worker running a five-minute module
 # at the end while the other has finished.
 ENGINE_SERVERS = ["test_engine_vllm", "test_load_vllm_browser", "test_engine_llamacpp", "test_load_llamacpp_browser"]
-LONGEST_FIRST = [*ENGINE_SERVERS, "test_e2e", "test_sampling", "test_policy_trees", "test_offline_pair",
+LONGEST_FIRST = [*ENGINE_SERVERS, "test_e2e", "test_docs_run", "test_sampling", "test_policy_trees", "test_offline_pair",
                  "test_recording_bounds", "test_head", "test_soak", "test_load_browser", "test_batched",
                  "test_cross_tokenizer"]
 
