@@ -64,6 +64,7 @@ class SharedRace:
         self.result: Run | None = None              # the finished run
         self.error: BaseException | None = None
         self.viewers = 0                            # watching now
+        self.tickets: list[Ticket] = []             # theirs
         self.shown_to = 0                           # everyone it was shown to, live or replayed
         self.stop_requested = False
         self._changed = threading.Condition()
@@ -150,7 +151,12 @@ class Ticket:
     race: SharedRace
     kind: str
     races: SharedRaces
+    stopped: Callable[[], bool] | None = None    # the viewer's Stop, read by the race at every event
     left: bool = False
+
+    @property
+    def gone(self) -> bool:
+        return self.left or (self.stopped is not None and self.stopped())
 
     def leave(self) -> None:
         if not self.left:
@@ -187,9 +193,12 @@ class SharedRaces:
         self._durations: deque[float] = deque(maxlen=16)        # recent races' wall times
         self._lock = threading.Condition()
 
-    def watch(self, key: str, source: Source, *, fresh: bool = False) -> Ticket:
+    def watch(self, key: str, source: Source, *, fresh: bool = False,
+              stopped: Callable[[], bool] | None = None) -> Ticket:
         """A ticket to the race for `key`: the one waiting or running, else (unless `fresh`) the one
-        that finished within `keep_seconds`, else a new one that `source` runs once a slot is free."""
+        that finished within `keep_seconds`, else a new one that `source` runs once a slot is free.
+        `stopped`: the viewer's Stop; once every viewer has stopped or left, the race stops at its
+        next event (a Stop reaches it without waiting for the viewer's next look)."""
         with self._lock:
             self._expire()
             race = self._live.get(key)
@@ -201,12 +210,20 @@ class SharedRaces:
             else:
                 race, kind = SharedRace(key, self.clock()), MEASURE
                 self._live[key] = race
-                self._line.append(race)
-                threading.Thread(target=self._produce, args=(race, source), name="specviz-shared-race",
+                slot = not self._line and self._running < self.slots      # it starts now
+                if slot:
+                    self._running += 1
+                    race.started_at, race.state = time.time(), RUNNING
+                else:
+                    self._line.append(race)
+                threading.Thread(target=self._produce, args=(race, source, slot), name="specviz-shared-race",
                                  daemon=True).start()
+            ticket = Ticket(race, kind, self, stopped)
             race.viewers += 1
             race.shown_to += 1
-            return Ticket(race, kind, self)
+            if not race.ended:
+                race.tickets.append(ticket)
+            return ticket
 
     def place(self, race: SharedRace) -> int:
         with self._lock:
@@ -234,6 +251,8 @@ class SharedRaces:
         with self._lock:
             race = ticket.race
             race.viewers -= 1
+            if ticket in race.tickets:
+                race.tickets.remove(ticket)
             if race.viewers <= 0 and not race.ended:
                 race.stop_requested = True          # nobody watches: the producer stops at its next event
                 self._lock.notify_all()             # (one waiting for a slot stops at once)
@@ -257,21 +276,22 @@ class SharedRaces:
             self._running += 1
             return True
 
-    def _produce(self, race: SharedRace, source: Source) -> None:
-        if not self._take_slot(race):
-            self._done(race, STOPPED, ran=False)
-            return
-        race.started_at, began = time.time(), time.monotonic()
-        with race._changed:
-            race.state = RUNNING
-            race._changed.notify_all()
+    def _produce(self, race: SharedRace, source: Source, slot: bool) -> None:
+        if not slot:
+            if not self._take_slot(race):
+                self._done(race, STOPPED, ran=False)
+                return
+            with race._changed:
+                race.started_at, race.state = time.time(), RUNNING
+                race._changed.notify_all()
+        began = time.monotonic()
         state, result, error = FINISHED, None, None
         runs = None
         try:
             runs = source(race)
             for result in runs:
                 race._publish(result)
-                if race.stop_requested:
+                if race.stop_requested or all(ticket.gone for ticket in list(race.tickets)):
                     state = STOPPED
                     break
         except BaseException as exc:  # noqa: BLE001 - every viewer gets it
@@ -287,6 +307,7 @@ class SharedRaces:
               error: BaseException | None = None, seconds: float = 0.0) -> None:
         with self._lock:
             race._end(state, result=result, error=error)      # before a replay can be handed out
+            race.tickets.clear()
             if ran:
                 self._running -= 1
             if self._live.get(race.key) is race:

@@ -27,7 +27,7 @@ from ..runs import recording
 from ..runs.recording import Recording
 from ..views import render
 from ..views.report import DetailLimitedRenderer
-from ..views.run_view import empty_view
+from ..views.run_view import RunView, empty_view
 from .common import (TICK, StopSignal, Throttle, animation_buttons, animation_file, click_with_stop, error_html,
                      failure, streaming)
 from .run_tab import build_run_views, shown
@@ -103,6 +103,40 @@ def opened_html(opened: Recording) -> str:
                             f"{' on ' + where if where else ''}. {runs}. Press Play, or step with Next cycle.")
 
 
+def play(recorded, speed: float, stop: StopSignal, playing: str, finished: str, *,
+         charts: bool = True) -> Iterator[tuple[RunView, object] | object]:
+    """`recorded` played back on its recorded clocks at `speed` (compressed past
+    `recording.MAX_PLAYBACK_SECONDS`): yields (view, the run so far) when the page should change and
+    TICK while it waits; `playing` heads the views until the end, `finished` the last one. A Stop
+    ends it with the run as it stood. Without `charts` only the last view draws them (a waiting
+    visitor's recording: cheaper, many may play at once)."""
+    renderer, throttle = DetailLimitedRenderer(), Throttle()
+    events = recording.timeline(recorded)
+    scale = recording.playback_scale(events, speed)
+    if scale < 1 / speed:
+        playing += f", compressed to {recording.MAX_PLAYBACK_SECONDS:g} s"
+    start = time.monotonic()
+    run, quiet_until = None, 0.0
+    for seconds, run in recording.replay(recorded, events):
+        while (wait := start + seconds * scale - time.monotonic()) > 0 and not stop.requested:
+            time.sleep(min(wait, SLEEP_SLICE))
+            yield TICK
+        if stop.requested:
+            yield renderer.stopped(run), run
+            return
+        # A large run's view takes longer to draw than the throttle's interval: after each one,
+        # wait in proportion to its cost, so that drawing cannot stretch the replay past its pacing.
+        show, with_charts = throttle.due() if time.monotonic() >= quiet_until else (False, False)
+        if show:
+            drawing = time.monotonic()
+            view = renderer.view(run, f"{playing}\u2026", with_charts=with_charts and charts)
+            quiet_until = time.monotonic() + (time.monotonic() - drawing) * (1 / FRAME_SHARE - 1)
+            yield view, run
+        else:
+            yield TICK
+    yield renderer.view(run, finished, final=True), run
+
+
 def replay_work(bundled: str | None, upload: str | None, label: str | None, speed: str,
                 stop: StopSignal | None = None) -> Iterator[tuple | object]:
     """The Play button's work: the chosen run replayed on its recorded clocks (see `streaming`)."""
@@ -113,32 +147,9 @@ def replay_work(bundled: str | None, upload: str | None, label: str | None, spee
             yield (*shown(DetailLimitedRenderer().view(recording.up_to_cycle(recorded, 1),
                                                        "Cycle 1: press Next cycle.")), 1)
             return
-        renderer, throttle = DetailLimitedRenderer(), Throttle()
-        events = recording.timeline(recorded)
-        scale = recording.playback_scale(events, SPEEDS[speed])
-        playing = f"Replaying at {speed.lower()}"
-        if scale < 1 / SPEEDS[speed]:
-            playing += f", compressed to {recording.MAX_PLAYBACK_SECONDS:g} s"
-        start = time.monotonic()
-        run, quiet_until = None, 0.0
-        for seconds, run in recording.replay(recorded, events):
-            while (wait := start + seconds * scale - time.monotonic()) > 0 and not stop.requested:
-                time.sleep(min(wait, SLEEP_SLICE))
-                yield TICK
-            if stop.requested:
-                yield (*shown(renderer.stopped(run)), len(run.cycles))
-                return
-            # A large run's view takes longer to draw than the throttle's interval: after each one,
-            # wait in proportion to its cost, so that drawing cannot stretch the replay past its pacing.
-            show, with_charts = throttle.due() if time.monotonic() >= quiet_until else (False, False)
-            if show:
-                drawing = time.monotonic()
-                view = renderer.view(run, f"{playing}\u2026", with_charts=with_charts)
-                quiet_until = time.monotonic() + (time.monotonic() - drawing) * (1 / FRAME_SHARE - 1)
-                yield (*shown(view), len(run.cycles))
-            else:
-                yield TICK
-        yield (*shown(renderer.view(run, "Replayed: the recorded run, as it finished.", final=True)), len(run.cycles))
+        for step in play(recorded, SPEEDS[speed], stop, f"Replaying at {speed.lower()}",
+                         "Replayed: the recorded run, as it finished."):
+            yield step if step is TICK else (*shown(step[0]), len(step[1].cycles))
     except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
         yield (*shown(empty_view(error_html(failure(exc, "replay"), **REPLAY_ERROR))), 0)
 

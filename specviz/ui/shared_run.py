@@ -1,0 +1,210 @@
+"""What the Run tab shows when a class presses Run at once (`runs.shared_race` decides; this renders).
+
+- Waiting for a free slot: the visitor's place in line and an estimated wait, at once, and meanwhile
+  the bundled recording of the chosen example plays, marked as a recording (`waiting_views`).
+- A race shared with others: one `LiveViews` per race draws its views for everyone watching, at most
+  every UPDATE_SECONDS (charts every CHART_SECONDS), so thirty viewers cost about one viewer's drawing.
+- A race measured minutes ago: replayed at its recorded pace, labelled as a replay with the time it
+  was measured and how many it was shown to (`measured_label`); never passed off as a new measurement.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+
+import gradio as gr
+import torch
+
+from ..catalog import bundled_recordings
+from ..errors import SpecvizError
+from ..runs import recording
+from ..runs.shared_race import JOIN, REPLAY, RunMirror, SharedRace, Ticket
+from ..views import render
+from ..views.export import finite_json
+from ..views.run_view import RunRenderer, RunView, empty_view
+from .common import CHART_SECONDS, TICK, UPDATE_SECONDS, StopSignal
+
+DEFAULT_WAITING_RECORDING = "prompt-lookup-rewrite.json"
+WAITING_SPEED = 1.0
+
+
+def race_slots() -> int:
+    """Races run at once: one per core on a CPU (each race runs on one thread, timed by its own CPU
+    time; two at once on two cores kept their figures, see docs/spaces.md), one on a GPU.
+    SPECVIZ_RACES=N overrides."""
+    chosen = os.environ.get("SPECVIZ_RACES", "").strip()
+    if chosen.isdigit() and int(chosen) > 0:
+        return int(chosen)
+    if torch.cuda.is_available():
+        return 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def machine() -> str:
+    """The part of a race's key that names this machine's way of running it (its torch threads)."""
+    return f"threads={torch.get_num_threads()}"
+
+
+def clock_time(seconds: float | None) -> str:
+    return time.strftime("%H:%M:%S UTC", time.gmtime(seconds or time.time()))
+
+
+def people(n: int) -> str:
+    return f"{n} {'person' if n == 1 else 'people'}"
+
+
+def measured_label(ticket: Ticket) -> str:
+    """What the view says about whose measurement it is."""
+    race = ticket.race
+    if ticket.kind == REPLAY:
+        return (f"Replay of a race measured at {clock_time(race.started_at)}, shown to {people(race.shown_to)}: "
+                "not a new measurement (tick \u201cMeasure it again\u201d for one).")
+    if race.shown_to > 1:
+        return f"Shared race measured at {clock_time(race.started_at)}, shown to {people(race.shown_to)}."
+    return f"Measured at {clock_time(race.started_at)} for you."
+
+
+def labelled(view: RunView, label: str) -> RunView:
+    return view._replace(stats=render.info_html(label) + view.stats)
+
+
+def measurement(ticket: Ticket) -> dict:
+    """The JSON's word on the measurement: when, for how many, and whether this is a replay."""
+    race = ticket.race
+    return {"measured_at": clock_time(race.started_at), "shown_to": race.shown_to, "replay": ticket.kind == REPLAY,
+            "joined": ticket.kind == JOIN, "label": measured_label(ticket)}
+
+
+def summary_json(run, ticket: Ticket) -> dict:
+    """The run as `python -m specviz run --json` writes it, less its cycles (`Run.to_json`), and the
+    measurement's label."""
+    return finite_json({**run.to_json(cycles=False), "measurement": measurement(ticket)})
+
+
+# ----------------------------------------------------------------------------- waiting
+
+def waiting_html(ticket: Ticket, example: str | None) -> str:
+    race = ticket.race
+    meanwhile = f"Meanwhile: {example}, a recording measured earlier, not your race." if example else ""
+    if race.started_at is not None:       # its models load
+        return (race.status or render.info_html("Loading the models\u2026")) + (render.info_html(meanwhile) if meanwhile else "")
+    else:
+        line = (f"You are number {ticket.place} in line: about {ticket.estimated_wait:.0f} s until your race "
+                "starts.")
+        if ticket.kind == JOIN:
+            line += f" You share it with {people(race.viewers - 1)} who asked for the same."
+    return render.info_html(f"{line} {meanwhile}")
+
+
+_recordings: dict[str, tuple[str, object]] = {}       # prompt -> (bundled name, its first run)
+_recordings_lock = threading.Lock()
+
+
+def waiting_recording(prompt: str):
+    """The bundled recording of this prompt's example, or the default one: (its words, its run)."""
+    with _recordings_lock:
+        if not _recordings:
+            for name, path in bundled_recordings().items():
+                try:
+                    run = recording.load(path).runs[0]
+                except SpecvizError:
+                    continue
+                _recordings.setdefault(run.prompt, (name, run))
+                if name == DEFAULT_WAITING_RECORDING:
+                    _recordings.setdefault("", (name, run))
+        found = _recordings.get(prompt)
+        if found is not None:
+            return f"the recording of this example ({found[0]})", found[1]
+        other = _recordings.get("")
+        return (f"the recording of another example ({other[0]})", other[1]) if other else (None, None)
+
+
+def waiting_views(ticket: Ticket, prompt: str, stop: StopSignal) -> Iterator[RunView | object]:
+    """While the race waits for a slot (or loads its models): the place in line at once, then the
+    example's recording playing under it; ends when the race has its first event or has ended."""
+    from .replay_tab import play      # the Replay tab builds on the Run tab's views
+
+    race = ticket.race
+    words, recorded = waiting_recording(prompt)
+    still = RunView(*(gr.skip(),) * (len(RunView._fields) - 1), "")
+    yield empty_view(waiting_html(ticket, words))      # the last run's views go at once
+    if recorded is None:
+        while not (race.events or race.ended or stop.requested):
+            race.wait_for(0, timeout=UPDATE_SECONDS)
+            yield still._replace(stats=waiting_html(ticket, None))
+        return
+    shown_line = 0.0
+    for step in play(recorded, WAITING_SPEED, stop, "Recording, while you wait", "Recording, while you wait: ended.",
+                     charts=False):
+        if race.events or race.ended or stop.requested:
+            return
+        if step is TICK and time.monotonic() - shown_line < 1.0:
+            yield TICK
+            continue
+        shown_line = time.monotonic()
+        view = step[0] if step is not TICK else still
+        yield view._replace(stats=waiting_html(ticket, words) + (view.stats if step is not TICK else ""))
+    while not (race.events or race.ended or stop.requested):     # the recording ended first
+        race.wait_for(0, timeout=1.0)
+        yield still._replace(stats=waiting_html(ticket, words))
+
+
+# ----------------------------------------------------------------------------- watching live
+
+class LiveViews:
+    """One race's views as everyone watching it sees them: drawn at most every UPDATE_SECONDS
+    (charts every CHART_SECONDS) whoever asks, from one mirror of the race's events."""
+
+    def __init__(self, race: SharedRace):
+        self._lock = threading.Lock()
+        self._mirror = RunMirror(race)
+        self._renderer = RunRenderer()
+        self._last: RunView | None = None
+        self._drawn = self._charts_drawn = 0.0
+        self._final: dict = {}
+
+    def view(self, label: str) -> RunView | None:
+        """The latest view (None before the race's first event)."""
+        with self._lock:
+            now = time.monotonic()
+            if self._last is not None and now - self._drawn < UPDATE_SECONDS:
+                return self._last
+            run = self._mirror.grow()
+            if run is None:
+                return None
+            with_charts = now - self._charts_drawn >= CHART_SECONDS
+            view = self._renderer.view(run, "Running: speculative and plain decoding take turns on the same "
+                                            "model\u2026", with_charts=with_charts)
+            self._last, self._drawn = labelled(view, label), now
+            self._charts_drawn = now if with_charts else self._charts_drawn
+            return self._last
+
+    def final(self, label: str, make) -> tuple:
+        """The finished race's view and `make(run)`'s extras, drawn once for everyone."""
+        with self._lock:
+            if label not in self._final:
+                run = self._mirror.grow()
+                view = self._renderer.view(run, "Finished.", final=True)
+                self._final = {label: (labelled(view, label), run, make(run))}
+            return self._final[label]
+
+    def stopped(self, label: str) -> RunView | None:
+        with self._lock:
+            run = self._mirror.grow()
+            return None if run is None else labelled(RunRenderer().stopped(run), label)
+
+
+_live: weakref.WeakKeyDictionary[SharedRace, LiveViews] = weakref.WeakKeyDictionary()
+_live_lock = threading.Lock()
+
+
+def live_views(race: SharedRace) -> LiveViews:
+    with _live_lock:
+        views = _live.get(race)
+        if views is None:
+            views = _live[race] = LiveViews(race)
+        return views
