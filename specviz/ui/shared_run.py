@@ -22,7 +22,7 @@ import torch
 from ..catalog import bundled_recordings
 from ..errors import SpecvizError
 from ..runs import recording
-from ..runs.shared_race import JOIN, REPLAY, RunMirror, SharedRace, Ticket
+from ..runs.shared_race import JOIN, REPLAY, WAITING, RunMirror, SharedRace, Ticket
 from ..views import render
 from ..views.export import finite_json
 from ..views.run_view import RunRenderer, RunView, empty_view
@@ -91,7 +91,8 @@ def waiting_html(ticket: Ticket, example: str | None) -> str:
     race = ticket.race
     meanwhile = f"Meanwhile: {example}, a recording measured earlier, not your race." if example else ""
     if race.started_at is not None:       # its models load
-        return (race.status or render.info_html("Loading the models\u2026")) + (render.info_html(meanwhile) if meanwhile else "")
+        loading = race.status or render.info_html("Loading the models\u2026")
+        return loading + (render.info_html(meanwhile) if meanwhile else "")
     else:
         line = (f"You are number {ticket.place} in line: about {ticket.estimated_wait:.0f} s until your race "
                 "starts.")
@@ -124,33 +125,36 @@ def waiting_recording(prompt: str):
 
 
 def waiting_views(ticket: Ticket, prompt: str, stop: StopSignal) -> Iterator[RunView | object]:
-    """While the race waits for a slot (or loads its models): the place in line at once, then the
-    example's recording playing under it; ends when the race has its first event or has ended."""
+    """Before the race's first event: the place in line at once, and while the race waits for a slot
+    the example's recording playing under it; then what loading the models says. Ends when the race
+    has its first event or has ended."""
     from .replay_tab import play      # the Replay tab builds on the Run tab's views
 
     race = ticket.race
-    words, recorded = waiting_recording(prompt)
-    still = RunView(*(gr.skip(),) * (len(RunView._fields) - 1), "")
+    words, recorded = waiting_recording(prompt) if race.state == WAITING else (None, None)
     yield empty_view(waiting_html(ticket, words))      # the last run's views go at once
-    if recorded is None:
-        while not (race.events or race.ended or stop.requested):
-            race.wait_for(0, timeout=UPDATE_SECONDS)
-            yield still._replace(stats=waiting_html(ticket, None))
-        return
-    shown_line = 0.0
-    for step in play(recorded, WAITING_SPEED, stop, "Recording, while you wait", "Recording, while you wait: ended.",
-                     charts=False):
-        if race.events or race.ended or stop.requested:
-            return
-        if step is TICK and time.monotonic() - shown_line < 1.0:
-            yield TICK
-            continue
+    if recorded is not None:
         shown_line = time.monotonic()
-        view = step[0] if step is not TICK else still
-        yield view._replace(stats=waiting_html(ticket, words) + (view.stats if step is not TICK else ""))
-    while not (race.events or race.ended or stop.requested):     # the recording ended first
-        race.wait_for(0, timeout=1.0)
-        yield still._replace(stats=waiting_html(ticket, words))
+        for step in play(recorded, WAITING_SPEED, stop, "Recording, while you wait",
+                         "Recording, while you wait: ended.", charts=False):
+            if race.state != WAITING or race.ended or stop.requested:
+                break
+            if step is not TICK:
+                view = step[0]
+                yield view._replace(stats=waiting_html(ticket, words) + view.stats)
+            elif time.monotonic() - shown_line >= 1.0:      # the place and the wait, kept current
+                shown_line = time.monotonic()
+                yield RunView(*(gr.skip(),) * (len(RunView._fields) - 1), waiting_html(ticket, words))
+            else:
+                yield TICK
+    said = None
+    while not (race.events or race.ended or stop.requested):
+        if race.state != WAITING and race.status != said:
+            said = race.status
+            yield empty_view(waiting_html(ticket, None))
+        else:
+            yield TICK
+        race.wait_for(0, timeout=UPDATE_SECONDS)
 
 
 # ----------------------------------------------------------------------------- watching live
