@@ -14,18 +14,17 @@ import gradio as gr
 
 from ..catalog import load_examples
 from ..errors import SpecvizError
-from ..runs import Loader, load_stepwise, race, recording
-from ..runs.shared_race import FAILED, FINISHED, REPLAY, SharedRaces, race_key
+from ..runs import Loader, recording
+from ..runs.shared_race import FAILED, FINISHED, REPLAY, SharedRaces
 from ..settings import Limits, RunSettings, check_prompt, parse_draft, validate
 from ..views import charts, render
 from ..views.run_view import RunView, empty_view, stopped_view
-from .budget import check_pair_prompt
 from .common import (CHAT, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
                      PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK, UPDATE_SECONDS, animation_buttons, animation_file,
-                     SessionMemories, StopSignal, click_with_stop, draft_spec, error_html, failure, gpu_task, presets,
+                     SessionMemories, StopSignal, click_with_stop, draft_spec, error_html, failure, presets,
                      recording_button, slider_max_new_tokens, streaming)
 from .fields import NumberBox, NumberSlider
-from .shared_run import labelled, live_views, machine, measured_label, race_slots, summary_json, waiting_views
+from .shared_run import labelled, live_views, measured_label, race_slots, race_ticket, summary_json, waiting_views
 
 # What the Run button's work yields, in the order of its outputs: the run's views (`RunView`'s
 # fields), then the Download recording button (offered once the run has finished or stopped), then
@@ -81,20 +80,8 @@ def run_work(limits: Limits, loader: Loader | None = None, memories: SessionMemo
             if stop.requested:   # stopped while it waited for the queue
                 yield page(stopped_view())
                 return
-            viewer = getattr(session, "session_hash", None)
-            # A drafter that remembers its session's runs (suffix) races for that session alone, afresh.
-            remembers = parse_draft(settings.draft).kind == "suffix"
-
-            def measure(shared):
-                shared.say(render.summary_loading_html(settings.target, settings.draft))
-                for pair in load_stepwise(settings, loader):
-                    if isinstance(pair, str):
-                        shared.say(render.summary_loading_html(settings.target, settings.draft, pair))
-                check_pair_prompt(pair, prompt, settings, limits)     # hosted: in tokens, before any decoding
-                yield from race(settings, prompt, memories.pair_for(pair, viewer), baseline=True)
-
-            key = race_key(settings, prompt, machine(), viewer if remembers else None)
-            ticket = races.watch(key, gpu_task(measure), fresh=bool(fresh) or remembers,
+            ticket = race_ticket(races, settings, prompt, limits, loader, memories,
+                                 getattr(session, "session_hash", None), fresh=bool(fresh),
                                  stopped=lambda: stop.requested)
             yield from watch(ticket, prompt, stop)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page

@@ -14,19 +14,21 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import gradio as gr
 import torch
 
 from ..catalog import bundled_recordings
 from ..errors import SpecvizError
-from ..runs import recording
-from ..runs.shared_race import JOIN, REPLAY, WAITING, RunMirror, SharedRace, Ticket
+from ..runs import Loader, load_stepwise, race, recording
+from ..runs.shared_race import JOIN, REPLAY, WAITING, RunMirror, SharedRace, SharedRaces, Ticket, race_key
+from ..settings import Limits, RunSettings, parse_draft
 from ..views import render
 from ..views.export import finite_json
 from ..views.run_view import RunRenderer, RunView, empty_view
-from .common import CHART_SECONDS, TICK, UPDATE_SECONDS, StopSignal
+from .budget import check_pair_prompt
+from .common import CHART_SECONDS, TICK, UPDATE_SECONDS, SessionMemories, StopSignal, gpu_task
 
 DEFAULT_WAITING_RECORDING = "prompt-lookup-rewrite.json"
 WAITING_SPEED = 1.0
@@ -83,6 +85,27 @@ def summary_json(run, ticket: Ticket) -> dict:
     """The run as `python -m specviz run --json` writes it, less its cycles (`Run.to_json`), and the
     measurement's label."""
     return finite_json({**run.to_json(cycles=False), "measurement": measurement(ticket)})
+
+
+def race_ticket(races: SharedRaces, settings: RunSettings, prompt: str, limits: Limits, loader: Loader | None,
+                memories: SessionMemories, viewer: str | None, *, fresh: bool = False,
+                stopped: Callable[[], bool] | None = None) -> Ticket:
+    """A ticket to the race of `settings` on `prompt` (validated both): joined, replayed or queued
+    (`SharedRaces.watch`). The race loads the pair, checks the prompt's tokens against `limits` and
+    races both methods. A drafter that remembers its session's runs (suffix) races for `viewer`
+    alone, afresh every time."""
+    remembers = parse_draft(settings.draft).kind == "suffix"
+
+    def measure(shared):
+        shared.say(render.summary_loading_html(settings.target, settings.draft))
+        for pair in load_stepwise(settings, loader):
+            if isinstance(pair, str):
+                shared.say(render.summary_loading_html(settings.target, settings.draft, pair))
+        check_pair_prompt(pair, prompt, settings, limits)     # hosted: in tokens, before any decoding
+        yield from race(settings, prompt, memories.pair_for(pair, viewer), baseline=True)
+
+    key = race_key(settings, prompt, machine(), viewer if remembers else None)
+    return races.watch(key, gpu_task(measure), fresh=fresh or remembers, stopped=stopped)
 
 
 # ----------------------------------------------------------------------------- waiting
