@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import statistics
 import threading
 import time
@@ -30,6 +31,8 @@ from collections.abc import Callable, Iterator
 from ..core.events import Cycle, Step
 from ..settings import RunSettings
 from .result import CycleText, Run
+
+log = logging.getLogger("specviz.runs")
 
 WAITING, RUNNING, FINISHED, FAILED, STOPPED = "waiting", "running", "finished", "failed", "stopped"
 MEASURE, JOIN, REPLAY = "measure", "join", "replay"     # how a ticket sees its race
@@ -307,6 +310,8 @@ class SharedRaces:
               error: BaseException | None = None, seconds: float = 0.0) -> None:
         with self._lock:
             race._end(state, result=result, error=error)      # before a replay can be handed out
+            log.info("a shared race %s after %.1f s (waited %.1f s), shown to %d so far", state, seconds,
+                     (race.started_at or race.asked_at) - race.asked_at if ran else 0.0, race.shown_to)
             race.tickets.clear()
             if ran:
                 self._running -= 1
