@@ -70,12 +70,11 @@ class Student(threading.Thread):
             self.bell.wait()
             start = time.monotonic()
             job = client.submit(**({"prompt": self.prompt} if self.prompt else {}), api_name="/run")
-            last = None
-            for last in job:
+            for _ in job:
                 if self.first is None:
                     self.first = time.monotonic() - start
             outputs = job.outputs()
-            last = outputs[-1] if outputs else last
+            last = outputs[-1] if outputs else None
             self.verdict = time.monotonic() - start
             summary = last[-1] if last else None
             if isinstance(summary, dict) and "measurement" in summary:

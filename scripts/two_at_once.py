@@ -54,7 +54,7 @@ def main() -> None:
     for round_ in range(1, args.rounds + 1):
         alone.append(race())
         results = [None, None]
-        threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, race())) for i in range(2)]
+        threads = [threading.Thread(target=lambda i=i, into=results: into.__setitem__(i, race())) for i in range(2)]
         began = time.monotonic()
         for thread in threads:
             thread.start()
