@@ -61,6 +61,18 @@ def test_run_through_the_api(client):
 SUMMARY = -1        # /run's and /compare's last output: the summary as named JSON (docs/api.md)
 
 
+def test_the_documented_example_runs(client, capsys):
+    """docs/api.md's gradio_client example, as it is written, against this server."""
+    import re
+
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text()
+    example = re.search(r"## From Python.*?```python\n(.*?)```", docs, re.S).group(1)
+    exec(example.replace("http://127.0.0.1:7860/", client.src), {})    # noqa: S102 - our own docs
+    printed = capsys.readouterr().out.splitlines()
+    assert re.match(r"\d+\.\d\dx \(95% interval \d+\.\d\d-\d+\.\d\dx, thread CPU time, ", printed[0]), printed
+    assert "Measured at" in printed[1] or "Shared race" in printed[1] or "Replay" in printed[1]
+
+
 def test_run_and_compare_return_named_fields(client):
     # As docs/api.md shows it: the speedup, its 95% interval and the clock by name.
     from gradio_client import Client
