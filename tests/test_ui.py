@@ -16,7 +16,7 @@ from specviz.errors import SpecvizError
 from specviz.runs import last, race
 from specviz.core.events import interleave
 from specviz.settings import LOCAL, RunSettings, hosted
-from specviz.ui import build_demo, common, run_tab
+from specviz.ui import build_demo, common, run_tab, tools
 from specviz.ui.common import DRAFT_MODEL, EARLY_EXIT, PROMPT_LOOKUP, RAW, TICK
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # gr.Warning outside a request
@@ -408,12 +408,16 @@ def test_the_demo_has_one_gpu_queue_and_stable_api_names(tiny):
     tabs = [c for c in config["components"] if c["type"] == "tabitem"]
     assert [t["props"]["label"] for t in tabs] == ["Run", "Compare", "Load", "Teach", "Explain", "Replay", "Train"]
     public = {d["api_name"]: d for d in config["dependencies"] if d.get("api_visibility") == "public"}
-    assert set(public) == {"run", "compare", "sweep", "load", "teach", "export"}
-    for name in public.keys() - {"run"}:
+    assert set(public) == {"run", "compare", "sweep", "load", "teach", "export", *tools.TOOLS}
+    for name in public.keys() - {"run", "race_speculative_decoding", "read_recording"}:
         fn = demo.fns[public[name]["id"]]
         assert fn.concurrency_id == common.CONCURRENCY_ID and fn.concurrency_limit == 1
     # Every Run request starts at once (it shows its place in line); its race waits for a slot instead.
     assert demo.fns[public["run"]["id"]].concurrency_limit == run_tab.RUN_VIEWERS
+    assert demo.fns[public["race_speculative_decoding"]["id"]].concurrency_id == "run"
+    # As an MCP server, only the tools are public (Gradio makes a tool of every public event).
+    as_mcp = build_demo(loader=tiny.loader, hosted=False, mcp=True).get_config_file()
+    assert {d["api_name"] for d in as_mcp["dependencies"] if d.get("api_visibility") == "public"} == set(tools.TOOLS)
     # The Run tab's Stop signals the run's work (its last view says "Stopped"); each Run click puts its
     # signal in the session's state before its work is queued. Neither waits for the queue.
     run_fn = demo.fns[public["run"]["id"]]

@@ -20,7 +20,7 @@ from ..settings import Limits, RunSettings, check_prompt, parse_draft, validate
 from ..views import charts, render
 from ..views.run_view import RunView, empty_view, stopped_view
 from .common import (CHAT, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
-                     PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK, UPDATE_SECONDS, animation_buttons, animation_file,
+                     PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK, animation_buttons, animation_file,
                      SessionMemories, StopSignal, click_with_stop, draft_spec, error_html, failure, presets,
                      recording_button, slider_max_new_tokens, streaming)
 from .fields import NumberBox, NumberSlider
@@ -114,7 +114,9 @@ def watch(ticket, prompt: str, stop: StopSignal) -> Iterator[RunPage | object]:
             yield TICK
         if shared.ended:
             break
-        shared.wait_for(len(shared.events), timeout=UPDATE_SECONDS)
+        # Until the next drawing is due (not at every event: a class of viewers woken at every token
+        # took the CPU its race runs on), or the end.
+        shared.wait_until_ended(timeout=live.interval())
     if stop.requested:
         ticket.leave()
         if shared.stop_requested:            # the last viewer: the race stops within one event

@@ -3,7 +3,8 @@
 - Waiting for a free slot: the visitor's place in line and an estimated wait, at once, and meanwhile
   the bundled recording of the chosen example plays, marked as a recording (`waiting_views`).
 - A race shared with others: one `LiveViews` per race draws its views for everyone watching, at most
-  every UPDATE_SECONDS (charts every CHART_SECONDS), so thirty viewers cost about one viewer's drawing.
+  every UPDATE_SECONDS (charts every CHART_SECONDS), less often for a large audience, so thirty
+  viewers cost about one viewer's drawing.
 - A race measured minutes ago: replayed at its recorded pace, labelled as a replay with the time it
   was measured and how many it was shown to (`measured_label`); never passed off as a new measurement.
 """
@@ -32,6 +33,12 @@ from .common import CHART_SECONDS, TICK, UPDATE_SECONDS, SessionMemories, StopSi
 
 DEFAULT_WAITING_RECORDING = "prompt-lookup-rewrite.json"
 WAITING_SPEED = 1.0
+WAITING_FRAME_SECONDS = 1.0        # a waiting visitor's recording is redrawn at most this often
+# A race with many viewers is redrawn less often: every view goes to every viewer, and serialising
+# them (the token view grows to ~100 KB) costs the server the CPU the race runs on. Per AUDIENCE_STEP
+# viewers, the interval grows by UPDATE_SECONDS (charts: CHART_SECONDS), up to the caps.
+AUDIENCE_STEP = 4
+MAX_UPDATE_SECONDS, MAX_CHART_SECONDS = 2.0, 6.0
 
 
 def race_slots() -> int:
@@ -155,29 +162,41 @@ def waiting_views(ticket: Ticket, prompt: str, stop: StopSignal) -> Iterator[Run
 
     race = ticket.race
     words, recorded = waiting_recording(prompt) if race.state == WAITING else (None, None)
-    yield empty_view(waiting_html(ticket, words))      # the last run's views go at once
+    yield blank(waiting_html(ticket, words))      # the last run's views go at once
     if recorded is not None:
-        shown_line = time.monotonic()
+        shown_line, pending = time.monotonic(), None
         for step in play(recorded, WAITING_SPEED, stop, "Recording, while you wait",
                          "Recording, while you wait: ended.", charts=False):
             if race.state != WAITING or race.ended or stop.requested:
                 break
-            if step is not TICK:
-                view = step[0]
-                yield view._replace(stats=waiting_html(ticket, words) + view.stats)
-            elif time.monotonic() - shown_line >= 1.0:      # the place and the wait, kept current
-                shown_line = time.monotonic()
-                yield RunView(*(gr.skip(),) * (len(RunView._fields) - 1), waiting_html(ticket, words))
-            else:
+            pending = step[0] if step is not TICK else pending      # the recording's latest frame
+            if time.monotonic() - shown_line < WAITING_FRAME_SECONDS:
                 yield TICK
+                continue
+            shown_line = time.monotonic()
+            place = waiting_html(ticket, words)          # the place and the wait, kept current
+            yield (pending._replace(stats=place + pending.stats) if pending is not None
+                   else RunView(*(gr.skip(),) * (len(RunView._fields) - 1), place))
+            pending = None
     said = None
     while not (race.events or race.ended or stop.requested):
         if race.state != WAITING and race.status != said:
             said = race.status
-            yield empty_view(waiting_html(ticket, None))
+            yield blank(waiting_html(ticket, None))
         else:
             yield TICK
         race.wait_for(0, timeout=UPDATE_SECONDS)
+
+
+_blank: list[RunView] = []
+
+
+def blank(stats: str) -> RunView:
+    """The empty views under `stats`: their figures made once for every visitor (a class's first
+    views each made five empty figures)."""
+    if not _blank:
+        _blank.append(empty_view(""))
+    return _blank[0]._replace(stats=stats)
 
 
 # ----------------------------------------------------------------------------- watching live
@@ -187,6 +206,7 @@ class LiveViews:
     (charts every CHART_SECONDS) whoever asks, from one mirror of the race's events."""
 
     def __init__(self, race: SharedRace):
+        self._race = race
         self._lock = threading.Lock()
         self._mirror = RunMirror(race)
         self._renderer = RunRenderer()
@@ -194,16 +214,20 @@ class LiveViews:
         self._drawn = self._charts_drawn = 0.0
         self._final: dict = {}
 
+    def interval(self, seconds: float = UPDATE_SECONDS, cap: float = MAX_UPDATE_SECONDS) -> float:
+        """How often the views are drawn for this race's audience."""
+        return min(cap, seconds * max(1.0, self._race.viewers / AUDIENCE_STEP))
+
     def view(self, label: str) -> RunView | None:
         """The latest view (None before the race's first event)."""
         with self._lock:
             now = time.monotonic()
-            if self._last is not None and now - self._drawn < UPDATE_SECONDS:
+            if self._last is not None and now - self._drawn < self.interval():
                 return self._last
             run = self._mirror.grow()
             if run is None:
                 return None
-            with_charts = now - self._charts_drawn >= CHART_SECONDS
+            with_charts = now - self._charts_drawn >= self.interval(CHART_SECONDS, MAX_CHART_SECONDS)
             view = self._renderer.view(run, "Running: speculative and plain decoding take turns on the same "
                                             "model\u2026", with_charts=with_charts)
             self._last, self._drawn = labelled(view, label), now
