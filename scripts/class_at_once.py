@@ -91,6 +91,11 @@ class Student(threading.Thread):
             client.close()
 
 
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered) + 0.5) - 1))]
@@ -120,6 +125,7 @@ def main() -> None:
             warm.close()
             print(f"warmed up; RSS {rss_mb(process.pid):.0f} MB", flush=True)
             threading.Thread(target=sample, daemon=True).start()
+            server_cpu, own_cpu, began = cpu_seconds(process.pid), time.process_time(), time.monotonic()
             bell = threading.Barrier(args.clients)
             prompts = [OWN_PROMPTS[i % len(OWN_PROMPTS)] if i < args.own else None for i in range(args.clients)]
             students = [Student(url, prompt, bell) for prompt in prompts]
@@ -128,6 +134,7 @@ def main() -> None:
             for student in students:
                 student.join(600)
             sampling.set()
+            cpu = (cpu_seconds(process.pid) - server_cpu, time.process_time() - own_cpu, time.monotonic() - began)
         finally:
             process.terminate()
             process.wait(timeout=30)
@@ -152,6 +159,8 @@ def main() -> None:
     print(f"{len(races)} races measured for {len(served)} clients; the most shared shown to {shared}; "
           f"{replays} replays; labels e.g.: {served[-1].measurement['label'] if served else '-'}")
     print(f"RSS peak {peak[0]:.0f} MB (log: {log.name})")
+    print(f"CPU over the class's {cpu[2]:.0f} s: the server {cpu[0]:.0f} s, these clients {cpu[1]:.0f} s (on the "
+          f"same cores); load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
