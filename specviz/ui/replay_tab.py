@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -27,9 +26,10 @@ from ..runs import recording
 from ..runs.recording import Recording
 from ..views import render
 from ..views.report import DetailLimitedRenderer
-from ..views.run_view import RunView, empty_view
-from .common import (TICK, StopSignal, Throttle, animation_buttons, animation_file, click_with_stop, error_html,
+from ..views.run_view import empty_view
+from .common import (TICK, StopSignal, animation_buttons, animation_file, click_with_stop, error_html,
                      failure, streaming)
+from .playback import FRAME_SHARE, play  # noqa: F401 - FRAME_SHARE: the tab's bound, as tests read it
 from .run_tab import build_run_views, shown
 
 DEFAULT_RECORDING = "prompt-lookup-rewrite.json"
@@ -42,8 +42,6 @@ REPLAY_CONCURRENCY = 8              # replays only sleep and render: several may
 OPEN_CONCURRENCY = 2                # opening a file and stepping cost CPU (a worst-case file: seconds)
 CACHE_ENTRIES = 8                   # opened recordings kept for Play, Next and Previous ...
 CACHE_BYTES = 128 * 2**20           # ... and their estimated size in memory (a worst-case file: ~65 MB)
-SLEEP_SLICE = 0.1                   # a Stop lands within this long while a replay waits for its next event
-FRAME_SHARE = 0.25                  # at most about this share of a replay's time goes on drawing its views
 
 
 def open_recording(bundled: str | None, upload: str | None) -> Recording:
@@ -101,40 +99,6 @@ def opened_html(opened: Recording) -> str:
                      for label, run in zip(opened.labels, opened.runs))
     return render.info_html(f"{opened.name}: recorded {opened.created or 'at an unknown time'}"
                             f"{' on ' + where if where else ''}. {runs}. Press Play, or step with Next cycle.")
-
-
-def play(recorded, speed: float, stop: StopSignal, playing: str, finished: str, *,
-         charts: bool = True) -> Iterator[tuple[RunView, object] | object]:
-    """`recorded` played back on its recorded clocks at `speed` (compressed past
-    `recording.MAX_PLAYBACK_SECONDS`): yields (view, the run so far) when the page should change and
-    TICK while it waits; `playing` heads the views until the end, `finished` the last one. A Stop
-    ends it with the run as it stood. Without `charts` only the last view draws them (a waiting
-    visitor's recording: cheaper, many may play at once)."""
-    renderer, throttle = DetailLimitedRenderer(), Throttle()
-    events = recording.timeline(recorded)
-    scale = recording.playback_scale(events, speed)
-    if scale < 1 / speed:
-        playing += f", compressed to {recording.MAX_PLAYBACK_SECONDS:g} s"
-    start = time.monotonic()
-    run, quiet_until = None, 0.0
-    for seconds, run in recording.replay(recorded, events):
-        while (wait := start + seconds * scale - time.monotonic()) > 0 and not stop.requested:
-            time.sleep(min(wait, SLEEP_SLICE))
-            yield TICK
-        if stop.requested:
-            yield renderer.stopped(run), run
-            return
-        # A large run's view takes longer to draw than the throttle's interval: after each one,
-        # wait in proportion to its cost, so that drawing cannot stretch the replay past its pacing.
-        show, with_charts = throttle.due() if time.monotonic() >= quiet_until else (False, False)
-        if show:
-            drawing = time.monotonic()
-            view = renderer.view(run, f"{playing}\u2026", with_charts=with_charts and charts)
-            quiet_until = time.monotonic() + (time.monotonic() - drawing) * (1 / FRAME_SHARE - 1)
-            yield view, run
-        else:
-            yield TICK
-    yield renderer.view(run, finished, final=True), run
 
 
 def replay_work(bundled: str | None, upload: str | None, label: str | None, speed: str,

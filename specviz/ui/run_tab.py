@@ -24,7 +24,9 @@ from .common import (CHAT, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOO
                      SessionMemories, StopSignal, click_with_stop, draft_spec, error_html, failure, presets,
                      recording_button, slider_max_new_tokens, streaming)
 from .fields import NumberBox, NumberSlider
-from .shared_run import labelled, live_views, measured_label, race_slots, race_ticket, summary_json, waiting_views
+from .playback import play
+from .shared_run import (labelled, live_views, measured_label, race_slots, race_stream, race_ticket, summary_json,
+                         waiting_views)
 
 # What the Run button's work yields, in the order of its outputs: the run's views (`RunView`'s
 # fields), then the Download recording button (offered once the run has finished or stopped), then
@@ -66,6 +68,7 @@ def run_work(limits: Limits, loader: Loader | None = None, memories: SessionMemo
     one measured within the last minutes is replayed unless `fresh` ("Measure it again")."""
     memories = SessionMemories() if memories is None else memories
     races = SharedRaces(slots=race_slots()) if races is None else races
+    stream = race_stream(limits, loader, memories)
 
     def work(prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
              max_new_tokens, seed, prompt_format, branch=1, fixed_k=False, fresh=False,
@@ -80,9 +83,8 @@ def run_work(limits: Limits, loader: Loader | None = None, memories: SessionMemo
             if stop.requested:   # stopped while it waited for the queue
                 yield page(stopped_view())
                 return
-            ticket = race_ticket(races, settings, prompt, limits, loader, memories,
-                                 getattr(session, "session_hash", None), fresh=bool(fresh),
-                                 stopped=lambda: stop.requested)
+            ticket = race_ticket(races, stream, settings, prompt, getattr(session, "session_hash", None),
+                                 fresh=bool(fresh), stopped=lambda: stop.requested)
             yield from watch(ticket, prompt, stop)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
             yield page(empty_view(error_html(failure(exc))))
@@ -134,8 +136,6 @@ def watch(ticket, prompt: str, stop: StopSignal) -> Iterator[RunPage | object]:
 
 def replayed(ticket, stop: StopSignal) -> Iterator[RunPage | object]:
     """A race measured minutes ago, played at its recorded pace under a label that says so."""
-    from .replay_tab import play      # the Replay tab builds on this tab's views
-
     label = measured_label(ticket)
     run = None
     for step in play(ticket.race.result, 1.0, stop, "Replaying the measured race", "Replayed: the measured race."):

@@ -29,6 +29,7 @@ from ..views import render
 from ..views.export import finite_json
 from ..views.run_view import RunRenderer, RunView, empty_view
 from .budget import check_pair_prompt
+from .playback import play
 from .common import CHART_SECONDS, TICK, UPDATE_SECONDS, SessionMemories, StopSignal, gpu_task
 
 DEFAULT_WAITING_RECORDING = "prompt-lookup-rewrite.json"
@@ -94,25 +95,38 @@ def summary_json(run, ticket: Ticket) -> dict:
     return finite_json({**run.to_json(cycles=False), "measurement": measurement(ticket)})
 
 
-def race_ticket(races: SharedRaces, settings: RunSettings, prompt: str, limits: Limits, loader: Loader | None,
-                memories: SessionMemories, viewer: str | None, *, fresh: bool = False,
-                stopped: Callable[[], bool] | None = None) -> Ticket:
-    """A ticket to the race of `settings` on `prompt` (validated both): joined, replayed or queued
-    (`SharedRaces.watch`). The race loads the pair, checks the prompt's tokens against `limits` and
-    races both methods. A drafter that remembers its session's runs (suffix) races for `viewer`
-    alone, afresh every time."""
-    remembers = parse_draft(settings.draft).kind == "suffix"
-
-    def measure(shared):
-        shared.say(render.summary_loading_html(settings.target, settings.draft))
+def race_stream(limits: Limits, loader: Loader | None, memories: SessionMemories) -> Callable:
+    """The GPU work of a race (one ZeroGPU call: its arguments and what it yields cross to and from a
+    worker, so both pickle): `stream(settings, prompt, viewer)` yields what loading says (HTML), then
+    the growing run. It loads the pair, checks the prompt's tokens against `limits` and races both
+    methods, a remembering drafter (suffix) with `viewer`'s memory."""
+    def stream(settings: RunSettings, prompt: str, viewer: str | None):
+        yield render.summary_loading_html(settings.target, settings.draft)
         for pair in load_stepwise(settings, loader):
             if isinstance(pair, str):
-                shared.say(render.summary_loading_html(settings.target, settings.draft, pair))
+                yield render.summary_loading_html(settings.target, settings.draft, pair)
         check_pair_prompt(pair, prompt, settings, limits)     # hosted: in tokens, before any decoding
         yield from race(settings, prompt, memories.pair_for(pair, viewer), baseline=True)
 
+    return gpu_task(stream)
+
+
+def race_ticket(races: SharedRaces, stream: Callable, settings: RunSettings, prompt: str, viewer: str | None, *,
+                fresh: bool = False, stopped: Callable[[], bool] | None = None) -> Ticket:
+    """A ticket to the race of `settings` on `prompt` (validated both): joined, replayed or queued
+    (`SharedRaces.watch`), run by `stream` (`race_stream`). A drafter that remembers its session's
+    runs (suffix) races for `viewer` alone, afresh every time."""
+    remembers = parse_draft(settings.draft).kind == "suffix"
+
+    def measure(shared):
+        for item in stream(settings, prompt, viewer):
+            if isinstance(item, str):
+                shared.say(item)
+            else:
+                yield item
+
     key = race_key(settings, prompt, machine(), viewer if remembers else None)
-    return races.watch(key, gpu_task(measure), fresh=fresh or remembers, stopped=stopped)
+    return races.watch(key, measure, fresh=fresh or remembers, stopped=stopped)
 
 
 # ----------------------------------------------------------------------------- waiting
@@ -158,8 +172,6 @@ def waiting_views(ticket: Ticket, prompt: str, stop: StopSignal) -> Iterator[Run
     """Before the race's first event: the place in line at once, and while the race waits for a slot
     the example's recording playing under it; then what loading the models says. Ends when the race
     has its first event or has ended."""
-    from .replay_tab import play      # the Replay tab builds on the Run tab's views
-
     race = ticket.race
     words, recorded = waiting_recording(prompt) if race.state == WAITING else (None, None)
     yield blank(waiting_html(ticket, words))      # the last run's views go at once

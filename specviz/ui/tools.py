@@ -23,7 +23,7 @@ from .common import (CHAT, CONCURRENCY_ID, DRAFT_MODEL, EARLY_EXIT, PROMPT_LOOKU
 from .compare_sets import ONE_PROMPT, sources
 from .compare_tab import comparison_json, compare_work
 from .load_engine import OWN
-from .shared_run import race_ticket, summary_json
+from .shared_run import race_stream, race_ticket, summary_json
 
 TOOLS = ("race_speculative_decoding", "compare_configurations", "load_sweep", "read_recording")
 RACE_WAIT_SECONDS = 600          # a race waits for a slot and runs within this long, or the call fails
@@ -50,6 +50,7 @@ def _drain(work, *args):
 
 def build_tools(*, limits: Limits, loader: Loader | None, races: SharedRaces, memories: SessionMemories) -> None:
     """The tools as `gr.api` endpoints of the Blocks being built (call inside it)."""
+    stream = race_stream(limits, loader, memories)
 
     def race_speculative_decoding(prompt: str, draft: str = "ngram", k: int = 8, max_new_tokens: int = 128,
                                   temperature: float = 0.0, seed: int = 0, chat: bool = True,
@@ -76,8 +77,7 @@ def build_tools(*, limits: Limits, loader: Loader | None, races: SharedRaces, me
             settings = validate(RunSettings(draft=draft, k=k, max_new_tokens=max_new_tokens, temperature=temperature,
                                             seed=seed, chat=bool(chat)), limits)
             prompt = check_prompt(prompt, limits)
-            with race_ticket(races, settings, prompt, limits, loader, memories, None,
-                             fresh=bool(measure_again)) as ticket:
+            with race_ticket(races, stream, settings, prompt, None, fresh=bool(measure_again)) as ticket:
                 if not ticket.race.wait_until_ended(RACE_WAIT_SECONDS):
                     raise SpecvizError(f"The race did not finish within {RACE_WAIT_SECONDS} s: try again later.")
                 if ticket.race.state != FINISHED:
