@@ -15,41 +15,18 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from session_soak import ROOT, free_port, rss_mb  # noqa: E402
+from session_soak import rss_mb, start_app  # noqa: E402
 
 OWN_PROMPTS = ["Write a haiku about the sea.", "What is the capital of France?", "Name three prime numbers.",
                "Say hello in Spanish.", "Give me a synonym for happy.", "What colour is the sky?",
                "Count from one to five.", "Name a planet."]
-
-
-def start_app(log) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = dict(os.environ, SPACE_ID="specviz/class-at-once", GRADIO_SERVER_PORT=str(port),
-               GRADIO_SERVER_NAME="127.0.0.1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               GRADIO_ANALYTICS_ENABLED="False")
-    env.pop("SPECVIZ_HOSTED", None)
-    process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"the app exited (code {process.returncode}); see {log.name}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return process, url
-        except OSError:
-            time.sleep(1)
-    process.kill()
-    raise SystemExit("the app did not start in 300 s")
 
 
 class Student(threading.Thread):
@@ -107,7 +84,7 @@ def main() -> None:
     parser.add_argument("--own", type=int, default=6, help="clients with a short prompt of their own")
     args = parser.parse_args()
     with tempfile.NamedTemporaryFile("w", prefix="class-at-once-", suffix=".log", delete=False) as log:
-        process, url = start_app(log)
+        process, url = start_app(log, SPACE_ID="specviz/class-at-once", SPECVIZ_HOSTED=None)   # as a Space
         peak, sampling = [0.0], threading.Event()
 
         def sample():
