@@ -138,7 +138,8 @@ def replayed(ticket, stop: StopSignal) -> Iterator[RunPage | object]:
     """A race measured minutes ago, played at its recorded pace under a label that says so."""
     label = measured_label(ticket)
     run = None
-    for step in play(ticket.race.result, 1.0, stop, "Replaying the measured race", "Replayed: the measured race."):
+    for step in play(ticket.race.result, 1.0, stop, "Replaying the measured race",
+                     "Finished: the measured race, replayed."):
         if step is TICK:
             yield TICK
             continue
