@@ -25,7 +25,7 @@ from .common import (CHAT, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOO
                      recording_button, slider_max_new_tokens, streaming)
 from .fields import NumberBox, NumberSlider
 from .playback import play
-from .shared_run import (labelled, live_views, measured_label, race_slots, race_stream, race_ticket, summary_json,
+from .shared_run import (live_views, measured_label, race_slots, race_stream, race_ticket, summary_json,
                          waiting_views)
 
 # What the Run button's work yields, in the order of its outputs: the run's views (`RunView`'s
@@ -65,7 +65,7 @@ def run_work(limits: Limits, loader: Loader | None = None, memories: SessionMemo
     """The Run button's work (see `common.streaming`), taking the controls in wiring order. Gradio
     fills in `session` (the request, by its annotation), whose suffix drafter `memories` keeps. Runs
     go through `races` (`runs.shared_race`): a request for a race already waiting or running joins it,
-    one measured within the last minutes is replayed unless `fresh` ("Measure it again")."""
+    one measured within the last minutes is replayed unless `fresh` ("Measure again")."""
     memories = SessionMemories() if memories is None else memories
     races = SharedRaces(slots=race_slots()) if races is None else races
     stream = race_stream(limits, loader, memories)
@@ -138,15 +138,14 @@ def replayed(ticket, stop: StopSignal) -> Iterator[RunPage | object]:
     """A race measured minutes ago, played at its recorded pace under a label that says so."""
     label = measured_label(ticket)
     run = None
-    for step in play(ticket.race.result, 1.0, stop, "Replaying the measured race",
-                     "Finished: the measured race, replayed."):
+    for step in play(ticket.race.result, 1.0, stop, label, f"Finished: {label}"):
         if step is TICK:
             yield TICK
             continue
         view, run = step
-        yield page(labelled(view, label))
+        yield page(view)
     if run is not None and not stop.requested:
-        yield page(labelled(view, label), recording_button(ticket.race.result),
+        yield page(view, recording_button(ticket.race.result),
                    summary_json(ticket.race.result, ticket))
 
 
@@ -306,7 +305,7 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: Ses
                                    min_width=170,
                                    elem_id="record")
         # A race asked for minutes ago is replayed (and says so); this measures it afresh instead.
-        fresh = gr.Checkbox(False, label="Measure it again", container=False, scale=1, min_width=150,
+        fresh = gr.Checkbox(False, label="Measure again", container=False, scale=0, min_width=160,
                             elem_id="fresh")
 
     made = []

@@ -72,7 +72,7 @@ def measured_label(ticket: Ticket) -> str:
     race = ticket.race
     if ticket.kind == REPLAY:
         return (f"Replay of a race measured at {clock_time(race.started_at)}, shown to {people(race.shown_to)}: "
-                "not a new measurement (tick \u201cMeasure it again\u201d for one).")
+                "not a new measurement (tick \u201cMeasure again\u201d for one).")
     if race.shown_to > 1:
         return f"Shared race measured at {clock_time(race.started_at)}, shown to {people(race.shown_to)}."
     return f"Measured at {clock_time(race.started_at)} for you."
@@ -240,9 +240,9 @@ class LiveViews:
             if run is None:
                 return None
             with_charts = now - self._charts_drawn >= self.interval(CHART_SECONDS, MAX_CHART_SECONDS)
-            view = self._renderer.view(run, "Running: speculative and plain decoding take turns on the same "
-                                            "model\u2026", with_charts=with_charts)
-            self._last, self._drawn = labelled(view, label), now
+            view = self._renderer.view(run, f"Running: speculative and plain decoding take turns on the same "
+                                            f"model\u2026 {label}", with_charts=with_charts)
+            self._last, self._drawn = view, now
             self._charts_drawn = now if with_charts else self._charts_drawn
             return self._last
 
@@ -251,8 +251,8 @@ class LiveViews:
         with self._lock:
             if label not in self._final:
                 run = self._mirror.grow()
-                view = self._renderer.view(run, "Finished.", final=True)
-                self._final = {label: (labelled(view, label), run, make(run))}
+                view = self._renderer.view(run, f"Finished. {label}", final=True)
+                self._final = {label: (view, run, make(run))}
             return self._final[label]
 
     def stopped(self, label: str) -> RunView | None:
