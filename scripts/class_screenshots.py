@@ -47,6 +47,7 @@ def main() -> None:
         joined.click("#run")
         text_matches(joined, "#stats", "Finished", 300)
         text_matches(joined, "#stats", "shown to 2 people", 30)
+        joined.locator("#stats .sv-state").scroll_into_view_if_needed()     # the label, under the headline
         joined.wait_for_timeout(1500)
         joined.screenshot(path=str(out / "class_shared.png"))
         print("wrote", out / "class_shared.png")
