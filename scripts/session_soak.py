@@ -60,14 +60,17 @@ def run_inputs(text: str, max_new_tokens: int) -> list:
     return [text, "", SUFFIX, "", 1, 8, False, 0.0, 1.0, 0, max_new_tokens, 0, RAW, 1]
 
 
-def start_app(log, heartbeat: float) -> tuple[subprocess.Popen, str]:
+def start_app(log, **settings: str | None) -> tuple[subprocess.Popen, str]:
+    """`python app.py` on a free loopback port, offline, its environment changed by `settings` (None:
+    removed); returns the process and its URL once it answers."""
     port = free_port()
-    env = dict(os.environ, SPECVIZ_HOSTED="1", GRADIO_SERVER_PORT=str(port), GRADIO_SERVER_NAME="127.0.0.1",
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False",
-               # A closed client's heartbeat thread ends only at the server's next heartbeat (15 s by
-               # default): the server notices the close, and runs the page's unload, up to that late.
-               GRADIO_HEARTBEAT_INTERVAL=str(heartbeat))
-    env.pop("SPACE_ID", None)
+    env = dict(os.environ, GRADIO_SERVER_PORT=str(port), GRADIO_SERVER_NAME="127.0.0.1", HF_HUB_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
+    for name, value in settings.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + 300
@@ -109,7 +112,9 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(0)
     with tempfile.NamedTemporaryFile("w", prefix="session-soak-", suffix=".log", delete=False) as log:
-        process, url = start_app(log, args.heartbeat)
+        # A closed client's heartbeat thread ends only at the server's next heartbeat (15 s by default):
+        # the server notices the close, and runs the page's unload, up to that late.
+        process, url = start_app(log, SPECVIZ_HOSTED="1", SPACE_ID=None, GRADIO_HEARTBEAT_INTERVAL=str(args.heartbeat))
         try:
             for _ in range(args.warm_up):
                 session(url, rng, args.max_new_tokens)

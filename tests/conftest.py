@@ -49,9 +49,9 @@ def pytest_cmdline_main(config):
 # worker the next scope as it finishes one, does not leave one worker running a five-minute module
 # at the end while the other has finished.
 ENGINE_SERVERS = ["test_engine_vllm", "test_load_vllm_browser", "test_engine_llamacpp", "test_load_llamacpp_browser"]
-LONGEST_FIRST = [*ENGINE_SERVERS, "test_e2e", "test_docs_run", "test_sampling", "test_policy_trees", "test_offline_pair",
-                 "test_recording_bounds", "test_head", "test_soak", "test_load_browser", "test_batched",
-                 "test_cross_tokenizer"]
+LONGEST_FIRST = [*ENGINE_SERVERS, "test_e2e", "test_docs_run", "test_sampling", "test_policy_trees",
+                 "test_offline_pair", "test_recording_bounds", "test_head", "test_soak", "test_load_browser",
+                 "test_batched", "test_cross_tokenizer"]
 
 
 # The tests marked `alone` (below) run as one more xdist scope, first, on one worker, holding the cores
@@ -213,6 +213,20 @@ def gpt2():
 @pytest.fixture
 def prompt():
     return torch.tensor([[5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9]])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def measured_costs_of_this_module_only():
+    """Each test module starts from a process that has measured no pass or drafting costs (the
+    cost-aware policy's tables, `runs.run`), as an app or a command starts: the session's cached tiny
+    models would otherwise carry one module's tables into the next, including those timed by a faked
+    clock, and whether a test's run calibrates would depend on which modules ran before it."""
+    from specviz.runs import run as run_module
+
+    kept = run_module._PASS_COSTS, run_module._DRAFT_COSTS
+    run_module._PASS_COSTS, run_module._DRAFT_COSTS = weakref.WeakKeyDictionary(), weakref.WeakKeyDictionary()
+    yield
+    run_module._PASS_COSTS, run_module._DRAFT_COSTS = kept
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,8 @@ def run_inputs(**changes):
 
 def test_the_api_lists_exactly_the_public_endpoints(client):
     named = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
-    assert named == {"/run", "/compare", "/sweep", "/load", "/teach", "/export"}
+    assert named == {"/run", "/compare", "/sweep", "/load", "/teach", "/export",
+                     "/race_speculative_decoding", "/compare_configurations", "/load_sweep", "/read_recording"}
 
 
 def answer(client, *args, api_name, output=0):
@@ -55,6 +56,46 @@ def answer(client, *args, api_name, output=0):
 def test_run_through_the_api(client):
     result = client.predict(*run_inputs(), api_name="/run")
     assert "Finished" in result[STATS] and "data-verdict" in result[0]
+
+
+SUMMARY = -1        # /run's and /compare's last output: the summary as named JSON (docs/api.md)
+
+
+def test_the_documented_example_runs(client, capsys):
+    """docs/api.md's gradio_client example, as it is written, against this server."""
+    import re
+
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text()
+    example = re.search(r"## From Python.*?```python\n(.*?)```", docs, re.S).group(1)
+    exec(example.replace("http://127.0.0.1:7860/", client.src), {})    # noqa: S102 - our own docs
+    printed = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("Loaded as API")]
+    assert re.match(r"\d+\.\d\dx \(95% interval \d+\.\d\d-\d+\.\d\dx, thread CPU time, ", printed[0]), printed
+    assert "Measured at" in printed[1] or "Shared race" in printed[1] or "Replay" in printed[1]
+
+
+def test_run_and_compare_return_named_fields(client):
+    # As docs/api.md shows it: the speedup, its 95% interval and the clock by name.
+    from gradio_client import Client
+
+    own = Client(client.src, verbose=False)
+    data = own.predict(*run_inputs(prompt="the dog sat on the mat and the dog sat on the", max_new_tokens=24),
+                       api_name="/run")[SUMMARY]
+    summary = data["summary"]
+    assert summary["speedup_low"] <= summary["speedup"] <= summary["speedup_high"]
+    assert summary["clock"] == "thread CPU time" and summary["compared_basis"] and summary["tokens"] == 24
+    assert data["text"] and data["baseline_text"] and data["measurement"]["replay"] is False
+    again = own.predict(*run_inputs(prompt="the dog sat on the mat and the dog sat on the", max_new_tokens=24),
+                        api_name="/run")[SUMMARY]
+    assert again["measurement"]["replay"] is True and again["measurement"]["shown_to"] == 2
+    assert again["summary"] == summary            # the same measurement, said to be a replay
+    table = {"headers": ["use", "target", "draft", "k", "dynamic k", "temperature"],
+             "data": [[True, "", "ngram", 4, False, 0.0], [True, "", "ngram", 2, False, 0.0]]}
+    compared = own.predict("the cat sat on the mat and the cat sat on the", table, 16, 0, CHAT, "This prompt", None, 1,
+                           api_name="/compare")[SUMMARY]
+    assert [c["config"] for c in compared["configurations"]] == ["ngram k=4", "ngram k=2"]
+    for config in compared["configurations"]:
+        assert config["speedup_low"] <= config["speedup"] <= config["speedup_high"] and config["clock"]
+    assert compared["winner"]
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -16,7 +16,7 @@ from specviz.errors import SpecvizError
 from specviz.runs import last, race
 from specviz.core.events import interleave
 from specviz.settings import LOCAL, RunSettings, hosted
-from specviz.ui import build_demo, common, run_tab
+from specviz.ui import build_demo, common, run_tab, tools
 from specviz.ui.common import DRAFT_MODEL, EARLY_EXIT, PROMPT_LOOKUP, RAW, TICK
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # gr.Warning outside a request
@@ -53,7 +53,11 @@ def test_run_streams_tokens_charts_and_summary(tiny):
     views = views_of(tiny, max_new_tokens=32)
     assert len(views) >= 2
     final = views[-1]
-    assert isinstance(final, run_tab.RunPage) and len(final) == 9
+    assert isinstance(final, run_tab.RunPage) and len(final) == 10
+    data = final.summary        # the API's named fields: `run --json`'s, less the cycles
+    assert data["summary"]["tokens"] == 32 and data["summary"]["clock"] == "thread CPU time"
+    assert data["summary"]["speedup_low"] <= data["summary"]["speedup"] <= data["summary"]["speedup_high"]
+    assert data["text"] and "cycles" not in data and data["measurement"]["replay"] is False
     found = verdicts(final.tokens)
     assert found and set(found) <= {"accepted", "rejected", "resampled", "bonus"}
     assert 'class="sv-cycle"' in final.tokens and "sv-legend" in final.tokens
@@ -217,7 +221,8 @@ def test_suffix_decoding_remembers_a_sessions_runs_and_only_its_own(tiny):
 
     def final(request):
         # Fixed k: what the session's memory drafts is the point here, not whether drafting pays on the tiny pair.
-        pages = [p for p in work(*inputs(drafter=SUFFIX, max_new_tokens=48, fixed_k=True), request) if p is not TICK]
+        pages = [p for p in work(*inputs(drafter=SUFFIX, max_new_tokens=48, fixed_k=True), session=request)
+                 if p is not TICK]
         return text(pages[-1].stats), pages[-1].tokens
 
     first, _ = final(session)
@@ -403,10 +408,16 @@ def test_the_demo_has_one_gpu_queue_and_stable_api_names(tiny):
     tabs = [c for c in config["components"] if c["type"] == "tabitem"]
     assert [t["props"]["label"] for t in tabs] == ["Run", "Compare", "Load", "Teach", "Explain", "Replay", "Train"]
     public = {d["api_name"]: d for d in config["dependencies"] if d.get("api_visibility") == "public"}
-    assert set(public) == {"run", "compare", "sweep", "load", "teach", "export"}
-    for name in public:
+    assert set(public) == {"run", "compare", "sweep", "load", "teach", "export", *tools.TOOLS}
+    for name in public.keys() - {"run", "race_speculative_decoding", "read_recording"}:
         fn = demo.fns[public[name]["id"]]
         assert fn.concurrency_id == common.CONCURRENCY_ID and fn.concurrency_limit == 1
+    # Every Run request starts at once (it shows its place in line); its race waits for a slot instead.
+    assert demo.fns[public["run"]["id"]].concurrency_limit == run_tab.RUN_VIEWERS
+    assert demo.fns[public["race_speculative_decoding"]["id"]].concurrency_id == "run"
+    # As an MCP server, only the tools are public (Gradio makes a tool of every public event).
+    as_mcp = build_demo(loader=tiny.loader, hosted=False, mcp=True).get_config_file()
+    assert {d["api_name"] for d in as_mcp["dependencies"] if d.get("api_visibility") == "public"} == set(tools.TOOLS)
     # The Run tab's Stop signals the run's work (its last view says "Stopped"); each Run click puts its
     # signal in the session's state before its work is queued. Neither waits for the queue.
     run_fn = demo.fns[public["run"]["id"]]

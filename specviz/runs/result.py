@@ -196,7 +196,12 @@ class Run:
         return [{**c.to_dict(), "drafted_text": t.drafted, "correction_text": t.correction}
                 for c, t in zip(self.cycles, self.texts)]
 
-    def to_json(self) -> dict:
-        return {"settings": self.settings.to_dict(), "prompt": self.prompt, "text": self.text,
+    def to_json(self, *, cycles: bool = True) -> dict:
+        """The run as `run --json` writes it; without `cycles`, its summary and texts only (the app's API)."""
+        data = {"settings": self.settings.to_dict(), "prompt": self.prompt, "text": self.text,
                 "cycles": self.cycle_records(), "summary": self.summary(), "environment": environment(self.device)}
+        if not cycles:
+            del data["cycles"]
+            data["baseline_text"] = "".join(self.step_texts)
+        return data
 

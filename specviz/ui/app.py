@@ -7,6 +7,7 @@ import ctypes
 import gc
 import logging
 import os
+import sys
 import threading
 import time
 
@@ -16,6 +17,7 @@ import torch
 from ..models.devices import use_threads
 from ..runs import Loader
 from ..runs.run import load
+from ..runs.shared_race import SharedRaces
 from ..settings import RunSettings
 from .common import (QUEUE_MAX_SIZE, TEMP_FILE_SECONDS, TEMP_SWEEP_SECONDS, SessionMemories, is_hosted, limits_for,
                      session_loader, sweep_old_exports)
@@ -24,8 +26,10 @@ from .explain_tab import build_explain_tab
 from .load_tab import build_load_tab
 from .replay_tab import build_replay_tab
 from .run_tab import build_run_tab
+from .shared_run import race_slots
 from .style import CSS, DARK_JS, HEAD, KEYS_NOTE, LARGE_TEXT_JS, PRESENTER_JS, theme
 from .teach_tab import build_teach_tab
+from .tools import build_tools, only_tools_public
 from .train_tab import build_train_tab
 
 log = logging.getLogger("specviz.ui")
@@ -41,11 +45,13 @@ SESSION_CAPACITY = 128
 TEMP_FILES = (TEMP_SWEEP_SECONDS, TEMP_FILE_SECONDS)
 
 
-def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> gr.Blocks:
-    """The whole app. `loader` replaces `runs.load` (tests pass tiny in-process models)."""
+def build_demo(*, loader: Loader | None = None, hosted: bool | None = None, mcp: bool | None = None) -> gr.Blocks:
+    """The whole app. `loader` replaces `runs.load` (tests pass tiny in-process models). With `mcp`
+    (default: `mcp_wanted()`) only the tools (`ui.tools`) are public, the tabs' events undocumented."""
     limits = limits_for(is_hosted() if hosted is None else hosted)
     loader = session_loader(loader)
     memories = SessionMemories()
+    races = SharedRaces(slots=race_slots())     # the Run tab's and the race tool's: one measurement each
     sweep_old_exports()                # what an earlier server left behind
     with gr.Blocks(title="specviz: speculative decoding, live", delete_cache=TEMP_FILES) as demo:
         # One short band: the name, one sentence, and the display switches (stacked on a phone).
@@ -64,7 +70,7 @@ def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> g
         last_run = gr.State(None)  # the latest Compare or Teach run, for the Explain tab's numbers
         with gr.Tabs(elem_id="tabs") as tabs:
             with gr.Tab("Run", id="run-tab"):
-                run_tab = build_run_tab(limits=limits, loader=loader, memories=memories)
+                run_tab = build_run_tab(limits=limits, loader=loader, memories=memories, races=races)
             with gr.Tab("Compare", id="compare-tab"):
                 build_compare_tab(limits=limits, loader=loader, last_run=last_run)
             with gr.Tab("Load", id="load-tab"):
@@ -79,6 +85,7 @@ def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> g
                 with gr.Tab("Train", id="train-tab"):
                     build_train_tab(loader=loader, run_tab=run_tab, tabs=tabs, load_tab=load_tab)
         gr.Markdown(KEYS_NOTE, elem_id="sv-keys")
+        build_tools(limits=limits, loader=loader, races=races, memories=memories)
         # A session that ends (tab closed, API client gone) frees its suffix memory and its page state
         # at once. One handler: Gradio runs each unload handler as an event of that session, which
         # would give the session a fresh page state again after `forget_session` had dropped it.
@@ -90,7 +97,14 @@ def build_demo(*, loader: Loader | None = None, hosted: bool | None = None) -> g
 
         demo.unload(end_session)
     demo.queue(max_size=QUEUE_MAX_SIZE)
+    if mcp_wanted() if mcp is None else mcp:
+        only_tools_public(demo)
     return demo
+
+
+def mcp_wanted() -> bool:
+    """`python app.py --mcp`, or Gradio's own GRADIO_MCP_SERVER=True."""
+    return "--mcp" in sys.argv[1:] or os.environ.get("GRADIO_MCP_SERVER", "").strip().lower() in ("1", "true")
 
 
 def forget_session(demo: gr.Blocks, session_hash: str | None) -> None:
@@ -146,6 +160,8 @@ def launch_options(hosted: bool | None = None) -> dict:
     can-I-reach-localhost check patient (see patient_localhost_check)."""
     patient_localhost_check()
     options = dict(theme=theme(), css=CSS, head=HEAD, max_file_size=MAX_UPLOAD)
+    if mcp_wanted():
+        options["mcp_server"] = True
     if is_hosted() if hosted is None else hosted:
         options["state_session_capacity"] = SESSION_CAPACITY
     return options

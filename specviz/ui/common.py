@@ -11,6 +11,7 @@ only then does the queue slot free up, so nobody can stack decoding threads by c
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import functools
 import inspect
@@ -40,7 +41,8 @@ from .spaces import GPU
 log = logging.getLogger("specviz.ui")
 
 CONCURRENCY_ID = "gpu"            # every event that runs a model (or writes exports) joins this one queue
-QUEUE_MAX_SIZE = 16               # users waiting beyond this are turned away
+QUEUE_MAX_SIZE = 128              # requests waiting beyond this are turned away (a class is ~30-64; each waiting
+                                  # request holds only its inputs: a prompt of at most 4,000 characters hosted)
 MAX_NEW_TOKENS = 1024             # the sliders' range on one's own machine
 GPU_SECONDS = 120                 # ZeroGPU time asked for per run (both methods, one call)
 UPDATE_SECONDS = 0.25             # during a run the token views are redrawn at most this often,
@@ -241,6 +243,10 @@ def gpu_task(fn: Callable | None = None, *, duration: int = GPU_SECONDS):
 # ----------------------------------------------------------------------------- handlers that stop
 
 _DONE = object()
+# The threads that run the works' steps: a waiting or watching visitor's step mostly sleeps, so a class
+# of them must not queue behind asyncio's default pool (its size: cores + 4).
+STEP_THREADS = 192
+_steps = concurrent.futures.ThreadPoolExecutor(max_workers=STEP_THREADS, thread_name_prefix="specviz-step")
 
 
 class StopSignal:
@@ -329,7 +335,7 @@ def streaming(work: Callable[..., Iterator]) -> Callable:
         steps = work(*args)
         try:
             while True:
-                step = loop.run_in_executor(None, next, steps, _DONE)
+                step = loop.run_in_executor(_steps, next, steps, _DONE)
                 try:
                     item = await asyncio.shield(step)
                 except asyncio.CancelledError:

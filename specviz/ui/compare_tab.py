@@ -15,8 +15,9 @@ from ..errors import SpecvizError
 from ..runs import Comparison, Loader, PromptSetComparison, Sweep, config_label, iter_comparison, iter_sweep
 from ..runs.run import load
 from ..settings import Limits, RunSettings, check_prompt, flag, validate, whole_number
-from ..views import explain, prose, render
-from ..views.export import export_comparison
+from ..views import explain, prompt_sets, prose, render
+from ..views.export import export_comparison, finite_json
+from ..views.export import summary as comparison_summary
 from ..views.figures import comparison_figures, sweep_figure
 from ..views.prompt_sets import write_files as write_set_files
 from ..views.prose import (SWEEP_HEADERS, sweep_line, sweep_rows, table_headers, table_rows, timing_note,
@@ -244,6 +245,17 @@ def export_files(result, png=False) -> tuple[list[str], str]:
     return [str(path) for path in written], note
 
 
+def comparison_json(result) -> object:
+    """The comparison so far as named JSON: `compare --export`'s summary.json for one prompt (with the
+    sweep's points), `compare --prompts --json`'s summary for a set; left as it is before any result."""
+    comparison, sweep = result if isinstance(result, tuple) and len(result) == 2 else (None, None)
+    if isinstance(comparison, PromptSetComparison) and comparison.results:
+        return finite_json(prompt_sets.summary(comparison))
+    if isinstance(comparison, Comparison) and comparison.results:
+        return finite_json(comparison_summary(comparison, sweep=sweep))
+    return gr.skip()
+
+
 def export_work(result, with_png):
     try:
         paths, note = export_files(result, png=with_png)
@@ -325,18 +337,20 @@ def build_compare_tab(*, limits: Limits, loader: Loader | None = None, last_run:
         export = gr.Button("Export cycles, summary and charts", elem_id="cmp-export")
     files = gr.File(label="Exported files", file_count="multiple", interactive=False, visible=False,
                     elem_id="cmp-files")
+    with gr.Accordion("The comparison's summary as JSON (what the API's /compare and /sweep return)", open=False):
+        summary = gr.JSON(label="Summary", elem_id="cmp-summary-json")
     result = gr.State(None)
     numbers = last_run if last_run is not None else gr.State(None)
 
     inputs = [prompt, configs, max_new_tokens, seed, prompt_format, source, upload, repeats, engine]
-    outputs = [status, table, *columns, per_pass, positions, race, sweep_plot, result, numbers, set_plot]
+    outputs = [status, table, *columns, per_pass, positions, race, sweep_plot, result, numbers, set_plot, summary]
 
     def flat(work):
         def flat_work(*args):
             for view in work(*args):
                 yield view if view is TICK else [view.status, view.table, *view.columns, view.tokens_per_pass,
                                                  view.positions, view.race, view.sweep, view.result, view.last_run,
-                                                 view.set_plot]
+                                                 view.set_plot, comparison_json(view.result)]
         return flat_work
 
     events = []

@@ -32,6 +32,7 @@ from ..runs.engine_load import EngineProgress, engine_sweep
 from ..settings import Limits, RunSettings, validate, whole_numbers
 from ..views import render
 from ..views.engine_view import acceptance_figure, config_to_copy, engine_html
+from ..views.export import finite_json
 from ..views.load_view import decision, load_figures
 from .budget import check_load_caps
 from .common import StopSignal, draft_spec, error_html, failure
@@ -113,7 +114,7 @@ def engine_view(view_type, result, state: str, headline: str, message: str):
     speedup, throughput, latency = load_figures(result)
     return view_type(status=render.status_html(state, headline), rows=engine_html(result, message), speedup=speedup,
                      throughput=throughput, latency=latency, decision=_decision(result) or gr.skip(),
-                     acceptance=acceptance_figure(result))
+                     acceptance=acceptance_figure(result), summary=finite_json(result.to_dict()))
 
 
 def engine_work(view_type, limits: Limits, drafter, draft_model, batches_text, ks_text, set_name, max_new_tokens,

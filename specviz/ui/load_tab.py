@@ -27,6 +27,7 @@ from ..runs.run import cycle_text, encode
 from ..settings import Limits, RunSettings, validate, whole_numbers
 from ..views import render
 from ..views.engine_view import acceptance_figure
+from ..views.export import finite_json
 from ..views.engines_side_by_side import (EngineRun, acceptance_length_figure, lesson, side_by_side_html,
                                           speedup_by_engine_figure, step_cost_figure)
 from ..views.load_view import decision, load_figures, outputs_note, rows_html
@@ -55,6 +56,7 @@ class LoadView(NamedTuple):
     latency: object
     decision: object
     acceptance: object = None     # vLLM's acceptance by draft position (the own loop leaves it as it is)
+    summary: object = None        # the sweep so far as `load --json` writes it (None: left as it is)
 
 
 def _only_status(status: str) -> LoadView:
@@ -70,7 +72,7 @@ def result_view(progress: LoadProgress, state: str, headline: str, rows: object)
                     latency=latency,
                     decision="\n\n".join(filter(None, [decision(progress.result) or NO_DECISION,
                                                          outputs_note(progress.result)])),
-                    acceptance=gr.skip())
+                    acceptance=gr.skip(), summary=finite_json(progress.result.to_dict()))
 
 
 def _points(progress: LoadProgress) -> str:
@@ -297,13 +299,15 @@ def build_load_tab(*, limits: Limits, loader: Loader | None = None) -> LoadTab:
     engine.change(lambda e: gr.update(visible=e in (VLLM, LLAMACPP)), engine, acceptance, queue=False,
                   api_visibility="private")
     inputs = [drafter, draft_model, exit_layer, batches, ks, prompt_set, max_new_tokens, engine]
-    outputs = [status, rows, speedup, throughput, latency, verdict, acceptance]
+    with gr.Accordion("The sweep as JSON (what the API's /load returns)", open=False):
+        summary = gr.JSON(label="Sweep", elem_id="load-summary-json")
+    outputs = [status, rows, speedup, throughput, latency, verdict, acceptance, summary]
 
     def flat_work(*args):
         views = load_work_fn(limits, loader)(*args)
         try:
             for view in views:
-                yield view if view is TICK else list(view)
+                yield view if view is TICK else [*view[:-1], gr.skip() if view.summary is None else view.summary]
         finally:
             views.close()   # a Stop or a closed page closes the sweep too
 

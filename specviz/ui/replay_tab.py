@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -28,8 +27,9 @@ from ..runs.recording import Recording
 from ..views import render
 from ..views.report import DetailLimitedRenderer
 from ..views.run_view import empty_view
-from .common import (TICK, StopSignal, Throttle, animation_buttons, animation_file, click_with_stop, error_html,
+from .common import (TICK, StopSignal, animation_buttons, animation_file, click_with_stop, error_html,
                      failure, streaming)
+from .playback import FRAME_SHARE, play  # noqa: F401 - FRAME_SHARE: the tab's bound, as tests read it
 from .run_tab import build_run_views, shown
 
 DEFAULT_RECORDING = "prompt-lookup-rewrite.json"
@@ -42,8 +42,6 @@ REPLAY_CONCURRENCY = 8              # replays only sleep and render: several may
 OPEN_CONCURRENCY = 2                # opening a file and stepping cost CPU (a worst-case file: seconds)
 CACHE_ENTRIES = 8                   # opened recordings kept for Play, Next and Previous ...
 CACHE_BYTES = 128 * 2**20           # ... and their estimated size in memory (a worst-case file: ~65 MB)
-SLEEP_SLICE = 0.1                   # a Stop lands within this long while a replay waits for its next event
-FRAME_SHARE = 0.25                  # at most about this share of a replay's time goes on drawing its views
 
 
 def open_recording(bundled: str | None, upload: str | None) -> Recording:
@@ -113,32 +111,9 @@ def replay_work(bundled: str | None, upload: str | None, label: str | None, spee
             yield (*shown(DetailLimitedRenderer().view(recording.up_to_cycle(recorded, 1),
                                                        "Cycle 1: press Next cycle.")), 1)
             return
-        renderer, throttle = DetailLimitedRenderer(), Throttle()
-        events = recording.timeline(recorded)
-        scale = recording.playback_scale(events, SPEEDS[speed])
-        playing = f"Replaying at {speed.lower()}"
-        if scale < 1 / SPEEDS[speed]:
-            playing += f", compressed to {recording.MAX_PLAYBACK_SECONDS:g} s"
-        start = time.monotonic()
-        run, quiet_until = None, 0.0
-        for seconds, run in recording.replay(recorded, events):
-            while (wait := start + seconds * scale - time.monotonic()) > 0 and not stop.requested:
-                time.sleep(min(wait, SLEEP_SLICE))
-                yield TICK
-            if stop.requested:
-                yield (*shown(renderer.stopped(run)), len(run.cycles))
-                return
-            # A large run's view takes longer to draw than the throttle's interval: after each one,
-            # wait in proportion to its cost, so that drawing cannot stretch the replay past its pacing.
-            show, with_charts = throttle.due() if time.monotonic() >= quiet_until else (False, False)
-            if show:
-                drawing = time.monotonic()
-                view = renderer.view(run, f"{playing}\u2026", with_charts=with_charts)
-                quiet_until = time.monotonic() + (time.monotonic() - drawing) * (1 / FRAME_SHARE - 1)
-                yield (*shown(view), len(run.cycles))
-            else:
-                yield TICK
-        yield (*shown(renderer.view(run, "Replayed: the recorded run, as it finished.", final=True)), len(run.cycles))
+        for step in play(recorded, SPEEDS[speed], stop, f"Replaying at {speed.lower()}",
+                         "Replayed: the recorded run, as it finished."):
+            yield step if step is TICK else (*shown(step[0]), len(step[1].cycles))
     except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
         yield (*shown(empty_view(error_html(failure(exc, "replay"), **REPLAY_ERROR))), 0)
 

@@ -14,22 +14,27 @@ import gradio as gr
 
 from ..catalog import load_examples
 from ..errors import SpecvizError
-from ..runs import Loader, load_stepwise, race, recording
+from ..runs import Loader, recording
+from ..runs.shared_race import FAILED, FINISHED, REPLAY, SharedRaces
 from ..settings import Limits, RunSettings, check_prompt, parse_draft, validate
 from ..views import charts, render
-from ..views.run_view import RunRenderer, RunView, empty_view, stopped_view
-from .budget import check_pair_prompt
-from .common import (AUTO, CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
-                     PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK, animation_buttons, animation_file, SessionMemories,
-                     StopSignal, Throttle, click_with_stop, draft_spec, error_html, failure, gpu_task, presets,
+from ..views.run_view import RunView, empty_view, stopped_view
+from .common import (AUTO, CHAT, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
+                     PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK, animation_buttons, animation_file,
+                     SessionMemories, StopSignal, click_with_stop, draft_spec, error_html, failure, presets,
                      recording_button, slider_max_new_tokens, streaming)
 from .fields import NumberBox, NumberSlider
+from .playback import play
+from .shared_run import (live_views, measured_label, race_slots, race_stream, race_ticket, summary_json,
+                         waiting_views)
 
 # What the Run button's work yields, in the order of its outputs: the run's views (`RunView`'s
-# fields), then the Download recording button (offered once the run has finished or stopped).
-RunPage = NamedTuple("RunPage", [*RunView.__annotations__.items(), ("record", object)])
+# fields), then the Download recording button (offered once the run has finished or stopped), then
+# the finished run's summary as JSON (`shared_run.summary_json`).
+RunPage = NamedTuple("RunPage", [*RunView.__annotations__.items(), ("record", object), ("summary", object)])
 
 
+RUN_VIEWERS = 128                 # Run requests served at once (most of them wait for a race or watch one)
 FIGURES = ("acceptance", "per_pass", "race", "positions", "timeline")
 NO_RECORDING = None
 
@@ -39,10 +44,11 @@ def shown(view: RunView) -> RunView:
     return view._replace(**{name: gr.skip() for name in FIGURES if getattr(view, name) is None})
 
 
-def page(view: RunView, record: object = NO_RECORDING) -> RunPage:
-    """The Run tab's outputs: the view, and the download button's update (`record`; hidden while
-    there is nothing to record)."""
-    return RunPage(*shown(view), gr.update(value=None, interactive=False) if record is NO_RECORDING else record)
+def page(view: RunView, record: object = NO_RECORDING, summary: dict | None = None) -> RunPage:
+    """The Run tab's outputs: the view, the download button's update (`record`; hidden while
+    there is nothing to record) and the summary (left as it is until the run has one)."""
+    return RunPage(*shown(view), gr.update(value=None, interactive=False) if record is NO_RECORDING else record,
+                   gr.skip() if summary is None else summary)
 
 
 def settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
@@ -54,16 +60,21 @@ def settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_
                                 branch=branch if tree else 1), limits)
 
 
-def run_work(limits: Limits, loader: Loader | None = None, memories: SessionMemories | None = None):
+def run_work(limits: Limits, loader: Loader | None = None, memories: SessionMemories | None = None,
+             races: SharedRaces | None = None):
     """The Run button's work (see `common.streaming`), taking the controls in wiring order. Gradio
-    fills in `session` (the request, by its annotation), whose suffix drafter `memories` keeps."""
+    fills in `session` (the request, by its annotation), whose suffix drafter `memories` keeps. Runs
+    go through `races` (`runs.shared_race`): a request for a race already waiting or running joins it,
+    one measured within the last minutes is replayed unless `fresh` ("Measure again")."""
     memories = SessionMemories() if memories is None else memories
+    races = SharedRaces(slots=race_slots()) if races is None else races
+    stream = race_stream(limits, loader, memories)
 
     def work(prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-             max_new_tokens, seed, prompt_format, branch=1, fixed_k=False, session: gr.Request | None = None,
-             stop: StopSignal | None = None) -> Iterator[RunPage | object]:
+             max_new_tokens, seed, prompt_format, branch=1, fixed_k=False, fresh=False,
+             session: gr.Request | None = None, stop: StopSignal | None = None) -> Iterator[RunPage | object]:
         stop = stop or StopSignal()
-        run = renderer = None
+        ticket = None
         try:
             settings = settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature,
                                               top_p, top_k, max_new_tokens, seed, prompt_format, limits, branch,
@@ -72,40 +83,70 @@ def run_work(limits: Limits, loader: Loader | None = None, memories: SessionMemo
             if stop.requested:   # stopped while it waited for the queue
                 yield page(stopped_view())
                 return
-            loading = render.summary_loading_html(settings.target, settings.draft)
-            yield page(empty_view(loading))
-            for pair in load_stepwise(settings, loader):
-                if stop.requested:   # the load goes on in the background, into the model cache
-                    yield page(stopped_view())
-                    return
-                if pair is None:
-                    yield TICK
-                elif isinstance(pair, str):
-                    yield page(empty_view(render.summary_loading_html(settings.target, settings.draft, pair)))
-            check_pair_prompt(pair, prompt, settings, limits)     # hosted: in tokens, before any decoding
-            renderer = RunRenderer()
-            throttle = Throttle()
-            pair = memories.pair_for(pair, getattr(session, "session_hash", None))   # its suffix memory
-            for run in race(settings, prompt, pair, baseline=True):
-                if stop.requested:
-                    yield page(renderer.stopped(run), recording_button(run, "stopped"))
-                    return
-                show, with_charts = throttle.due()
-                if not show:
-                    yield TICK
-                    continue
-                yield page(renderer.view(run, run.status or "Running: speculative and plain decoding take turns on "
-                                              "the same model\u2026", with_charts=with_charts))
-            yield page(renderer.view(run, "Finished.", final=True), recording_button(run))
+            ticket = race_ticket(races, stream, settings, prompt, getattr(session, "session_hash", None),
+                                 fresh=bool(fresh), stopped=lambda: stop.requested)
+            yield from watch(ticket, prompt, stop)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
-            error = error_html(failure(exc))
-            try:   # keep what the run showed, unless showing it is what failed
-                view = renderer.view(run, "Stopped by an error.") if run is not None else empty_view()
-            except Exception:  # noqa: BLE001
-                view = empty_view()
-            yield page(view._replace(stats=error))
+            yield page(empty_view(error_html(failure(exc))))
+        finally:
+            if ticket is not None:
+                ticket.leave()
 
     return work
+
+
+def watch(ticket, prompt: str, stop: StopSignal) -> Iterator[RunPage | object]:
+    """One viewer's race: the place in line and the example's recording while it waits, then the race
+    live (shared views), or its replay; a failure ends with the run so far and the message."""
+    shared = ticket.race
+    if ticket.kind == REPLAY:
+        yield from replayed(ticket, stop)
+        return
+    for view in waiting_views(ticket, prompt, stop):
+        yield view if view is TICK else page(view)
+    live, seen = live_views(shared), -1
+    while not stop.requested:
+        if shared.ended and not shared.events or shared.state == FAILED:
+            break
+        view = live.view(measured_label(ticket))
+        if view is not None and view is not seen:
+            yield page(view)
+            seen = view
+        else:
+            yield TICK
+        if shared.ended:
+            break
+        # Until the next drawing is due (not at every event: a class of viewers woken at every token
+        # took the CPU its race runs on), or the end.
+        shared.wait_until_ended(timeout=live.interval())
+    if stop.requested:
+        ticket.leave()
+        if shared.stop_requested:            # the last viewer: the race stops within one event
+            shared.wait_until_ended(30)
+        view = live.stopped(measured_label(ticket))
+        yield page(view if view is not None else stopped_view())
+    elif shared.state == FAILED:
+        view = live.stopped(measured_label(ticket)) if shared.events else None
+        yield page((view or empty_view())._replace(stats=error_html(failure(shared.error))))
+    elif shared.state == FINISHED:
+        label = measured_label(ticket)
+        view, run, record = live.final(label, recording_button)
+        yield page(view, record, summary_json(run, ticket))
+
+
+def replayed(ticket, stop: StopSignal) -> Iterator[RunPage | object]:
+    """A race measured minutes ago, played at its recorded pace under a label that says so."""
+    label = measured_label(ticket)
+    run = None
+    for step in play(ticket.race.result, 1.0, stop, label, f"Finished: {label}"):
+        if step is TICK:
+            yield TICK
+            continue
+        view, run = step
+        yield page(view)
+    if run is not None and not stop.requested:
+        yield page(view, recording_button(ticket.race.result),
+                   summary_json(ticket.race.result, ticket))
 
 
 def _recorded_run(path: str | None):
@@ -198,7 +239,8 @@ def build_run_views(prefix: str = "", *, action: str = "Run",
     return RunViews(tokens, baseline, acceptance, per_pass, race_plot, positions, timeline, stats)
 
 
-def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: SessionMemories | None = None) -> RunTab:
+def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: SessionMemories | None = None,
+                  races: SharedRaces | None = None) -> RunTab:
     """The Run tab's components and events (call inside a `gr.Tab`); `memories` holds each session's
     suffix drafter (the page frees a session's when it ends). The first screen is the demo: prompt,
     preset and Run in one band, the race under it; every other setting waits in a closed panel."""
@@ -264,10 +306,15 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: Ses
         record = gr.DownloadButton("Download recording", value=None, interactive=False, size="sm", scale=1,
                                    min_width=170,
                                    elem_id="record")
+        # A race asked for minutes ago is replayed (and says so); this measures it afresh instead.
+        fresh = gr.Checkbox(False, label="Measure again", container=False, scale=0, min_width=160,
+                            elem_id="fresh")
 
     made = []
     views = build_run_views(under_summary=lambda: made.extend(animation_buttons()))
     make_animation, animation = made
+    with gr.Accordion("The run's summary as JSON (what the API's /run returns)", open=False):
+        summary = gr.JSON(label="Summary", elem_id="summary-json")
 
     # --- events
     def on_preset(name):
@@ -295,12 +342,15 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: Ses
 
     example_table.input(on_example, example_table, [prompt, prompt_format], **private)
 
-    handler = streaming(gpu_task(run_work(limits, loader, memories)))
+    handler = streaming(run_work(limits, loader, memories, races))
     inputs = [prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-              max_new_tokens, seed, prompt_format, branch, fixed_k]
+              max_new_tokens, seed, prompt_format, branch, fixed_k, fresh]
     # Stop is a signal the work reads, not a cancel: see `StopSignal`. (A closed page still cancels.)
-    run_event = click_with_stop(run, stop, handler, inputs, [*views, record], concurrency_limit=1,
-                                concurrency_id=CONCURRENCY_ID, show_progress="minimal", api_name="run")
+    # Every visitor's work starts at once (their place in line is the first thing it shows); the races
+    # themselves wait for one of `races`' slots (`runs.shared_race`).
+    run_event = click_with_stop(run, stop, handler, inputs, [*views, record, summary],
+                                concurrency_limit=RUN_VIEWERS, concurrency_id="run", show_progress="minimal",
+                                api_name="run")
     # The animation is made from the run's recording (the Download recording button's file), as
     # `replay --animation` makes it; a new run takes the last one's away.
     make_animation.click(lambda path: animation_file(lambda: _recorded_run(path)), record, animation,

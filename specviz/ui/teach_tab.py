@@ -13,6 +13,7 @@ import gradio as gr
 from ..runs import Loader, config_label, load_stepwise, race
 from ..settings import Limits, RunSettings, check_prompt, validate
 from ..views import explain, prose, render, teach
+from ..views.export import finite_json
 from .budget import check_pair_prompt
 from .common import (AUTO, CHAT, CONCURRENCY_ID, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, RAW, TICK, StopSignal, Throttle,
                      click_with_stop, draft_spec, error_html, failure, gpu_task, recording_button, streaming)
@@ -37,6 +38,7 @@ class TeachView(NamedTuple):
     position: str
     last_run: object
     record: object          # the Download recording button (offered once the run is decoded)
+    summary: object = None  # the decoded run as `run --json` writes it, less its cycles (None: left as it is)
 
 
 def teach_view(run: teach.TeachRun, index: int, numbers=None, record=None, test: int | None = None) -> TeachView:
@@ -88,7 +90,7 @@ def teach_work(limits: Limits, loader: Loader | None = None):
             if cut:   # a Stop pressed after the last cycle leaves the run complete
                 view = view._replace(position=f"Stopped after {len(run.cycles)} cycle"
                                               f"{'s' if len(run.cycles) != 1 else ''}. {view.position}")
-            yield view
+            yield view._replace(summary=finite_json(run.to_json(cycles=False)))
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
             yield TeachView(skip, skip, skip, skip, error_html(failure(exc, "teach run")), skip, skip, skip, skip, skip,
                             skip)
@@ -206,9 +208,16 @@ def build_teach_tab(*, limits: Limits, loader: Loader | None = None, last_run: g
     drafter.change(lambda d: (gr.update(visible=d == DRAFT_MODEL), gr.update(visible=d == EARLY_EXIT)),
                    drafter, [draft_model, exit_layer], **private)
     view_outputs = [state, index, test, tokens, narrative, table, verification, residual, position]
-    run_event = click_with_stop(run, stop, streaming(gpu_task(teach_work(limits, loader))),
+    with gr.Accordion("The run's summary as JSON (what the API's /teach returns)", open=False):
+        summary = gr.JSON(label="Summary", elem_id="teach-summary-json")
+
+    def with_summary(*args):
+        for view in teach_work(limits, loader)(*args):
+            yield view if view is TICK else [*view[:-1], gr.skip() if view.summary is None else view.summary]
+
+    run_event = click_with_stop(run, stop, streaming(gpu_task(with_summary)),
                                 [prompt, drafter, draft_model, exit_layer, k, temperature, seed, max_new_tokens,
-                                 prompt_format], view_outputs + [numbers, record], concurrency_limit=1,
+                                 prompt_format], view_outputs + [numbers, record, summary], concurrency_limit=1,
                                 concurrency_id=CONCURRENCY_ID, show_progress="minimal", api_name="teach")
 
     def stepper(by_test: bool, delta: int):

@@ -80,6 +80,16 @@ def _finite_dict(data: dict) -> dict:
     return {key: _finite_dict(value) if isinstance(value, dict) else _finite(value) for key, value in data.items()}
 
 
+def finite_json(data):
+    """`data` (dicts, lists, numbers, text) with every non-finite number as None: strict JSON, as a
+    browser or an API client parses it."""
+    if isinstance(data, dict):
+        return {key: finite_json(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [finite_json(value) for value in data]
+    return _finite(data)
+
+
 def summary(comparison, *, sweep=None) -> dict:
     data = {"prompt": comparison.prompt,
             "configurations": [configuration_summary(label, run) for label, run in comparison.pairs()],

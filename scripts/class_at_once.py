@@ -1,0 +1,144 @@
+"""A class pressing Run at once: start `python app.py` as a Space would (SPACE_ID set: hosted mode, the
+built-in model), make one warm-up run, then CLIENTS gradio_client sessions submit /run within a second,
+most on the page's default example and some with a short prompt of their own, and read what each saw:
+whether it was refused, its time to a first view and to a verdict (the last view, with the summary),
+whether its race was shared, replayed or its own, and the server's peak resident memory.
+
+    python scripts/class_at_once.py                      # 30 clients: 24 on the default example, 6 own
+    python scripts/class_at_once.py --clients 8 --own 2
+
+Targets (issue 52, on a 2-core CPU): none refused, p95 time to a verdict <= 30 s, worst <= 45 s, p95
+time to a first view <= 3 s, RSS peak <= 1.5 GB. Times are wall clock: a busy host stretches them."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from session_soak import rss_mb, start_app  # noqa: E402
+
+OWN_PROMPTS = ["Write a haiku about the sea.", "What is the capital of France?", "Name three prime numbers.",
+               "Say hello in Spanish.", "Give me a synonym for happy.", "What colour is the sky?",
+               "Count from one to five.", "Name a planet."]
+
+
+class Student(threading.Thread):
+    """One client: connects, waits for the bell, submits /run and times what comes back."""
+
+    def __init__(self, url: str, prompt: str | None, bell: threading.Barrier):
+        super().__init__(daemon=True)
+        self.url, self.prompt, self.bell = url, prompt, bell
+        self.first = self.verdict = None
+        self.refused = self.error = None
+        self.measurement: dict | None = None
+
+    def run(self) -> None:
+        from gradio_client import Client
+
+        client = Client(self.url, verbose=False)
+        try:
+            self.bell.wait()
+            start = time.monotonic()
+            job = client.submit(**({"prompt": self.prompt} if self.prompt else {}), api_name="/run")
+            for _ in job:
+                if self.first is None:
+                    self.first = time.monotonic() - start
+            outputs = job.outputs()
+            last = outputs[-1] if outputs else None
+            self.verdict = time.monotonic() - start
+            summary = last[-1] if last else None
+            if isinstance(summary, dict) and "measurement" in summary:
+                self.measurement = summary["measurement"]
+            else:
+                self.error = str(last[-3] if last else "no output")[:200]
+        except Exception as exc:  # noqa: BLE001 - a refusal or a failure, counted
+            text = str(exc)
+            if "Queue is full" in text:
+                self.refused = text
+            else:
+                self.error = text[:200]
+        finally:
+            client.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered) + 0.5) - 1))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=30)
+    parser.add_argument("--own", type=int, default=6, help="clients with a short prompt of their own")
+    args = parser.parse_args()
+    with tempfile.NamedTemporaryFile("w", prefix="class-at-once-", suffix=".log", delete=False) as log:
+        process, url = start_app(log, SPACE_ID="specviz/class-at-once", SPECVIZ_HOSTED=None)   # as a Space
+        peak, sampling = [0.0], threading.Event()
+
+        def sample():
+            while not sampling.wait(0.2) and process.poll() is None:
+                try:
+                    peak[0] = max(peak[0], rss_mb(process.pid))
+                except (OSError, RuntimeError):      # the server is stopping
+                    return
+
+        try:
+            from gradio_client import Client
+
+            warm = Client(url, verbose=False)
+            warm.predict(prompt=OWN_PROMPTS[-1], api_name="/run")        # loads the models, as a first visitor
+            warm.close()
+            print(f"warmed up; RSS {rss_mb(process.pid):.0f} MB", flush=True)
+            threading.Thread(target=sample, daemon=True).start()
+            server_cpu, own_cpu, began = cpu_seconds(process.pid), time.process_time(), time.monotonic()
+            bell = threading.Barrier(args.clients)
+            prompts = [OWN_PROMPTS[i % len(OWN_PROMPTS)] if i < args.own else None for i in range(args.clients)]
+            students = [Student(url, prompt, bell) for prompt in prompts]
+            for student in students:
+                student.start()
+            for student in students:
+                student.join(600)
+            sampling.set()
+            cpu = (cpu_seconds(process.pid) - server_cpu, time.process_time() - own_cpu, time.monotonic() - began)
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    served = [s for s in students if s.verdict is not None and s.measurement]
+    verdicts, firsts = [s.verdict for s in served], [s.first for s in served if s.first is not None]
+    refused = sum(s.refused is not None for s in students)
+    failed = [s.error for s in students if s.error]
+    print(f"{len(served)} of {len(students)} got a verdict, {refused} refused, {len(failed)} failed")
+    for error in failed[:5]:
+        print("  failed:", error)
+    if verdicts:
+        print(f"time to a verdict: median {statistics.median(verdicts):.1f} s, p95 {percentile(verdicts, 0.95):.1f} s, "
+              f"worst {max(verdicts):.1f} s")
+    if firsts:
+        print(f"time to a first view: median {statistics.median(firsts):.2f} s, p95 {percentile(firsts, 0.95):.2f} s, "
+              f"worst {max(firsts):.2f} s")
+    races = {}
+    for student in served:
+        races.setdefault(student.measurement["measured_at"] + str(student.prompt), []).append(student.measurement)
+    shared = max((m[-1]["shown_to"] for m in races.values()), default=0)
+    replays = sum(m["replay"] for s in served for m in [s.measurement])
+    print(f"{len(races)} races measured for {len(served)} clients; the most shared shown to {shared}; "
+          f"{replays} replays; labels e.g.: {served[-1].measurement['label'] if served else '-'}")
+    print(f"RSS peak {peak[0]:.0f} MB (log: {log.name})")
+    print(f"CPU over the class's {cpu[2]:.0f} s: the server {cpu[0]:.0f} s, these clients {cpu[1]:.0f} s (on the "
+          f"same cores); load average {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
