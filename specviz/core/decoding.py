@@ -7,9 +7,10 @@ Each request is decoded exactly as it would be decoded alone: the same drafting,
 verification rule, the same EOS handling, and its own `Sampler` (its own seed; in a batch `row_seed(seed,
 place)`), whose draws are keyed by position (core.sampling). So a request's output never depends on
 the others: greedy, it equals that prompt decoded alone (in fp32); sampled with seed s, it equals the
-prompt decoded alone with seed `row_seed(s, place)`. With drafter-invariant sampling (the default) a
-sampled output equals plain decoding's with that seed (core.plain), whatever the drafter and k. Requests accept their own number of
-tokens; one that ends (EOS, or its max_new_tokens) leaves the batch and costs nothing after.
+prompt decoded alone with seed `row_seed(s, place)`. With drafter-invariant sampling (the default)
+a sampled output equals plain decoding's with that seed (core.plain), whatever the drafter and k.
+Requests accept their own number of tokens; one that ends (EOS, or its max_new_tokens) leaves the
+batch and costs nothing after.
 
 What only a single request does (its batch-1 extensions, here and nowhere else): token trees
 (EAGLE-2 trees, n-gram trees, suffix decoding: `_tree_pass`) and drafters that keep state for one

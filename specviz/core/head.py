@@ -13,10 +13,10 @@ over after each verification (`Drafter.observe`, the layers named by `Drafter.hi
 first cycle has none yet (the prompt has not been through the target), so it drafts nothing.
 
 Exactness: a sampled draft token is drawn from the head's warped distribution over the draft
-vocabulary, scattered into the target's vocabulary (zero elsewhere), with the noise of its position
-(core.sampling); that is the distribution it was drawn from, so the verification stays exact. Trees: depth by depth the most
-probable nodes grow their most probable children, one head forward per depth under a tree mask;
-verified as one-hot candidates, so exact too."""
+vocabulary, scattered into the target's vocabulary (zero elsewhere), with the noise of its
+position (core.sampling); that is the distribution it was drawn from, so verification stays exact.
+Trees: depth by depth the most probable nodes grow their most probable children, one head forward
+per depth under a tree mask; verified as one-hot candidates, so exact too."""
 
 from __future__ import annotations
 

@@ -43,6 +43,8 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
+from .sampling_rules import CLASSIC, INVARIANT, SAMPLING_RULES  # noqa: F401 - CLASSIC: re-exported
+
 
 def validate_sampling(temperature: float, top_k: int, top_p: float) -> None:
     if temperature < 0:
@@ -53,8 +55,6 @@ def validate_sampling(temperature: float, top_k: int, top_p: float) -> None:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
 
 
-INVARIANT, CLASSIC = "invariant", "classic"
-SAMPLING_RULES = (INVARIANT, CLASSIC)
 # The streams of position-keyed randomness: the token race (the target's, and an invariant draft's),
 # a classic draft's own race, and the classic test's uniforms.
 TOKEN, DRAFT, UNIFORM = "token", "draft", "uniform"

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import collections
 import functools
+import secrets
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from typing import TypeVar
 
 import torch
@@ -147,12 +149,18 @@ def pass_costs(pair: ModelPair, input_ids: torch.Tensor, max_length: int) -> Pas
 
 
 def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool = False,
-         warm_up: bool = True) -> Iterator[Run]:
+         warm_up: bool = True, seed: int | None = None) -> Iterator[Run]:
     """Decode `prompt` (speculatively, and plainly too with `baseline`), yielding the run after each
     event. `settings` must have passed `settings.validate`; errors a user can cause raise SpecvizError.
+    A sampled run without a seed samples with `seed` (a comparison's runs share their baseline's), or a
+    fresh one, and its settings record it.
     On a CPU it runs on one torch thread, timed by its CPU time, unless this process chose otherwise
     (`models.devices.use_threads`: more threads are timed by the wall clock)."""
     default_threads(pair.device)
+    if settings.seed is None and settings.temperature > 0:
+        # Both methods sample with one seed: with drafter-invariant sampling they then write the same
+        # text, as greedy runs do.
+        settings = replace(settings, seed=secrets.randbits(31) if seed is None else seed)
     input_ids = encode(settings, prompt, pair)
     drafter = drafter_for(settings, pair)
     eos = list(pair.eos_token_ids or [])
@@ -162,7 +170,8 @@ def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool 
     try:
         # Both loops check their arguments when called, before any work.
         cycles = speculative_decode(pair.target, drafter, input_ids, settings.max_new_tokens, k=settings.k,
-                                    dynamic_k=settings.dynamic_k, max_k=settings.max_k, policy=policy, **options)
+                                    dynamic_k=settings.dynamic_k, max_k=settings.max_k, policy=policy,
+                                    sampling=settings.sampling, **options)
         steps = autoregressive_decode(pair.target, input_ids, settings.max_new_tokens, **options) if baseline else None
     except ValueError as error:
         raise SpecvizError(str(error)) from None

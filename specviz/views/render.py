@@ -263,9 +263,10 @@ def _tile(value: str, caption: str, *, kind: str) -> str:
 
 
 def outputs_text(run) -> str:
-    """' · identical outputs' once a finished greedy race wrote the same tokens both ways, the place
-    where they part if not; '' while that is not known (or for sampled runs)."""
-    if not (run.steps and run.done and run.settings.temperature == 0):
+    """' · identical outputs' once a finished race that must write the same tokens both ways (greedy,
+    or sampled with drafter-invariant sampling) did, the place where they part if not; '' while that is
+    not known (or for classic sampled runs)."""
+    if not (run.steps and run.done and run.settings.same_output):
         return ""
     if run.identical:
         return " \u00b7 identical outputs"
@@ -373,19 +374,22 @@ def stopped_html(summary: str) -> str:
 
 
 def comparison_note(spec_tokens: Sequence[int], plain_tokens: Sequence[int], spec_texts: Sequence[str],
-                    plain_texts: Sequence[str], dtype: str, greedy: bool, complete: bool) -> str | None:
-    """For greedy runs: whether both methods wrote the same tokens, and if not, where they part
-    (`*_texts`: each token's text as decoded in context, aligned with the tokens)."""
+                    plain_texts: Sequence[str], dtype: str, greedy: bool, complete: bool, *,
+                    invariant: bool = False) -> str | None:
+    """For greedy runs, and sampled ones with drafter-invariant sampling (`invariant`): whether both
+    methods wrote the same tokens, and if not, where they part (`*_texts`: each token's text as
+    decoded in context, aligned with the tokens)."""
     from ..metrics import first_divergence
 
-    if not greedy:
-        return ("Sampled run: the two outputs are independent draws from the same distribution, "
-                "so they are not expected to match.")
+    if not greedy and not invariant:
+        return ("Sampled run, classic sampling: the two outputs are draws from the same distribution, "
+                "so they are not expected to match (drafter-invariant sampling makes them match).")
     if not complete:
         return None
+    kind = "Greedy" if greedy else "Sampled with drafter-invariant sampling (one seed for both)"
     at = first_divergence(spec_tokens, plain_tokens)
     if at is None:
-        return f"Greedy: the speculative and plain outputs are identical ({len(spec_tokens)} tokens)."
+        return f"{kind}: the speculative and plain outputs are identical ({len(spec_tokens)} tokens)."
     shared = "".join(spec_texts[:at])[-60:]
     spec_next = spec_texts[at] if at < len(spec_texts) else "(end)"
     plain_next = plain_texts[at] if at < len(plain_texts) else "(end)"
@@ -395,7 +399,7 @@ def comparison_note(spec_tokens: Sequence[int], plain_tokens: Sequence[int], spe
            "are valid greedy decodings of the model. Use float32 for exact equality.") if reduced else (
            "Greedy decoding should agree exactly; numerical differences between one-token and "
            "multi-token forwards at a near-tie of the top two logits are the usual cause.")
-    return (f"Greedy: the outputs diverge at token {at} (after \u201c{shared}\u201d: speculative wrote "
+    return (f"{kind}: the outputs diverge at token {at} (after \u201c{shared}\u201d: speculative wrote "
             f"{spec_next!r}, plain wrote {plain_next!r}). {why}")
 
 

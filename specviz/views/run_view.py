@@ -35,8 +35,8 @@ def stopped_view() -> RunView:
 
 def describe(run: Run) -> str:
     s = run.settings
-    sampling = ("greedy" if s.temperature == 0 else
-                f"temperature {s.temperature:g}, top-p {s.top_p:g}, top-k {s.top_k}, seed {s.seed}")
+    sampling = ("greedy" if s.temperature == 0 else f"temperature {s.temperature:g}, top-p {s.top_p:g}, "
+                f"top-k {s.top_k}, seed {s.seed}, {s.sampling} sampling")
     k = f"k = {s.k}" + (" (dynamic)" if s.dynamic_k else "")
     return (f"{run.target_name} with {run.draft_name} \u00b7 {k} \u00b7 {sampling} \u00b7 {s.max_new_tokens} new "
             f"tokens \u00b7 {run.dtype} on {run.device} \u00b7 timed by {clock_text(run.clock)}")
@@ -70,7 +70,8 @@ class RunRenderer:
                 notes.append(f"Timing: {busy}.")
             if final:
                 note = render.comparison_note(run.tokens, run.baseline_tokens, run.emitted_texts(), run.step_texts,
-                                              run.dtype, run.settings.temperature == 0, run.done)
+                                              run.dtype, run.settings.temperature == 0, run.done,
+                                              invariant=run.settings.same_output)
                 if note:
                     notes.append(note)
             stats = render.summary_html(run, state=state, notes=notes)
