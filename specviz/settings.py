@@ -18,7 +18,7 @@ import math
 import re
 from dataclasses import dataclass, fields, replace
 
-from .core.sampling_rules import INVARIANT, SAMPLING_RULES
+from .core.sampling_rules import CLASSIC, INVARIANT, SAMPLING_RULES  # noqa: F401 - CLASSIC: for the layers above
 from .errors import SpecvizError
 
 DEFAULT_DRAFT = "ngram"

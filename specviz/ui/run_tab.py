@@ -15,14 +15,14 @@ import gradio as gr
 from ..catalog import load_examples
 from ..errors import SpecvizError
 from ..runs import Loader, load_stepwise, race, recording
-from ..settings import Limits, RunSettings, check_prompt, parse_draft, validate
+from ..settings import INVARIANT, Limits, RunSettings, check_prompt, parse_draft, validate
 from ..views import charts, render
 from ..views.run_view import RunRenderer, RunView, empty_view, stopped_view
 from .budget import check_pair_prompt
 from .common import (CHAT, CONCURRENCY_ID, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
                      PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK, animation_buttons, animation_file, SessionMemories,
                      StopSignal, Throttle, click_with_stop, draft_spec, error_html, failure, gpu_task, presets,
-                     recording_button, slider_max_new_tokens, streaming)
+                     recording_button, sampling_choice, slider_max_new_tokens, streaming)
 from .fields import NumberBox, NumberSlider
 
 # What the Run button's work yields, in the order of its outputs: the run's views (`RunView`'s
@@ -46,12 +46,13 @@ def page(view: RunView, record: object = NO_RECORDING) -> RunPage:
 
 
 def settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-                           max_new_tokens, seed, prompt_format, limits: Limits, branch=1, fixed_k=False) -> RunSettings:
+                           max_new_tokens, seed, prompt_format, limits: Limits, branch=1, fixed_k=False,
+                           sampling=INVARIANT) -> RunSettings:
     tree = drafter in (DRAFT_MODEL, EARLY_EXIT)     # the branch slider only shows for these
     return validate(RunSettings(target=target, draft=draft_spec(drafter, draft_model, exit_layer), k=k,
                                 fixed_k=fixed_k, dynamic_k=dynamic_k, temperature=temperature, top_p=top_p, top_k=top_k,
-                                max_new_tokens=max_new_tokens, seed=seed, chat=prompt_format != RAW,
-                                branch=branch if tree else 1), limits)
+                                max_new_tokens=max_new_tokens, seed=seed, sampling=sampling,
+                                chat=prompt_format != RAW, branch=branch if tree else 1), limits)
 
 
 def run_work(limits: Limits, loader: Loader | None = None, memories: SessionMemories | None = None):
@@ -60,14 +61,15 @@ def run_work(limits: Limits, loader: Loader | None = None, memories: SessionMemo
     memories = SessionMemories() if memories is None else memories
 
     def work(prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-             max_new_tokens, seed, prompt_format, branch=1, fixed_k=False, session: gr.Request | None = None,
+             max_new_tokens, seed, prompt_format, branch=1, fixed_k=False, sampling=INVARIANT,
+             session: gr.Request | None = None,
              stop: StopSignal | None = None) -> Iterator[RunPage | object]:
         stop = stop or StopSignal()
         run = renderer = None
         try:
             settings = settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature,
                                               top_p, top_k, max_new_tokens, seed, prompt_format, limits, branch,
-                                              fixed_k)
+                                              fixed_k, sampling)
             prompt = check_prompt(prompt, limits)
             if stop.requested:   # stopped while it waited for the queue
                 yield page(stopped_view())
@@ -246,6 +248,7 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: Ses
                     top_p = NumberSlider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
                     top_k = NumberSlider(0, 200, value=0, step=1, label="Top-k (0 = off)")
                     seed = NumberBox(0, precision=0, label="Seed")
+                    sampling = sampling_choice()
                 if limits.hosted:
                     gr.Markdown(f"Hosted demo: preset models only, at most {limits.max_new_tokens} new tokens.")
     with gr.Row(equal_height=False, elem_classes=["sv-actions"]):
@@ -295,7 +298,7 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: Ses
 
     handler = streaming(gpu_task(run_work(limits, loader, memories)))
     inputs = [prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-              max_new_tokens, seed, prompt_format, branch, fixed_k]
+              max_new_tokens, seed, prompt_format, branch, fixed_k, sampling]
     # Stop is a signal the work reads, not a cancel: see `StopSignal`. (A closed page still cancels.)
     run_event = click_with_stop(run, stop, handler, inputs, [*views, record], concurrency_limit=1,
                                 concurrency_id=CONCURRENCY_ID, show_progress="minimal", api_name="run")
