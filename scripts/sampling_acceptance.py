@@ -40,14 +40,16 @@ RULES = ("invariant", "classic")
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--draft", action="append", default=None, help="draft specs (default: the six above)")
+    parser.add_argument("--draft", action="append", default=None,
+                        help="a draft spec (repeatable; default: the six of DRAFTERS), or the label of one of them")
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--limit", type=int, default=None, help="the first N example prompts only")
     args = parser.parse_args()
-    drafters = DRAFTERS if not args.draft else [(d, d, 1) for d in args.draft]
+    known = {label: (label, draft, branch) for label, draft, branch in DRAFTERS}
+    drafters = DRAFTERS if not args.draft else [known.get(d, (d, d, 1)) for d in args.draft]
     examples = load_examples()[:args.limit]
     print(f"{host_description('cpu')}; built-in SmolLM2-135M-Instruct, float32; {len(examples)} example prompts, "
           f"temperature {args.temperature:g}, seed {args.seed}, k = {args.k} every cycle, "
@@ -85,13 +87,12 @@ def main() -> int:
             stats = summarize(pooled[rule])
             row += [stats.draft_acceptance_rate, stats.mean_acceptance_length]
         rows.append(row + [f"{same}/{len(examples)}"])
-        print(f"  {label}: done", flush=True)
-    print()
-    print("| drafter | acceptance rate, invariant | classic | mean acceptance length, invariant | classic | "
-          "invariant text == plain sampling's |")
-    print("|---|---|---|---|---|---|")
-    for label, rate_i, length_i, rate_c, length_c, same in rows:   # a tree's rate: accepted / nodes
-        print(f"| {label} | {rate_i:.1%} | {rate_c:.1%} | {length_i:.2f} | {length_c:.2f} | {same} |")
+        if len(rows) == 1:
+            print("| drafter | acceptance rate, invariant | classic | mean acceptance length, invariant | classic | "
+                  "invariant text == plain sampling's |\n|---|---|---|---|---|---|")
+        # Each drafter's row as soon as it is measured (a tree's rate: accepted / nodes).
+        _, rate_i, length_i, rate_c, length_c, same = rows[-1]
+        print(f"| {label} | {rate_i:.1%} | {rate_c:.1%} | {length_i:.2f} | {length_c:.2f} | {same} |", flush=True)
     return 0
 
 
