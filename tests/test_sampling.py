@@ -355,7 +355,8 @@ def plain_sampled(target, prompt, seed, n=24, **kw):
 
 
 def spec_sampled(target, drafter, prompt, seed, n=24, **kw):
-    return [t for c in speculative_decode(target, drafter, prompt, max_new_tokens=n, seed=seed, **kw) for t in c.emitted]
+    cycles = speculative_decode(target, drafter, prompt, max_new_tokens=n, seed=seed, **kw)
+    return [t for c in cycles for t in c.emitted]
 
 
 @pytest.mark.parametrize("name", ["ngram", "draft model", "early exit", "draft tree", "ngram tree", "suffix"])
@@ -365,7 +366,8 @@ def test_invariant_speculative_text_is_plain_sampling_text(invariant_models, nam
     target, smaller, prompt = invariant_models
     make = invariant_drafters(target, smaller)[name]
     accepted = 0
-    for seed, kw in [(0, dict(temperature=0.8)), (1, dict(temperature=1.0, top_k=20)), (2, dict(temperature=0.6, top_p=0.9))]:
+    settings = [dict(temperature=0.8), dict(temperature=1.0, top_k=20), dict(temperature=0.6, top_p=0.9)]
+    for seed, kw in enumerate(settings):
         plain = plain_sampled(target, prompt, seed, **kw)
         for k in (1, 3, 5):
             cycles = list(speculative_decode(target, make(), prompt, max_new_tokens=24, k=k, seed=seed, **kw))
@@ -406,7 +408,8 @@ def test_invariant_batch_rows_are_plain_sampling_rows(invariant_models):
     prompts = [prompt, torch.tensor([[3, 4, 3, 4, 3]]), torch.tensor([[11, 12, 13]])]
     plain = row_outputs(batched_autoregressive_decode(target, prompts, 16, temperature=0.8, seed=9))
     for draft in (PromptLookupDrafter(), smaller):
-        assert row_outputs(batched_speculative_decode(target, draft, prompts, 16, k=3, temperature=0.8, seed=9)) == plain
+        spec = batched_speculative_decode(target, draft, prompts, 16, k=3, temperature=0.8, seed=9)
+        assert row_outputs(spec) == plain
     assert plain[1] == plain_sampled(target, prompts[1], row_seed(9, 1), n=16, temperature=0.8)
 
 

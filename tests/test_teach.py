@@ -289,8 +289,8 @@ def test_stepping_test_by_test_walks_every_test_in_order_then_each_outcome(tiny,
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_a_cross_tokenizer_cycle_is_explained_step_by_step(tiny, temperature):
-    settings = RunSettings(sampling="classic", fixed_k=True, draft="other-tokenizer", k=4, max_new_tokens=24, chat=False,
-                           temperature=temperature, seed=1)
+    settings = RunSettings(sampling="classic", fixed_k=True, draft="other-tokenizer", k=4, max_new_tokens=24,
+                           chat=False, temperature=temperature, seed=1)
     result = execute(settings, PROMPT, tiny.loader(settings), warm_up=False)
     stepped = teach.teach_run(result, tiny.tokenizer, label="other-tokenizer k=4")
     if temperature:      # sampling drafts with token-level intersection: its own narrative
