@@ -61,9 +61,8 @@ def run_work(limits: Limits, loader: Loader | None = None, memories: SessionMemo
     memories = SessionMemories() if memories is None else memories
 
     def work(prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-             max_new_tokens, seed, prompt_format, branch=1, fixed_k=False, session: gr.Request | None = None,
-             sampling=INVARIANT,
-             stop: StopSignal | None = None) -> Iterator[RunPage | object]:
+             max_new_tokens, seed, prompt_format, branch=1, fixed_k=False, sampling=INVARIANT,
+             session: gr.Request | None = None, stop: StopSignal | None = None) -> Iterator[RunPage | object]:
         stop = stop or StopSignal()
         run = renderer = None
         try:
