@@ -18,6 +18,7 @@ import math
 import re
 from dataclasses import dataclass, fields, replace
 
+from .core.sampling_rules import CLASSIC, INVARIANT, SAMPLING_RULES  # noqa: F401 - CLASSIC: for the layers above
 from .errors import SpecvizError
 
 DEFAULT_DRAFT = "ngram"
@@ -122,6 +123,10 @@ class RunSettings:
     top_k: int = 0                  # 0: off
     top_p: float = 1.0
     seed: int | None = None
+    # Sampled runs (temperature > 0): "invariant", drafter-invariant sampling (the text is plain
+    # sampling's with this seed, whatever the drafter, k or policy), or "classic", Leviathan et al.'s
+    # rejection sampling (accepts more of a draft model's tokens; its text can follow the draft lengths).
+    sampling: str = INVARIANT
     max_new_tokens: int = 128
     chat: bool = True               # wrap the prompt in the chat template
     dtype: str = "auto"
@@ -133,6 +138,12 @@ class RunSettings:
     def cost_aware(self) -> bool:
         """Whether the cost-aware policy chooses each cycle's draft length."""
         return not self.fixed_k and not self.dynamic_k
+
+    @property
+    def same_output(self) -> bool:
+        """Whether speculative decoding must write exactly plain decoding's text with these settings
+        (the same seed): greedy, or sampled with drafter-invariant sampling."""
+        return self.temperature == 0 or self.sampling == INVARIANT
 
     def decoding(self) -> dict:
         """Keyword arguments shared by both decoding loops."""
@@ -231,6 +242,9 @@ def validate(settings: RunSettings, limits: Limits = LOCAL) -> RunSettings:
     if top_p == 0.0:
         raise SpecvizError("top-p must be above 0 (1 turns it off).")
     seed = None if settings.seed in (None, "") else whole_number("seed", settings.seed, 0, MAX_SEED)
+    sampling = settings.sampling.strip().lower() if isinstance(settings.sampling, str) else settings.sampling
+    if sampling not in SAMPLING_RULES:
+        raise SpecvizError(f"sampling must be {' or '.join(SAMPLING_RULES)}, got {settings.sampling!r}.")
     max_new_tokens = whole_number("max new tokens", settings.max_new_tokens, 1, limits.max_new_tokens)
     target = _model("target", settings.target)
     # The one parse of the draft spec (settings validated again keep theirs).
@@ -262,7 +276,7 @@ def validate(settings: RunSettings, limits: Limits = LOCAL) -> RunSettings:
                    branch=branch,
                    tree_budget=tree_budget,
                    max_k=max_k, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                   max_new_tokens=max_new_tokens, chat=flag(settings.chat),
+                   sampling=sampling, max_new_tokens=max_new_tokens, chat=flag(settings.chat),
                    dtype=settings.dtype.strip().lower(), device=settings.device.strip().lower())
 
 

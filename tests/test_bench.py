@@ -84,7 +84,7 @@ def test_tiny_bench_rows(draft, monkeypatch):
     prompts = load_bench_prompts(categories=["rewrite", "maths"], limit=1)
     k = bench.DEFAULT_K[setup.draft.kind]
     rows = bench.run_bench(setup, prompts)
-    assert calls == [{"baseline": True, "warm_up": False}] * 2   # one race per prompt
+    assert calls == [{"baseline": True, "warm_up": False, "seed": None}] * 2   # one race per prompt (greedy: no seed)
     assert [r["category"] for r in rows] == ["rewrite", "maths"]
     for row in rows:
         assert REQUIRED <= row.keys()

@@ -253,9 +253,11 @@ def test_compare_piped_to_a_file_keeps_every_figure_and_label_whole():
                             capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)     # pipes, not a terminal
     assert result.returncode == 0, result.stderr
     assert "\u2026" not in result.stdout
-    header = next(line for line in result.stdout.splitlines() if "configuration" in line)
-    assert all(name in header for name in TABLE_HEADERS)
-    rows = [line.split() for line in result.stdout.splitlines() if line.strip().startswith(("ngram k=4", "suffix"))]
+    lines = result.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if "configuration" in line)
+    assert all(name in lines[at] for name in TABLE_HEADERS)
+    table = lines[at + 1:next((i for i in range(at + 1, len(lines)) if not lines[i].strip()), len(lines))]
+    rows = [line.split() for line in table if line.strip().startswith(("ngram k=4", "suffix k=4"))]
     assert len(rows) == 2 and all(row[-1].replace(".", "").isdigit() for row in rows)     # tokens/s whole
 
 

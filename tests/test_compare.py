@@ -94,8 +94,8 @@ def test_table_has_a_row_per_configuration_and_per_baseline(comparison):
     assert rows[1][7:] == [f"{same.theory_at_pass_cost:.2f}{X}", f"{ideal:.2f}{X}", f"{s.tokens_per_second:.1f}"]
     assert rows[3][0] == "plain decoding (greedy)" and rows[3][5] == f"1.00{X}"
     assert rows[3][-1] == f"{same.plain.tokens_per_second:.1f}"
-    # Only the greedy configurations are checked against the plain output.
-    assert prose.identity_line(comparison) == "Greedy outputs: identical to plain decoding's (2 of 2)."
+    # Greedy configurations, and the sampled one (drafter-invariant sampling), are checked against the plain output.
+    assert prose.identity_line(comparison) == "Outputs: identical to plain decoding's (3 of 3)."
 
 
 def fake(speedup, per_pass, k, c, pass_ms=50):

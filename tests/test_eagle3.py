@@ -306,3 +306,22 @@ def test_the_verifier_is_where_the_target_loads_from_and_old_display_names_still
     with pytest.raises(SpecvizError, match=r"shipped for the built-in SmolLM2-135M-Instruct, and the target is "
                                            r"org/other.*train-draft --target org/other"):
         shipped_head_for("org/other")
+
+
+@pytest.mark.parametrize("draft_ids", [None, torch.arange(V)])
+def test_sampled_head_drafts_write_plain_sampling_text(target, draft_ids):
+    """Drafter-invariant sampling: a head (its own vocabulary a part of the target's, or all of it),
+    drafting chains and trees, writes exactly the text plain sampling writes with the seed."""
+    from specviz.core.plain import autoregressive_decode
+
+    prompt = torch.tensor([PROMPTS[2]])
+    chain = HeadDrafter(random_head(seed=3, draft_ids=draft_ids).bind(target))
+    accepted = 0
+    for seed in (0, 1):
+        plain = [s.token for s in autoregressive_decode(target, prompt, 20, temperature=0.9, seed=seed)]
+        for drafter in (chain, HeadTreeDrafter(chain, 2, 6)):
+            cycles = list(speculative_decode(target, drafter, prompt, max_new_tokens=20, k=3, temperature=0.9,
+                                             seed=seed))
+            assert [t for c in cycles for t in c.emitted] == plain
+            accepted += sum(c.num_accepted for c in cycles)
+    assert accepted > 0

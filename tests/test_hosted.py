@@ -106,9 +106,9 @@ def test_the_count_is_what_the_comparison_runs(tiny, monkeypatch):
     started = []
     real_race = prompt_sets_module.race
 
-    def counting_race(settings, prompt, pair, *, baseline=False, warm_up=True):
+    def counting_race(settings, prompt, pair, *, baseline=False, warm_up=True, seed=None):
         started.append((baseline, budget.prompt_tokens(pair.tokenizer, prompt, settings.chat)))
-        return real_race(settings, prompt, pair, baseline=baseline, warm_up=warm_up)
+        return real_race(settings, prompt, pair, baseline=baseline, warm_up=warm_up, seed=seed)
 
     monkeypatch.setattr(prompt_sets_module, "race", counting_race)
     for _ in iter_prompt_set(configs, prompts, repeats=2, loader=tiny.loader):

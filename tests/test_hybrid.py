@@ -120,8 +120,25 @@ def test_the_head_reads_the_target_every_pass_even_when_another_drafter_drafts(t
     assert "head" not in {c.drafter for c in cycles}
 
 
+@pytest.mark.parametrize("head_cost", [1e-4, 10.0], ids=["head-cheap", "head-dear"])
+def test_invariant_sampled_auto_writes_plain_samplings_text(target, head_cost):
+    # Drafter-invariant sampling: whichever drafter each cycle chose, the text is plain sampling's.
+    from specviz.core.plain import autoregressive_decode
+
+    chosen = set()
+    for seed in range(3):
+        policy = fixed_policy(head_cost, probe_after=1000, max_probe_after=1000)
+        cycles = list(speculative_decode(target, hybrid(target), PROMPT, max_new_tokens=30, k=4, temperature=0.8,
+                                         seed=seed, policy=policy))
+        chosen |= {c.drafter for c in cycles if c.drafted}
+        plain = [s.token for s in autoregressive_decode(target, PROMPT, 30, temperature=0.8, seed=seed)]
+        assert [t for c in cycles for t in c.emitted] == plain
+    assert chosen                                           # something drafted
+
+
 @pytest.mark.slow
-def test_sampling_with_auto_follows_the_target_distribution():
+@pytest.mark.parametrize("sampling", ["invariant", "classic"])
+def test_sampling_with_auto_follows_the_target_distribution(sampling):
     # A 3-layer target over 5 tokens, four new tokens: the hybrid copies and drafts with the head in turn
     # (the head drafts with its distribution, a copy one-hot), and the counts must follow the target.
     target = make_llama(3, layers=3, vocab=HEAD_VOCAB, hidden=32)
@@ -133,7 +150,7 @@ def test_sampling_with_auto_follows_the_target_distribution():
         policy = HybridPolicy(PassCosts({w: 1.0 + 0.01 * w for w in range(9)}, learn=False),
                               {"head": DraftCosts(0.01, learn=False)})
         cycles = list(speculative_decode(target, drafter, prompt, max_new_tokens=HEAD_LENGTH, k=2, temperature=1.0,
-                                         seed=seed, policy=policy))
+                                         seed=seed, policy=policy, sampling=sampling))
         chosen |= {c.drafter for c in cycles if c.drafted}
         out = [t for c in cycles for t in c.emitted]
         counts[int(np.ravel_multi_index(out, (HEAD_VOCAB,) * HEAD_LENGTH))] += 1

@@ -63,6 +63,16 @@ def test_a_recording_keeps_the_runs_note(tiny):
         rec.loads(rec.dumps(record), "noted.json")
 
 
+def test_a_recording_keeps_the_sampling_rule_and_an_older_one_reads_as_classic(tiny):
+    run = live_run(tiny, draft="small", temperature=0.8, seed=3)
+    record = rec.recording([run])
+    assert record["runs"][0]["settings"]["sampling"] == "invariant" and run.identical
+    assert rec.loads(rec.dumps(record)).runs[0].settings.sampling == "invariant"
+    del record["runs"][0]["settings"]["sampling"]        # made before drafter-invariant sampling
+    older = rec.loads(rec.dumps(record)).runs[0]
+    assert older.settings.sampling == "classic" and older.identical is not None
+
+
 def test_replay_follows_each_methods_clock(tiny):
     run = live_run(tiny)
     events = rec.timeline(run)

@@ -189,15 +189,17 @@ def test_parted_outputs_advise_float32_by_the_devices_dtype_policy():
 
 
 def test_comparison_note():
+    from specviz.views.run_view import comparison_note
+
     texts = lambda ids: [chr(97 + i) for i in ids]  # noqa: E731
-    assert "identical" in render.comparison_note([1, 2, 3], [1, 2, 3], texts([1, 2, 3]), texts([1, 2, 3]),
+    assert "identical" in comparison_note([1, 2, 3], [1, 2, 3], texts([1, 2, 3]), texts([1, 2, 3]),
                                                  "float32", True, True)
-    note = render.comparison_note([1, 2, 3], [1, 4, 3], texts([1, 2, 3]), texts([1, 4, 3]), "torch.bfloat16",
+    note = comparison_note([1, 2, 3], [1, 4, 3], texts([1, 2, 3]), texts([1, 4, 3]), "torch.bfloat16",
                                   True, True)
     assert "diverge at token 1" in note and "bfloat16" in note and "near" in note
     assert "after \u201cb\u201d" in note and "wrote 'c'" in note and "wrote 'e'" in note
-    assert render.comparison_note([1], [2], ["b"], ["c"], "float32", True, False) is None
-    assert "Sampled" in render.comparison_note([1], [2], ["b"], ["c"], "float32", False, True)
+    assert comparison_note([1], [2], ["b"], ["c"], "float32", True, False) is None
+    assert "Sampled" in comparison_note([1], [2], ["b"], ["c"], "float32", False, True)
 
 
 def test_error_box_is_escaped():

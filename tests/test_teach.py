@@ -17,7 +17,8 @@ from specviz.views import explain
 
 
 def run(tiny, draft, **options):
-    settings = RunSettings(draft=draft, max_new_tokens=40, **{"fixed_k": True, **options})
+    # The Teach tab's rule: rejection sampling, whose uniforms and residual it teaches.
+    settings = RunSettings(sampling="classic", draft=draft, max_new_tokens=40, **{"fixed_k": True, **options})
     return execute(settings, PROMPT, tiny.loader(settings))
 
 
@@ -148,7 +149,9 @@ def test_visible_whitespace():
 
 
 def test_formulas_are_filled_with_a_runs_numbers(tiny):
-    result = run(tiny, "small", k=4, temperature=1.0, seed=1)
+    # Seed 4 accepts 41% of the drafts: enough for the formulas to find a k that pays at this host's
+    # measured c (at 23%, seed 1 since position-keyed draws, a busy host's c of 0.35 left none).
+    result = run(tiny, "small", k=4, temperature=1.0, seed=4)
     stats = summarize(result.cycles)
     text = explain.formulas_markdown(stats, measured_speedup=1.234, label="small k=4", clock="thread CPU time")
     a, c = stats.alpha, stats.cost_ratio
@@ -191,7 +194,7 @@ def test_teach_tells_a_trees_verification_node_by_node(tiny, temperature):
     from specviz.runs import execute
     from specviz.settings import RunSettings
 
-    settings = RunSettings(target="tiny", draft="ngram-tree", k=4, max_new_tokens=64, chat=False,
+    settings = RunSettings(sampling="classic", target="tiny", draft="ngram-tree", k=4, max_new_tokens=64, chat=False,
                            temperature=temperature, seed=0, fixed_k=True)
     run = execute(settings, PROMPT, tiny.loader(settings))
     # some cycle goes deeper than one level (so the Markdown check below sees two depths)
@@ -214,7 +217,7 @@ def test_teach_tells_a_trees_verification_node_by_node(tiny, temperature):
 @pytest.mark.parametrize("draft, temperature",
                          [("ngram-tree", 0.0), ("ngram-tree", 0.9), ("small", 0.9), ("small", 0.0)])
 def test_stepping_test_by_test_walks_every_test_in_order_then_each_outcome(tiny, draft, temperature):
-    settings = RunSettings(target="tiny", draft=draft, k=4, max_new_tokens=32, chat=False,
+    settings = RunSettings(sampling="classic", target="tiny", draft=draft, k=4, max_new_tokens=32, chat=False,
                            temperature=temperature, seed=2, fixed_k=True)
     result = execute(settings, PROMPT, tiny.loader(settings))
     stepped = teach.teach_run(result, tiny.tokenizer, label=draft)
@@ -287,8 +290,8 @@ def test_stepping_test_by_test_walks_every_test_in_order_then_each_outcome(tiny,
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_a_cross_tokenizer_cycle_is_explained_step_by_step(tiny, temperature):
-    settings = RunSettings(fixed_k=True, draft="other-tokenizer", k=4, max_new_tokens=24, chat=False,
-                           temperature=temperature, seed=1)
+    settings = RunSettings(sampling="classic", fixed_k=True, draft="other-tokenizer", k=4, max_new_tokens=24,
+                           chat=False, temperature=temperature, seed=1)
     result = execute(settings, PROMPT, tiny.loader(settings), warm_up=False)
     stepped = teach.teach_run(result, tiny.tokenizer, label="other-tokenizer k=4")
     if temperature:      # sampling drafts with token-level intersection: its own narrative

@@ -28,9 +28,9 @@ HOSTED = hosted(PRESETS)
 
 def inputs(prompt=PROMPT, target="tiny", drafter=PROMPT_LOOKUP, draft_model="", exit_layer=1, k=4,
            dynamic_k=False, temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=24, seed=0, prompt_format=RAW,
-           branch=1, fixed_k=True):
+           branch=1, fixed_k=True, sampling="invariant"):
     return [prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-            max_new_tokens, seed, prompt_format, branch, fixed_k]
+            max_new_tokens, seed, prompt_format, branch, fixed_k, sampling]
 
 
 def views_of(tiny, limits=LOCAL, **settings):
@@ -100,7 +100,7 @@ def test_sampled_run_with_early_exit_and_dynamic_k(tiny):
 
     final = views_of(tiny, drafter=EARLY_EXIT, exit_layer=1, temperature=1.0, top_p=0.9, top_k=50, seed=3,
                      dynamic_k=True, k=3, max_new_tokens=64)[-1]
-    assert "Sampled run" in final.stats and "speedup" in final.stats.lower()
+    assert "Sampled" in final.stats and "speedup" in final.stats.lower()
     run = recording.load(final.record["value"]).runs[0]
     assert run.settings.dynamic_k and run.settings.max_k == 6
     ks = [cycle.k for cycle in run.cycles]

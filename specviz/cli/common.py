@@ -23,7 +23,7 @@ from ..files import is_stream, read_limited, write_atomic
 from ..models.head_files import default_k
 from ..models.sources import DEFAULT_TARGET
 from ..runs import recording
-from ..settings import LOCAL, RunSettings, validate
+from ..settings import LOCAL, SAMPLING_RULES, RunSettings, validate
 
 TARGET_HELP = "hub id, local folder or .gguf file (default: the built-in SmolLM2-135M-Instruct)"
 DRAFT_HELP = ("draft model (hub id, folder, .gguf), 'ngram' (prompt lookup), 'ngram-tree' (prompt lookup as a token "
@@ -67,12 +67,21 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", default=0)
     parser.add_argument("--top-p", default=1.0)
     parser.add_argument("--seed", default=None)
+    add_sampling_argument(parser)
     parser.add_argument("--max-new-tokens", default=128)
     parser.add_argument("--branch", default=None,
                         help="with a draft model, self:L or a head: draft a token tree, expanding the BRANCH most "
                              "probable nodes per depth into their BRANCH most probable children (EAGLE-2's tree)")
     parser.add_argument("--tree-budget", default=None,
                         help="with --branch: nodes the target verifies per pass (default 16)")
+
+
+def add_sampling_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sampling", default=None, choices=SAMPLING_RULES,
+                        help="with --temperature > 0: 'invariant' (the default: drafter-invariant sampling, the "
+                             "text is plain sampling's with the seed, whatever the drafter, k or policy) or "
+                             "'classic' (Leviathan et al.'s rejection sampling: accepts more of a draft model's "
+                             "tokens, but its text can follow the draft lengths)")
 
 
 def add_prompt_arguments(parser: argparse.ArgumentParser) -> None:
@@ -102,7 +111,7 @@ def load(settings: RunSettings, progress=None):
 def settings_from(args: argparse.Namespace, **overrides) -> RunSettings:
     """The validated `RunSettings` the flags describe (flags a subcommand lacks keep their defaults)."""
     names = ("target", "draft", "k", "fixed_k", "dynamic_k", "max_k", "temperature", "top_k", "top_p", "seed",
-             "max_new_tokens", "dtype", "device", "branch", "tree_budget")
+             "sampling", "max_new_tokens", "dtype", "device", "branch", "tree_budget")
     values = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
     values.update(chat=not args.raw, **overrides)
     settings = validate(RunSettings(**values), LOCAL)

@@ -15,7 +15,8 @@ from ..models.sources import TINY_TARGET
 from ..runs.load_result import DEFAULT_BATCHES, DEFAULT_KS, LoadResult
 from ..settings import whole_numbers
 from ..views.load_view import outputs_note
-from .common import (DRAFT_HELP, TARGET_HELP, add_model_arguments, check_output_file, load, make_console, print_table,
+from .common import (DRAFT_HELP, TARGET_HELP, add_model_arguments, add_sampling_argument, check_output_file, load,
+                     make_console, print_table,
                      progress_printer, read_prompts, rich_table, settings_from)
 from .engine import SERVING, add_engine_arguments, check_engine_flags, load_main
 
@@ -40,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", default=1.0)
     parser.add_argument("--seed", default=None,
                         help="row r of a batch draws from its own generator, seeded from (seed, r)")
+    add_sampling_argument(parser)
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the sweep as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     add_engine_arguments(parser)

@@ -1,7 +1,8 @@
 """`python -m specviz run`: one prompt decoded speculatively, printed with every cycle's verdicts
 (coloured on a terminal, marked in plain text), then the summary lines of `views.prose`;
 `--baseline` also runs plain decoding, interleaved, and reports the measured speedup and, for greedy
-runs, whether the outputs are identical. `--plain` prints only the generated text on stdout."""
+runs and sampled ones with drafter-invariant sampling (one seed for both), whether the outputs are
+identical. `--plain` prints only the generated text on stdout."""
 
 from __future__ import annotations
 

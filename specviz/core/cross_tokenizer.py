@@ -35,7 +35,7 @@ from .drafters import Draft, Drafter
 from .ragged_cache import new_cache
 from .retokenize import (DECODE_WINDOW, OutputText, SharedTokens, TextEncoding, draft_prompt, ends_inside_a_character,
                          in_target_vocabulary, intersect, shared_tokens, target_candidates, text_after)
-from .sampling import Sampler, to_host
+from .sampling import DRAFT, Sampler, to_host
 
 OWN_PROMPTS_KEPT = 8    # prompts remembered in the draft's own chat template (a prompt set's turns)
 
@@ -150,8 +150,11 @@ class CrossTokenizerDrafter(Drafter):
         logits = self._sync(context)
         before = context[-DECODE_WINDOW:]      # all that text_after reads of the context
         drafted, candidates = [], []
-        for _ in range(self.draft_tokens_per_candidate * (k + 1)):
-            token = int(logits.argmax(dim=-1)) if sampler.greedy else int(sampler.sample(sampler.probs(logits)))
+        for step in range(self.draft_tokens_per_candidate * (k + 1)):
+            # Sampled: the draft's own noise, keyed by where it drafts (its text re-tokenizes, so no
+            # target position is its own): a seeded run repeats.
+            token = int(logits.argmax(dim=-1)) if sampler.greedy else int(
+                sampler.race(sampler.probs(logits), [f"{clean}+{step}"], DRAFT))
             complete = token in self.draft_eos
             if not complete:
                 drafted.append(token)
@@ -204,11 +207,15 @@ class CrossTokenizerDrafter(Drafter):
         context = self.draft_prompt + self.output_in_draft_tokens(self.output_text(ids, self.prompt_length))
         logits = self._sync(context)
         drafted, candidates, rows, masses = [], [], [], []
-        for _ in range(k):
+        for step in range(k):
             restricted, mass = intersect(sampler.probs(logits)[0], shared)
             if mass == 0:          # the draft puts nothing on a token the target can read: stop here
                 break
-            pick = sampler.sample(restricted[None])
+            # Each candidate is one target token at position len(ids) + step: drawn with the noise
+            # of that position, over the shared tokens (core.sampling; the target's own under
+            # invariant sampling).
+            noise = sampler.noise(len(ids) + step, self.target_vocab_size, restricted.device, sampler.draft_stream)
+            pick = (restricted / noise[shared.target_ids]).argmax()[None]
             (draft_id,), (target_id,) = to_host(shared.draft_ids[pick], shared.target_ids[pick])
             drafted.append(int(draft_id))
             candidates.append(int(target_id))

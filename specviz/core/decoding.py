@@ -4,11 +4,13 @@ request is a batch of one: both run the same cycle (`_chain_pass`) and the same 
 nothing about tokenization or display.
 
 Each request is decoded exactly as it would be decoded alone: the same drafting, the same
-verification rule, the same EOS handling, and its own `Sampler` (its own torch.Generator; in a batch
-seeded from (seed, place) by `row_seed`), drawn from in the same order. So a request's output never
-depends on the others: greedy, it equals that prompt decoded alone (in fp32); sampled with seed s, it
-equals the prompt decoded alone with seed `row_seed(s, place)`. Requests accept their own number of
-tokens; one that ends (EOS, or its max_new_tokens) leaves the batch and costs nothing after.
+verification rule, the same EOS handling, and its own `Sampler` (its own seed; in a batch `row_seed(seed,
+place)`), whose draws are keyed by position (core.sampling). So a request's output never depends on
+the others: greedy, it equals that prompt decoded alone (in fp32); sampled with seed s, it equals the
+prompt decoded alone with seed `row_seed(s, place)`. With drafter-invariant sampling (the default)
+a sampled output equals plain decoding's with that seed (core.plain), whatever the drafter and k.
+Requests accept their own number of tokens; one that ends (EOS, or its max_new_tokens) leaves the
+batch and costs nothing after.
 
 What only a single request does (its batch-1 extensions, here and nowhere else): token trees
 (EAGLE-2 trees, n-gram trees, suffix decoding: `_tree_pass`) and drafters that keep state for one
@@ -37,7 +39,7 @@ from .drafters import Draft, Drafter, DraftModelDrafter
 from .events import BONUS, RESAMPLED, BatchCycle, Cycle
 from .ragged_cache import RaggedCache, hidden_features, hidden_request
 from .request import Request, check_settings, eos_ids, make_samplers, prompt_lists, single_prompt
-from .sampling import draw_uniforms, to_host, verify_chains
+from .sampling import INVARIANT, position_draws, to_host, verify_chains
 from .timing import Clock, timed_events
 
 
@@ -81,7 +83,7 @@ def speculative_decode(target: PreTrainedModel, draft: PreTrainedModel | Drafter
                        max_new_tokens: int = 64, k: int = 4, temperature: float = 0.0, top_k: int = 0,
                        top_p: float = 1.0, seed: int | None = None, *, dynamic_k: bool = False,
                        max_k: int | None = None, eos_token_id: int | Iterable[int] | None = None,
-                       policy: CostAwarePolicy | None = None) -> Iterator[Cycle]:
+                       policy: CostAwarePolicy | None = None, sampling: str = INVARIANT) -> Iterator[Cycle]:
     """Speculative decoding of `target` with `draft` (a causal LM sharing the target's vocabulary,
     the target itself, or a `Drafter`). Yields one `Cycle` per target pass; the concatenated
     `emitted` tokens are the output. Greedy (temperature 0) output equals `target.generate`'s;
@@ -90,14 +92,16 @@ def speculative_decode(target: PreTrainedModel, draft: PreTrainedModel | Drafter
     dynamic_k: grow k by 2 after a fully accepted cycle and shrink it by 1 after a rejection
     (transformers' heuristic), within [1, max_k] (default 2k). policy: a `CostAwarePolicy` chooses
     each cycle's draft length, from 0 (a plain step) to k, by its expected gain (core.draft_policy);
-    None drafts k every cycle (the classic algorithm)."""
+    None drafts k every cycle (the classic algorithm). sampling: INVARIANT (drafter-invariant: the
+    text is plain sampling's with the same seed, whatever the drafter, k or policy) or CLASSIC
+    (Leviathan et al.'s rejection sampling); core.sampling explains both."""
     prompts = single_prompt(input_ids)
     check_settings(target, max_new_tokens, temperature, top_k, top_p)
     max_k = _k_options(k, dynamic_k, max_k)
     if policy is not None and dynamic_k:
         raise ValueError("dynamic k and the cost-aware policy both choose the draft length: pick one")
     drafter = as_drafter(draft, target)
-    samplers = make_samplers(1, temperature, top_k, top_p, seed, target.device, single=True)
+    samplers = make_samplers(1, temperature, top_k, top_p, seed, target.device, single=True, rule=sampling)
     requests = [Request(0, prompts[0], samplers[0], max_new_tokens, k)]
     options = LoopOptions(max_k=max_k, dynamic_k=dynamic_k, eos=frozenset(eos_ids(target, eos_token_id)),
                           policy=policy)
@@ -107,8 +111,8 @@ def speculative_decode(target: PreTrainedModel, draft: PreTrainedModel | Drafter
 def batched_speculative_decode(target: PreTrainedModel, draft, prompts: Sequence[torch.Tensor | Sequence[int]],
                                max_new_tokens: int = 64, k: int = 4, temperature: float = 0.0, top_k: int = 0,
                                top_p: float = 1.0, seed: int | None = None, *, dynamic_k: bool = False,
-                               max_k: int | None = None,
-                               eos_token_id: int | Iterable[int] | None = None) -> Iterator[BatchCycle]:
+                               max_k: int | None = None, eos_token_id: int | Iterable[int] | None = None,
+                               sampling: str = INVARIANT) -> Iterator[BatchCycle]:
     """Speculative decoding of every prompt (token ids, any lengths) together; `draft` is a causal LM
     with the target's vocabulary, a `DraftModelDrafter` (early exit included), a
     `PromptLookupDrafter`, or any drafter for a single prompt. Yields one `BatchCycle` per target
@@ -120,7 +124,8 @@ def batched_speculative_decode(target: PreTrainedModel, draft, prompts: Sequence
     if len(lists) > 1 and not drafter.batchable:
         raise ValueError(f"batched decoding drafts with a draft model, early exit or prompt lookup, not "
                          f"{type(drafter).__name__} (trees and suffix decoding run one request at a time)")
-    samplers = make_samplers(len(lists), temperature, top_k, top_p, seed, target.device, single=False)
+    samplers = make_samplers(len(lists), temperature, top_k, top_p, seed, target.device, single=False,
+                             rule=sampling)
     requests = [Request(row, ids, sampler, max_new_tokens, k)
                 for row, (ids, sampler) in enumerate(zip(lists, samplers))]
     options = LoopOptions(max_k=max_k, dynamic_k=dynamic_k, eos=frozenset(eos_ids(target, eos_token_id)))
@@ -170,7 +175,8 @@ def _cycles(target, drafter: Drafter, requests: list[Request], options: LoopOpti
             regathered |= drafter.leave(staying)
             verify_seconds += left - start
             draft_seconds += clock() - left
-        cycles = [Cycle(index=index, k=request.k, greedy=request.sampler.greedy, draft_seconds=draft_seconds,
+        cycles = [Cycle(index=index, k=request.k, greedy=request.sampler.greedy, invariant=request.sampler.invariant,
+                        draft_seconds=draft_seconds,
                         verify_seconds=verify_seconds, **planned_fields(plans.get(request.index)), **fields)
                   for request, fields in zip(live, passed.cycles)]
         if policy is not None:
@@ -275,9 +281,11 @@ def _chain_pass(target, cache: RaggedCache, drafter: Drafter, live: list[Request
 
     # Accept a prefix of each draft, then add the target's own token (correction or bonus), all
     # requests at once (one copy to the host).
+    # Sampled: the draws of each request's positions (drafted token i of request r sits at len(r.tokens) + i).
     samplers = [r.sampler for r in live]
-    uniforms = None if samplers[0].greedy else draw_uniforms(samplers, lengths, width, device)
-    verdicts = verify_chains(logits, tokens, lengths, draft_probs, samplers, uniforms)
+    uniforms, noise = (None, None) if samplers[0].greedy else position_draws(
+        samplers, [len(r.tokens) for r in live], lengths, width, logits.shape[-1], device)
+    verdicts = verify_chains(logits, tokens, lengths, draft_probs, samplers, uniforms, noise)
 
     cycles, keep = [], []
     for request, draft, verdict in zip(live, drafts, verdicts):
@@ -359,7 +367,8 @@ def _tree_pass(target, cache: RaggedCache, drafter: Drafter, request: Request, d
         verdict = trees.verify_tree_greedy(logits, node_ids, parents, draft_probs)
     else:
         verdict = trees.verify_tree_sampled(sampler.probs(logits), draft_probs, node_ids, parents,
-                                            sampler.uniform(len(parents), device), sampler.generator)
+                                            *trees.tree_draws(sampler, parents, length, logits.shape[-1], device),
+                                            invariant=sampler.invariant)
     path = verdict.path
     at_leaf = not tree_shape.children(parents)[path[-1] + 1 if path else 0]
     emitted, correction, kind, correction_prob = end_of_cycle([drafted[i] for i in path], at_leaf, verdict.correction,

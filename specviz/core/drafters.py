@@ -16,7 +16,7 @@ from transformers import PreTrainedModel
 
 from .ragged_cache import RaggedCache
 from .request import Request
-from .sampling import Sampler, sample_from
+from .sampling import Sampler
 
 
 @dataclass(frozen=True)
@@ -162,9 +162,10 @@ class DraftModelDrafter(Drafter):
                 rows.append(step_logits)
             else:
                 probs = sampler.probs(step_logits)
-                # Each request draws from its own generator, and only within its budget: it draws
-                # exactly what it would draw alone (a row past its budget is fed, never drawn for).
-                token = torch.cat([sample_from(probs[row:row + 1], r.sampler.generator) if step < r.budget
+                # Each request draws with its own noise of the position drafted (core.sampling: the
+                # target's own under invariant sampling), and only within its budget: it draws exactly
+                # what it would draw alone (a row past its budget is fed, never drawn for).
+                token = torch.cat([r.sampler.draft(probs[row:row + 1], [len(r.tokens) + step]) if step < r.budget
                                    else probs[row:row + 1].argmax(dim=-1) for row, r in enumerate(requests)])
                 rows.append(probs)
             tokens.append(token)

@@ -42,7 +42,11 @@ class Cycle:
     greedy: bool                    # greedy verification (argmax match) instead of sampling
     draft_seconds: float            # drafting time, device-synchronised
     verify_seconds: float           # target pass plus acceptance, device-synchronised
-    target_top: list[int] = field(default_factory=list)  # greedy only: target argmax at each verified position
+    # Greedy and invariant sampling: the target's own token at each verified position.
+    target_top: list[int] = field(default_factory=list)
+    # Drafter-invariant sampling (core.sampling): a drafted token was accepted iff it equals the target's
+    # own token there (`target_top`: its race's winner under the position's noise); no uniforms, no residual.
+    invariant: bool = False
     # A token tree (core.trees): `drafted` holds its nodes, `parents` each node's parent (-1: a
     # child of the last token), `path` the accepted nodes from the root. None for a chain.
     parents: list[int] | None = None

@@ -13,10 +13,10 @@ over after each verification (`Drafter.observe`, the layers named by `Drafter.hi
 first cycle has none yet (the prompt has not been through the target), so it drafts nothing.
 
 Exactness: a sampled draft token is drawn from the head's warped distribution over the draft
-vocabulary, scattered into the target's vocabulary (zero elsewhere); that is the distribution it was
-drawn from, so the verification's rejection sampling stays exact. Trees: depth by depth the most
-probable nodes grow their most probable children, one head forward per depth under a tree mask;
-verified as one-hot candidates, so exact too."""
+vocabulary, scattered into the target's vocabulary (zero elsewhere), with the noise of its
+position (core.sampling); that is the distribution it was drawn from, so verification stays exact.
+Trees: depth by depth the most probable nodes grow their most probable children, one head forward
+per depth under a tree mask; verified as one-hot candidates, so exact too."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from . import trees
 from .drafters import Draft, Drafter, no_draft
 from .eagle3 import Eagle3Head
 from .request import Request
-from .sampling import Sampler, sample_from
+from .sampling import Sampler
 
 
 # ----------------------------------------------------------------------------- the drafter
@@ -133,13 +133,14 @@ class HeadDrafter(Drafter):
         for step in range(k):
             logits = head.logits(feature[0, 0]).float()                  # (draft_vocab,)
             if sampler.greedy:
-                choice = logits.argmax()
+                token = head.vocab[logits.argmax()]
                 rows.append(logits)
             else:
                 probs = sampler.probs(logits[None])[0]
-                choice = sample_from(probs[None], sampler.generator)[0]
+                # Drawn in the target's vocabulary, with the noise of the position drafted (core.sampling).
+                full = torch.zeros(1, self._target_vocab, device=device).index_copy_(1, head.vocab, probs[None])
+                token = sampler.draft(full, [len(tokens) + step])[0]
                 rows.append(probs)
-            token = head.vocab[choice]
             drafted.append(token)
             if step + 1 < k:
                 # The next step reads the head's own predicted feature (no target feature exists yet).

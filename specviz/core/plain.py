@@ -1,7 +1,9 @@
 """Plain autoregressive decoding, one target forward per token, for one request or a batch of
 requests of different lengths (a single request is a batch of one: the same step). The baseline every
 speedup is measured against; each request's tokens are drawn with the same rules as speculative
-decoding's (core.decoding), from its own generator."""
+decoding's (core.decoding): sampled, the token at position t is the exponential race under the
+request's noise of position t (`Sampler.noise`), so speculative decoding with drafter-invariant
+sampling writes exactly this text with the same seed."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from transformers import PreTrainedModel
 from .events import BatchStep, Step
 from .ragged_cache import RaggedCache
 from .request import Request, check_settings, eos_ids, make_samplers, prompt_lists, single_prompt
-from .sampling import sample_from, to_host
+from .sampling import to_host
 from .timing import Clock, timed_events
 
 
@@ -62,7 +64,8 @@ def _steps(target, requests: list[Request], eos: frozenset[int]) -> Iterator[Bat
             prob = (scores.gather(1, token[:, None])[:, 0] - torch.logsumexp(scores, dim=-1)).exp()
         else:
             probs = live[0].sampler.probs(logits[:, -1])
-            token = torch.cat([sample_from(probs[row:row + 1], r.sampler.generator)
+            # Request r's token at position t: the race under its noise of t (core.sampling).
+            token = torch.cat([r.sampler.race(probs[row:row + 1], [len(r.tokens) + index])
                                for row, r in enumerate(live)])
             prob = probs.gather(1, token[:, None])[:, 0]
         token_ids, probs = to_host(token, prob)    # one device sync

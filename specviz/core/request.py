@@ -12,7 +12,7 @@ import torch
 from transformers import PreTrainedModel
 
 from .ragged_cache import check_rollback
-from .sampling import Sampler, validate_sampling
+from .sampling import INVARIANT, Sampler, validate_sampling
 
 
 @dataclass
@@ -73,7 +73,7 @@ def check_settings(target: PreTrainedModel, max_new_tokens: int, temperature: fl
 
 
 def make_samplers(count: int, temperature: float, top_k: int, top_p: float, seed: int | None, device,
-              single: bool) -> list[Sampler]:
+                  single: bool, rule: str = INVARIANT) -> list[Sampler]:
     # A single request is seeded with `seed` itself; a batch's requests with `row_seed(seed, place)`.
-    return [Sampler(temperature, top_k, top_p, seed if single else row_seed(seed, row), device)
+    return [Sampler(temperature, top_k, top_p, seed if single else row_seed(seed, row), device, rule)
             for row in range(count)]

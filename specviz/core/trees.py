@@ -9,7 +9,9 @@ children; row 1 + i predicts node i's children.
 Verification walks down from the root:
 - greedy: follow the child that equals the target's argmax, as far as it goes; the target's argmax
   where no child matches is the correction (a bonus after an accepted leaf);
-- sampling (SpecInfer's multi-candidate rule; with one child per node it is Leviathan et al.'s):
+- drafter-invariant sampling (core.sampling): as greedy, the target's token at each row being its
+  race under the noise of that row's position (prefix length + depth), not its argmax;
+- classic sampling (SpecInfer's multi-candidate rule; with one child per node it is Leviathan et al.'s):
   try a node's children in order against the current target distribution p. A child x whose
   draft distribution is q is accepted with probability min(1, p(x) / q(x)); after a rejection p
   becomes the normalised residual max(0, p - q). A one-hot candidate (q = 1 on x) is accepted with
@@ -34,7 +36,7 @@ import torch
 from .events import ACCEPTED, NOT_REACHED, REJECTED
 from .ragged_cache import attention_masks, sliding_window
 from .tree_shape import children, depths
-from .sampling import draw, greedy_reads, residual, to_host
+from .sampling import Sampler, draw, greedy_reads, residual, to_host
 
 
 def reindex(parents: list[int], kept: list[int]) -> list[int]:
@@ -144,37 +146,73 @@ def _parent_rows(parents: list[int], device: torch.device) -> torch.Tensor:
     return torch.tensor([p + 1 for p in parents], dtype=torch.long, device=device)
 
 
-def verify_tree_greedy(target_logits: torch.Tensor, tokens: torch.Tensor, parents: list[int],
-                       draft_probs: torch.Tensor | None = None) -> TreeVerification:
-    """target_logits: (n + 1, V) for [root] + nodes. Follows the argmax down the tree."""
-    tops, top_probs, ids, target_p, draft_p = greedy_reads(target_logits, _parent_rows(parents, tokens.device),
-                                                           tokens, draft_probs)
-    kids = children(parents)
+def _walk(kids: list[list[int]], ids: list[int], tops: list[int]) -> tuple[list[int], list[int], list[int], int]:
+    """Down the tree along the child equal to the target's token at each row: (path, rejected
+    children, the target's token at each row visited, the row where it stopped)."""
     path, rejected, visited, row = [], [], [], 0
     while True:
         visited.append(tops[row])
         match = next((c for c in kids[row] if ids[c] == tops[row]), None)
         rejected += [c for c in kids[row] if c != match]
         if match is None:
-            break
+            return path, rejected, visited, row
         path.append(match)
         row = match + 1
+
+
+def verify_tree_greedy(target_logits: torch.Tensor, tokens: torch.Tensor, parents: list[int],
+                       draft_probs: torch.Tensor | None = None) -> TreeVerification:
+    """target_logits: (n + 1, V) for [root] + nodes. Follows the argmax down the tree."""
+    tops, top_probs, ids, target_p, draft_p = greedy_reads(target_logits, _parent_rows(parents, tokens.device),
+                                                           tokens, draft_probs)
+    path, rejected, visited, row = _walk(children(parents), ids, tops)
     return TreeVerification(path=path, correction=tops[row], correction_prob=top_probs[row],
                             node_verdicts=_verdicts(len(parents), path, rejected), target_probs=target_p,
                             draft_probs=draft_p, target_top=visited)
 
 
+def tree_draws(sampler: Sampler, parents: list[int], start: int, vocab: int,
+               device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """A sampled tree's draws, keyed by position (a node at depth d sits at `start` + d - 1): (the
+    classic test's uniform of each node (n,), and the token noise of each row (n + 1, V), row 0 the
+    root's position `start`). Siblings share a position but not a uniform (each is its own test);
+    the first child's is the chain's there, so a chain given as a tree draws exactly as the chain."""
+    depth = depths(parents)
+    order = [0] * len(parents)
+    for siblings in children(parents):
+        for j, node in enumerate(siblings):
+            order[node] = j
+    positions = [start + d - 1 for d in depth]
+    uniforms = torch.tensor(sampler.uniforms([p if j == 0 else f"{p}/{j}" for p, j in zip(positions, order)]),
+                            device=device)
+    by_depth = sampler.noise_rows(range(start, start + max(depth, default=0) + 1), vocab, device)
+    return uniforms, by_depth[torch.tensor([0] + depth, device=device)]
+
+
 def verify_tree_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, tokens: torch.Tensor,
-                        parents: list[int], uniforms: torch.Tensor, generator: torch.Generator) -> TreeVerification:
+                        parents: list[int], uniforms: torch.Tensor, draws: torch.Generator | torch.Tensor, *,
+                        invariant: bool = False) -> TreeVerification:
     """target_probs: (n + 1, V) warped target distributions for [root] + nodes; draft_probs: (n, V)
     the distribution each node was drawn from, or None when every node is a one-hot candidate;
     uniforms: (n,) U[0, 1) draws, node i's test consulting uniforms[i] (each node is tried at most
-    once, so every test has a draw of its own)."""
+    once, so every test has a draw of its own); draws: the token noise of each row (n + 1, V)
+    (`tree_draws`), or a generator to draw the correction from (classic only). `invariant`: follow
+    the target's race under that noise instead (uniforms unused)."""
     n = len(parents)
     kids = children(parents)
     nodes = torch.arange(n, device=tokens.device)
     target_p = target_probs[_parent_rows(parents, tokens.device), tokens]
     draft_p = torch.ones_like(target_p) if draft_probs is None else draft_probs[nodes, tokens]
+
+    if invariant:
+        # The target's token at each row: its race under the noise of the row's position.
+        top = (target_probs / draws).argmax(dim=-1)
+        tops, top_p = to_host(top, target_probs.gather(1, top[:, None])[:, 0])
+        ids, target_list, draft_list = to_host(tokens, target_p, draft_p)
+        path, rejected, visited, row = _walk(kids, [int(i) for i in ids], [int(t) for t in tops])
+        return TreeVerification(path=path, correction=int(tops[row]), correction_prob=top_p[row],
+                                node_verdicts=_verdicts(n, path, rejected), target_probs=target_list,
+                                draft_probs=draft_list, target_top=visited)
 
     def leftovers(row: int, siblings: list[int]):
         # What is left of a row's target distribution after siblings[0], then siblings[1], ... were rejected.
@@ -191,24 +229,30 @@ def verify_tree_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor | 
         for node, left in zip(siblings[1:], leftovers(row, siblings)):   # (list first: no wasted step)
             left_p[node:node + 1] = left.index_select(0, tokens[node:node + 1])
     # Accept x with probability min(1, p(x) / q(x)), p being what is left of the target: one copy.
-    accepts, draws, target_list, draft_list = to_host(uniforms * draft_p < left_p, uniforms, target_p, draft_p)
+    accepts, uniform_list, target_list, draft_list = to_host(uniforms * draft_p < left_p, uniforms, target_p, draft_p)
 
     path, rejected, consulted, row = [], [], [], 0
     while True:
         taken = next((c for c in kids[row] if accepts[c]), None)
         tried = kids[row] if taken is None else kids[row][:kids[row].index(taken) + 1]
-        consulted += [draws[c] for c in tried]
+        consulted += [uniform_list[c] for c in tried]
         rejected += [c for c in tried if c != taken]
         if taken is None:
             break
         path.append(taken)
         row = taken + 1
     # No child of `row` accepted: the correction comes from what its children left (a leaf: the
-    # target's own distribution, a bonus token).
+    # target's own distribution, a bonus token), by the race under the row's noise.
     left = None
     for left in leftovers(row, kids[row]):  # noqa: B007 - drained: ends on what every child of `row` left
         pass
-    correction, correction_prob = draw(target_probs[row] if left is None else left, generator)
+    dist = target_probs[row] if left is None else left
+    if isinstance(draws, torch.Generator):
+        correction, correction_prob = draw(dist, draws)
+    else:
+        token = (dist / draws[row]).argmax()[None]
+        (correction,), (correction_prob,) = to_host(token, dist[token])
+        correction = int(correction)
     return TreeVerification(path=path, correction=correction, correction_prob=correction_prob,
                             node_verdicts=_verdicts(n, path, rejected), target_probs=target_list,
                             draft_probs=draft_list, uniforms=consulted, residual=left)

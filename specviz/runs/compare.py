@@ -52,7 +52,7 @@ def iter_comparison(configs: Sequence[RunSettings], prompt: str, *, loader: Load
         # Each configuration starts with no memory of earlier requests: a suffix drafter must not
         # draft this prompt's answer from another configuration's run of it.
         pair = replace(pair, draft=pair.draft.without_memory())
-        for run in race(settings, prompt, pair, baseline=shared is None):
+        for run in race(settings, prompt, pair, baseline=shared is None, seed=shared and shared.settings.seed):
             comparison.current = run
             yield comparison
         if shared is None:

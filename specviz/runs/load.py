@@ -148,7 +148,7 @@ def sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair
                 spec_runs: list[list[BatchCycle]] = []
                 for repeat in range(repeats):
                     spec = (batched_speculative_decode(pair.target, pair.draft, ids, settings.max_new_tokens, k=k,
-                                                       **options) if k else None)
+                                                       sampling=settings.sampling, **options) if k else None)
                     plain = batched_autoregressive_decode(pair.target, ids, settings.max_new_tokens, **options)
                     cycles, steps = [], []
                     for event in interleave(spec or plain, plain if spec else None):
@@ -158,7 +158,7 @@ def sweep(settings: RunSettings, prompts: Sequence[BenchPrompt], pair: ModelPair
                     plain_runs.append(steps)
                 if k:
                     point = spec_point(batch, k, spec_runs, plain_runs[-repeats:], chosen, calibration,
-                                       greedy=settings.temperature == 0.0, decode=decode)
+                                       greedy=settings.same_output, decode=decode)
                     result.points.append(point)
                     yield LoadProgress(batch=batch, k=k, repeat=repeats - 1, event=None, point=point, result=result)
             if 0 in ks:

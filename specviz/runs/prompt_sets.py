@@ -63,7 +63,7 @@ def iter_prompt_set(configs: Sequence[RunSettings], prompts: Sequence[BenchPromp
                         yield comparison
                 # The first run of each configuration also warms up the shapes it will use.
                 for run in race(settings_here, prompt.prompt, pair, baseline=shared is None,
-                                warm_up=warm_up and c not in first_seen):
+                                warm_up=warm_up and c not in first_seen, seed=shared and shared.settings.seed):
                     comparison.current = run
                     yield comparison
                 first_seen.add(c)

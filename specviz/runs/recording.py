@@ -186,10 +186,11 @@ def _run_from(record) -> tuple[Run, str]:
                if key not in record]
     if missing:
         raise KeyError(", ".join(missing))
-    # Recordings made before the cost-aware policy drafted k every cycle: they say fixed_k by its absence.
+    # Recordings made before the cost-aware policy drafted k every cycle: they say fixed_k by its absence;
+    # those made before drafter-invariant sampling sampled the classic way: they say so by its absence.
     recorded = record["settings"]
-    settings = validate(_strict(_SETTINGS, {"fixed_k": True, **recorded} if isinstance(recorded, dict) else recorded),
-                        LOCAL)
+    settings = validate(_strict(_SETTINGS, {"fixed_k": True, "sampling": "classic", **recorded}
+                                if isinstance(recorded, dict) else recorded), LOCAL)
     if len(fields_["prompt"]) > LOCAL.max_prompt_chars:
         raise ValueError(f"its prompt is longer than {LOCAL.max_prompt_chars:,} characters")
     if len(fields_.get("note", "")) > MAX_NOTE_CHARS:

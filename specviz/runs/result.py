@@ -132,7 +132,7 @@ class Run:
     def _measure(self) -> None:
         key = (len(self.cycles), len(self.steps))
         if self._speed[0] != key:
-            work = equal_work(self.cycles, self.steps, greedy=self.settings.temperature == 0)
+            work = equal_work(self.cycles, self.steps, greedy=self.settings.same_output)
             self._speed = (key, work, measure_speed(work.cycles, work.steps))
 
     @property
@@ -162,6 +162,7 @@ class Run:
                    "device": self.device, "clock": self.clock,
                    "draft_policy": ("dynamic k" if self.settings.dynamic_k else "fixed k" if self.settings.fixed_k
                                     else "cost-aware"),
+                   "sampling": "greedy" if self.settings.temperature == 0 else self.settings.sampling,
                    "timing": timing(self.clock, speedup=DECODE_ONLY, tokens_per_second=WITH_PREFILL,
                                     baseline_tokens_per_second=WITH_PREFILL, **SECONDS_BASES),
                    **self.stats.to_dict()}

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import collections
 import functools
+import secrets
 import statistics
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from typing import TypeVar
 
 import torch
@@ -189,14 +191,20 @@ def new_policy(drafter: Drafter) -> CostAwarePolicy:
 
 
 def race(settings: RunSettings, prompt: str, pair: ModelPair, *, baseline: bool = False,
-         warm_up: bool = True, progress: Progress | None = None) -> Iterator[Run]:
+         warm_up: bool = True, progress: Progress | None = None, seed: int | None = None) -> Iterator[Run]:
     """Decode `prompt` (speculatively, and plainly too with `baseline`), yielding the run after each
     event. `settings` must have passed `settings.validate`; errors a user can cause raise SpecvizError.
-    The cost-aware policy's first run of a target (or of a drafter on it) calibrates first: the run is
-    yielded once with its `status` saying so, and `progress` (if given) hears it too.
+    A sampled run without a seed samples with `seed` (a comparison's runs share their baseline's), or a
+    fresh one, and its settings record it. The cost-aware policy's first run of a target (or of a
+    drafter on it) calibrates first: the run is yielded once with its `status` saying so, and
+    `progress` (if given) hears it too.
     On a CPU it runs on one torch thread, timed by its CPU time, unless this process chose otherwise
     (`models.devices.use_threads`: more threads are timed by the wall clock); torch's threads are as
     it found them again when it ends or is closed."""
+    if settings.seed is None and settings.temperature > 0:
+        # Both methods sample with one seed: with drafter-invariant sampling they then write the same
+        # text, as greedy runs do.
+        settings = replace(settings, seed=secrets.randbits(31) if seed is None else seed)
     with threads_for_run(pair.device):
         yield from _race(settings, prompt, pair, baseline, warm_up, progress)
 
@@ -212,7 +220,8 @@ def _race(settings: RunSettings, prompt: str, pair: ModelPair, baseline: bool, w
     try:
         # Both loops check their arguments when called, before any work.
         cycles = speculative_decode(pair.target, drafter, input_ids, settings.max_new_tokens, k=settings.k,
-                                    dynamic_k=settings.dynamic_k, max_k=settings.max_k, policy=policy, **options)
+                                    dynamic_k=settings.dynamic_k, max_k=settings.max_k, policy=policy,
+                                    sampling=settings.sampling, **options)
         steps = autoregressive_decode(pair.target, input_ids, settings.max_new_tokens, **options) if baseline else None
     except ValueError as error:
         raise SpecvizError(str(error)) from None

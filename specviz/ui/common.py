@@ -34,7 +34,7 @@ from ..errors import SpecvizError, expected, user_message
 from ..files import write_atomic
 from ..runs import Loader, recording
 from ..runs.run import load
-from ..settings import LOCAL, Limits, hosted, whole_number
+from ..settings import INVARIANT, LOCAL, SAMPLING_RULES, Limits, hosted, whole_number
 from ..views import render
 from .spaces import GPU
 
@@ -377,3 +377,10 @@ def error_html(message: str, **wording) -> str:
     """A failure in the page (and a toast); `wording`: `render.error_html`'s heading and advice."""
     gr.Warning(message)
     return render.error_html(message, **wording)
+
+
+def sampling_choice() -> gr.Radio:
+    """The sampling algorithm of a sampled run (the Run and Compare tabs; temperature 0 ignores it)."""
+    return gr.Radio(list(SAMPLING_RULES), value=INVARIANT, label="Sampling (temperature > 0)", elem_id="sampling",
+                    info="invariant: the text is plain sampling's with this seed, whatever the drafter, k or policy; "
+                         "classic: rejection sampling, accepts more of a draft model's tokens")

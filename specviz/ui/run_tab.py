@@ -16,13 +16,13 @@ from ..catalog import load_examples
 from ..errors import SpecvizError
 from ..runs import Loader, recording
 from ..runs.shared_race import FAILED, FINISHED, REPLAY, SharedRaces
-from ..settings import Limits, RunSettings, check_prompt, parse_draft, validate
+from ..settings import INVARIANT, Limits, RunSettings, check_prompt, parse_draft, validate
 from ..views import charts, render
 from ..views.run_view import RunView, empty_view, stopped_view
 from .common import (AUTO, CHAT, CUSTOM, DRAFT_MODEL, DRAFTERS, EARLY_EXIT, PROMPT_LOOKUP,
                      PROMPT_LOOKUP_TREE, RAW, SUFFIX, TICK, animation_buttons, animation_file,
                      SessionMemories, StopSignal, click_with_stop, draft_spec, error_html, failure, presets,
-                     recording_button, slider_max_new_tokens, streaming)
+                     recording_button, sampling_choice, slider_max_new_tokens, streaming)
 from .fields import NumberBox, NumberSlider
 from .playback import play
 from .shared_run import (live_views, measured_label, race_slots, race_stream, race_ticket, summary_json,
@@ -52,12 +52,13 @@ def page(view: RunView, record: object = NO_RECORDING, summary: dict | None = No
 
 
 def settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-                           max_new_tokens, seed, prompt_format, limits: Limits, branch=1, fixed_k=False) -> RunSettings:
+                           max_new_tokens, seed, prompt_format, limits: Limits, branch=1, fixed_k=False,
+                           sampling=INVARIANT) -> RunSettings:
     tree = drafter in (DRAFT_MODEL, EARLY_EXIT)     # the branch slider only shows for these
     return validate(RunSettings(target=target, draft=draft_spec(drafter, draft_model, exit_layer), k=k,
                                 fixed_k=fixed_k, dynamic_k=dynamic_k, temperature=temperature, top_p=top_p, top_k=top_k,
-                                max_new_tokens=max_new_tokens, seed=seed, chat=prompt_format != RAW,
-                                branch=branch if tree else 1), limits)
+                                max_new_tokens=max_new_tokens, seed=seed, sampling=sampling,
+                                chat=prompt_format != RAW, branch=branch if tree else 1), limits)
 
 
 def run_work(limits: Limits, loader: Loader | None = None, memories: SessionMemories | None = None,
@@ -71,14 +72,14 @@ def run_work(limits: Limits, loader: Loader | None = None, memories: SessionMemo
     stream = race_stream(limits, loader, memories)
 
     def work(prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-             max_new_tokens, seed, prompt_format, branch=1, fixed_k=False, fresh=False,
+             max_new_tokens, seed, prompt_format, branch=1, fixed_k=False, sampling=INVARIANT, fresh=False,
              session: gr.Request | None = None, stop: StopSignal | None = None) -> Iterator[RunPage | object]:
         stop = stop or StopSignal()
         ticket = None
         try:
             settings = settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature,
                                               top_p, top_k, max_new_tokens, seed, prompt_format, limits, branch,
-                                              fixed_k)
+                                              fixed_k, sampling)
             prompt = check_prompt(prompt, limits)
             if stop.requested:   # stopped while it waited for the queue
                 yield page(stopped_view())
@@ -290,6 +291,7 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: Ses
                     top_p = NumberSlider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
                     top_k = NumberSlider(0, 200, value=0, step=1, label="Top-k (0 = off)")
                     seed = NumberBox(0, precision=0, label="Seed")
+                    sampling = sampling_choice()
                 if limits.hosted:
                     gr.Markdown(f"Hosted demo: preset models only, at most {limits.max_new_tokens} new tokens.")
     with gr.Row(equal_height=False, elem_classes=["sv-actions"]):
@@ -344,7 +346,7 @@ def build_run_tab(*, limits: Limits, loader: Loader | None = None, memories: Ses
 
     handler = streaming(run_work(limits, loader, memories, races))
     inputs = [prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-              max_new_tokens, seed, prompt_format, branch, fixed_k, fresh]
+              max_new_tokens, seed, prompt_format, branch, fixed_k, sampling, fresh]
     # Stop is a signal the work reads, not a cancel: see `StopSignal`. (A closed page still cancels.)
     # Every visitor's work starts at once (their place in line is the first thing it shows); the races
     # themselves wait for one of `races`' slots (`runs.shared_race`).

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import gradio as gr
 
 from ..runs import Loader, config_label, load_stepwise, race
-from ..settings import Limits, RunSettings, check_prompt, validate
+from ..settings import CLASSIC, Limits, RunSettings, check_prompt, validate
 from ..views import explain, prose, render, teach
 from ..views.export import finite_json
 from .budget import check_pair_prompt
@@ -58,9 +58,10 @@ def teach_work(limits: Limits, loader: Loader | None = None):
         skip = gr.skip()
         try:
             # The classic algorithm, k drafted every cycle: the tab steps through each cycle's tests (the
-            # cost-aware policy's plain steps would have none; the Run tab shows the policy).
+            # cost-aware policy's plain steps would have none; the Run tab shows the policy), sampled by
+            # rejection sampling, whose uniforms and residual it teaches.
             settings = validate(RunSettings(draft=draft_spec(drafter, draft_model, exit_layer), k=k, fixed_k=True,
-                                            temperature=temperature, seed=seed,
+                                            temperature=temperature, seed=seed, sampling=CLASSIC,
                                             max_new_tokens=max_new_tokens, chat=prompt_format != RAW), limits)
             prompt = check_prompt(prompt, limits)
             stopped = TeachView(None, 0, None, "", "", "", None, None, STOPPED, skip, skip)   # no earlier run's cycles

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 # text, the end of its text the alignment cut, and the shared vocabulary's share per draft token.
 CYCLE_FIELDS = ["config", "cycle", "k", "drafted", "drafted_text", "num_accepted", "verdicts", "draft_probs",
                 "target_probs", "uniforms", "target_top", "correction", "correction_text", "correction_kind",
-                "correction_prob", "emitted", "residual_top", "greedy", "draft_seconds", "verify_seconds",
+                "correction_prob", "emitted", "residual_top", "greedy", "invariant", "draft_seconds", "verify_seconds",
                 "draft_pieces", "cut_text", "shared_mass"]
 # The CSV keeps the scalar fields and flattens the lists into plain text: ids, probabilities and
 # verdicts space-separated, token texts concatenated (the JSONL has every list as a list).

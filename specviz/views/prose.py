@@ -227,11 +227,12 @@ def summary_lines(run: Run) -> list[str]:
         lines.append(f"  compared: {compared_text(run)}")
     for name, value, _note in theory_lines(run):   # the notes are the run view's; the summary is name: value
         lines.append(f"{name.lower()}: {value}")
-    if run.steps and run.settings.temperature == 0 and run.done:
+    if run.steps and run.settings.same_output and run.done:
+        kind = "greedy" if run.settings.temperature == 0 else "sampled (invariant)"
         if run.identical:
-            lines.append("greedy outputs identical: yes")
+            lines.append(f"{kind} outputs identical: yes")
         else:
-            lines.append(f"greedy outputs identical: no, they diverge at token {run.divergence} (reduced precision "
+            lines.append(f"{kind} outputs identical: no, they diverge at token {run.divergence} (reduced precision "
                          f"such as bf16 can flip near-tied logits; {float32_advice(run.device).lower()})")
     if run.elapsed_wall_seconds is not None:
         lines.append(f"race: {elapsed_text(run.elapsed_wall_seconds)}")
@@ -355,14 +356,16 @@ def table_rows(comparison: Comparison) -> list[list[str]]:
 
 
 def identity_line(comparison: Comparison) -> str:
-    """Whether the greedy configurations wrote exactly the plain greedy output ("" if none is greedy)."""
-    greedy = [(label, r) for label, r in comparison.pairs() if r.settings.temperature == 0 and r.steps]
+    """Whether the configurations that must write plain decoding's output (greedy, or sampled with
+    drafter-invariant sampling) wrote exactly it ("" if none must)."""
+    greedy = [(label, r) for label, r in comparison.pairs() if r.settings.same_output and r.steps]
     if not greedy:
         return ""
+    kind = "Greedy outputs" if all(r.settings.temperature == 0 for _, r in greedy) else "Outputs"
     differ = [f"{label} from token {r.divergence}" for label, r in greedy if not r.identical]
     if not differ:
-        return f"Greedy outputs: identical to plain decoding's ({len(greedy)} of {len(greedy)})."
-    return ("Greedy outputs: " + "; ".join(differ) + " differs from plain decoding's (reduced precision such as "
+        return f"{kind}: identical to plain decoding's ({len(greedy)} of {len(greedy)})."
+    return (f"{kind}: " + "; ".join(differ) + " differs from plain decoding's (reduced precision such as "
             "bfloat16 can flip near-tied logits; float32 gives exact equality).")
 
 

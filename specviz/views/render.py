@@ -274,9 +274,10 @@ def _tile(value: str, caption: str, *, kind: str) -> str:
 
 
 def outputs_text(run) -> str:
-    """' · identical outputs' once a finished greedy race wrote the same tokens both ways, the place
-    where they part if not; '' while that is not known (or for sampled runs)."""
-    if not (run.steps and run.done and run.settings.temperature == 0):
+    """' · identical outputs' once a finished race that must write the same tokens both ways (greedy,
+    or sampled with drafter-invariant sampling) did, the place where they part if not; '' while that is
+    not known (or for classic sampled runs)."""
+    if not (run.steps and run.done and run.settings.same_output):
         return ""
     if run.identical:
         return " \u00b7 identical outputs"
@@ -382,33 +383,6 @@ def stopped_html(summary: str) -> str:
     """A summary (`summary_html` or `idle_html`) under the banner that says the run was stopped."""
     return ('<div class="sv-stopped" role="status"><b>Stopped.</b> The numbers below cover the run up to '
             'the stop.</div>' + summary)
-
-
-def comparison_note(spec_tokens: Sequence[int], plain_tokens: Sequence[int], spec_texts: Sequence[str],
-                    plain_texts: Sequence[str], dtype: str, greedy: bool, complete: bool) -> str | None:
-    """For greedy runs: whether both methods wrote the same tokens, and if not, where they part
-    (`*_texts`: each token's text as decoded in context, aligned with the tokens)."""
-    from ..metrics import first_divergence
-
-    if not greedy:
-        return ("Sampled run: the two outputs are independent draws from the same distribution, "
-                "so they are not expected to match.")
-    if not complete:
-        return None
-    at = first_divergence(spec_tokens, plain_tokens)
-    if at is None:
-        return f"Greedy: the speculative and plain outputs are identical ({len(spec_tokens)} tokens)."
-    shared = "".join(spec_texts[:at])[-60:]
-    spec_next = spec_texts[at] if at < len(spec_texts) else "(end)"
-    plain_next = plain_texts[at] if at < len(plain_texts) else "(end)"
-    reduced = dtype in ("bfloat16", "float16", "torch.bfloat16", "torch.float16")
-    why = (f"In {dtype.replace('torch.', '')}, a forward over several tokens and a one-token step can "
-           "round differently, and where the top two logits nearly tie the argmax flips: both outputs "
-           "are valid greedy decodings of the model. Use float32 for exact equality.") if reduced else (
-           "Greedy decoding should agree exactly; numerical differences between one-token and "
-           "multi-token forwards at a near-tie of the top two logits are the usual cause.")
-    return (f"Greedy: the outputs diverge at token {at} (after \u201c{shared}\u201d: speculative wrote "
-            f"{spec_next!r}, plain wrote {plain_next!r}). {why}")
 
 
 def summary_loading_html(target: str | None, draft: str, progress: str = "") -> str:

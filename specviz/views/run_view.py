@@ -4,6 +4,7 @@ the live run showed."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from ..clocks import clock_text
@@ -35,8 +36,8 @@ def stopped_view() -> RunView:
 
 def describe(run: Run) -> str:
     s = run.settings
-    sampling = ("greedy" if s.temperature == 0 else
-                f"temperature {s.temperature:g}, top-p {s.top_p:g}, top-k {s.top_k}, seed {s.seed}")
+    sampling = ("greedy" if s.temperature == 0 else f"temperature {s.temperature:g}, top-p {s.top_p:g}, "
+                f"top-k {s.top_k}, seed {s.seed}, {s.sampling} sampling")
     k = f"k = {s.k}" + (" (dynamic)" if s.dynamic_k else "")
     return (f"{run.target_name} with {run.draft_name} \u00b7 {k} \u00b7 {sampling} \u00b7 {s.max_new_tokens} new "
             f"tokens \u00b7 {run.dtype} on {run.device} \u00b7 timed by {clock_text(run.clock)}")
@@ -70,8 +71,9 @@ class RunRenderer:
             if busy:
                 notes.append(f"Timing: {busy}.")
             if final:
-                note = render.comparison_note(run.tokens, run.baseline_tokens, run.emitted_texts(), run.step_texts,
-                                              run.dtype, run.settings.temperature == 0, run.done)
+                note = comparison_note(run.tokens, run.baseline_tokens, run.emitted_texts(), run.step_texts,
+                                              run.dtype, run.settings.temperature == 0, run.done,
+                                              invariant=run.settings.same_output)
                 if note:
                     notes.append(note)
             stats = render.summary_html(run, state=state, notes=notes)
@@ -81,3 +83,33 @@ class RunRenderer:
         """The run as it stood when a Stop ended it, under the banner that says so."""
         view = self.view(run, "", final=True)
         return view._replace(stats=render.stopped_html(view.stats))
+
+
+def comparison_note(spec_tokens: Sequence[int], plain_tokens: Sequence[int], spec_texts: Sequence[str],
+                    plain_texts: Sequence[str], dtype: str, greedy: bool, complete: bool, *,
+                    invariant: bool = False) -> str | None:
+    """For greedy runs, and sampled ones with drafter-invariant sampling (`invariant`): whether both
+    methods wrote the same tokens, and if not, where they part (`*_texts`: each token's text as
+    decoded in context, aligned with the tokens)."""
+    from ..metrics import first_divergence
+
+    if not greedy and not invariant:
+        return ("Sampled run, classic sampling: the two outputs are draws from the same distribution, "
+                "so they are not expected to match (drafter-invariant sampling makes them match).")
+    if not complete:
+        return None
+    kind = "Greedy" if greedy else "Sampled with drafter-invariant sampling (one seed for both)"
+    at = first_divergence(spec_tokens, plain_tokens)
+    if at is None:
+        return f"{kind}: the speculative and plain outputs are identical ({len(spec_tokens)} tokens)."
+    shared = "".join(spec_texts[:at])[-60:]
+    spec_next = spec_texts[at] if at < len(spec_texts) else "(end)"
+    plain_next = plain_texts[at] if at < len(plain_texts) else "(end)"
+    reduced = dtype in ("bfloat16", "float16", "torch.bfloat16", "torch.float16")
+    why = (f"In {dtype.replace('torch.', '')}, a forward over several tokens and a one-token step can "
+           "round differently, and where the top two logits nearly tie the argmax flips: both outputs "
+           "are valid greedy decodings of the model. Use float32 for exact equality.") if reduced else (
+           "Greedy decoding should agree exactly; numerical differences between one-token and "
+           "multi-token forwards at a near-tie of the top two logits are the usual cause.")
+    return (f"{kind}: the outputs diverge at token {at} (after \u201c{shared}\u201d: speculative wrote "
+            f"{spec_next!r}, plain wrote {plain_next!r}). {why}")
