@@ -29,6 +29,9 @@ body.sv-large #prompt textarea { max-height: 3.4em !important; }
 .sv-band, .sv-actions { align-items: flex-start; }
 .sv-actions { gap: 8px; }
 .sv-actions button { min-height: 42px; }
+/* "Measure again" as tall as the buttons beside it, not a box of its own (it wrapped to a taller row) */
+#fresh { align-self: center; padding: 0 6px !important; min-height: 0 !important; line-height: 1.15; }
+#fresh label { margin: 0 !important; padding: 0 !important; }
 .sv-race { gap: 8px; margin-top: -6px; }
 .sv-race > * { min-width: 0; display: flex; flex-direction: column; }
 /* the two panels as tall as each other (Gradio's wrappers of gr.HTML: .html-container, then .prose) */
@@ -38,7 +41,9 @@ body.sv-large #prompt textarea { max-height: 3.4em !important; }
 .sv-race .sv-legend { font-size: 0.8em; margin: 0 0 4px; }
 .sv-race .sv-panel { padding: 6px 10px; box-sizing: border-box; }
 .sv-race .sv-panel-head { margin-bottom: 2px; }
-body.sv-large .sv-race .sv-text { height: 4.8em !important; }
+body.sv-large .sv-race .sv-text { height: 3.9em !important; }
+/* on a projector the legend keeps the verdicts (two lines): the cycle mark is seen in the text itself */
+body.sv-large .sv-race .sv-legend-item:has(.sv-cycle-sample) { display: none !important; }
 body.sv-large .sv-tile { padding: 0 8px !important; }
 body.sv-large .sv-tile-value { font-size: 1.4em !important; }
 body.sv-large .sv-tile-speedup .sv-tile-value { font-size: 1.8em !important; }
