@@ -30,13 +30,12 @@ TABLES = {"cheap": {0: 1.0, 1: 1.02, 4: 1.05, 8: 1.1, 16: 1.15, 32: 1.2},
           "fp32 cpu": {0: 1.0, 1: 1.6, 2: 1.7, 4: 1.75, 8: 1.9, 16: 2.2, 32: 3.0},
           "dear": {0: 1.0, 1: 3.0, 32: 4.0}}
 # The sampling algorithms verification offers; each test below runs under every one.
-SAMPLING_ALGORITHMS = ["classic"]
+SAMPLING_ALGORITHMS = ["classic", "invariant"]
 
 
 def sampling_options(algorithm: str) -> dict:
-    """speculative_decode's arguments for `algorithm` (the classic one is its default)."""
-    assert algorithm == "classic", algorithm
-    return {}
+    """speculative_decode's arguments for `algorithm`."""
+    return {"sampling": algorithm}
 
 
 def recording(drafter) -> dict:
@@ -72,10 +71,9 @@ def check_cycles(cycles, proposed: dict, prompt_length: int, n: int) -> list[tup
     return seen
 
 
-@pytest.mark.parametrize("sampling", SAMPLING_ALGORITHMS)
 @pytest.mark.parametrize("drafter", sorted(DRAFTERS))
 @pytest.mark.parametrize("vocab, seed", [(6, 0), (8, 1), (12, 2)])
-def test_greedy_tree_drafters_under_the_policy_equal_generate(drafter, vocab, seed, sampling):
+def test_greedy_tree_drafters_under_the_policy_equal_generate(drafter, vocab, seed):
     target = make_llama(seed, layers=2, vocab=vocab, hidden=32)
     expected = reference(target, PROMPT, n=N)
     plans = []
@@ -83,7 +81,7 @@ def test_greedy_tree_drafters_under_the_policy_equal_generate(drafter, vocab, se
         draft = DRAFTERS[drafter]()
         proposed = recording(draft)
         policy = CostAwarePolicy(PassCosts(table, learn=False))
-        cycles = list(speculative_decode(target, draft, PROMPT, N, k=K, policy=policy, **sampling_options(sampling)))
+        cycles = list(speculative_decode(target, draft, PROMPT, N, k=K, policy=policy))
         assert [t for c in cycles for t in c.emitted] == expected, table
         plans += check_cycles(cycles, proposed, PROMPT.shape[1], N)
     # Over the tables the policy paused, drafted whole trees, and cut trees at more than one depth.

@@ -41,7 +41,7 @@ body.sv-large #prompt textarea { max-height: 3.4em !important; }
 .sv-race .sv-legend { font-size: 0.8em; margin: 0 0 4px; }
 .sv-race .sv-panel { padding: 6px 10px; box-sizing: border-box; }
 .sv-race .sv-panel-head { margin-bottom: 2px; }
-body.sv-large .sv-race .sv-text { height: 3.9em !important; }
+body.sv-large .sv-race .sv-text { height: 3.5em !important; }
 /* on a projector the legend keeps the verdicts (two lines): the cycle mark is seen in the text itself */
 body.sv-large .sv-race .sv-legend-item:has(.sv-cycle-sample) { display: none !important; }
 body.sv-large .sv-tile { padding: 0 8px !important; }
