@@ -206,8 +206,13 @@ def test_cli_json_has_per_drafter_counts_and_each_cycles_drafter(tmp_path, capsy
     assert sum(d["num_draft_tokens"] for d in drafters.values()) == summary["drafted"]
     assert {c["drafter"] for c in cycles if c["drafted"]} == set(drafters)
     printed = capsys.readouterr()
-    assert "drafted by: c: copy" in printed.out + printed.err             # the terminal's letters
-    assert "drafters: copy (ngram)" in printed.out + printed.err          # and the summary's counts
+    # Whether copy drafts follows this machine's measured pass costs on the tiny target (a busy host can
+    # make every draft look dear): what it printed must say what the JSON says.
+    if "ngram" in drafters:
+        assert "drafted by: c: copy" in printed.out + printed.err         # the terminal's letters
+        assert "drafters: copy (ngram)" in printed.out + printed.err      # and the summary's counts
+    else:
+        assert "drafters: copy" not in printed.out + printed.err
 
 
 def test_the_token_view_marks_each_drafted_token_with_its_drafter(tiny):

@@ -133,8 +133,7 @@ def point_salt(engine: Engine, config: EngineConfig, batch: int) -> str | None:
     """The prefix-cache namespace of one point on vLLM (None elsewhere). vLLM caches prompt blocks
     by default: without its own namespace a point's requests would reuse the blocks of the warm-up's
     and the earlier points' identical prompts and skip their prefill, which a server just started (as
-    `vllm bench serve` is usually run on) pays. On short prompts with long copies, where prefill is a
-    large share of a request, the sweep would time less work than such a server does."""
+    `vllm bench serve` is usually run on) pays (docs/vllm.md, short edit prompts)."""
     if engine.name != "vllm":
         return None
     return f"specviz-{uuid.uuid4().hex[:12]}-k{config.k}-b{batch}"
