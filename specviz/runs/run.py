@@ -143,18 +143,36 @@ def _warm_up(settings: RunSettings, pair: ModelPair, drafter: Drafter, input_ids
 
 # What a target pass costs on this machine, per model (its device and dtype) and torch thread count,
 # and what each drafter spends drafting for it: measured before the first cost-aware run that needs
-# them (`cost_tables`), then refreshed by every run's own cycles. A drafter's drafting cost is its own:
+# them (`pass_costs`, `drafting_costs`), then refreshed by every run's own cycles. A drafter's drafting cost is its own:
 # one drafter's measurement never prices another's drafts.
 _PASS_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _DRAFT_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 CALIBRATION_DRAFT = 2       # tokens a drafter drafts per cycle while its drafting is timed
 
 
+def _pass_table(pair: ModelPair) -> PassCosts:
+    return _PASS_COSTS.setdefault(pair.target, {}).setdefault(torch.get_num_threads(), PassCosts())
+
+
+def _draft_table(pair: ModelPair, draft_name: str) -> DraftCosts:
+    return _DRAFT_COSTS.setdefault(pair.target, {}).setdefault((torch.get_num_threads(), draft_name), DraftCosts())
+
+
+def untimed_widths(pair: ModelPair, max_length: int) -> list[int]:
+    """The pass widths up to `max_length` that `pass_costs` would time now."""
+    costs = _pass_table(pair)
+    return [w for w in calibration_widths(max_length) if w not in costs.seconds]
+
+
+def drafting_untimed(pair: ModelPair, drafter: Drafter, draft_name: str) -> bool:
+    """Whether `drafting_costs` would time this drafter's drafting now."""
+    return not drafter.free_to_propose and not _draft_table(pair, draft_name).known
+
+
 def pass_costs(pair: ModelPair, input_ids: torch.Tensor, max_length: int) -> tuple[PassCosts, list[int]]:
     """The pass costs kept for the pair's target, with every width up to `max_length` timed (the
     widths not yet timed are timed now, after the prompt), and the widths timed now."""
-    costs = _PASS_COSTS.setdefault(pair.target, {}).setdefault(torch.get_num_threads(), PassCosts())
-    missing = [w for w in calibration_widths(max_length) if w not in costs.seconds]
+    costs, missing = _pass_table(pair), untimed_widths(pair, max_length)
     if missing:
         calibrate(pair.target, input_ids[0].tolist(), missing, costs, Clock(pair.device))
     return costs, missing
@@ -166,9 +184,8 @@ def drafting_costs(settings: RunSettings, pair: ModelPair, drafter: Drafter, dra
     proposes for free), measured now if never measured: a short greedy run drafting `CALIBRATION_DRAFT`
     tokens a cycle, the median over its cycles after the first (whose drafting also read the prompt).
     Returns the costs and whether they were measured now."""
-    tables = _DRAFT_COSTS.setdefault(pair.target, {})
-    costs = tables.setdefault((torch.get_num_threads(), draft_name), DraftCosts())
-    if drafter.free_to_propose or costs.known:
+    costs = _draft_table(pair, draft_name)
+    if not drafting_untimed(pair, drafter, draft_name):
         return costs, False
     k = min(settings.k, CALIBRATION_DRAFT)      # drafting's cost per token hardly depends on k: short drafts
     short = dict(options, max_new_tokens=min(settings.max_new_tokens, 3 * (k + 1) + 1), temperature=0.0)
@@ -275,14 +292,11 @@ def _calibrated(run: Run, settings: RunSettings, pair: ModelPair, drafter: Draft
     in this process (yielding `run` once first, its status saying what is timed); the seconds it took
     (wall clock) go to `run.calibration_seconds`: before either method's clock, so in neither's
     figures, but in the time to the first token."""
-    threads = torch.get_num_threads()
-    known = _PASS_COSTS.get(pair.target, {}).get(threads)
-    needs_passes = known is None or any(w not in known.seconds for w in calibration_widths(widest))
+    needs_passes = bool(untimed_widths(pair, widest))
     # Each drafter's own drafting cost (a hybrid's components each, under their own names).
     named = {run.draft_name: drafter} if not isinstance(drafter, HybridDrafter) else \
         {str(each.name): each for each in drafter.components}
-    unmeasured = [name for name, each in named.items() if not each.free_to_propose and not _DRAFT_COSTS.get(
-        pair.target, {}).get((threads, name), DraftCosts()).known]
+    unmeasured = [name for name, each in named.items() if drafting_untimed(pair, each, name)]
     needs_drafting = bool(unmeasured)
     if needs_passes or needs_drafting:
         what = " and ".join(part for part, needed in (
