@@ -103,15 +103,6 @@ class Sampler:
             scores = warper(None, scores)
         return torch.softmax(scores, dim=-1)
 
-    def sample(self, probs: torch.Tensor) -> torch.Tensor:
-        """(n, V) probabilities -> (n,) tokens from the private generator (unkeyed); argmax when greedy."""
-        if self.greedy:
-            return probs.argmax(dim=-1)
-        return sample_from(probs, self.generator)
-
-    def uniform(self, n: int, device: torch.device) -> torch.Tensor:
-        return torch.rand(n, generator=self.generator, device=device)
-
     # ------------------------------------------------------------------ position-keyed randomness
 
     def noise(self, position, vocab: int, device: torch.device, stream: str = TOKEN) -> torch.Tensor:
