@@ -101,6 +101,13 @@ def test_a_recording_keeps_the_races_elapsed_wall_time_and_its_replay_says_it_at
     record["runs"][0]["summary"]["elapsed_wall_seconds"] = -1
     with pytest.raises(SpecvizError, match="elapsed wall time"):
         rec.loads(rec.dumps(record))
+    del record["runs"][0]["summary"]["elapsed_wall_seconds"]
+    for name, what in (("calibration_seconds", "calibration time"), ("first_token_wall_seconds", "first token")):
+        kept = record["runs"][0]["summary"][name]
+        record["runs"][0]["summary"][name] = float("nan")              # read by the same rule as the elapsed time
+        with pytest.raises(SpecvizError, match=what):
+            rec.loads(rec.dumps(record))
+        record["runs"][0]["summary"][name] = kept
 
 
 def test_a_comparison_records_every_configuration(tiny, tmp_path):

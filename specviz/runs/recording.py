@@ -162,15 +162,16 @@ def load(path: Path | str) -> Recording:
     return loads(read_limited(path, MAX_BYTES, "a recording"), path.name)
 
 
-def recorded_elapsed(summary) -> float | None:
-    """The wall time a recorded race took (its summary's `elapsed_wall_seconds`); None in files from
-    before it was recorded. ValueError for a value no clock reads."""
-    elapsed = summary.get("elapsed_wall_seconds") if isinstance(summary, dict) else None
-    if elapsed is None:
+def recorded_seconds(summary, name: str, what: str) -> float | None:
+    """A recorded race's wall-clock seconds `name` from its summary (`elapsed_wall_seconds`,
+    `calibration_seconds`, `first_token_wall_seconds`); None in files from before it was recorded.
+    ValueError ("its `what` is not a time") for a value no clock reads."""
+    seconds = summary.get(name) if isinstance(summary, dict) else None
+    if seconds is None:
         return None
-    if type(elapsed) not in (int, float) or not 0 <= elapsed < float("inf"):
-        raise ValueError("its elapsed wall time is not a time")
-    return float(elapsed)
+    if type(seconds) not in (int, float) or not 0 <= seconds < float("inf"):
+        raise ValueError(f"its {what} is not a time")
+    return float(seconds)
 
 
 def _strict(adapter: pydantic.TypeAdapter, value):
@@ -223,19 +224,19 @@ def _run_from(record) -> tuple[Run, str]:
               baseline=fields_.get("baseline", bool(steps)), cycles=cycles, texts=texts, steps=steps,
               step_texts=step_texts, spec_done=fields_.get("spec_done", True),
               plain_done=fields_.get("plain_done", True), host_load=HostLoad.from_dict(record.get("summary")),
-              note=fields_.get("note", ""), elapsed_wall_seconds=recorded_elapsed(record.get("summary")),
-              **_calibration(record.get("summary")))
+              note=fields_.get("note", ""), **_wall_clock_figures(record.get("summary")))
     return run, fields_.get("label") or f"{run.target_name} + {run.draft_name}"
 
 
-def _calibration(summary: dict | None) -> dict:
-    """A recorded run's calibration figures (recordings made before they were kept have none)."""
-    summary = summary if isinstance(summary, dict) else {}
-    seconds, first = summary.get("calibration_seconds"), summary.get("first_token_wall_seconds")
-    calibrated = summary.get("calibrated")
-    return dict(calibration_seconds=float(seconds) if isinstance(seconds, (int, float)) and seconds >= 0 else 0.0,
+def _wall_clock_figures(summary: dict | None) -> dict:
+    """A recorded run's wall-clock figures: its elapsed time, calibration and time to the first token
+    (recordings made before they were kept have none)."""
+    calibrated = summary.get("calibrated") if isinstance(summary, dict) else None
+    first = recorded_seconds(summary, "first_token_wall_seconds", "time to the first token")
+    return dict(elapsed_wall_seconds=recorded_seconds(summary, "elapsed_wall_seconds", "elapsed wall time"),
+                calibration_seconds=recorded_seconds(summary, "calibration_seconds", "calibration time") or 0.0,
                 calibrated=[str(c) for c in calibrated] if isinstance(calibrated, list) else [],
-                first_token_wall_seconds=float(first) if isinstance(first, (int, float)) and first >= 0 else None)
+                first_token_wall_seconds=first)
 
 
 class _Model(TypedDict, total=False):
