@@ -289,9 +289,15 @@ def test_recordings_keep_the_choice_and_older_ones_still_load(tiny, tmp_path):
 def test_the_leaderboard_has_a_row_per_method_and_a_column_per_category():
     from specviz.views.bench_table import leaderboard, leaderboard_csv, leaderboard_markdown
 
+    from specviz.runs.bench import SUMMARY_KEYS
+
     def entry(draft, category, speedup, per_pass, hf=None):
-        return {"draft": draft, "category": category, "specviz_speedup": speedup, "tokens_per_pass": per_pass,
-                "transformers_speedup": hf, "transformers_tokens_per_pass": None if hf is None else 1.5}
+        # Every key the benchmark's summary has (runs.bench.SUMMARY_KEYS), so a renamed one fails here.
+        figures = dict.fromkeys(SUMMARY_KEYS)
+        figures.update(specviz_speedup=speedup, tokens_per_cycle=per_pass, transformers_speedup=hf,
+                       transformers_tokens_per_pass=None if hf is None else 1.5)
+        assert figures.keys() == set(SUMMARY_KEYS)
+        return {"draft": draft, "category": category, **figures}
 
     summary = [entry("ngram", "qa", 0.98, 1.1, 0.9), entry("ngram", "overall", 1.1, 1.4, 1.0),
                entry("auto", "qa", 1.05, 1.3), entry("auto", "overall", 1.2, 1.6)]

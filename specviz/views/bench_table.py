@@ -61,7 +61,7 @@ def leaderboard(summary: Sequence[dict]) -> list[dict]:
     cell = {(e["draft"], e["category"]): e for e in summary}
     rows = [{"method": "plain decoding", "cells": {c: {"speedup": 1.0, "mean_accepted_tokens": 1.0}
                                                    for c in categories}}]
-    for engine, speedup, per_pass in (("specviz", "specviz_speedup", "tokens_per_pass"),
+    for engine, speedup, per_pass in (("specviz", "specviz_speedup", "tokens_per_cycle"),
                                       ("transformers", "transformers_speedup", "transformers_tokens_per_pass")):
         for draft in drafts:
             cells = {c: {"speedup": cell[(draft, c)].get(speedup),
