@@ -120,6 +120,36 @@ def test_the_head_reads_the_target_every_pass_even_when_another_drafter_drafts(t
     assert "head" not in {c.drafter for c in cycles}
 
 
+@pytest.mark.parametrize("temperature", [0.0, 0.8], ids=["greedy", "sampled"])
+def test_a_head_that_does_not_pay_is_probed_by_scoring_not_by_verifying(target, temperature):
+    # Passes that make the head's drafts not pay at its prior acceptance (a drafted token costs as
+    # much as a plain step): alone it would probe with wider passes every few cycles. In the hybrid its
+    # probe is a short draft scored against what the target writes, never verified: it learns its
+    # acceptance (evidence in its own estimate) while no cycle verifies a draft it was not expected to
+    # pay for, and the text stays the target's own.
+    from specviz.core.plain import autoregressive_decode
+
+    drafter = HybridDrafter([PromptLookupDrafter(), small_head(target, VOCAB)])
+    head = drafter.components[-1]
+    proposals = recorded_proposals(drafter)
+    policy = HybridPolicy(PassCosts({w: 1.0 + 1.0 * w for w in range(0, 65)}, learn=False),
+                          {"head": DraftCosts(1e-4, learn=False)}, probe_after=2, max_probe_after=2)
+    prompt = torch.tensor([[5, 9, 13, 2, 31, 7, 22, 18]])         # nothing for prompt lookup to copy
+    cycles = list(speculative_decode(target, drafter, prompt, max_new_tokens=30, k=4, temperature=temperature,
+                                     seed=3, policy=policy))
+    plain = [s.token for s in autoregressive_decode(target, prompt, 30, temperature=temperature, seed=3)]
+    assert [t for c in cycles for t in c.emitted] == plain
+    probed = [key for key in proposals if key[0] == "head"]
+    assert len(probed) >= 3                                  # the head drafted (every few paused cycles) ...
+    for cycle in cycles:
+        if cycle.drafter == "head":                        # ... and whatever it drafted for verification paid
+            offer = next(o for o in cycle.offers if o["drafter"] == "head")
+            assert offer["length"] and offer["gain"] >= 1.02
+    part = policy.parts["head"]
+    assert part.states[0].acceptance.reached                  # what it learned from being scored
+    assert head.states[0].count == prompt.shape[1] + len(plain) - 1
+
+
 @pytest.mark.parametrize("head_cost", [1e-4, 10.0], ids=["head-cheap", "head-dear"])
 def test_invariant_sampled_auto_writes_plain_samplings_text(target, head_cost):
     # Drafter-invariant sampling: whichever drafter each cycle chose, the text is plain sampling's.

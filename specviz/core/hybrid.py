@@ -9,7 +9,10 @@ component, all sharing the target's pass costs) and its own measured drafting co
 component, never another's). A component that proposes for free (prompt lookup, suffix decoding)
 proposes every cycle and has its proposal scored against what the target then writes, whether or not
 it drafted; any other (a head, a draft model) is planned without proposing and drafts only when
-chosen, learning its acceptance from its own verified drafts and from probes. The gains compared are
+chosen, learning its acceptance from its own verified drafts and from probes. A probe here is scored,
+not verified: where the drafter alone would verify a short draft it does not expect to pay for, the
+hybrid has it draft that chain and scores it against the output as it scores a free proposal (at its
+drafting cost, without the wider pass, which costs ~0.7 of a plain step in fp32 on a CPU). The gains compared are
 the policy's own, `expected_tokens / relative cost`, so the choice is the one the policy would make
 for each drafter alone, taken across them.
 
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from . import tree_shape
-from .draft_policy import CostAwarePolicy, Plan
+from .draft_policy import PROBE_LENGTH, CostAwarePolicy, Plan
 from .pass_costs import DraftCosts, PassCosts
 from .drafters import Draft, Drafter, no_draft
 from .events import Cycle
@@ -167,6 +170,13 @@ class HybridPolicy(CostAwarePolicy):
                     offers.append(_Offer(component, planned[request.index], draft, request.budget))
             else:
                 plan = part.plan(request.index, most, free=False, tree=component.drafts_trees)
+                if plan.probe:
+                    # Scored, not verified: where it alone would probe (a wider pass that mostly does not
+                    # pay, ~0.7 of a plain step in fp32 here), it drafts a short chain that is scored
+                    # against the tokens the target writes, as a free drafter's proposal is, at its
+                    # drafting cost only; the cycle goes on without it.
+                    self.shadow(part, component, drafter, request, min(PROBE_LENGTH, most))
+                    plan = Plan(0, plan.gain)
                 offers.append(_Offer(component, plan, None, plan.length))
         seen = tuple(dict(drafter=o.component.name, length=o.plan.length, expected_tokens=o.plan.expected,
                           gain=o.plan.gain) for o in offers)
@@ -188,6 +198,16 @@ class HybridPolicy(CostAwarePolicy):
             plans[request.index] = HybridPlan(plan.length, plan.gain, plan.probe, plan.expected, offers=seen,
                                               drafter=drafter.chosen.name if drafter.chosen is not None else None)
         return [draft]
+
+    def shadow(self, part: CostAwarePolicy, component: Drafter, drafter: HybridDrafter, request: Request,
+               length: int) -> None:
+        """`component`'s draft of `length` noted for scoring against the output (greedy: exactly what
+        verification would say; sampled: the chance the target writes the drafted token, at most its
+        acceptance), never verified. Its state rolls back with the others' after the cycle."""
+        request.budget = length
+        draft = drafter.propose_with(component, request)
+        if draft.tokens.numel():
+            part.propose_freely(request.index, draft.tokens.tolist(), request.generated, draft.signal, draft.parents)
 
     def learn(self, live: Sequence[Request], cycles: Sequence[Cycle], index: int, free: bool) -> None:
         """The drafter that drafted learns from its verified draft; every free one scores its proposal
