@@ -305,3 +305,14 @@ def test_gpu_paths_dry_run_on_cpu_checks_the_loop_and_the_head_without_gradio_or
     assert all(d["identical_rows"] == d["rows"] == 4 for d in drafters.values())
     assert checks["head in the batched loop on cpu"]["identical_rows"] == 4
     assert "need CUDA" in report["skipped"][0]
+
+
+def test_bench_without_transformers_leaves_its_columns_empty_and_says_why(tmp_path):
+    out = tmp_path / "bench.json"
+    code = entry(["bench", "--target", "tiny", "--draft", "ngram", "--category", "code", "--limit", "1",
+                  "--max-new-tokens", "8", "--quiet", "--no-transformers", "--json", str(out)])
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert data["meta"][0]["transformers_settings"] == "not run (--no-transformers)"
+    assert [row["transformers_speedup"] for row in data["rows"]] == [None]
+    assert data["rows"][0]["specviz_speedup"] is not None

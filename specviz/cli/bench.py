@@ -58,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--csv", type=Path, default=None, metavar="FILE",
                         help="write Spec-Bench's leaderboard as CSV: a row per method, per category its speedup "
                              "and mean accepted tokens")
+    parser.add_argument("--no-transformers", dest="transformers", action="store_false",
+                        help="do not run transformers' assisted generation beside specviz (about a third of a "
+                             "CPU bench's time with prompt lookup); its columns stay empty")
     parser.add_argument("--quiet", action="store_true", help="no per-prompt progress lines")
 
 
@@ -87,7 +90,7 @@ def main(args: argparse.Namespace) -> int:
                                                                            flush=True))
     results = []
     for settings in configs:
-        setup = Setup(settings, load(settings, None if args.quiet else progress_printer()))
+        setup = Setup(settings, load(settings, None if args.quiet else progress_printer()), args.transformers)
         meta = describe(setup)
         say(f"{meta['target']} + {meta['draft']} (k={meta['k']}, {meta['draft_policy']}) on {meta['hardware']}, "
             f"{meta['dtype']}, "

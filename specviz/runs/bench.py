@@ -69,6 +69,7 @@ class Setup:
     """A loaded pair and the validated settings it runs with (greedy; `k` is the draft length)."""
     settings: RunSettings
     pair: ModelPair
+    transformers: bool = True       # False: transformers' assisted generation is not run (`--no-transformers`)
 
     @property
     def draft(self) -> DraftSpec:
@@ -106,7 +107,7 @@ def transformers_settings(setup: Setup) -> tuple[dict, dict, str] | None:
     """(generate kwargs, settings to put on the assistant's generation_config, description) that
     give transformers the same drafter with a fixed draft length k; None where it has no such drafter."""
     k, draft = setup.settings.k, setup.draft
-    if draft.kind in NOT_IN_TRANSFORMERS:
+    if draft.kind in NOT_IN_TRANSFORMERS or not setup.transformers:
         return None
     if draft.kind in ("ngram", "ngram-tree", "suffix"):
         # transformers verifies chains only: a tree drafter is measured against its chain prompt lookup.
@@ -334,7 +335,9 @@ def describe(setup: Setup) -> dict:
 
 def _transformers_described(setup: Setup) -> str:
     given = transformers_settings(setup)
-    return given[2] if given is not None else NOT_IN_TRANSFORMERS[setup.draft.kind]
+    if given is not None:
+        return given[2]
+    return NOT_IN_TRANSFORMERS.get(setup.draft.kind, "not run (--no-transformers)")
 
 
 # ----------------------------------------------------------------------------- the baseline's strength
