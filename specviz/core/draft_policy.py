@@ -51,6 +51,7 @@ FREE_PRIOR_ACCEPTANCE = 0.25
 PRIOR_WEIGHT = 1.0          # worth this many observations
 DECAY = 0.9                 # per observation: recent text outweighs old (a request's text changes)
 PROBE_LENGTH = 2            # a probe drafts this many tokens
+EVIDENCE_REACH = 2          # a drafter that must draft to learn drafts at most this far past what it reached
 # Draft only where the expected gain clears this: below it the gain is within what the measured costs
 # resolve (a few percent between identical passes here), and a plain step never loses.
 MIN_GAIN = 1.02
@@ -177,6 +178,13 @@ class CostAwarePolicy:
         if max_length <= 0:
             return Plan(0, 1.0)
         state = self.state(request)
+        if not free:
+            # A drafter that must draft to learn drafts at most EVIDENCE_REACH positions deeper than
+            # its drafts have been seen to reach on this request: two hits at its first positions are
+            # no evidence for the eighth (drafted whole at the first positions' rate, a wide pass
+            # that misses costs a CPU most of two plain steps in fp32). A free drafter's proposals
+            # are scored to their full depth every cycle.
+            max_length = min(max_length, len(state.acceptance.reached) + EVIDENCE_REACH)
         rates = state.acceptance.rates(max_length, start=FREE_PRIOR_ACCEPTANCE if free else PRIOR_ACCEPTANCE)
         if signal is not None and signal in state.by_signal:
             rates = state.by_signal[signal].rates(max_length, prior=rates)
