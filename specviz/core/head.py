@@ -35,21 +35,39 @@ from .sampling import Sampler
 # ----------------------------------------------------------------------------- the drafter
 
 class _HeadState:
-    """One request's: the target's features of its positions so far, and the head's keys and values."""
+    """One request's: the target's features of its positions so far, and the head's keys and values.
+    The target's hidden states are fused into features only when the head next reads them (`feature`),
+    all that came since in one matmul: a head that seldom drafts (fp32 on a CPU) then costs a pass
+    nothing but keeping them."""
 
-    def __init__(self):
+    def __init__(self, fuse):
+        self.fuse = fuse                          # the head's fc: hidden states (n, 3 * target_hidden) -> (n, H)
         self.features: list[torch.Tensor] = []    # (n, H) blocks, in position order
-        self.count = 0                            # positions with a target feature
+        self.unfused: list[torch.Tensor] = []     # the target's hidden states of the positions after them
+        self.count = 0                            # positions with a target feature (fused or not)
         self.keys: torch.Tensor | None = None     # (1, nh, P, d) the head's keys and values, of which
         self.values: torch.Tensor | None = None   # the first `true` positions were computed from true features
         self.true = 0
 
+    def add(self, hidden: torch.Tensor) -> None:
+        self.unfused.append(hidden)
+        self.count += hidden.shape[0]
+
+    @torch.inference_mode()
+    def _fuse_pending(self) -> None:
+        if self.unfused:
+            block = torch.cat(self.unfused) if len(self.unfused) > 1 else self.unfused[0]
+            self.features.append(self.fuse(block))
+            self.unfused = []
+
     def crop_features(self, length: int) -> None:
         if self.count > length:
+            self._fuse_pending()
             stacked = torch.cat(self.features)[:length]
             self.features, self.count = [stacked], length
 
     def feature(self, start: int, end: int) -> torch.Tensor:
+        self._fuse_pending()
         stacked = torch.cat(self.features) if len(self.features) > 1 else self.features[0]
         self.features = [stacked]
         return stacked[start:end]
@@ -71,7 +89,7 @@ class HeadDrafter(Drafter):
         self._target_vocab = head.target_vocab_size
 
     def begin_batch(self, prompts: Sequence[list[int]]) -> None:
-        self.states = [_HeadState() for _ in prompts]
+        self.states = [_HeadState(self.head.fuse) for _ in prompts]
 
     def begin(self, prompt_ids: torch.Tensor) -> None:
         self.begin_batch([prompt_ids[0].tolist()])
@@ -80,8 +98,7 @@ class HeadDrafter(Drafter):
     def observe(self, hidden: Sequence[torch.Tensor]) -> None:
         for state, block in zip(self.states, hidden):
             if block.shape[0]:
-                state.features.append(self.head.fuse(block))
-                state.count += block.shape[0]
+                state.add(block)
 
     def rollback_batch(self, lengths: Sequence[int]) -> bool:
         for state, length in zip(self.states, lengths):
