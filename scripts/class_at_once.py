@@ -38,6 +38,7 @@ class Student(threading.Thread):
         self.first = self.verdict = None
         self.refused = self.error = None
         self.measurement: dict | None = None
+        self.figure: tuple | None = None        # the race's speedup, its interval and clock, as /run returned them
 
     def run(self) -> None:
         from gradio_client import Client
@@ -56,6 +57,9 @@ class Student(threading.Thread):
             summary = last[-1] if last else None
             if isinstance(summary, dict) and "measurement" in summary:
                 self.measurement = summary["measurement"]
+                figures = summary.get("summary") or {}
+                self.figure = (figures.get("speedup"), figures.get("speedup_low"), figures.get("speedup_high"),
+                               figures.get("clock"))
             else:
                 self.error = str(last[-3] if last else "no output")[:200]
         except Exception as exc:  # noqa: BLE001 - a refusal or a failure, counted
@@ -135,6 +139,13 @@ def main() -> None:
     replays = sum(m["replay"] for s in served for m in [s.measurement])
     print(f"{len(races)} races measured for {len(served)} clients; the most shared shown to {shared}; "
           f"{replays} replays; labels e.g.: {served[-1].measurement['label'] if served else '-'}")
+    figures = {}
+    for student in served:
+        figures.setdefault(student.measurement["measured_at"] + str(student.prompt), (student.prompt, student.figure))
+    for prompt, figure in figures.values():
+        if figure and figure[0] is not None:
+            low, high = (f"{figure[1]:.2f}", f"{figure[2]:.2f}") if figure[1] is not None else ("?", "?")
+            print(f"  {prompt or 'the default example'}: {figure[0]:.2f}x ({low}-{high}, {figure[3]})")
     print(f"RSS peak {peak[0]:.0f} MB (log: {log.name})")
     print(f"CPU over the class's {cpu[2]:.0f} s: the server {cpu[0]:.0f} s, these clients {cpu[1]:.0f} s (on the "
           f"same cores); load average {os.getloadavg()[0]:.1f}")

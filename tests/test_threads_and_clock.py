@@ -110,3 +110,23 @@ def test_every_commands_json_names_its_figures_clock_and_basis(tmp_path):
         timing = sweep_settings(SETTINGS, [], [1], [0, 4], 1, metric, "cpu")["timing"]
         assert timing["clock"] == ENGINE_CLOCK and timing["moved_by_load"] is True
         assert timing["basis"]["speedup"] == basis and timing["basis"]["tpot_ratio"] == DECODE_ONLY
+
+
+def test_the_app_shortens_the_interpreter_switch_interval_and_says_so():
+    # A race takes the interpreter lock back after each of its many short torch operations: at Python's
+    # default 5 ms the server's own Python work stalls it (specviz.ui.app.SWITCH_SECONDS says what was measured).
+    import sys
+
+    import torch
+
+    from specviz.ui.app import SWITCH_SECONDS, configure_torch
+
+    before, threads, grad = sys.getswitchinterval(), torch.get_num_threads(), torch.is_grad_enabled()
+    try:
+        line = configure_torch()
+        assert sys.getswitchinterval() == pytest.approx(SWITCH_SECONDS) and SWITCH_SECONDS < 0.005
+        assert "switch interval 0.5 ms" in line
+    finally:
+        sys.setswitchinterval(before)
+        torch.set_num_threads(threads)
+        torch.set_grad_enabled(grad)
