@@ -77,6 +77,24 @@ def test_calibration_takes_the_median_of_its_samples(pairs_llama):
     assert costs.seconds[0] == pytest.approx(0.1)
 
 
+def test_calibration_times_widths_in_rounds_so_a_slow_stretch_cancels_in_their_ratios(pairs_llama):
+    # Widths 0 and 4 timed in rounds: the untimed round, then three in which a 4-token pass costs 1.5
+    # plain steps; the host is twice as slow over the last two rounds. Timed one width after the other,
+    # the slow stretch would fall on the 4-token pass alone (0.1 s, then 0.3 s: 3 steps); in rounds, each
+    # ratio is taken within its round.
+    target = pairs_llama
+    durations = [0.1, 0.15,  0.1, 0.15,  0.2, 0.3,  0.2, 0.3]
+    ticks, now = [], 0.0
+    for seconds in durations:
+        ticks += [now, now + seconds]
+        now += seconds
+    clock = iter(ticks)
+    costs = PassCosts(learn=False)
+    calibrate(target, list(range(5, 25)), [0, 4], costs, lambda: next(clock), samples=3)
+    assert costs.seconds[0] == pytest.approx(0.2)             # the plain step's median
+    assert costs.relative(4)[4] == pytest.approx(1.5)
+
+
 def test_acceptance_by_position_follows_what_was_seen():
     acceptance = Acceptance()
     prior = acceptance.rates(3)
@@ -242,3 +260,45 @@ def test_a_drafters_measured_costs_never_price_another_drafters_drafts():
     threads = torch.get_num_threads()
     assert tables[threads, model.draft_name].per_token > 0
     assert not tables[threads, "prompt lookup"].known            # the draft model's cost stayed its own
+
+
+def test_a_configuration_decides_the_same_whatever_ran_before_it():
+    # The tables a run decides from are the calibration's medians and nothing after: no run's own
+    # passes move them, so prompt lookup drafts the same lengths, cycle by cycle, fresh and after a
+    # draft model's run on the same target (before, each run's passes refreshed a shared running mean,
+    # and identical runs in one process drafted 54-63 tokens of 96 on a summarisation prompt).
+    from dataclasses import replace
+
+    import torch
+
+    from specviz.core.drafters import PromptLookupDrafter
+    from specviz.models.tiny import tiny_pair
+    from specviz.runs import run as runs
+    from specviz.settings import RunSettings, validate
+
+    pair = tiny_pair("tiny")
+    lookup = replace(pair, draft=PromptLookupDrafter(), draft_name="prompt lookup", draft_parameters=0)
+    prompt = "the cat sat on the mat. the cat sat on the mat. the cat"
+    lookup_settings = validate(RunSettings(target="tiny", draft="ngram", k=4, max_new_tokens=32, chat=False))
+    model_settings = validate(RunSettings(target="tiny", draft="tiny", k=4, max_new_tokens=32, chat=False))
+
+    fresh = runs.execute(lookup_settings, prompt, lookup, baseline=True)
+    table = runs._PASS_COSTS[pair.target][torch.get_num_threads()]
+    calibrated = dict(table.seconds)
+    model = runs.execute(model_settings, prompt, pair, baseline=True)
+    drafting = runs._DRAFT_COSTS[pair.target][torch.get_num_threads(), model.draft_name].per_token
+    runs.execute(model_settings, prompt, pair)
+    after = runs.execute(lookup_settings, prompt, lookup, baseline=True)
+
+    assert table.seconds == calibrated
+    assert runs._DRAFT_COSTS[pair.target][torch.get_num_threads(), model.draft_name].per_token == drafting
+    assert [len(c.drafted) for c in after.cycles] == [len(c.drafted) for c in fresh.cycles]
+    assert after.stats.drafted == fresh.stats.drafted
+    # The costs it decided from, in its summary and its JSON (string keys only) and in Explain's words.
+    import json
+
+    from specviz.views.prose import calibration_text
+    decided = json.loads(json.dumps(after.summary()["decided_on"]))
+    assert decided == fresh.summary()["decided_on"] and decided["pass_steps"][0] == 1.0
+    assert decided["step_seconds"] == calibrated[0] and len(decided["pass_steps"]) == lookup_settings.k + 1
+    assert "decided from a plain step of" in calibration_text(after)

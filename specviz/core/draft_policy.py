@@ -8,7 +8,7 @@ where c_j is this request's estimated chance that draft position j is accepted g
 before it were, and the costs are this device's, measured (core.pass_costs): a target pass's by width
 (`PassCosts`, one table per target, device, dtype and thread count) and drafting's per token
 (`DraftCosts`, one per drafter: never another drafter's), each calibrated once before its first run
-(`calibrate`: medians, the collector paused) and then refreshed by the runs' own cycles. A run's
+(`calibrate`: medians, the collector paused) and then fixed for the process (`runs.run`). A run's
 decisions depend on its own request and those measured costs only, never on which configuration ran
 before it. A plain step has gain 1, so the policy drafts only where drafting is expected to beat plain
 decoding on this device, and no further than pays. It decides only how much is drafted: verification

@@ -1,7 +1,7 @@
 """What a target pass and drafting cost on this device, for the cost-aware policy (core.draft_policy): a
 target pass's seconds by width (`PassCosts`, one table per target, device, dtype and thread count) and a
 drafter's seconds per drafted token (`DraftCosts`, one per drafter), calibrated once (`calibrate`:
-medians, the collector paused) and refreshed by the runs' own cycles."""
+medians, the collector paused); `learn=False` keeps a table as calibrated (the runs' tables: `runs.run`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from collections.abc import Callable, Sequence
 import torch
 
 from .ragged_cache import RaggedCache
-from .timing import median_seconds
+from .timing import interleaved_seconds
 
 COST_SMOOTHING = 0.25       # each new pass's weight in its width's running cost
-CALIBRATION_SAMPLES = 3     # timed passes per width (their median), after one untimed
+CALIBRATION_SAMPLES = 5     # timed rounds over the widths (medians), after one untimed
 
 
 # ----------------------------------------------------------------------------- what a pass costs
@@ -130,15 +130,21 @@ def calibration_widths(max_length: int) -> list[int]:
 def calibrate(target, prompt: Sequence[int], widths: Sequence[int], costs: PassCosts,
               clock: Callable[[], float], *, samples: int = CALIBRATION_SAMPLES) -> None:
     """Time a target pass verifying n drafted tokens (n + 1 new positions; n = 0: a plain step) at
-    each width, after the prompt: the median of `samples` timed passes after one untimed, with the
-    collector paused (`timing.median_seconds`), seeds `costs`."""
+    each width, after the prompt, in `samples` interleaved rounds after an untimed one, with the
+    collector paused (`timing.interleaved_seconds`: each width's median ratio to a plain step in the
+    same round, times the plain step's median), and seed `costs`. A plain step is timed too when
+    `widths` lacks it, as the reference."""
     cache = RaggedCache(target, 1)
     cache.forward([list(prompt)], keep=1)
     held = len(prompt)
     last = torch.tensor([[prompt[-1]]], device=target.device)
-    for width in widths:
+    timed = [0] + [w for w in widths if w != 0]
+
+    def work(width: int) -> Callable[[], object]:
         fed = last.expand(1, width + 1).contiguous()
-        seconds = median_seconds(lambda fed=fed, width=width: cache.forward([[]], keep=width + 1, tail=fed,
-                                                                            tail_lengths=[width + 1]),
-                                 clock, samples, undo=lambda: cache.keep([held]))
-        costs.seed(width, seconds, weight=samples)
+        return lambda: cache.forward([[]], keep=width + 1, tail=fed, tail_lengths=[width + 1])
+
+    seconds = interleaved_seconds([work(w) for w in timed], clock, samples, undo=lambda: cache.keep([held]))
+    for width, value in zip(timed, seconds):
+        if width in widths:
+            costs.seed(width, value, weight=samples)

@@ -14,7 +14,7 @@ import gc
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -103,3 +103,29 @@ def median_seconds(work: Callable[[], object], clock: Clock, samples: int,
         if undo is not None:
             undo()
     return statistics.median(seconds[1:])
+
+
+def interleaved_seconds(works: Sequence[Callable[[], object]], clock: Clock, rounds: int,
+                        undo: Callable[[], object] | None = None) -> list[float]:
+    """Seconds of each of `works` relative to the first, timed in interleaved rounds (each round runs
+    every work once, in order; one untimed round first; `undo` after each, untimed; the collector
+    paused as in `median_seconds`): the first's median seconds times each one's median ratio to the
+    first within a round. A slow stretch of the host then slows a round's works alike and cancels in
+    their ratios, where medians taken one work after another carry it into one work's figure (on a
+    2-core CPU a plain step's median moved 55-78 ms between calibrations, and a 4-token pass read
+    1.65-2.27 steps; in rounds, 1.73-1.88)."""
+    seconds: list[list[float]] = [[] for _ in works]
+    for _ in range(rounds + 1):
+        for index, work in enumerate(works):
+            with collector_paused():
+                start = clock()
+                work()
+                seconds[index].append(clock() - start)
+            if undo is not None:
+                undo()
+    first = statistics.median(seconds[0][1:])
+    result = []
+    for times in seconds:
+        ratios = [own / base for own, base in zip(times[1:], seconds[0][1:]) if base > 0]
+        result.append(first * statistics.median(ratios) if ratios else statistics.median(times[1:]))
+    return result

@@ -70,6 +70,11 @@ class Run:
     # warm-up and calibration included) to the first speculative token: what a user waited.
     calibration_seconds: float = 0.0
     calibrated: list[str] = field(default_factory=list)
+    # The costs the policy decided from (fixed for the process once calibrated): a plain step's seconds
+    # on the run's clock, a pass verifying n = 0..widest drafted tokens in plain steps (a list by n; the table as the
+    # policy reads it: interpolated, made non-decreasing), and each drafter's drafting
+    # per token in plain steps (a drafter that proposes for free has none). Empty without the policy.
+    decided_on: dict = field(default_factory=dict)
     first_token_wall_seconds: float | None = None
     status: str = ""                # what the race is doing before its first event (calibrating), or ""
     elapsed_wall_seconds: float | None = None   # the race's wall time so far, its rendering too (whatever `clock` is)
@@ -169,7 +174,7 @@ class Run:
         if self.note:
             summary["note"] = self.note
         summary.update(calibration_seconds=self.calibration_seconds, calibrated=self.calibrated,
-                       first_token_wall_seconds=self.first_token_wall_seconds)
+                       decided_on=self.decided_on, first_token_wall_seconds=self.first_token_wall_seconds)
         if self.host_load is not None:
             summary.update(self.host_load.to_dict())
         if self.elapsed_wall_seconds is not None:

@@ -143,19 +143,39 @@ def _warm_up(settings: RunSettings, pair: ModelPair, drafter: Drafter, input_ids
 
 # What a target pass costs on this machine, per model (its device and dtype) and torch thread count,
 # and what each drafter spends drafting for it: measured before the first cost-aware run that needs
-# them (`pass_costs`, `drafting_costs`), then refreshed by every run's own cycles. A drafter's drafting cost is its own:
-# one drafter's measurement never prices another's drafts.
+# them (`pass_costs`, `drafting_costs`: medians) and then fixed for the process (`learn=False`): no
+# run's own cycles move them, so a configuration decides the same whatever ran before it. A drafter's
+# drafting cost is its own: one drafter's measurement never prices another's drafts.
 _PASS_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _DRAFT_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 CALIBRATION_DRAFT = 2       # tokens a drafter drafts per cycle while its drafting is timed
 
 
 def _pass_table(pair: ModelPair) -> PassCosts:
-    return _PASS_COSTS.setdefault(pair.target, {}).setdefault(torch.get_num_threads(), PassCosts())
+    return _PASS_COSTS.setdefault(pair.target, {}).setdefault(torch.get_num_threads(), PassCosts(learn=False))
 
 
 def _draft_table(pair: ModelPair, draft_name: str) -> DraftCosts:
-    return _DRAFT_COSTS.setdefault(pair.target, {}).setdefault((torch.get_num_threads(), draft_name), DraftCosts())
+    return _DRAFT_COSTS.setdefault(pair.target, {}).setdefault((torch.get_num_threads(), draft_name), DraftCosts(learn=False))
+
+
+def costs_for(pair: ModelPair) -> tuple[dict, dict]:
+    """The cost tables measured for the pair's target in this process (its passes by thread count, each
+    drafter's drafting by thread count and name): what a race in a child process sends back."""
+    return dict(_PASS_COSTS.get(pair.target, {})), dict(_DRAFT_COSTS.get(pair.target, {}))
+
+
+def adopt_costs(pair: ModelPair, tables: tuple[dict, dict]) -> None:
+    """Keep tables measured elsewhere (a race's child process) for the pair's target, where this
+    process has none of its own: a table, once measured, is fixed for the process."""
+    passes, drafting = tables
+    for kept, measured in ((_PASS_COSTS, passes), (_DRAFT_COSTS, drafting)):
+        own = kept.setdefault(pair.target, {})
+        for key, table in measured.items():
+            mine = own.setdefault(key, table)
+            if isinstance(mine, PassCosts) and mine is not table:    # widths timed there only
+                for width in set(table.seconds) - set(mine.seconds):
+                    mine.seed(width, table.seconds[width], table.counts.get(width, 1.0))
 
 
 def untimed_widths(pair: ModelPair, max_length: int) -> list[int]:
@@ -317,6 +337,13 @@ def _calibrated(run: Run, settings: RunSettings, pair: ModelPair, drafter: Draft
         else:
             policy.draft_costs = costs
         measured += [name] if drafting else []
+    table = policy.costs
+    drafting = policy.component_costs if isinstance(policy, HybridPolicy) else {run.draft_name: policy.draft_costs}
+    run.decided_on = {
+        "step_seconds": table.step,
+        "pass_steps": [round(steps, 4) for steps in table.relative(widest)],     # by width 0..widest
+        "drafting_steps_per_token": {name: round(costs.per_token / table.step, 4)
+                                     for name, costs in drafting.items() if costs is not None and costs.known}}
     if widths or measured:
         run.calibration_seconds = time.perf_counter() - started
         run.calibrated = ([f"target passes of {', '.join(map(str, widths))} drafted tokens"] if widths else []) + \

@@ -190,11 +190,28 @@ def calibration_text(run: Run) -> str | None:
         return None
     first = (f"; time to the first token {run.first_token_wall_seconds:.2f} s (wall clock, warm-up and calibration "
              "included)") if run.first_token_wall_seconds is not None else ""
+    costs = decided_on_text(run)
     if run.calibration_seconds > 0:
         return (f"{run.calibration_seconds:.2f} s (wall clock) before the race, timing {' and '.join(run.calibrated)}: "
-                f"excluded from both methods' figures{first}")
+                f"excluded from both methods' figures{first}{costs}")
     return (f"none in this run (this process had measured this target's passes and this drafter's drafting "
-            f"already){first}")
+            f"already){first}{costs}")
+
+
+def decided_on_text(run: Run) -> str:
+    """The measured costs the policy decided from, in plain steps ("" when the run has none)."""
+    table = run.decided_on
+    if not table:
+        return ""
+    passes = table["pass_steps"]
+    widest = len(passes) - 1
+    shown = [w for w in (1, 4, widest) if 0 < w <= widest]
+    text = (f"; it decided from a plain step of {table['step_seconds'] * 1000:.1f} ms ({run.clock}), a pass verifying "
+            + ", ".join(f"{w} drafted token{'s' if w > 1 else ''} {passes[w]:.2f} steps" for w in dict.fromkeys(shown)))
+    drafting = table.get("drafting_steps_per_token") or {}
+    if drafting:
+        text += "; drafting per token " + ", ".join(f"{name} {v:.2f} steps" for name, v in drafting.items())
+    return text + " (fixed for this process once measured)"
 
 
 def summary_lines(run: Run) -> list[str]:
