@@ -73,8 +73,35 @@ class Student(threading.Thread):
 
 
 def cpu_seconds(pid: int) -> float:
+    """The server's CPU seconds, its races' worker processes that ended included (reaped children)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return found
+
+
+def tree_memory(pid: int) -> tuple[float, float]:
+    """MB held by the server and its live race workers: the sum of their RSS (pages shared between
+    them, the models' weights, counted once per process) and of their PSS (each shared page split
+    between its sharers: what they hold together)."""
+    rss = pss = 0.0
+    for each in [pid] + children(pid):
+        try:
+            rss += rss_mb(each)
+            for line in Path(f"/proc/{each}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    pss += int(line.split()[1]) / 1024
+        except (OSError, RuntimeError):
+            pass
+    return rss, pss
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -89,12 +116,14 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.NamedTemporaryFile("w", prefix="class-at-once-", suffix=".log", delete=False) as log:
         process, url = start_app(log, SPACE_ID="specviz/class-at-once", SPECVIZ_HOSTED=None)   # as a Space
-        peak, sampling = [0.0], threading.Event()
+        peak, sampling = [0.0, 0.0, 0.0, 0], threading.Event()     # server RSS, tree RSS, tree PSS, workers
 
         def sample():
             while not sampling.wait(0.2) and process.poll() is None:
                 try:
-                    peak[0] = max(peak[0], rss_mb(process.pid))
+                    rss, pss = tree_memory(process.pid)
+                    peak[:] = [max(peak[0], rss_mb(process.pid)), max(peak[1], rss), max(peak[2], pss),
+                               max(peak[3], len(children(process.pid)))]
                 except (OSError, RuntimeError):      # the server is stopping
                     return
 
@@ -146,7 +175,8 @@ def main() -> None:
         if figure and figure[0] is not None:
             low, high = (f"{figure[1]:.2f}", f"{figure[2]:.2f}") if figure[1] is not None else ("?", "?")
             print(f"  {prompt or 'the default example'}: {figure[0]:.2f}x ({low}-{high}, {figure[3]})")
-    print(f"RSS peak {peak[0]:.0f} MB (log: {log.name})")
+    print(f"memory peak: the server's RSS {peak[0]:.0f} MB; with its race workers (up to {peak[3]} at once) "
+          f"RSS summed {peak[1]:.0f} MB, PSS summed {peak[2]:.0f} MB (log: {log.name})")
     print(f"CPU over the class's {cpu[2]:.0f} s: the server {cpu[0]:.0f} s, these clients {cpu[1]:.0f} s (on the "
           f"same cores); load average {os.getloadavg()[0]:.1f}")
 

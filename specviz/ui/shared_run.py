@@ -23,6 +23,7 @@ import torch
 from ..catalog import bundled_recordings
 from ..errors import SpecvizError
 from ..runs import Loader, load_stepwise, race, recording
+from ..runs.race_worker import can_fork, forked_race
 from ..runs.shared_race import JOIN, REPLAY, WAITING, RunMirror, SharedRace, SharedRaces, Ticket, race_key
 from ..settings import Limits, RunSettings, parse_draft
 from ..views import render
@@ -106,7 +107,11 @@ def race_stream(limits: Limits, loader: Loader | None, memories: SessionMemories
             if isinstance(pair, str):
                 yield render.summary_loading_html(settings.target, settings.draft, pair)
         check_pair_prompt(pair, prompt, settings, limits)     # hosted: in tokens, before any decoding
-        yield from race(settings, prompt, memories.pair_for(pair, viewer), baseline=True)
+        raced = memories.pair_for(pair, viewer)
+        # A race in a process of its own, away from the server's interpreter lock (runs.race_worker),
+        # unless its drafter remembers the session's runs (the memory lives here).
+        runner = forked_race if raced is pair and can_fork(pair) else race
+        yield from runner(settings, prompt, raced, baseline=True)
 
     return gpu_task(stream)
 

@@ -1,0 +1,137 @@
+"""A race in a process of its own: `forked_race` is `run.race` run in a child forked from this one,
+its growing `Run` rebuilt here from what the child sends as it goes.
+
+Why: a race runs thousands of short torch operations a second, and between them it needs Python's
+interpreter lock. In a server (the app, a class pressing Run at once) the lock is also wanted by the
+event loop, the queue and the drawing for every viewer, and a race beside them took 2-4 times its wall
+time alone (docs/spaces.md). In a child of its own it has an interpreter of its own.
+
+How: the child is forked after the models are loaded, so their weights are shared with this process
+(copy-on-write: nothing writes to them), and it runs only the race. It sends the run once without
+events, then each event as it comes (a cycle or a plain step with its text) and whichever of the run's
+other fields changed, never the whole run again; at the end, the cost tables it measured (the policy's,
+`run.costs_for`), which this process keeps as if it had measured them, so the next race skips the
+calibration. A consumer that stops reading (a Stop, a viewer leaving) ends the child. An error in the
+child is raised here; a child that dies (killed for memory) is a `SpecvizError` saying so.
+
+Only on a CPU (a forked child cannot use a CUDA context made before the fork; a GPU runs one race at a
+time anyway), where the platform forks, and not inside a worker process already (ZeroGPU's);
+`SPECVIZ_RACE_PROCESSES=0` keeps races in this process.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import multiprocessing
+import os
+import pickle
+import sys
+from collections.abc import Iterator
+
+from ..errors import SpecvizError
+from ..models import ModelPair
+from ..settings import RunSettings
+from .result import Run
+from .run import adopt_costs, costs_for, race
+
+EVENT_FIELDS = ("cycles", "texts", "steps", "step_texts")
+ENV = "SPECVIZ_RACE_PROCESSES"
+
+
+def can_fork(pair: ModelPair) -> bool:
+    """Whether `forked_race` can race this pair: on a CPU, where processes fork, unless turned off or
+    this is a worker process already (ZeroGPU's: the race is away from the server's interpreter there)."""
+    return (getattr(pair.device, "type", str(pair.device)) == "cpu"
+            and "fork" in multiprocessing.get_all_start_methods()
+            and not multiprocessing.current_process().daemon
+            and os.environ.get(ENV, "1").strip() != "0")
+
+
+def forked_race(settings: RunSettings, prompt: str, pair: ModelPair, **options) -> Iterator[Run]:
+    """`run.race(settings, prompt, pair, **options)` in a forked child: the same runs, yielded here as
+    the child's run grows. Closing the generator ends the child."""
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_race_in_child, args=(send, settings, prompt, pair, options),
+                            name="specviz-race", daemon=True)
+    child.start()
+    send.close()
+    run: Run | None = None
+    try:
+        while True:
+            try:
+                kind, payload = receive.recv()
+            except EOFError:
+                child.join(5)
+                raise SpecvizError(f"The race's worker process ended before the race did (exit code "
+                                   f"{child.exitcode}; killed for memory?). Try fewer new tokens or a smaller "
+                                   "model.") from None
+            if kind == "run":
+                run = payload
+                run._decode = functools.partial(pair.tokenizer.decode, skip_special_tokens=True)
+                yield run
+            elif kind == "events":
+                _grow(run, *payload)
+                yield run
+            elif kind == "costs":
+                adopt_costs(pair, payload)
+            elif kind == "error":
+                raise payload
+            else:       # "end"
+                return
+    finally:
+        receive.close()
+        if child.is_alive():
+            child.kill()
+        child.join()
+
+
+def _grow(run: Run, events: dict, changed: dict) -> None:
+    for name, new in events.items():
+        getattr(run, name).extend(new)
+    for name, value in changed.items():
+        setattr(run, name, value)
+
+
+def _fields(run: Run) -> dict:
+    """The run's fields besides its events and caches."""
+    return {f.name: getattr(run, f.name) for f in dataclasses.fields(run)
+            if f.name not in EVENT_FIELDS and not f.name.startswith("_")}
+
+
+def _race_in_child(send, settings: RunSettings, prompt: str, pair: ModelPair, options: dict) -> None:
+    """The child: race, sending what changed after each event. It writes nothing to the inherited
+    standard streams (another thread of the parent may have held their locks at the fork)."""
+    sys.stdout = sys.stderr = open(os.devnull, "w")
+    sent: dict[str, int] = {}
+    fields: dict = {}
+    try:
+        for run in race(settings, prompt, pair, **options):
+            if not sent:
+                template = dataclasses.replace(run, **{name: [] for name in EVENT_FIELDS}, _decode=None)
+                send.send(("run", template))
+                sent = dict.fromkeys(EVENT_FIELDS, 0)
+                fields = _fields(template)
+            events = {name: getattr(run, name)[sent[name]:] for name in EVENT_FIELDS}
+            sent = {name: len(getattr(run, name)) for name in EVENT_FIELDS}
+            now = _fields(run)
+            changed = {name: value for name, value in now.items() if fields.get(name) != value}
+            fields = {name: copy.copy(value) for name, value in now.items()}
+            events = {name: new for name, new in events.items() if new}
+            if events or changed:
+                send.send(("events", (events, changed)))
+        send.send(("costs", costs_for(pair)))
+        send.send(("end", None))
+    except BaseException as error:  # noqa: BLE001 - the parent raises it
+        try:
+            pickle.dumps(error)
+        except Exception:  # noqa: BLE001 - an error that does not pickle goes as its text
+            error = RuntimeError(f"{type(error).__name__}: {error}")
+        try:
+            send.send(("error", error))
+        except (BrokenPipeError, OSError):
+            pass        # the parent stopped reading
+    finally:
+        send.close()

@@ -1,0 +1,79 @@
+"""A race in a forked process of its own (runs.race_worker): the same run as in this process, its cost
+tables brought back, stopped when its consumer stops, its errors and its death said here."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import weakref
+
+import pytest
+
+from specviz.errors import SpecvizError
+from specviz.models.tiny import tiny_pair
+from specviz.runs import race_worker
+from specviz.runs import run as runs
+from specviz.settings import RunSettings, validate
+
+pytestmark = pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")
+
+PROMPT = "the cat sat on the mat. the cat sat on the mat. the cat"
+
+
+def settings(**changes):
+    return validate(RunSettings(**{"target": "tiny", "draft": "tiny", "k": 4, "max_new_tokens": 24,
+                                   "chat": False, **changes}))
+
+
+def test_a_forked_race_is_the_race_run_here_and_its_costs_come_back(monkeypatch):
+    pair = tiny_pair("tiny")
+    assert race_worker.can_fork(pair)
+    monkeypatch.setattr(runs, "_PASS_COSTS", weakref.WeakKeyDictionary())    # nothing measured here yet
+    monkeypatch.setattr(runs, "_DRAFT_COSTS", weakref.WeakKeyDictionary())
+    seen = [(run, run.status, len(run.cycles) + len(run.steps))
+            for run in race_worker.forked_race(settings(), PROMPT, pair, baseline=True)]
+    forked = seen[-1][0]
+    assert seen[0][1].startswith("Calibrating") and not forked.status
+    assert all(run is forked for run, _, _ in seen)       # one run, grown here event by event
+    assert [events for _, _, events in seen[1:-1]] == list(range(1, len(seen) - 1))
+    # The child measured the policy's tables; this process keeps them, so a race here calibrates nothing.
+    assert runs._PASS_COSTS[pair.target] and runs._DRAFT_COSTS[pair.target]
+    here = runs.execute(settings(), PROMPT, pair, baseline=True)
+    assert here.calibration_seconds == 0 and forked.calibration_seconds > 0
+    assert [c.emitted for c in forked.cycles] == [c.emitted for c in here.cycles]
+    assert [s.token for s in forked.steps] == [s.token for s in here.steps]
+    assert forked.text == here.text and forked.identical and forked.spec_done and forked.plain_done
+    assert forked.summary()["speedup"] > 0 and forked.summary()["decided_on"] == here.summary()["decided_on"]
+
+
+def test_a_consumer_that_stops_reading_ends_the_child():
+    pair = tiny_pair("tiny")
+    before = {child.pid for child in multiprocessing.active_children()}
+    runs_ = race_worker.forked_race(settings(max_new_tokens=64), PROMPT, pair, baseline=True)
+    next(runs_)
+    started = [child for child in multiprocessing.active_children() if child.pid not in before]
+    assert len(started) == 1 and started[0].is_alive()
+    runs_.close()
+    assert not started[0].is_alive()
+
+
+def test_an_error_in_the_child_is_raised_here_with_its_message():
+    pair = tiny_pair("tiny")
+    with pytest.raises(SpecvizError, match="token"):
+        list(race_worker.forked_race(settings(), "the cat " * 5000, pair))
+
+
+def test_a_child_that_dies_is_said_so(monkeypatch):
+    def dies(*args, **kwargs):
+        os._exit(9)
+        yield
+
+    monkeypatch.setattr(race_worker, "race", dies)       # the child is forked from this process: it runs this
+    with pytest.raises(SpecvizError, match="ended before the race did"):
+        list(race_worker.forked_race(settings(), PROMPT, tiny_pair("tiny")))
+
+
+def test_races_stay_here_where_they_cannot_fork(monkeypatch):
+    pair = tiny_pair("tiny")
+    monkeypatch.setenv(race_worker.ENV, "0")
+    assert not race_worker.can_fork(pair)
