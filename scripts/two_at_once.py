@@ -1,7 +1,8 @@
 """Do two races at once keep their figures? The Run tab's default race (the built-in model, prompt lookup
 k = 8, the default example, 128 new tokens, greedy, one torch thread timed by its thread CPU time) run
-alone ROUNDS times and as two threads at once ROUNDS times, in alternation (alone, pair, alone, ...),
-in one process as the app runs them. Prints each race's speedup with its 95% interval, its wall time,
+alone ROUNDS times and two at once ROUNDS times, in alternation (alone, pair, alone, ...), each race in
+a forked process of its own as the app runs them on a CPU (`runs.race_worker`; `--in-process`: on
+threads of this process instead). Prints each race's speedup with its 95% interval, its wall time,
 and whether every race of a pair lies within the alone races' intervals; and the wall time a pair
 takes against two alone races in turn (what serving two visitors at once gains).
 
@@ -29,10 +30,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--in-process", action="store_true", help="race on threads of this process, not forked")
     args = parser.parse_args()
 
     from specviz.catalog import load_examples
-    from specviz.runs import execute
+    from specviz.runs import execute, last
+    from specviz.runs.race_worker import can_fork, forked_race
     from specviz.runs.run import load
     from specviz.settings import RunSettings
     from specviz.ui import configure_torch
@@ -43,10 +46,13 @@ def main() -> None:
     example = examples[default_example(examples)]
     settings = RunSettings(draft="ngram", k=8, max_new_tokens=args.max_new_tokens, chat=example["chat"])
     pair = load(settings)
+    forked = can_fork(pair) and not args.in_process
+    print("each race in a forked process of its own" if forked else "races on threads of this process")
 
     def race() -> tuple:
         began = time.monotonic()
-        run = execute(settings, example["prompt"], pair, baseline=True)
+        run = (last(forked_race(settings, example["prompt"], pair, baseline=True)) if forked
+               else execute(settings, example["prompt"], pair, baseline=True))
         return run.speed.speedup, run.speed.low, run.speed.high, time.monotonic() - began
 
     race()                                       # warm-up

@@ -3,12 +3,14 @@ tables brought back, stopped when its consumer stops, its errors and its death s
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import weakref
 
 import pytest
 
+from specviz.core.drafters import PromptLookupDrafter
 from specviz.errors import SpecvizError
 from specviz.models.tiny import tiny_pair
 from specviz.runs import race_worker
@@ -17,6 +19,7 @@ from specviz.settings import RunSettings, validate
 
 pytestmark = pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")
 
+UNREAD_SECONDS = 15.0
 PROMPT = "the cat sat on the mat. the cat sat on the mat. the cat"
 
 
@@ -77,3 +80,23 @@ def test_races_stay_here_where_they_cannot_fork(monkeypatch):
     pair = tiny_pair("tiny")
     monkeypatch.setenv(race_worker.ENV, "0")
     assert not race_worker.can_fork(pair)
+
+
+@pytest.mark.slow        # it waits UNREAD_SECONDS on purpose
+def test_a_server_slow_to_read_never_stalls_the_race():
+    # The child's messages go through a pipe (64 KiB on Linux); a server that reads nothing for a while
+    # (its interpreter busy with a class's viewers) must not hold the race up: the child finishes alone.
+    import pickle
+    import time
+
+    pair = tiny_pair("tiny")
+    runs_ = race_worker.forked_race(settings(draft="ngram", max_new_tokens=400), PROMPT * 4,
+                                    dataclasses.replace(pair, draft=PromptLookupDrafter(), draft_name="prompt lookup"),
+                                    baseline=True)
+    next(runs_)
+    time.sleep(UNREAD_SECONDS)                      # reading nothing meanwhile
+    run = runs.last(runs_)
+    assert len(pickle.dumps((run.cycles, run.steps, run.texts, run.step_texts))) > 65536   # more than a pipe holds
+    assert run.spec_done and run.plain_done
+    # The race's own wall time (~4.5 s here alone): it never waited for the reader (stalled: ~UNREAD + 3 s).
+    assert run.elapsed_wall_seconds < UNREAD_SECONDS - 3

@@ -27,7 +27,9 @@ import functools
 import multiprocessing
 import os
 import pickle
+import queue
 import sys
+import threading
 from collections.abc import Iterator
 
 from ..errors import SpecvizError
@@ -38,6 +40,10 @@ from .run import adopt_costs, costs_for, race
 
 EVENT_FIELDS = ("cycles", "texts", "steps", "step_texts")
 ENV = "SPECVIZ_RACE_PROCESSES"
+# A race yields the processor to the server: a page answering at once matters more than a race
+# finishing a moment sooner, and the race's figures are its own thread's CPU time, which the
+# scheduler's order does not change.
+RACE_NICENESS = 10
 
 
 def can_fork(pair: ModelPair) -> bool:
@@ -62,7 +68,7 @@ def forked_race(settings: RunSettings, prompt: str, pair: ModelPair, **options) 
     try:
         while True:
             try:
-                kind, payload = receive.recv()
+                kind, payload = pickle.loads(receive.recv_bytes())
             except EOFError:
                 child.join(5)
                 raise SpecvizError(f"The race's worker process ended before the race did (exit code "
@@ -105,13 +111,38 @@ def _race_in_child(send, settings: RunSettings, prompt: str, pair: ModelPair, op
     """The child: race, sending what changed after each event. It writes nothing to the inherited
     standard streams (another thread of the parent may have held their locks at the fork)."""
     sys.stdout = sys.stderr = open(os.devnull, "w")
+    if RACE_NICENESS:
+        os.nice(RACE_NICENESS)
+    outbox: queue.SimpleQueue = queue.SimpleQueue()
+    # Each message pickled as it comes (nothing changes under it), then written by a thread of its own:
+    # a server slow to read (its interpreter busy with thirty viewers) then delays what the viewers
+    # see, never the race (writing to a full pipe would stall it).
+    sender = threading.Thread(target=_send_all, args=(outbox, send), name="specviz-race-sender", daemon=True)
+    sender.start()
+    try:
+        _race_into(outbox, settings, prompt, pair, options)
+    finally:
+        outbox.put(None)
+        sender.join()
+        send.close()
+
+
+def _send_all(outbox: queue.SimpleQueue, send) -> None:
+    while (message := outbox.get()) is not None:
+        try:
+            send.send_bytes(message)
+        except (BrokenPipeError, OSError):
+            return          # the parent stopped reading
+
+
+def _race_into(outbox: queue.SimpleQueue, settings: RunSettings, prompt: str, pair: ModelPair, options: dict) -> None:
     sent: dict[str, int] = {}
     fields: dict = {}
     try:
         for run in race(settings, prompt, pair, **options):
             if not sent:
                 template = dataclasses.replace(run, **{name: [] for name in EVENT_FIELDS}, _decode=None)
-                send.send(("run", template))
+                outbox.put(pickle.dumps(("run", template)))
                 sent = dict.fromkeys(EVENT_FIELDS, 0)
                 fields = _fields(template)
             events = {name: getattr(run, name)[sent[name]:] for name in EVENT_FIELDS}
@@ -121,17 +152,12 @@ def _race_in_child(send, settings: RunSettings, prompt: str, pair: ModelPair, op
             fields = {name: copy.copy(value) for name, value in now.items()}
             events = {name: new for name, new in events.items() if new}
             if events or changed:
-                send.send(("events", (events, changed)))
-        send.send(("costs", costs_for(pair)))
-        send.send(("end", None))
+                outbox.put(pickle.dumps(("events", (events, changed))))
+        outbox.put(pickle.dumps(("costs", costs_for(pair))))
+        outbox.put(pickle.dumps(("end", None)))
     except BaseException as error:  # noqa: BLE001 - the parent raises it
         try:
             pickle.dumps(error)
         except Exception:  # noqa: BLE001 - an error that does not pickle goes as its text
             error = RuntimeError(f"{type(error).__name__}: {error}")
-        try:
-            send.send(("error", error))
-        except (BrokenPipeError, OSError):
-            pass        # the parent stopped reading
-    finally:
-        send.close()
+        outbox.put(pickle.dumps(("error", error)))
