@@ -156,7 +156,8 @@ def _pass_table(pair: ModelPair) -> PassCosts:
 
 
 def _draft_table(pair: ModelPair, draft_name: str) -> DraftCosts:
-    return _DRAFT_COSTS.setdefault(pair.target, {}).setdefault((torch.get_num_threads(), draft_name), DraftCosts(learn=False))
+    tables = _DRAFT_COSTS.setdefault(pair.target, {})
+    return tables.setdefault((torch.get_num_threads(), draft_name), DraftCosts(learn=False))
 
 
 def costs_for(pair: ModelPair) -> tuple[dict, dict]:
