@@ -197,3 +197,39 @@ def test_a_cancelled_teach_run_stops_the_servers_work():
             job.cancel()
         time.sleep(2.0)             # a cycle in flight, the cancel round trip
         assert busy_fraction(app.pid, 3.0) < 0.15
+
+
+def race_workers(pid: int) -> list[int]:
+    """The server's live child processes (its races' workers, runs.race_worker)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_a_cancelled_run_ends_its_race_worker():
+    # On a CPU each race runs in a forked process of its own: a Run cancelled through the API must end
+    # it (the server's own CPU would not show a worker that races on).
+    from gradio_client import Client
+
+    with running_app("slow", tiny=True) as app:
+        client = Client(app.url, verbose=False)
+        client.predict(*run_inputs(max_new_tokens=8), api_name="/run")          # loads the models
+        for round_ in range(2):
+            job = client.submit(*run_inputs(prompt=f"the cat sat on the mat {round_}", max_new_tokens=256),
+                                api_name="/run")
+            deadline = time.monotonic() + 30
+            while not race_workers(app.pid):
+                assert time.monotonic() < deadline, "no race worker ever started"
+                time.sleep(0.05)
+            worker = race_workers(app.pid)[0]
+            job.cancel()
+            deadline = time.monotonic() + 5         # the race itself would go on for ~10-20 s
+            while Path(f"/proc/{worker}").exists() and Path(f"/proc/{worker}/stat").read_text().split()[2] != "Z":
+                assert time.monotonic() < deadline, "the race worker went on after the cancel"
+                time.sleep(0.1)
