@@ -213,6 +213,7 @@ def test_greedy_with_the_head_and_the_cost_aware_policy_equals_generate(trained,
             assert all(c.probe for c in cycles if c.drafted), (text, planned)
 
 
+@pytest.mark.slow       # the trained fixture: ~30 s of training, shared with the slow tests above
 def test_the_loop_drafts_what_the_head_predicts_from_the_whole_sequence(trained):
     """Drafting reads the features training read: in greedy decoding at k = 1, each cycle's draft is the
     head's prediction for that position from the finished sequence read at once (as training and its
