@@ -15,7 +15,8 @@ calibration. A consumer that stops reading (a Stop, a viewer leaving) ends the c
 child is raised here; a child that dies (killed for memory) is a `SpecvizError` saying so.
 
 Only on a CPU (a forked child cannot use a CUDA context made before the fork; a GPU runs one race at a
-time anyway), where the platform forks, and not inside a worker process already (ZeroGPU's);
+time anyway), on Linux (macOS forks, but not safely once its system frameworks have started), and not
+inside a worker process already (ZeroGPU's);
 `SPECVIZ_RACE_PROCESSES=0` keeps races in this process.
 """
 
@@ -50,6 +51,7 @@ def can_fork(pair: ModelPair) -> bool:
     """Whether `forked_race` can race this pair: on a CPU, where processes fork, unless turned off or
     this is a worker process already (ZeroGPU's: the race is away from the server's interpreter there)."""
     return (getattr(pair.device, "type", str(pair.device)) == "cpu"
+            and sys.platform.startswith("linux")        # macOS: forking after its frameworks start is unsafe
             and "fork" in multiprocessing.get_all_start_methods()
             and not multiprocessing.current_process().daemon
             and os.environ.get(ENV, "1").strip() != "0")
