@@ -93,16 +93,9 @@ def median_seconds(work: Callable[[], object], clock: Clock, samples: int,
                    undo: Callable[[], object] | None = None) -> float:
     """Median seconds of `work` over `samples` timed runs after one untimed, `undo` (untimed) after
     each, with the collector paused as it is for every event: the one calibration routine of the
-    package (the draft policy's pass costs and the load sweep's cost curve both time with it)."""
-    seconds = []
-    for _ in range(samples + 1):
-        with collector_paused():
-            start = clock()
-            work()
-            seconds.append(clock() - start)
-        if undo is not None:
-            undo()
-    return statistics.median(seconds[1:])
+    package (`interleaved_seconds` with one work; the draft policy's pass costs time several in
+    rounds, the load sweep's cost curve one at a time)."""
+    return interleaved_seconds([work], clock, samples, undo)[0]
 
 
 def interleaved_seconds(works: Sequence[Callable[[], object]], clock: Clock, rounds: int,
