@@ -138,21 +138,20 @@ def _send_all(outbox: queue.SimpleQueue, send) -> None:
 
 
 def _race_into(outbox: queue.SimpleQueue, settings: RunSettings, prompt: str, pair: ModelPair, options: dict) -> None:
-    sent: dict[str, int] = {}
-    fields: dict = {}
+    sent = dict.fromkeys(EVENT_FIELDS, 0)       # events sent so far, by field
+    fields: dict | None = None                  # the other fields as last sent
     try:
         for run in race(settings, prompt, pair, **options):
-            if not sent:
+            now = _fields(run)
+            if fields is None:
                 template = dataclasses.replace(run, **{name: [] for name in EVENT_FIELDS}, _decode=None)
                 outbox.put(pickle.dumps(("run", template)))
-                sent = dict.fromkeys(EVENT_FIELDS, 0)
-                fields = _fields(template)
-            events = {name: getattr(run, name)[sent[name]:] for name in EVENT_FIELDS}
+                fields = now
+            events = {name: getattr(run, name)[sent[name]:] for name in EVENT_FIELDS
+                      if len(getattr(run, name)) > sent[name]}
             sent = {name: len(getattr(run, name)) for name in EVENT_FIELDS}
-            now = _fields(run)
-            changed = {name: value for name, value in now.items() if fields.get(name) != value}
+            changed = {name: value for name, value in now.items() if fields[name] != value}
             fields = {name: copy.copy(value) for name, value in now.items()}
-            events = {name: new for name, new in events.items() if new}
             if events or changed:
                 outbox.put(pickle.dumps(("events", (events, changed))))
         outbox.put(pickle.dumps(("costs", costs_for(pair))))

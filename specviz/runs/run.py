@@ -339,12 +339,12 @@ def _calibrated(run: Run, settings: RunSettings, pair: ModelPair, drafter: Draft
             policy.draft_costs = costs
         measured += [name] if drafting else []
     table = policy.costs
-    drafting = policy.component_costs if isinstance(policy, HybridPolicy) else {run.draft_name: policy.draft_costs}
+    drafters = policy.component_costs if isinstance(policy, HybridPolicy) else {run.draft_name: policy.draft_costs}
     run.decided_on = {
         "step_seconds": table.step,
         "pass_steps": [round(steps, 4) for steps in table.relative(widest)],     # by width 0..widest
         "drafting_steps_per_token": {name: round(costs.per_token / table.step, 4)
-                                     for name, costs in drafting.items() if costs is not None and costs.known}}
+                                     for name, costs in drafters.items() if costs is not None and costs.known}}
     if widths or measured:
         run.calibration_seconds = time.perf_counter() - started
         run.calibrated = ([f"target passes of {', '.join(map(str, widths))} drafted tokens"] if widths else []) + \
