@@ -225,24 +225,32 @@ def test_a_draft_model_paused_catches_up_when_it_drafts_again(prompt):
 
 # ----------------------------------------------------------------------------- cost tables across runs
 
-def test_a_drafters_measured_costs_never_price_another_drafters_drafts():
-    # In one process (as the app and Compare run): prompt lookup, then a draft model on the same
-    # target, then prompt lookup again. Each drafter has its own drafting table; the target's pass
-    # table is shared (same target, device, dtype, threads) and timed once.
+def lookup_and_model(max_new_tokens: int):
+    """The tiny pair, the same target drafted by prompt lookup, a repeating prompt, and the settings
+    of a prompt-lookup run and of a draft-model run on it."""
     from dataclasses import replace
-
-    import torch
 
     from specviz.core.drafters import PromptLookupDrafter
     from specviz.models.tiny import tiny_pair
-    from specviz.runs import run as runs
     from specviz.settings import RunSettings, validate
 
     pair = tiny_pair("tiny")
     lookup = replace(pair, draft=PromptLookupDrafter(), draft_name="prompt lookup", draft_parameters=0)
     prompt = "the cat sat on the mat. the cat sat on the mat. the cat"
-    lookup_settings = validate(RunSettings(target="tiny", draft="ngram", k=4, max_new_tokens=24, chat=False))
-    model_settings = validate(RunSettings(target="tiny", draft="tiny", k=4, max_new_tokens=24, chat=False))
+    common = dict(target="tiny", k=4, max_new_tokens=max_new_tokens, chat=False)
+    return (pair, lookup, prompt, validate(RunSettings(draft="ngram", **common)),
+            validate(RunSettings(draft="tiny", **common)))
+
+
+def test_a_drafters_measured_costs_never_price_another_drafters_drafts():
+    # In one process (as the app and Compare run): prompt lookup, then a draft model on the same
+    # target, then prompt lookup again. Each drafter has its own drafting table; the target's pass
+    # table is shared (same target, device, dtype, threads) and timed once.
+    import torch
+
+    from specviz.runs import run as runs
+
+    pair, lookup, prompt, lookup_settings, model_settings = lookup_and_model(max_new_tokens=24)
 
     statuses = [r.status for r in runs.race(lookup_settings, prompt, lookup)]
     assert statuses[0].startswith("Calibrating: timing target passes") and not statuses[-1]
@@ -267,20 +275,11 @@ def test_a_configuration_decides_the_same_whatever_ran_before_it():
     # passes move them, so prompt lookup drafts the same lengths, cycle by cycle, fresh and after a
     # draft model's run on the same target (before, each run's passes refreshed a shared running mean,
     # and identical runs in one process drafted 54-63 tokens of 96 on a summarisation prompt).
-    from dataclasses import replace
-
     import torch
 
-    from specviz.core.drafters import PromptLookupDrafter
-    from specviz.models.tiny import tiny_pair
     from specviz.runs import run as runs
-    from specviz.settings import RunSettings, validate
 
-    pair = tiny_pair("tiny")
-    lookup = replace(pair, draft=PromptLookupDrafter(), draft_name="prompt lookup", draft_parameters=0)
-    prompt = "the cat sat on the mat. the cat sat on the mat. the cat"
-    lookup_settings = validate(RunSettings(target="tiny", draft="ngram", k=4, max_new_tokens=32, chat=False))
-    model_settings = validate(RunSettings(target="tiny", draft="tiny", k=4, max_new_tokens=32, chat=False))
+    pair, lookup, prompt, lookup_settings, model_settings = lookup_and_model(max_new_tokens=32)
 
     fresh = runs.execute(lookup_settings, prompt, lookup, baseline=True)
     table = runs._PASS_COSTS[pair.target][torch.get_num_threads()]
