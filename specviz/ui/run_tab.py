@@ -37,6 +37,10 @@ RunPage = NamedTuple("RunPage", [*RunView.__annotations__.items(), ("record", ob
 RUN_VIEWERS = 128                 # Run requests served at once (most of them wait for a race or watch one)
 FIGURES = ("acceptance", "per_pass", "race", "positions", "timeline")
 NO_RECORDING = None
+# The Download recording button while a run goes: the last run's file is taken away with the run's
+# first view; later views leave the button as it is (an update, even gr.skip(), makes Gradio rebuild
+# the component and its API schema, for every viewer at every view).
+NO_RECORDING_YET = gr.update(value=None, interactive=False)
 
 
 def shown(view: RunView) -> RunView:
@@ -45,10 +49,22 @@ def shown(view: RunView) -> RunView:
 
 
 def page(view: RunView, record: object = NO_RECORDING, summary: dict | None = None) -> RunPage:
-    """The Run tab's outputs: the view, the download button's update (`record`; hidden while
-    there is nothing to record) and the summary (left as it is until the run has one)."""
-    return RunPage(*shown(view), gr.update(value=None, interactive=False) if record is NO_RECORDING else record,
+    """The Run tab's outputs: the view, the download button's update (`record`; left as it is while
+    there is nothing to record, see `first_page_clears_the_recording`) and the summary (left as it is
+    until the run has one)."""
+    return RunPage(*shown(view), gr.skip() if record is NO_RECORDING else record,
                    gr.skip() if summary is None else summary)
+
+
+def first_page_clears_the_recording(pages: Iterator[RunPage | object]) -> Iterator[RunPage | object]:
+    """`pages` with the download button cleared by the first page (unless that page offers a file)."""
+    cleared = False
+    for item in pages:
+        if not cleared and isinstance(item, RunPage):
+            cleared = True
+            if item.record == gr.skip():
+                item = item._replace(record=NO_RECORDING_YET)
+        yield item
 
 
 def settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
@@ -74,6 +90,13 @@ def run_work(limits: Limits, loader: Loader | None = None, memories: SessionMemo
     def work(prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
              max_new_tokens, seed, prompt_format, branch=1, fixed_k=False, sampling=INVARIANT, fresh=False,
              session: gr.Request | None = None, stop: StopSignal | None = None) -> Iterator[RunPage | object]:
+        yield from first_page_clears_the_recording(pages(prompt, target, drafter, draft_model, exit_layer, k,
+                                                         dynamic_k, temperature, top_p, top_k, max_new_tokens,
+                                                         seed, prompt_format, branch, fixed_k, sampling, fresh,
+                                                         session, stop))
+
+    def pages(prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
+              max_new_tokens, seed, prompt_format, branch, fixed_k, sampling, fresh, session, stop):
         stop = stop or StopSignal()
         ticket = None
         try:
