@@ -54,6 +54,7 @@ def lookup_frames(lookup_run):
     return [image for _, image in animation.frames(lookup_run, size=SMALL)]
 
 
+@pytest.mark.slow      # draws every frame twice, ~5 s
 def test_frames_follow_the_recorded_clocks_scaled_by_the_speed(lookup_run):
     events = recording.timeline(lookup_run)
     end = max(seconds for seconds, _ in events)

@@ -243,6 +243,7 @@ def test_module_entry_point_help():
         assert flag in result.stdout
 
 
+@pytest.mark.slow      # two CLI processes, ~5 s: in CI, not in the quick loop
 def test_compare_piped_to_a_file_keeps_every_figure_and_label_whole():
     """Not a terminal: rich assumed 80 columns and cut the table's cells ('spe\u2026', '1.3\u2026')."""
     from specviz.views.prose import TABLE_HEADERS

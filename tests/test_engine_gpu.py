@@ -96,8 +96,11 @@ def standin_python(tmp_path, monkeypatch) -> tuple[Path, Path]:
     return python, record
 
 
-@pytest.mark.parametrize("in_use", [False, True], ids=["own models let go", "own model still in use"])
-@pytest.mark.parametrize("total, count, device", [(CARD_24, 1, "auto"), (CARD_80, 2, "cuda:1")])
+# Each case starts two stand-in servers (~2 s): one in the quick loop, all four in CI.
+@pytest.mark.parametrize("in_use", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["own models let go", "own model still in use"])
+@pytest.mark.parametrize("total, count, device", [(CARD_24, 1, "auto"),
+                                                  pytest.param(CARD_80, 2, "cuda:1", marks=pytest.mark.slow)])
 def test_a_vllm_server_on_a_gpu_frees_the_own_models_takes_what_is_free_and_is_pinned(tmp_path, monkeypatch,
                                                                                        total, count, device, in_use):
     cuda = FakeCuda(monkeypatch, *[(total, 2 * GIB)] * count)

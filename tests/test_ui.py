@@ -568,6 +568,7 @@ def test_teach_explains_a_cross_tokenizer_cycle(tiny):
     assert '<details class="sv-retok"' in view.tokens
 
 
+@pytest.mark.slow      # starts a server, ~2.5 s
 def test_the_app_starts_on_a_host_too_busy_to_answer_gradios_first_localhost_check():
     """Gradio's own check gives up at once on a refused connection (and after 3 s on a slow one); the
     patient check launch_options installs asks again until the server answers (here after 2 s)."""
