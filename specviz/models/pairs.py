@@ -18,6 +18,7 @@ from ..core.lookup_trees import NgramTreeDrafter, SuffixDrafter
 from ..errors import SpecvizError
 from ..settings import DraftSpec, parse_draft
 from .cache import lock as _lock
+from .cpu_linear import orient_linears
 from .devices import resolve_device
 from .head_files import has_shipped_head, spec_location
 from .heads import load_head
@@ -210,6 +211,9 @@ def load_pair(target: str | None = None, draft: DraftSpec | str | None = None, *
                 raise SpecvizError(f"The draft {resolve_source(spec).name} has {draft_rows} embedding rows, fewer "
                                    f"than the {len(draft_tokenizer)} tokens of its tokenizer: the checkpoint is "
                                    "inconsistent.")
+        if resolved_device.type == "cpu":     # few-row products in this CPU's faster orientation (measured once)
+            for model in filter(None, (target_model, draft_model)):
+                orient_linears(model)
         drafter = make_drafter(spec, target_model, target_name=target_name, draft_model=draft_model,
                                target_tokenizer=tokenizer, draft_tokenizer=draft_tokenizer)
         note = CROSS_TOKENIZER_NOTE if isinstance(drafter, CrossTokenizerDrafter) else ""

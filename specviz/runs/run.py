@@ -345,6 +345,9 @@ def _calibrated(run: Run, settings: RunSettings, pair: ModelPair, drafter: Draft
         "pass_steps": [round(steps, 4) for steps in table.relative(widest)],     # by width 0..widest
         "drafting_steps_per_token": {name: round(costs.per_token / table.step, 4)
                                      for name, costs in drafters.items() if costs is not None and costs.known}}
+    oriented = getattr(pair.target, "_specviz_oriented", None)      # models.cpu_linear, measured at load
+    if oriented:
+        run.decided_on["transposed_rows"] = {f"{out}x{into}": rows for (out, into), rows in oriented.items()}
     if widths or measured:
         run.calibration_seconds = time.perf_counter() - started
         run.calibrated = ([f"target passes of {', '.join(map(str, widths))} drafted tokens"] if widths else []) + \

@@ -203,14 +203,14 @@ def decided_on_text(run: Run) -> str:
     table = run.decided_on
     if not table:
         return ""
-    passes = table["pass_steps"]
-    widest = len(passes) - 1
+    passes, widest = table["pass_steps"], len(table["pass_steps"]) - 1
     shown = [w for w in (1, 4, widest) if 0 < w <= widest]
     text = (f"; it decided from a plain step of {table['step_seconds'] * 1000:.1f} ms ({run.clock}), a pass verifying "
             + ", ".join(f"{w} drafted token{'s' if w > 1 else ''} {passes[w]:.2f} steps" for w in dict.fromkeys(shown)))
-    drafting = table.get("drafting_steps_per_token") or {}
-    if drafting:
+    if drafting := table.get("drafting_steps_per_token") or {}:
         text += "; drafting per token " + ", ".join(f"{name} {v:.2f} steps" for name, v in drafting.items())
+    if rows := sorted({r for counts in (table.get("transposed_rows") or {}).values() for r in counts}):
+        text += f"; products of {rows[0]}-{rows[-1]} rows oriented as measured fastest here, for both methods"
     return text + " (fixed for this process once measured)"
 
 
