@@ -43,6 +43,26 @@ def test_a_race_asked_for_again_is_a_labelled_replay_unless_measured_again(tiny)
     assert fresh.summary["measurement"]["shown_to"] == 1
 
 
+def test_everyone_watching_a_shared_race_is_offered_its_recording(tiny):
+    # The finished race's download-button update is made once for all its viewers; Gradio pops an
+    # update's value as it sends it, so each viewer must get its own (the others' buttons were empty).
+    work = run_tab.run_work(LOCAL, tiny.loader, races=SharedRaces(slots=1))
+    bell, finals = threading.Barrier(2), [None, None]
+
+    def viewer(i):
+        bell.wait()
+        finals[i] = pages(work, max_new_tokens=48)[-1]
+
+    threads = [threading.Thread(target=viewer, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert sorted(f.summary["measurement"]["joined"] for f in finals) == [False, True]     # one race, two viewers
+    finals[0].record.pop("value")                  # as Gradio sends the first viewer's
+    assert finals[1].record["value"] and finals[1].record["interactive"] is True
+
+
 def recording_shown(page) -> bool:
     return (isinstance(page.tokens, str) and 'class="sv-cycle"' in page.tokens
             and "Recording, while you wait" in text(page.stats))

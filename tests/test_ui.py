@@ -78,6 +78,7 @@ def test_run_streams_tokens_charts_and_summary(tiny):
     from specviz.runs import recording
     # The last run's file goes with the first view; the views between leave the button alone.
     assert views[0].record["interactive"] is False and views[0].record["value"] is None
+    assert run_tab.no_recording_yet() is not run_tab.no_recording_yet()     # Gradio edits an update in place
     assert all(v.record == gr.skip() for v in views[1:-1]) and final.record["interactive"] is True
     assert recording.load(final.record["value"]).runs[0].stats.tokens == 32
 

@@ -40,7 +40,11 @@ NO_RECORDING = None
 # The Download recording button while a run goes: the last run's file is taken away with the run's
 # first view; later views leave the button as it is (an update, even gr.skip(), makes Gradio rebuild
 # the component and its API schema, for every viewer at every view).
-NO_RECORDING_YET = gr.update(value=None, interactive=False)
+
+
+def no_recording_yet() -> dict:
+    """The button emptied and disabled: a new dict each time (Gradio deletes an update's None values in place)."""
+    return gr.update(value=None, interactive=False)
 
 
 def shown(view: RunView) -> RunView:
@@ -63,7 +67,7 @@ def first_page_clears_the_recording(pages: Iterator[RunPage | object]) -> Iterat
         if not cleared and isinstance(item, RunPage):
             cleared = True
             if item.record == gr.skip():
-                item = item._replace(record=NO_RECORDING_YET)
+                item = item._replace(record=no_recording_yet())
         yield item
 
 
@@ -155,7 +159,8 @@ def watch(ticket, prompt: str, stop: StopSignal) -> Iterator[RunPage | object]:
     elif shared.state == FINISHED:
         label = measured_label(ticket)
         view, run, record = live.final(label, recording_button)
-        yield page(view, record, summary_json(run, ticket))
+        # Each viewer its own update: Gradio pops an update's value in place as it sends it.
+        yield page(view, dict(record) if isinstance(record, dict) else record, summary_json(run, ticket))
 
 
 def replayed(ticket, stop: StopSignal) -> Iterator[RunPage | object]:
