@@ -114,5 +114,6 @@ def test_a_run_on_oriented_layers_writes_plain_decodings_text_and_says_what_was_
     assert [t for c in run.cycles for t in c.emitted] == [s.token for s in run.steps]
     decided = json.loads(json.dumps(run.summary()["decided_on"]))
     assert decided["transposed_rows"] == {f"{out}x{into}": rows for (out, into), rows in chosen.items()}
-    rows = sorted({r for counts in chosen.values() for r in counts})
-    assert (f"products of {rows[0]}-{rows[-1]} rows oriented" in calibration_text(run)) == bool(rows)
+    rows = sorted({r for counts in chosen.values() for r in counts})     # none, on a host too busy to tell
+    said = calibration_text(run)
+    assert (f"products of {rows[0]}-{rows[-1]} rows oriented" in said) if rows else "oriented" not in said
