@@ -264,7 +264,7 @@ def test_batched_plain_decoding_is_not_a_weak_baseline():
                      draft_parameters=0, device=target.device, dtype=torch.float32, eos_token_ids=[])
     g = torch.Generator().manual_seed(0)
     ids = [torch.randint(1, 4096, (n,), generator=g).tolist() for n in (20, 35, 50, 64)]
-    check = plain_against_generate(pair, ids, 48, repeats=5)
+    check = plain_against_generate(pair, ids, 48, repeats=9)      # medians of 9: 5 read 0.89 once under CI load
     assert check["ratio"] >= 0.9, check
 
 
