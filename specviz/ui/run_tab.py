@@ -37,13 +37,12 @@ RunPage = NamedTuple("RunPage", [*RunView.__annotations__.items(), ("record", ob
 RUN_VIEWERS = 128                 # Run requests served at once (most of them wait for a race or watch one)
 FIGURES = ("acceptance", "per_pass", "race", "positions", "timeline")
 NO_RECORDING = None
-# The Download recording button while a run goes: the last run's file is taken away with the run's
-# first view; later views leave the button as it is (an update, even gr.skip(), makes Gradio rebuild
-# the component and its API schema, for every viewer at every view).
 
 
 def no_recording_yet() -> dict:
-    """The button emptied and disabled: a new dict each time (Gradio deletes an update's None values in place)."""
+    """The Download recording button emptied and disabled, as a run's first view leaves it; later views
+    leave the button as it is (an update, even gr.skip(), makes Gradio rebuild the component and its
+    API schema, for every viewer at every view). A new dict each time: Gradio edits updates in place."""
     return gr.update(value=None, interactive=False)
 
 
@@ -56,8 +55,10 @@ def page(view: RunView, record: object = NO_RECORDING, summary: dict | None = No
     """The Run tab's outputs: the view, the download button's update (`record`; left as it is while
     there is nothing to record, see `first_page_clears_the_recording`) and the summary (left as it is
     until the run has one)."""
-    return RunPage(*shown(view), gr.skip() if record is NO_RECORDING else record,
-                   gr.skip() if summary is None else summary)
+    # A dict of its own for each page: Gradio pops an update's value in place as it sends it, and a
+    # shared race's finished update is made once for all its viewers (`LiveViews.final`).
+    record = gr.skip() if record is NO_RECORDING else dict(record) if isinstance(record, dict) else record
+    return RunPage(*shown(view), record, gr.skip() if summary is None else summary)
 
 
 def first_page_clears_the_recording(pages: Iterator[RunPage | object]) -> Iterator[RunPage | object]:
@@ -94,31 +95,28 @@ def run_work(limits: Limits, loader: Loader | None = None, memories: SessionMemo
     def work(prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
              max_new_tokens, seed, prompt_format, branch=1, fixed_k=False, sampling=INVARIANT, fresh=False,
              session: gr.Request | None = None, stop: StopSignal | None = None) -> Iterator[RunPage | object]:
-        yield from first_page_clears_the_recording(pages(prompt, target, drafter, draft_model, exit_layer, k,
-                                                         dynamic_k, temperature, top_p, top_k, max_new_tokens,
-                                                         seed, prompt_format, branch, fixed_k, sampling, fresh,
-                                                         session, stop))
+        signal = stop or StopSignal()
 
-    def pages(prompt, target, drafter, draft_model, exit_layer, k, dynamic_k, temperature, top_p, top_k,
-              max_new_tokens, seed, prompt_format, branch, fixed_k, sampling, fresh, session, stop):
-        stop = stop or StopSignal()
-        ticket = None
-        try:
-            settings = settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k, temperature,
-                                              top_p, top_k, max_new_tokens, seed, prompt_format, limits, branch,
-                                              fixed_k, sampling)
-            prompt = check_prompt(prompt, limits)
-            if stop.requested:   # stopped while it waited for the queue
-                yield page(stopped_view())
-                return
-            ticket = race_ticket(races, stream, settings, prompt, getattr(session, "session_hash", None),
-                                 fresh=bool(fresh), stopped=lambda: stop.requested)
-            yield from watch(ticket, prompt, stop)
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
-            yield page(empty_view(error_html(failure(exc))))
-        finally:
-            if ticket is not None:
-                ticket.leave()
+        def pages():
+            ticket = None
+            try:
+                settings = settings_from_controls(target, drafter, draft_model, exit_layer, k, dynamic_k,
+                                                  temperature, top_p, top_k, max_new_tokens, seed, prompt_format,
+                                                  limits, branch, fixed_k, sampling)
+                checked = check_prompt(prompt, limits)
+                if signal.requested:   # stopped while it waited for the queue
+                    yield page(stopped_view())
+                    return
+                ticket = race_ticket(races, stream, settings, checked, getattr(session, "session_hash", None),
+                                     fresh=bool(fresh), stopped=lambda: signal.requested)
+                yield from watch(ticket, checked, signal)
+            except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the page
+                yield page(empty_view(error_html(failure(exc))))
+            finally:
+                if ticket is not None:
+                    ticket.leave()
+
+        yield from first_page_clears_the_recording(pages())
 
     return work
 
@@ -159,8 +157,7 @@ def watch(ticket, prompt: str, stop: StopSignal) -> Iterator[RunPage | object]:
     elif shared.state == FINISHED:
         label = measured_label(ticket)
         view, run, record = live.final(label, recording_button)
-        # Each viewer its own update: Gradio pops an update's value in place as it sends it.
-        yield page(view, dict(record) if isinstance(record, dict) else record, summary_json(run, ticket))
+        yield page(view, record, summary_json(run, ticket))
 
 
 def replayed(ticket, stop: StopSignal) -> Iterator[RunPage | object]:
