@@ -42,6 +42,11 @@ class Student(threading.Thread):
         self.measurement: dict | None = None
         self.figure: tuple | None = None        # the race's speedup, its interval and clock, as /run returned them
 
+    @property
+    def race(self) -> str:
+        """Which race it saw: when it was measured, and for which prompt."""
+        return self.measurement["measured_at"] + str(self.prompt)
+
     def run(self) -> None:
         from gradio_client import Client
 
@@ -177,18 +182,18 @@ def main() -> None:
               f"worst {max(firsts):.2f} s")
     races = {}
     for student in served:
-        races.setdefault(student.measurement["measured_at"] + str(student.prompt), []).append(student.measurement)
+        races.setdefault(student.race, []).append(student.measurement)
     shared = max((m[-1]["shown_to"] for m in races.values()), default=0)
     replays = sum(m["replay"] for s in served for m in [s.measurement])
     print(f"{len(races)} races measured for {len(served)} clients; the most shared shown to {shared}; "
           f"{replays} replays; labels e.g.: {served[-1].measurement['label'] if served else '-'}")
     figures = {}
     for student in served:
-        figures.setdefault(student.measurement["measured_at"] + str(student.prompt), (student.prompt, student.figure))
+        figures.setdefault(student.race, (student.prompt, student.figure))
     for key, (prompt, figure) in figures.items():
         if figure and figure[0] is not None:
             low, high = (f"{figure[1]:.2f}", f"{figure[2]:.2f}") if figure[1] is not None else ("?", "?")
-            ended = [s.verdict for s in served if s.measurement["measured_at"] + str(s.prompt) == key]
+            ended = [s.verdict for s in served if s.race == key]
             print(f"  {prompt or 'the default example'}: {figure[0]:.2f}x ({low}-{high}, {figure[3]}); "
                   f"{len(ended)} got it after {min(ended):.1f}-{max(ended):.1f} s")
     print(f"memory peak: the server's RSS {peak[0]:.0f} MB; with its race workers (up to {peak[3]} at once) "
