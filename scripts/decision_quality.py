@@ -1,0 +1,138 @@
+"""Which drafter decides best, apart from the clock's noise (`python scripts/decision_quality.py`).
+
+Runs every drafter on every prompt as `bench` does (plain decoding too, for the measured speedup), then
+prices each run's cycles with one fixed table: each pass at this process's calibrated cost for its
+width (core.pass_costs, the table the cost-aware policy decided with), plus the drafting seconds the
+cycle measured, over a plain step. "priced" is tokens over that priced time: the same cycles give the
+same figure whatever the host did meanwhile, so a 2% difference between two drafters' decisions is
+resolved, where the measured speedups of three prompts per category move by up to 10% between
+identical runs. It is not a speedup (it leaves out what a pass costs beyond its table, and the loop's
+own time); the measured one is printed beside it. "pass-only" leaves drafting out: what the choices
+would give if drafting cost nothing. `--without-head` adds `auto-no-head` (auto's drafters less its
+head), to see what the head adds.
+
+Defaults: the built-in model, the bundled benchmark prompts (not Spec-Bench: nothing is chosen on
+Spec-Bench), k = 8, 96 new tokens, one torch thread. Prints a table per category; `--json FILE`
+writes every run's figures."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter, defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from specviz.catalog import load_bench_prompts, load_spec_bench  # noqa: E402 - after the sys.path insert
+from specviz.core.hybrid import HybridDrafter  # noqa: E402
+from specviz.runs import last  # noqa: E402
+from specviz.runs.prompt_sets import iter_prompt_set  # noqa: E402
+from specviz.runs.run import costs_for, load  # noqa: E402
+from specviz.settings import LOCAL, RunSettings, validate  # noqa: E402
+
+WITHOUT_HEAD = "auto-no-head"
+
+
+def priced(cycles, relative: list[float], step: float) -> dict:
+    """One run's cycles priced by a fixed table: `relative[w]` a pass over w drafted tokens in plain
+    steps, `step` a plain step's seconds. The first pass (which also read the prompt) is priced as the
+    others are, so that every drafter's run of a prompt is priced over the same tokens."""
+    return dict(tokens=sum(len(c.emitted) for c in cycles), passes=len(cycles),
+                pass_steps=sum(relative[len(c.drafted)] for c in cycles),
+                draft_steps=sum(c.draft_seconds for c in cycles) / step,
+                chosen=dict(Counter(str(c.drafter) for c in cycles if c.drafted)))
+
+
+def summarize(rows: list[dict], names: list[str]) -> dict[str, dict[str, dict]]:
+    """Per category (and "overall"), per drafter: priced, pass-only, drafting per cycle, tokens per pass."""
+    sums: dict = defaultdict(lambda: defaultdict(lambda: Counter()))
+    for row in rows:
+        for key in (row["category"], "overall"):
+            total = sums[key][row["config"]]
+            for field in ("tokens", "passes", "pass_steps", "draft_steps"):
+                total[field] += row[field]
+    out = {}
+    for key, by_config in sums.items():
+        out[key] = {name: dict(priced=t["tokens"] / (t["pass_steps"] + t["draft_steps"]),
+                               pass_only=t["tokens"] / t["pass_steps"], drafting=t["draft_steps"] / t["passes"],
+                               tokens_per_pass=t["tokens"] / t["passes"])
+                    for name in names if (t := by_config.get(name))}
+    return out
+
+
+def main(argv=None, loader=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--draft", default="ngram,suffix,auto", help="drafters, comma-separated")
+    parser.add_argument("--without-head", action="store_true", help=f"add {WITHOUT_HEAD}")
+    parser.add_argument("--target", default=None)
+    parser.add_argument("--prompts", default="bundled", help="bundled or spec-bench")
+    parser.add_argument("--limit", type=int, default=None, help="prompts per category")
+    parser.add_argument("--sample-seed", type=int, default=None)
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--k", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    torch.set_grad_enabled(False)
+    if args.prompts == "spec-bench":
+        prompts = load_spec_bench(limit=args.limit, sample_seed=args.sample_seed)
+    else:
+        prompts = load_bench_prompts(categories="all")
+        if args.limit:
+            seen: Counter = Counter()
+            prompts = [p for p in prompts if (seen.update([p.category]) or seen[p.category] <= args.limit)]
+    names = args.draft.split(",") + ([WITHOUT_HEAD] if args.without_head else [])
+    base = validate(RunSettings(target=args.target, k=args.k, max_new_tokens=args.max_new_tokens,
+                                dtype=args.dtype), LOCAL)
+    # auto-no-head is auto's pair with its head taken out, told apart by a tree budget no one asks for.
+    mark = base.tree_budget + 1
+    configs = [validate(replace(base, draft="auto" if name == WITHOUT_HEAD else name,
+                                tree_budget=mark if name == WITHOUT_HEAD else base.tree_budget), LOCAL)
+               for name in names]
+    pairs = []
+
+    def load_one(settings, progress=None):
+        pair = (loader or load)(settings, progress)
+        if settings.tree_budget == mark:
+            kept = [c for c in pair.draft.components if not c.hidden_layers]
+            pair = replace(pair, draft=HybridDrafter(kept, name=pair.draft.name), draft_name=WITHOUT_HEAD)
+        pairs.append(pair)
+        return pair
+
+    runs = {}
+    result = last(iter_prompt_set(configs, prompts, loader=load_one,
+                                  after_run=lambda c, p, _round, run: runs.__setitem__((c, p), run)))
+    table = costs_for(pairs[0])[0][torch.get_num_threads()]
+    relative = table.relative(max(len(c.drafted) for run in runs.values() for c in run.cycles) + 1)
+    rows = []
+    for (c, p), run in sorted(runs.items()):
+        rows.append(dict(config=names[c], prompt=prompts[p].id, category=prompts[p].category,
+                         measured=result._per_prompt(c)[p], **priced(run.cycles, relative, table.step)))
+    summary = summarize(rows, names)
+    print(f"pass costs (plain steps, widths 0-8): {' '.join(f'{x:.2f}' for x in relative[:9])}; "
+          f"a plain step {table.step * 1000:.1f} ms")
+    for key in sorted(summary, key=lambda k: (k == "overall", k)):
+        cells = summary[key]
+        best_single = max((v["priced"] for n, v in cells.items() if not n.startswith("auto")), default=None)
+        parts = []
+        for name, v in cells.items():
+            versus = f", {v['priced'] / best_single - 1:+.1%} vs best single" \
+                if best_single and name.startswith("auto") else ""
+            parts.append(f"{name} {v['priced']:.3f} (pass-only {v['pass_only']:.3f}, drafting "
+                         f"{v['drafting']:.3f}/pass, {v['tokens_per_pass']:.2f} tok/pass{versus})")
+        print(f"{key}: " + "; ".join(parts))
+    for c, name in enumerate(names):
+        print(f"{name}: measured median speedup {result.summary(c).speedup_median:.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(rows=rows, summary=summary, pass_costs=relative), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
