@@ -83,23 +83,17 @@ def main(argv=None, loader=None) -> int:
     if args.prompts == "spec-bench":
         prompts = load_spec_bench(limit=args.limit, sample_seed=args.sample_seed)
     else:
-        prompts = load_bench_prompts(categories="all")
-        if args.limit:
-            seen: Counter = Counter()
-            prompts = [p for p in prompts if (seen.update([p.category]) or seen[p.category] <= args.limit)]
+        prompts = load_bench_prompts(categories="all", limit=args.limit)
     names = args.draft.split(",") + ([WITHOUT_HEAD] if args.without_head else [])
     base = validate(RunSettings(target=args.target, k=args.k, max_new_tokens=args.max_new_tokens,
                                 dtype=args.dtype), LOCAL)
-    # auto-no-head is auto's pair with its head taken out, told apart by a tree budget no one asks for.
-    mark = base.tree_budget + 1
-    configs = [validate(replace(base, draft="auto" if name == WITHOUT_HEAD else name,
-                                tree_budget=mark if name == WITHOUT_HEAD else base.tree_budget), LOCAL)
-               for name in names]
+    configs = [validate(replace(base, draft="auto" if name == WITHOUT_HEAD else name), LOCAL) for name in names]
     pairs = []
 
     def load_one(settings, progress=None):
+        # Pairs load in the configurations' order: auto-no-head is auto's pair with its head taken out.
         pair = (loader or load)(settings, progress)
-        if settings.tree_budget == mark:
+        if names[len(pairs)] == WITHOUT_HEAD:
             kept = [c for c in pair.draft.components if not c.hidden_layers]
             pair = replace(pair, draft=HybridDrafter(kept, name=pair.draft.name), draft_name=WITHOUT_HEAD)
         pairs.append(pair)
@@ -113,7 +107,7 @@ def main(argv=None, loader=None) -> int:
     rows = []
     for (c, p), run in sorted(runs.items()):
         rows.append(dict(config=names[c], prompt=prompts[p].id, category=prompts[p].category,
-                         measured=result._per_prompt(c)[p], **priced(run.cycles, relative, table.step)))
+                         measured=result.per_prompt(c)[p], **priced(run.cycles, relative, table.step)))
     summary = summarize(rows, names)
     print(f"pass costs (plain steps, widths 0-8): {' '.join(f'{x:.2f}' for x in relative[:9])}; "
           f"a plain step {table.step * 1000:.1f} ms")

@@ -93,12 +93,7 @@ class PromptSetComparison:
 
     def speedups(self, config: int) -> list[float]:
         """Per prompt finished in every round so far: the median over its rounds."""
-        out = []
-        for p in range(len(self.prompts)):
-            values = [r.speedup for r in self.results if r.config == config and r.prompt == p and r.speedup]
-            if values:
-                out.append(median(values))
-        return out
+        return [speedup for speedup in self.per_prompt(config) if speedup is not None]
 
     def summary(self, config: int) -> ConfigSummary:
         runs = [r for r in self.results if r.config == config]
@@ -129,13 +124,14 @@ class PromptSetComparison:
         if len(order) < 2:
             return (order[0] if order and self.speedups(order[0]) else None), None
         best, runner = order[0], order[1]
-        pairs = [(a, b) for a, b in zip(self._per_prompt(best), self._per_prompt(runner)) if a and b]
+        pairs = [(a, b) for a, b in zip(self.per_prompt(best), self.per_prompt(runner)) if a and b]
         if not pairs:
             return None, None
         paired = paired_ratio([a for a, _ in pairs], [b for _, b in pairs])
         return (best if paired[1] > 1.0 else None), paired
 
-    def _per_prompt(self, config: int) -> list[float | None]:
+    def per_prompt(self, config: int) -> list[float | None]:
+        """Per prompt, in order: the median speedup over its rounds so far (None: none finished)."""
         out = []
         for p in range(len(self.prompts)):
             values = [r.speedup for r in self.results if r.config == config and r.prompt == p and r.speedup]
