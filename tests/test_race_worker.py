@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import sys
 import weakref
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,8 @@ from specviz.settings import RunSettings, validate
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="races fork on Linux only")
 
 UNREAD_SECONDS = 15.0
+LONG_RACE_TOKENS = 4000        # a race on the tiny pair that takes far longer than ...
+CLOSED_WITHIN_SECONDS = 5.0    # ... what a socket's close or the race's end may take
 PROMPT = "the cat sat on the mat. the cat sat on the mat. the cat"
 
 
@@ -101,3 +104,67 @@ def test_a_server_slow_to_read_never_stalls_the_race():
     assert run.spec_done and run.plain_done
     # The race's own wall time (~4.5 s here alone): it never waited for the reader (stalled: ~UNREAD + 3 s).
     assert run.elapsed_wall_seconds < UNREAD_SECONDS - 3
+
+
+def test_a_connection_the_server_closes_closes_though_a_race_runs():
+    # The app closes an idle keep-alive connection while a race decodes in its child; the browser must
+    # see it close. (A child holding its copy kept it open: the browser sent its next request, a Stop,
+    # into it and waited for ever, and the server's port outlived the server.)
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname(), timeout=CLOSED_WITHIN_SECONDS)
+    served, _ = listener.accept()
+    runs_ = race_worker.forked_race(settings(max_new_tokens=LONG_RACE_TOKENS), PROMPT * 20, tiny_pair("tiny"),
+                                    baseline=True)
+    try:
+        next(runs_)                                    # the child has started and holds what it inherited
+        served.close()
+        assert client.recv(1) == b""                   # closed, long before the race ends (no timeout)
+        address = listener.getsockname()
+        listener.close()
+        with pytest.raises(ConnectionRefusedError):    # nothing listens on the port any more
+            socket.create_connection(address, timeout=CLOSED_WITHIN_SECONDS)
+    finally:
+        runs_.close()
+        client.close()
+
+
+def test_a_race_ends_with_the_process_that_forked_it(tmp_path):
+    # A server stopped by a signal runs no exit handlers (multiprocessing's would end its daemon
+    # children): its race must not decode on alone.
+    import signal
+    import subprocess
+    import time
+
+    script = tmp_path / "server.py"
+    script.write_text(f"""
+import multiprocessing, os, signal, sys
+from specviz.models.tiny import tiny_pair
+from specviz.runs import race_worker
+from specviz.settings import RunSettings, validate
+settings = validate(RunSettings(target="tiny", draft="tiny", k=4, max_new_tokens={LONG_RACE_TOKENS}, chat=False))
+runs = race_worker.forked_race(settings, {PROMPT!r} * 20, tiny_pair("tiny"), baseline=True)
+next(runs)
+print(multiprocessing.active_children()[0].pid, flush=True)
+os.kill(os.getpid(), signal.SIGTERM)
+""")
+    output = tmp_path / "server.out"       # a file, not a pipe: the child holds what it inherited until it ends
+    with open(output, "w") as out:
+        server = subprocess.run([sys.executable, str(script)], stdout=out, stderr=subprocess.STDOUT, timeout=120,
+                                env=dict(os.environ, PYTHONPATH=str(Path(race_worker.__file__).parents[2])))
+    assert server.returncode == -signal.SIGTERM, output.read_text()[-2000:]
+    child = int(output.read_text().split()[0])
+    deadline = time.monotonic() + CLOSED_WITHIN_SECONDS
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.1)
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -14,6 +14,11 @@ other fields changed, never the whole run again; at the end, the cost tables it 
 calibration. A consumer that stops reading (a Stop, a viewer leaving) ends the child. An error in the
 child is raised here; a child that dies (killed for memory) is a `SpecvizError` saying so.
 
+What the child lets go of at once: the server's sockets it inherited (a copy held here kept every
+connection the server closed open for the browser, which sent its next request, a Stop, into one and
+waited on it for ever; and kept the server's port), and its life past this process's (it is killed
+when the thread that forked it ends: a server stopped by a signal leaves no race decoding on).
+
 Only on a CPU (a forked child cannot use a CUDA context made before the fork; a GPU runs one race at a
 time anyway), on Linux (macOS forks, but not safely once its system frameworks have started), and not
 inside a worker process already (ZeroGPU's);
@@ -23,12 +28,16 @@ inside a worker process already (ZeroGPU's);
 from __future__ import annotations
 
 import copy
+import ctypes
+import ctypes.util
 import dataclasses
 import functools
 import multiprocessing
 import os
 import pickle
 import queue
+import signal
+import stat
 import sys
 import threading
 from collections.abc import Iterator
@@ -62,7 +71,7 @@ def forked_race(settings: RunSettings, prompt: str, pair: ModelPair, **options) 
     the child's run grows. Closing the generator ends the child."""
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_race_in_child, args=(send, settings, prompt, pair, options),
+    child = context.Process(target=_race_in_child, args=(send, settings, prompt, pair, options, os.getpid()),
                             name="specviz-race", daemon=True)
     child.start()
     send.close()
@@ -109,9 +118,11 @@ def _fields(run: Run) -> dict:
             if f.name not in EVENT_FIELDS and not f.name.startswith("_")}
 
 
-def _race_in_child(send, settings: RunSettings, prompt: str, pair: ModelPair, options: dict) -> None:
+def _race_in_child(send, settings: RunSettings, prompt: str, pair: ModelPair, options: dict, parent: int) -> None:
     """The child: race, sending what changed after each event. It writes nothing to the inherited
     standard streams (another thread of the parent may have held their locks at the fork)."""
+    _die_with_the_forking_thread(parent)
+    _let_go_of_sockets(keep={send.fileno()})
     sys.stdout = sys.stderr = open(os.devnull, "w")
     if RACE_NICENESS:
         os.nice(RACE_NICENESS)
@@ -127,6 +138,37 @@ def _race_in_child(send, settings: RunSettings, prompt: str, pair: ModelPair, op
         outbox.put(None)
         sender.join()
         send.close()
+
+
+def _die_with_the_forking_thread(parent: int) -> None:
+    """SIGKILL this process when the thread that forked it ends (Linux's PR_SET_PDEATHSIG), and end
+    now if `parent` is gone already."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:          # it ended before prctl took hold
+        os._exit(0)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _let_go_of_sockets(keep: set[int]) -> None:
+    """Every socket inherited at the fork but `keep`, replaced by /dev/null: the parent's connections
+    close when the parent closes them. (Replaced, not closed: the parent's socket objects copied here
+    still name those numbers, and a number closed and reused could be closed again under the race.)"""
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            if fd in keep or fd == null:
+                continue
+            try:
+                if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                    os.dup2(null, fd)
+            except OSError:
+                continue        # the listing's own descriptor, closed by now
+    finally:
+        os.close(null)
 
 
 def _send_all(outbox: queue.SimpleQueue, send) -> None:
