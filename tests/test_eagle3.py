@@ -224,7 +224,7 @@ def test_a_saved_head_reloads_with_its_weights_and_config(target, folder):
     assert config["eagle_aux_hidden_state_layer_ids"] == [0, 3, 5] and config["draft_vocab_size"] == 20
     assert config["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == 3
     assert config["transformer_layer_config"]["num_hidden_layers"] == 1
-    head = load_head(folder, target).head
+    head = load_head(folder, target, int8=False).head     # the weights as saved (not a drafting copy)
     assert torch.equal(head.vocab, torch.arange(0, 40, 2))
     assert torch.equal(head.state_dict()["fc.weight"], random_head().state_dict()["fc.weight"])
 

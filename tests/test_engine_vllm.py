@@ -865,7 +865,8 @@ def _miswired_heads(folder: Path, out: Path) -> dict[str, Path]:
 
 @pytest.mark.slow
 def test_the_shipped_eagle3_head_gives_one_answer_and_one_acceptance_in_vllm_and_in_specviz(servers, vllm_python,
-                                                                                         builtin_folder, tmp_path):
+                                                                                         builtin_folder, tmp_path,
+                                                                                         monkeypatch):
     # The shipped head (trained: its drafts follow the target's fused hidden states), served by vLLM as
     # method eagle3 and drafting in specviz's loop, fp32 greedy: the texts equal the plain server's, and
     # per request the two engines take the same drafting steps (`_same_steps`: near the end of the token
@@ -882,7 +883,9 @@ def test_the_shipped_eagle3_head_gives_one_answer_and_one_acceptance_in_vllm_and
     from specviz.models.heads import load_head
 
     k = 3
+    monkeypatch.setenv("SPECVIZ_HEAD_INT8", "0")     # the float head vLLM serves (int8 drafts differ at near ties)
     pair = load_pair(None, "head", dtype="float32")
+    assert pair.draft.weights == "float32"
     ours = _own_steps(pair, pair.draft, k)
     for name, variant in _miswired_heads(shipped_head(pair.target_name), tmp_path / "miswired").items():
         miswired = _own_steps(pair, load_head(variant, pair.target, target_name=pair.target_name), k)

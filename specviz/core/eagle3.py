@@ -25,6 +25,9 @@ what drafting s tokens deep sees."""
 
 from __future__ import annotations
 
+import copy
+import warnings
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -155,17 +158,29 @@ class Eagle3Head(nn.Module):
         self._target_embedding = (target.get_input_embeddings(),)
         return self
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """What the head computes in (its norms' dtype: an `int8_copy`'s products take float32 too)."""
+        return self.norm.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.norm.weight.device
+
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            return self._target_embedding[0](tokens).to(self.fc.weight.dtype)
+            return self._target_embedding[0](tokens).to(self.dtype)
 
     def fuse(self, aux: torch.Tensor) -> torch.Tensor:
         """The target's concatenated hidden states (..., 3 * target_hidden) -> the head's feature (..., H)."""
-        return self.fc(aux.to(self.fc.weight.dtype))
+        return self.fc(aux.to(self.dtype))
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:
         """(..., H) pre-norm outputs -> (..., draft_vocab) logits."""
-        return self.lm_head(self.norm(out))
+        normed = self.norm(out)
+        if normed.dim() == 1:           # one position (an int8 product takes a matrix)
+            return self.lm_head(normed[None])[0]
+        return self.lm_head(normed)
 
     def _rotary(self, x: torch.Tensor, positions: torch.Tensor):
         cos, sin = self.rotary(x, positions[None])
@@ -227,3 +242,32 @@ class Eagle3Head(nn.Module):
             outs.append(out)
             hidden = F.pad(out[:, :-1], (0, 0, 1, 0))     # step s + 1 at i reads step s's output at i - 1
         return outs
+
+
+def int8_copy(head: Eagle3Head) -> Eagle3Head | None:
+    """A copy of `head` to draft with on a CPU, its products (fc, the layer's, lm_head) in int8: weights
+    quantized per output row, each input per call (torch's dynamic quantization, fbgemm / x86 kernels).
+    Drafting one token reads every weight of the head once (40 MB in float32 for the built-in's), so it
+    is bound by memory: the int8 copy reads a quarter of that. The copy drafts nearly the same tokens
+    (its drafts are only proposals: the target verifies every one, so outputs stay exact; sampled
+    drafts are drawn from the copy's own distribution, which verification uses). It computes in float32;
+    the target's embedding stays shared. The head itself is untouched (training goes on from it).
+    None where this torch has no int8 kernels for this CPU."""
+    engines = getattr(torch.backends, "quantized", None)
+    dynamic = getattr(getattr(torch, "ao", None), "quantization", None)
+    if engines is None or dynamic is None or not {"x86", "fbgemm"} & set(engines.supported_engines):
+        return None
+    embedding, head._target_embedding = head._target_embedding, ()
+    try:
+        floating = copy.deepcopy(head).to(device="cpu", dtype=torch.float32).eval()
+    finally:
+        head._target_embedding = embedding
+    try:
+        with warnings.catch_warnings():     # deprecated for torchao's, still torch's own here
+            warnings.simplefilter("ignore")
+            quantized = dynamic.quantize_dynamic(
+                floating, {nn.Linear: dynamic.per_channel_dynamic_qconfig}, dtype=torch.qint8)
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return None
+    quantized._target_embedding = embedding
+    return quantized

@@ -27,7 +27,7 @@ import torch
 
 from . import trees
 from .drafters import Draft, Drafter, no_draft
-from .eagle3 import Eagle3Head
+from .eagle3 import Eagle3Head, int8_copy
 from .request import Request
 from .sampling import Sampler
 
@@ -80,8 +80,11 @@ class HeadDrafter(Drafter):
 
     batchable = True
 
-    def __init__(self, head: Eagle3Head, name: str = "head"):
-        self.head = head.eval()
+    def __init__(self, head: Eagle3Head, name: str = "head", *, int8: bool = False):
+        """int8: draft with `eagle3.int8_copy` of `head` where this torch can (`weights` says which)."""
+        drafting = int8_copy(head) if int8 else None
+        self.head = (drafting or head).eval()
+        self.weights = "int8" if drafting is not None else str(head.dtype).removeprefix("torch.")
         self.name = name
         self.hidden_layers = head.hidden_layers
         self.parameters = sum(p.numel() for p in head.parameters())
@@ -132,7 +135,7 @@ class HeadDrafter(Drafter):
         have = min(state.true, length - 2)
         cache = None if not have else (state.keys[:, :, :have], state.values[:, :, :have])
         features = state.feature(have, length - 1)[None]
-        ids = torch.tensor([tokens[have + 1:length]], device=head.fc.weight.device)
+        ids = torch.tensor([tokens[have + 1:length]], device=head.device)
         out, (keys, values) = head(features, ids, start=have, cache=cache)
         state.keys, state.values, state.true = keys, values, length - 1
         return out[:, -1:], keys, values
@@ -143,7 +146,7 @@ class HeadDrafter(Drafter):
         if primed is None:
             return no_draft()
         head = self.head
-        device = head.fc.weight.device
+        device = head.device
         feature, keys, values = primed
         position = len(tokens) - 1
         drafted, rows = [], []
@@ -215,7 +218,7 @@ class HeadTreeDrafter(Drafter):
         if primed is None:
             return no_draft()
         head = self.base.head
-        device = head.fc.weight.device
+        device = head.device
         root_feature, keys, values = primed
         prefix, length = keys.shape[2], len(tokens)       # the head's positions from true features: length - 1
         ids, parents, depth, score, prob = [], [], [], [], []

@@ -35,6 +35,7 @@ from ..errors import SpecvizError
 from .head_files import CONFIG, DEFAULT_K, NOTES, WEIGHTS, head_folder, made_for, read_config
 from .sources import BUILTINS, cache_folder
 
+INT8_ENV = "SPECVIZ_HEAD_INT8"      # 0: a head on a CPU drafts in its float dtype (`load_head`)
 LAYER_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
               "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps", "rope_parameters", "attention_bias",
               "mlp_bias", "tie_word_embeddings", "bos_token_id", "eos_token_id")
@@ -112,13 +113,16 @@ def _speculators_state(state: dict, head: Eagle3Head) -> dict:
 
 
 def load_head(location: Path | str, target: PreTrainedModel, *, target_name: str = "the target",
-              name: str | None = None, dtype: torch.dtype | None = None) -> HeadDrafter:
+              name: str | None = None, dtype: torch.dtype | None = None, int8: bool | None = None) -> HeadDrafter:
     """The drafter of the head in `location` (a folder or a hub id), bound to `target`, in the target's
-    dtype or `dtype` (training goes on in float32 from the weights as saved)."""
+    dtype or `dtype` (training goes on in float32 from the weights as saved). int8: whether it drafts
+    with int8 products (`eagle3.int8_copy`); by default on a CPU unless SPECVIZ_HEAD_INT8=0."""
     folder = head_folder(location)
     data = read_config(folder)
     head = _load_eagle3(folder, data, target, target_name, dtype or target.dtype)
-    drafter = HeadDrafter(head, name=name or f"head:{location}")
+    if int8 is None:
+        int8 = head.device.type == "cpu" and os.environ.get(INT8_ENV, "1").strip() != "0"
+    drafter = HeadDrafter(head, name=name or f"head:{location}", int8=int8)
     drafter.default_k = int(data.get("k", DEFAULT_K))
     drafter.trained = data.get("notes", {}).get("trained", {})
     return drafter
@@ -187,7 +191,7 @@ def save_head(head: Eagle3Head, folder: Path | str, *, target_name: str, trained
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     state = {key: value.detach().to("cpu").contiguous() for key, value in head.state_dict().items()}
-    dtype = head.fc.weight.dtype
+    dtype = head.dtype
     _write(folder / WEIGHTS, lambda path: save_file(state, str(path)))
     notes = {"target": target_name, "k": k, "trained": trained}
     _write(folder / NOTES, lambda path: path.write_text(json.dumps(notes, indent=1), encoding="utf-8"))

@@ -13,6 +13,7 @@ from transformers import PreTrainedModel
 
 from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.drafters import Drafter, DraftModelDrafter, PromptLookupDrafter, early_exit_model
+from ..core.head import HeadDrafter
 from ..core.hybrid import HybridDrafter
 from ..core.lookup_trees import NgramTreeDrafter, SuffixDrafter
 from ..errors import SpecvizError
@@ -21,7 +22,7 @@ from .cache import lock as _lock
 from .cpu_linear import orient_linears
 from .devices import resolve_device
 from .head_files import has_shipped_head, spec_location
-from .heads import load_head
+from .heads import INT8_ENV, load_head
 from .loading import fit_on_gpu, load_cached, pick_dtype
 from .sources import (
     DEFAULT_TARGET,
@@ -47,6 +48,8 @@ class ModelPair:
     eos_token_ids: list[int]      # generation_config's EOS plus the chat template's end of turn
     note: str = ""                # one line about how the pair drafts, shown by the page and the CLI
 
+HEAD_INT8_NOTE = (f"the head drafts with int8 weights on this CPU (a quarter of the memory read per drafted token; "
+                  f"the target verifies every draft: outputs unchanged); {INT8_ENV}=0 drafts in float")
 CROSS_TOKENIZER_NOTE = "draft and target tokenizers differ: drafting across tokenizers (text re-tokenized each cycle)"
 
 
@@ -162,6 +165,14 @@ def make_drafter(spec: DraftSpec | str | None, target: PreTrainedModel, *, targe
     return DraftModelDrafter(draft_model, vocab_size=vocab_size, name=name)
 
 
+def drafting_note(drafter: Drafter) -> str:
+    """The pair's note where a head drafts with int8 products (`core.eagle3.int8_copy`), else ""."""
+    parts = drafter.components if isinstance(drafter, HybridDrafter) else [drafter]
+    if any(isinstance(part, HeadDrafter) and part.weights == "int8" for part in parts):
+        return HEAD_INT8_NOTE
+    return ""
+
+
 def hybrid_drafter(target: PreTrainedModel, target_name: str, inner: Drafter | None = None) -> HybridDrafter:
     """'auto': prompt lookup, suffix decoding and `inner` (early exit or a head) or else, where one ships
     for the target, its trained head; each cycle the one expected to pay most (core.hybrid)."""
@@ -216,7 +227,7 @@ def load_pair(target: str | None = None, draft: DraftSpec | str | None = None, *
                 orient_linears(model)
         drafter = make_drafter(spec, target_model, target_name=target_name, draft_model=draft_model,
                                target_tokenizer=tokenizer, draft_tokenizer=draft_tokenizer)
-        note = CROSS_TOKENIZER_NOTE if isinstance(drafter, CrossTokenizerDrafter) else ""
+        note = CROSS_TOKENIZER_NOTE if isinstance(drafter, CrossTokenizerDrafter) else drafting_note(drafter)
         if note:
             report(progress, 1.0, note)
         return ModelPair(target=target_model, tokenizer=tokenizer, draft=drafter, target_name=target_name,

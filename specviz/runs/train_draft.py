@@ -169,7 +169,7 @@ def train_head(target, tokenizer, prompts: Sequence[str], out: Path | str, *, ta
             raise SpecvizError(f"Start from {start!r}: a draft head to go on training, 'head' (the one shipped for "
                                "the target) or 'head:DIR_OR_ID'.")
         start = load_head(spec_location(spec, target_name), target, target_name=target_name, name=spec,
-                          dtype=torch.float32)
+                          dtype=torch.float32, int8=False)
     config = target.config.get_text_config()
     # The layers read, checked before the minutes of generation (fewer than 3 target layers: refused).
     try:
