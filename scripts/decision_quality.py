@@ -9,7 +9,8 @@ resolved, where the measured speedups of three prompts per category move by up t
 identical runs. It is not a speedup (it leaves out what a pass costs beyond its table, and the loop's
 own time); the measured one is printed beside it. "pass-only" leaves drafting out: what the choices
 would give if drafting cost nothing. `--without-head` adds `auto-no-head` (auto's drafters less its
-head), to see what the head adds.
+head), to see what the head adds; `--float-head` adds `auto-float-head` (auto with its head drafting in
+float where it drafts in int8 on a CPU, `core.eagle3.int8_copy`), to see what int8 drafting does.
 
 Defaults: the built-in model, the bundled benchmark prompts (not Spec-Bench: nothing is chosen on
 Spec-Bench), k = 8, 96 new tokens, one torch thread. Prints a table per category; `--json FILE`
@@ -30,12 +31,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specviz.catalog import load_bench_prompts, load_spec_bench  # noqa: E402 - after the sys.path insert
 from specviz.core.hybrid import HybridDrafter  # noqa: E402
+from specviz.models.head_files import spec_location  # noqa: E402
+from specviz.models.heads import load_head  # noqa: E402
 from specviz.runs import last  # noqa: E402
 from specviz.runs.prompt_sets import iter_prompt_set  # noqa: E402
 from specviz.runs.run import costs_for, load  # noqa: E402
 from specviz.settings import LOCAL, RunSettings, validate  # noqa: E402
 
 WITHOUT_HEAD = "auto-no-head"
+FLOAT_HEAD = "auto-float-head"
 
 
 def priced(cycles, relative: list[float], step: float) -> dict:
@@ -69,6 +73,7 @@ def main(argv=None, loader=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--draft", default="ngram,suffix,auto", help="drafters, comma-separated")
     parser.add_argument("--without-head", action="store_true", help=f"add {WITHOUT_HEAD}")
+    parser.add_argument("--float-head", action="store_true", help=f"add {FLOAT_HEAD}")
     parser.add_argument("--target", default=None)
     parser.add_argument("--prompts", default="bundled", help="bundled or spec-bench")
     parser.add_argument("--limit", type=int, default=None, help="prompts per category")
@@ -84,10 +89,12 @@ def main(argv=None, loader=None) -> int:
         prompts = load_spec_bench(limit=args.limit, sample_seed=args.sample_seed)
     else:
         prompts = load_bench_prompts(categories="all", limit=args.limit)
-    names = args.draft.split(",") + ([WITHOUT_HEAD] if args.without_head else [])
+    names = (args.draft.split(",") + ([WITHOUT_HEAD] if args.without_head else [])
+             + ([FLOAT_HEAD] if args.float_head else []))
     base = validate(RunSettings(target=args.target, k=args.k, max_new_tokens=args.max_new_tokens,
                                 dtype=args.dtype), LOCAL)
-    configs = [validate(replace(base, draft="auto" if name == WITHOUT_HEAD else name), LOCAL) for name in names]
+    configs = [validate(replace(base, draft="auto" if name in (WITHOUT_HEAD, FLOAT_HEAD) else name), LOCAL)
+               for name in names]
     pairs = []
 
     def load_one(settings, progress=None):
@@ -96,6 +103,15 @@ def main(argv=None, loader=None) -> int:
         if names[len(pairs)] == WITHOUT_HEAD:
             kept = [c for c in pair.draft.components if not c.hidden_layers]
             pair = replace(pair, draft=HybridDrafter(kept, name=pair.draft.name), draft_name=WITHOUT_HEAD)
+        elif names[len(pairs)] == FLOAT_HEAD:
+            # Its own name: the process's drafting costs are kept per drafter name (the int8 head's apart).
+            head = next((c for c in pair.draft.components if c.hidden_layers), None)
+            if head is None:
+                raise SystemExit(f"--float-head: auto has no head for {pair.target_name}")
+            floating = load_head(spec_location(head.name, pair.target_name), pair.target, int8=False,
+                                 target_name=pair.target_name, name="head (float)")
+            kept = [floating if c is head else c for c in pair.draft.components]
+            pair = replace(pair, draft=HybridDrafter(kept, name=pair.draft.name), draft_name=FLOAT_HEAD)
         pairs.append(pair)
         return pair
 
