@@ -1,6 +1,7 @@
 """The Run tab with the hybrid drafter (`auto`): which drafter wrote each drafted token, at 1366x768 in
 headless Chromium, on the built-in model: assets/hybrid_run.png (the token view with its drafter marks
-and legend, the stats) and assets/hybrid_chart.png (the chart of which drafter each cycle chose).
+and legend), assets/hybrid_stats.png (the summary, with the pair's note: on a CPU the head drafts with int8
+weights) and assets/hybrid_chart.png (the chart of which drafter each cycle chose).
 
     python scripts/hybrid_screenshot.py [PROMPT]      # default: the page's default example"""
 
@@ -36,6 +37,8 @@ def main() -> None:
               page.locator("#tokens .sv-legend").inner_text().replace("\n", " "))
         page.locator("#tokens").scroll_into_view_if_needed()
         page.locator("#tokens").screenshot(path=str(out / "hybrid_run.png"))
+        print("note:", page.locator("#stats .sv-pair-note").all_inner_texts())
+        page.locator("#stats").screenshot(path=str(out / "hybrid_stats.png"))
         page.locator("#chart-per-pass").screenshot(path=str(out / "hybrid_chart.png"))
         browser.close()
 

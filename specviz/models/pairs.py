@@ -48,8 +48,8 @@ class ModelPair:
     eos_token_ids: list[int]      # generation_config's EOS plus the chat template's end of turn
     note: str = ""                # one line about how the pair drafts, shown by the page and the CLI
 
-HEAD_INT8_NOTE = (f"the head drafts with int8 weights on this CPU (a quarter of the memory read per drafted token; "
-                  f"the target verifies every draft: outputs unchanged); {INT8_ENV}=0 drafts in float")
+HEAD_INT8_NOTE = (f"the head drafts with int8 weights on this CPU (a quarter of float32's bytes to read per drafted "
+                  f"token; the target verifies every draft: outputs unchanged); {INT8_ENV}=0 drafts in float")
 CROSS_TOKENIZER_NOTE = "draft and target tokenizers differ: drafting across tokenizers (text re-tokenized each cycle)"
 
 
