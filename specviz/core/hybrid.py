@@ -106,6 +106,11 @@ class HybridDrafter(Drafter):
         return HybridDrafter([c.without_memory() for c in self.components], self.name)
 
 
+def components(drafter: Drafter) -> list[Drafter]:
+    """The drafters a drafter drafts with: a hybrid's components, else itself."""
+    return list(drafter.components) if isinstance(drafter, HybridDrafter) else [drafter]
+
+
 @dataclass(frozen=True)
 class HybridPlan(Plan):
     """A hybrid cycle's plan: the component that drafts (None: none) and what the choice compared, each

@@ -14,7 +14,7 @@ from transformers import PreTrainedModel
 from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.drafters import Drafter, DraftModelDrafter, PromptLookupDrafter, early_exit_model
 from ..core.head import HeadDrafter
-from ..core.hybrid import HybridDrafter
+from ..core.hybrid import HybridDrafter, components
 from ..core.lookup_trees import NgramTreeDrafter, SuffixDrafter
 from ..errors import SpecvizError
 from ..settings import DraftSpec, parse_draft
@@ -167,8 +167,7 @@ def make_drafter(spec: DraftSpec | str | None, target: PreTrainedModel, *, targe
 
 def drafting_note(drafter: Drafter) -> str:
     """The pair's note where a head drafts with int8 products (`core.eagle3.int8_copy`), else ""."""
-    parts = drafter.components if isinstance(drafter, HybridDrafter) else [drafter]
-    if any(isinstance(part, HeadDrafter) and part.weights == "int8" for part in parts):
+    if any(isinstance(part, HeadDrafter) and part.weights == "int8" for part in components(drafter)):
         return HEAD_INT8_NOTE
     return ""
 
@@ -176,13 +175,13 @@ def drafting_note(drafter: Drafter) -> str:
 def hybrid_drafter(target: PreTrainedModel, target_name: str, inner: Drafter | None = None) -> HybridDrafter:
     """'auto': prompt lookup, suffix decoding and `inner` (early exit or a head) or else, where one ships
     for the target, its trained head; each cycle the one expected to pay most (core.hybrid)."""
-    components: list[Drafter] = [PromptLookupDrafter(max_ngram=3), SuffixDrafter()]
+    drafters: list[Drafter] = [PromptLookupDrafter(max_ngram=3), SuffixDrafter()]
     if inner is not None:
-        components.append(inner)
+        drafters.append(inner)
     elif has_shipped_head(target_name):
         head = parse_draft("head")
-        components.append(load_head(spec_location(head, target_name), target, target_name=target_name, name=head))
-    return HybridDrafter(components, name=parse_draft("auto"))
+        drafters.append(load_head(spec_location(head, target_name), target, target_name=target_name, name=head))
+    return HybridDrafter(drafters, name=parse_draft("auto"))
 
 
 def load_pair(target: str | None = None, draft: DraftSpec | str | None = None, *, device: str | torch.device = "auto",

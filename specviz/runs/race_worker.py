@@ -54,6 +54,7 @@ ENV = "SPECVIZ_RACE_PROCESSES"
 # finishing a moment sooner, and the race's figures are its own thread's CPU time, which the
 # scheduler's order does not change.
 RACE_NICENESS = 10
+_PR_SET_PDEATHSIG = 1      # prctl's option (linux/prctl.h): a signal for this process when its parent thread ends
 
 
 def can_fork(pair: ModelPair) -> bool:
@@ -147,9 +148,6 @@ def _die_with_the_forking_thread(parent: int) -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:          # it ended before prctl took hold
         os._exit(0)
-
-
-_PR_SET_PDEATHSIG = 1
 
 
 def _let_go_of_sockets(keep: set[int]) -> None:

@@ -39,7 +39,7 @@ from ..core.timing import Clock
 from ..core.draft_trees import DraftTreeDrafter
 from ..core.drafters import DraftModelDrafter, Drafter
 from ..core.head import HeadDrafter, HeadTreeDrafter
-from ..core.hybrid import HybridDrafter, HybridPolicy
+from ..core.hybrid import HybridDrafter, HybridPolicy, components
 from ..core.events import Cycle, interleave
 from ..errors import SpecvizError
 from ..models import Detokenizer, ModelPair, check_context, default_threads, encode_prompt, load_pair, threads_for_run
@@ -216,11 +216,6 @@ def drafting_costs(settings: RunSettings, pair: ModelPair, drafter: Drafter, dra
     if per_token:
         costs.per_token = statistics.median(per_token)
     return costs, True
-
-
-def components(drafter: Drafter) -> list[Drafter]:
-    """The drafters a drafter drafts with: a hybrid's components, else itself."""
-    return list(drafter.components) if isinstance(drafter, HybridDrafter) else [drafter]
 
 
 def new_policy(drafter: Drafter) -> CostAwarePolicy:
