@@ -10,7 +10,9 @@ identical runs. It is not a speedup (it leaves out what a pass costs beyond its 
 own time); the measured one is printed beside it. "pass-only" leaves drafting out: what the choices
 would give if drafting cost nothing. `--without-head` adds `auto-no-head` (auto's drafters less its
 head), to see what the head adds; `--float-head` adds `auto-float-head` (auto with its head drafting in
-float where it drafts in int8 on a CPU, `core.eagle3.int8_copy`), to see what int8 drafting does.
+float where it drafts in int8 on a CPU, `core.eagle3.int8_copy`), to see what int8 drafting does;
+`--one-branch` adds `auto-one-branch` (auto never holding two drafters' branches in one tree,
+`HybridDrafter(merge=False)`), to see what those trees do.
 
 Defaults: the built-in model, the bundled benchmark prompts (not Spec-Bench: nothing is chosen on
 Spec-Bench), k = 8, 96 new tokens, one torch thread. Prints a table per category; `--json FILE`
@@ -40,6 +42,7 @@ from specviz.settings import LOCAL, RunSettings, validate  # noqa: E402
 
 WITHOUT_HEAD = "auto-no-head"
 FLOAT_HEAD = "auto-float-head"
+ONE_BRANCH = "auto-one-branch"
 
 
 def priced(cycles, relative: list[float], step: float) -> dict:
@@ -74,6 +77,7 @@ def main(argv=None, loader=None) -> int:
     parser.add_argument("--draft", default="ngram,suffix,auto", help="drafters, comma-separated")
     parser.add_argument("--without-head", action="store_true", help=f"add {WITHOUT_HEAD}")
     parser.add_argument("--float-head", action="store_true", help=f"add {FLOAT_HEAD}")
+    parser.add_argument("--one-branch", action="store_true", help=f"add {ONE_BRANCH}")
     parser.add_argument("--target", default=None)
     parser.add_argument("--prompts", default="bundled", help="bundled or spec-bench")
     parser.add_argument("--limit", type=int, default=None, help="prompts per category")
@@ -90,10 +94,10 @@ def main(argv=None, loader=None) -> int:
     else:
         prompts = load_bench_prompts(categories="all", limit=args.limit)
     names = (args.draft.split(",") + ([WITHOUT_HEAD] if args.without_head else [])
-             + ([FLOAT_HEAD] if args.float_head else []))
+             + ([FLOAT_HEAD] if args.float_head else []) + ([ONE_BRANCH] if args.one_branch else []))
     base = validate(RunSettings(target=args.target, k=args.k, max_new_tokens=args.max_new_tokens,
                                 dtype=args.dtype), LOCAL)
-    configs = [validate(replace(base, draft="auto" if name in (WITHOUT_HEAD, FLOAT_HEAD) else name), LOCAL)
+    configs = [validate(replace(base, draft="auto" if name in (WITHOUT_HEAD, FLOAT_HEAD, ONE_BRANCH) else name), LOCAL)
                for name in names]
     pairs = []
 
@@ -112,6 +116,9 @@ def main(argv=None, loader=None) -> int:
                                  target_name=pair.target_name, name="head (float)")
             kept = [floating if c is head else c for c in pair.draft.components]
             pair = replace(pair, draft=HybridDrafter(kept, name=pair.draft.name), draft_name=FLOAT_HEAD)
+        elif names[len(pairs)] == ONE_BRANCH:
+            pair = replace(pair, draft=HybridDrafter(pair.draft.components, name=pair.draft.name, merge=False),
+                           draft_name=ONE_BRANCH)
         pairs.append(pair)
         return pair
 

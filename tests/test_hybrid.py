@@ -189,6 +189,125 @@ def test_sampling_with_auto_follows_the_target_distribution(sampling):
     assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(2.0), HEAD_LENGTH, HEAD_VOCAB)) < 1e-4
 
 
+# ----------------------------------------------------------------------------- one tree, two drafters' branches
+
+def flat_policy(**options) -> HybridPolicy:
+    """Costs under which a second branch always pays: every pass costs one plain step whatever its width,
+    the head drafts for nothing."""
+    return HybridPolicy(PassCosts({w: 1.0 for w in range(0, 65)}, learn=False),
+                        {"head": DraftCosts(0.0, learn=False)}, **options)
+
+
+def test_merged_gain_adds_the_second_branch_where_the_first_misses():
+    from specviz.core.hybrid import merged_gain
+
+    cost = [1.0, 1.1, 1.2, 1.3, 1.4]
+    # Depth 1 reached by either branch: 0.5 + 0.4 x (1 - 0.5); depth 2 by the first only.
+    expected, gain = merged_gain([0.5, 0.25], [0.4], 3, cost, 0.1)
+    assert expected == pytest.approx(1 + 0.7 + 0.25)
+    assert gain == pytest.approx(1.95 / 1.4)
+
+
+def test_merge_branches_shares_what_the_tree_already_holds():
+    from specviz.core.hybrid import merge_branches
+
+    tokens, parents, shared = merge_branches([5, 6, 7], [-1, 0, 1], [5, 9])
+    assert (tokens, parents, shared) == ([5, 6, 7, 9], [-1, 0, 1, 0], 1)
+    assert merge_branches([5, 6], [-1, 0], [8, 9]) == ([5, 6, 8, 9], [-1, 0, -1, 2], 0)
+
+
+def test_one_tree_holds_the_copy_and_the_head_and_greedy_still_equals_generate(target):
+    drafter = hybrid(target)
+    proposals = recorded_proposals(drafter)
+    cycles = list(speculative_decode(target, drafter, PROMPT, max_new_tokens=40, k=4, policy=flat_policy()))
+    assert [t for c in cycles for t in c.emitted] == greedy_reference(target, PROMPT, 40)
+    merged = [c for c in cycles if c.drafted_by is not None]
+    assert merged, "a flat pass cost makes the head's branch worth adding wherever a copy drafts"
+    length = PROMPT.shape[1]
+    for cycle in cycles:
+        if cycle.drafted_by is not None:
+            assert cycle.is_tree and len(cycle.drafted_by) == len(cycle.drafted)
+            writers = set(cycle.drafted_by)
+            assert writers == {cycle.drafter, "head"}, writers
+            # Each writer's nodes are its own proposal's tokens; the head's form a chain of at most 2 from the root.
+            for name in writers:
+                mine = [t for t, w in zip(cycle.drafted, cycle.drafted_by) if w == name]
+                assert set(mine) <= set(proposals[(name, length)])
+            assert sum(w == "head" for w in cycle.drafted_by) <= 2
+            offer = next(o for o in cycle.offers if o.get("with"))
+            assert offer["with"] == "head" and offer["drafter"] == cycle.drafter
+            assert offer["gain"] > max(o["gain"] for o in cycle.offers if not o.get("with"))
+        length += len(cycle.emitted)
+    # The counts split each tree between its writers and still sum to the run's.
+    stats = summarize(cycles)
+    for key, total in (("num_draft_tokens", stats.drafted), ("num_accepted_tokens", stats.accepted)):
+        assert sum(counts[key] for counts in stats.drafters.values()) == total
+    # merge=False: never two branches; the same text.
+    single = list(speculative_decode(target, HybridDrafter(hybrid(target).components, merge=False), PROMPT,
+                                     max_new_tokens=40, k=4, policy=flat_policy()))
+    assert all(c.drafted_by is None for c in single)
+    assert [t for c in single for t in c.emitted] == greedy_reference(target, PROMPT, 40)
+
+
+def test_invariant_sampled_trees_of_two_branches_write_plain_samplings_text(target):
+    from specviz.core.plain import autoregressive_decode
+
+    merged = 0
+    for seed in range(3):
+        cycles = list(speculative_decode(target, hybrid(target), PROMPT, max_new_tokens=30, k=4, temperature=0.8,
+                                         seed=seed, policy=flat_policy()))
+        merged += sum(c.drafted_by is not None for c in cycles)
+        plain = [s.token for s in autoregressive_decode(target, PROMPT, 30, temperature=0.8, seed=seed)]
+        assert [t for c in cycles for t in c.emitted] == plain
+    assert merged
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampling", ["invariant", "classic"])
+def test_sampling_with_trees_of_two_branches_follows_the_target_distribution(sampling):
+    # As the test above, with every pass costing the same: wherever prompt lookup drafts, the head's chain
+    # joins it in one tree (one-hot candidates; under classic sampling the head's chain is its greedy one).
+    target = make_llama(3, layers=3, vocab=HEAD_VOCAB, hidden=32)
+    prompt = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0]])      # prompt lookup finds a copy in most cycles
+    head = small_head(target, HEAD_VOCAB - 2)
+    runs, counts, merged = 1000, np.zeros(HEAD_VOCAB ** HEAD_LENGTH), 0
+    for seed in range(runs):
+        drafter = HybridDrafter([PromptLookupDrafter(), head])
+        cycles = list(speculative_decode(target, drafter, prompt, max_new_tokens=HEAD_LENGTH, k=2, temperature=1.0,
+                                         seed=seed, policy=flat_policy(), sampling=sampling))
+        merged += sum(c.drafted_by is not None for c in cycles)
+        out = [t for c in cycles for t in c.emitted]
+        counts[int(np.ravel_multi_index(out, (HEAD_VOCAB,) * HEAD_LENGTH))] += 1
+    assert merged >= runs // 2
+    assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(1.0), HEAD_LENGTH, HEAD_VOCAB)) > 1e-3
+    assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(2.0), HEAD_LENGTH, HEAD_VOCAB)) < 1e-4
+
+
+def test_a_tree_of_two_branches_is_shown_and_recorded_with_both_writers(target, tmp_path):
+    from specviz.runs.recording_checks import check_hybrid
+    from specviz.views.charts import tokens_per_pass_figure
+    from specviz.views.drafter_marks import choice_text, marks_html
+
+    cycles = list(speculative_decode(target, hybrid(target), PROMPT, max_new_tokens=40, k=4, policy=flat_policy()))
+    cycle = next(c for c in cycles if c.drafted_by is not None)
+    assert choice_text(cycle).endswith("drafted one tree, verified in one pass.")
+    assert "one tree of" in choice_text(cycle)
+    marks = marks_html(cycle)
+    assert marks.count('class="sv-by" data-drafter=') == 2 and 'data-drafter="head"' in marks
+    figure = tokens_per_pass_figure(cycles, summarize(cycles))
+    names = {trace.name for trace in figure.data}
+    assert any(name.endswith(" + head") for name in names), names
+    # The timeline has a lane per drafter; a tree of two branches is in both lanes.
+    from specviz.views.charts import timeline_figure
+    lanes = {trace.name: trace for trace in timeline_figure(cycles, []).data if trace.name.startswith("drafted by")}
+    assert "drafted by head" in lanes and len(lanes) >= 2
+    assert cycle.index + 1 in [row[0] for row in lanes["drafted by head"].customdata]
+    check_hybrid(cycle, "cycle")
+    import dataclasses
+    with pytest.raises(ValueError, match="one name per drafted token"):
+        check_hybrid(dataclasses.replace(cycle, drafted_by=cycle.drafted_by[:-1]), "cycle")
+
+
 # ----------------------------------------------------------------------------- counted and shown
 
 def test_per_drafter_counts_sum_to_the_runs(target):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..core.events import ACCEPTED, BONUS, REJECTED, RESAMPLED
 from ..runs.result import Run
 from ..views.prose import summary_lines
-from ..views.drafter_marks import drafter_letter, legend_items
+from ..views.drafter_marks import cycle_writers, drafter_letter, legend_items
 from ..views.render import cycle_pieces
 from .common import printable, say
 
@@ -37,7 +37,7 @@ def cycle_rich_text(cycle, cycle_text, *, first: bool = False, marks: bool = Tru
     if not first:
         text.append("|", style="dim")        # appended: Text("|", style=...) would dim the whole cycle
     if cycle.drafter and cycle.drafted:       # a hybrid run: the drafter's letter before its draft
-        text.append(f"{drafter_letter(cycle.drafter)}:", style="dim")
+        text.append("+".join(drafter_letter(name) for name in cycle_writers(cycle)) + ":", style="dim")
     for piece in cycle_pieces(cycle, cycle_text):
         opening, closing = MARKS[piece.verdict] if marks else ("", "")
         text.append(opening + printable(piece.text) + closing, style=RICH_STYLES[piece.verdict])

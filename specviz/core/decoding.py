@@ -387,7 +387,8 @@ def _tree_pass(target, cache: RaggedCache, drafter: Drafter, request: Request, d
         draft_probs=verdict.draft_probs if draft.node_probs is None else [draft.node_probs[i] for i in kept],
         target_probs=verdict.target_probs, uniforms=verdict.uniforms, residual_top=verdict.residual,
         target_top=verdict.target_top, parents=parents, path=path, node_verdicts=verdict.node_verdicts,
-        from_earlier=None if draft.from_earlier is None else [draft.from_earlier[i] for i in kept])
+        from_earlier=None if draft.from_earlier is None else [draft.from_earlier[i] for i in kept],
+        drafted_by=None if draft.drafted_by is None else [draft.drafted_by[i] for i in kept])
     _residual_tops([fields])
     seconds = clock() - start
     return _Passed(cycles=[fields], verify_seconds=seconds, tokens=inputs.shape[1], slots=cached + inputs.shape[1],

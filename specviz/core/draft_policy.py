@@ -185,10 +185,7 @@ class CostAwarePolicy:
             # that misses costs a CPU most of two plain steps in fp32). A free drafter's proposals
             # are scored to their full depth every cycle.
             max_length = min(max_length, len(state.acceptance.reached) + EVIDENCE_REACH)
-        rates = state.acceptance.rates(max_length, start=FREE_PRIOR_ACCEPTANCE if free else PRIOR_ACCEPTANCE)
-        if signal is not None and signal in state.by_signal:
-            rates = state.by_signal[signal].rates(max_length, prior=rates)
-        expected = expected_tokens(rates)
+        expected = expected_tokens(self._rates(state, max_length, free, signal))
         if not self.costs.known:
             return Plan(max_length, expected[-1], expected=expected[-1])
         if widths is None and tree:
@@ -208,6 +205,18 @@ class CostAwarePolicy:
             length = max_length if tree else min(PROBE_LENGTH, max_length)
             return Plan(length, gain, probe=True, expected=expected[length])
         return Plan(0, gain)
+
+    def _rates(self, state: _State, n: int, free: bool, signal: int | None) -> list[float]:
+        rates = state.acceptance.rates(n, start=FREE_PRIOR_ACCEPTANCE if free else PRIOR_ACCEPTANCE)
+        if signal is not None and signal in state.by_signal:
+            rates = state.by_signal[signal].rates(n, prior=rates)
+        return rates
+
+    def reach(self, request: int, n: int, *, free: bool, signal: int | None = None) -> list[float]:
+        """The chance that a draft of this request reaches and keeps depth d, for d = 1..n (the
+        products of the rates `plan` prices with): what each depth adds to the expected tokens."""
+        expected = expected_tokens(self._rates(self.state(request), n, free, signal))
+        return [after - before for before, after in zip(expected, expected[1:])]
 
     # -------------------------------------------------------------- in the decoding loop
 

@@ -35,6 +35,9 @@ class Draft:
     # How the drafter found it, for the cost-aware policy to learn acceptance per kind of draft
     # (prompt lookup: the size of the n-gram it matched); None when the drafter does not say.
     signal: int | None = None
+    # A hybrid's tree holding two drafters' branches (core.hybrid): per node, the drafter that wrote it
+    # (a node both proposed: the first drafter's); None when one drafter wrote the whole draft.
+    drafted_by: list[str] | None = None
 
 
 def no_draft() -> Draft:

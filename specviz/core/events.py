@@ -77,6 +77,14 @@ class Cycle:
     # {"drafter", "length", "expected_tokens", "gain"} (empty without a hybrid).
     drafter: str | None = None
     offers: list[dict] = field(default_factory=list)
+    # A hybrid's tree that held two drafters' branches, verified in one pass: per node (of `drafted`),
+    # the drafter that wrote it (a node both wrote: `drafter`'s, the drafter that was expected to pay
+    # most alone); None when one drafter wrote the whole draft.
+    drafted_by: list[str] | None = None
+
+    def node_drafters(self) -> list[str | None]:
+        """Per drafted token, the drafter that wrote it (None: not a hybrid run)."""
+        return list(self.drafted_by) if self.drafted_by is not None else [self.drafter] * len(self.drafted)
 
     @property
     def is_cross_tokenizer(self) -> bool:
@@ -118,15 +126,21 @@ def drafter_counts(cycles: Sequence[Cycle]) -> dict[str, dict] | None:
         return None
     counts: dict[str, dict] = {}
     for c in cycles:
-        if c.drafter is not None and c.drafted:
-            n = counts.setdefault(str(c.drafter), dict(num_drafts=0, num_draft_tokens=0, num_accepted_tokens=0,
-                                                       accepted_per_position=[]))
+        if c.drafter is None or not c.drafted:
+            continue
+        # A tree of two drafters' branches is a draft of each: its nodes and its accepted path's by writer.
+        writers = c.node_drafters()
+        accepted = [writers[node] for node in c.accepted_nodes]
+        for name in dict.fromkeys(writers):
+            n = counts.setdefault(str(name), dict(num_drafts=0, num_draft_tokens=0, num_accepted_tokens=0,
+                                                  accepted_per_position=[]))
             n["num_drafts"] += 1
-            n["num_draft_tokens"] += len(c.drafted)
-            n["num_accepted_tokens"] += c.num_accepted
+            n["num_draft_tokens"] += writers.count(name)
+            n["num_accepted_tokens"] += accepted.count(name)
             positions = n["accepted_per_position"]      # [i]: its drafts that accepted position i (a tree: depth)
-            positions += [0] * (c.num_accepted - len(positions))
-            for i in range(c.num_accepted):
+            depths = [i for i, writer in enumerate(accepted) if writer == name]
+            positions += [0] * (len(accepted) - len(positions))
+            for i in depths:
                 positions[i] += 1
     return counts
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import tree_shape
+from . import tree_shape, trees
 from .draft_policy import PROBE_LENGTH, CostAwarePolicy, Plan
 from .pass_costs import DraftCosts, PassCosts
 from .drafters import Draft, Drafter, no_draft
@@ -41,13 +41,18 @@ from .events import Cycle
 from .request import Request
 from .sampling import Sampler
 
+# A tree holding two drafters' branches (`HybridPolicy.merged`): the model's branch drafts at most this
+# deep (the shipped head's default k is 2; its third token is kept after two 5-6% of the time).
+MERGE_LENGTH = 2
+_GREEDY = Sampler()
+
 
 class HybridDrafter(Drafter):
     """Several drafters as one (module docstring); `chosen` is the component whose draft the loop is
     verifying (None: nothing drafted this cycle). Without a `HybridPolicy` (a warm-up, a fixed k) the
     first component with a proposal drafts."""
 
-    def __init__(self, components: Sequence[Drafter], name: str = "auto"):
+    def __init__(self, components: Sequence[Drafter], name: str = "auto", *, merge: bool = True):
         components = list(components)
         names = [c.name for c in components]
         if not components or len(set(names)) != len(names):
@@ -58,7 +63,10 @@ class HybridDrafter(Drafter):
         self.components, self.name = components, name
         self.parameters = sum(c.parameters for c in components)
         self.hidden_layers = readers[0].hidden_layers if readers else ()
-        self.drafts_trees = any(c.drafts_trees for c in components)
+        # One tree may hold a copy's branch and a model's (`HybridPolicy.merged`): with a drafter of each kind.
+        self.merges = merge and any(c.free_to_propose for c in components) and \
+            any(not c.free_to_propose for c in components)
+        self.drafts_trees = any(c.drafts_trees for c in components) or self.merges
         self.budget = max((getattr(c, "budget", 0) or 0 for c in components), default=0)   # a tree's most nodes
         self.chosen: Drafter | None = None
 
@@ -103,7 +111,7 @@ class HybridDrafter(Drafter):
             component.forget()
 
     def without_memory(self) -> HybridDrafter:
-        return HybridDrafter([c.without_memory() for c in self.components], self.name)
+        return HybridDrafter([c.without_memory() for c in self.components], self.name, merge=self.merges)
 
 
 def components(drafter: Drafter) -> list[Drafter]:
@@ -114,13 +122,44 @@ def components(drafter: Drafter) -> list[Drafter]:
 @dataclass(frozen=True)
 class HybridPlan(Plan):
     """A hybrid cycle's plan: the component that drafts (None: none) and what the choice compared, each
-    component's offer as {"drafter", "length", "expected_tokens", "gain"}."""
+    component's offer as {"drafter", "length", "expected_tokens", "gain"} (a tree of two drafters'
+    branches: also "with", the second drafter)."""
 
     drafter: str | None = None
     offers: tuple[dict, ...] = ()
 
     def fields(self) -> dict:
         return dict(super().fields(), drafter=self.drafter, offers=[dict(offer) for offer in self.offers])
+
+
+def merged_gain(first: Sequence[float], second: Sequence[float], nodes: int, pass_cost: Sequence[float],
+                drafting: float) -> tuple[float, float]:
+    """(expected tokens, gain) of one tree holding two drafters' branches, from each branch's chance of
+    reaching and keeping depth d (`first[d - 1]`, `second[d - 1]`), taken as independent: a depth is
+    reached when either branch reaches it (1 - (1 - a)(1 - b)). Priced as a pass over `nodes` (the two
+    branches' nodes, as if none were shared: a shared node only narrows it) plus `drafting` plain steps."""
+    depth = max(len(first), len(second))
+    a = list(first) + [0.0] * (depth - len(first))
+    b = list(second) + [0.0] * (depth - len(second))
+    expected = 1.0 + sum(x + y * (1.0 - x) for x, y in zip(a, b))
+    return expected, expected / (pass_cost[nodes] + drafting)
+
+
+def merge_branches(tokens: list[int], parents: list[int], branch: Sequence[int]) -> tuple[list[int], list[int], int]:
+    """A tree (`tokens`, `parents`) with a chain `branch` from the root added as a trie: where the tree
+    already has the chain's next token under the same node, the chain follows it. Returns the new
+    tokens and parents (the tree's nodes first, as they were) and how many of the chain's were shared."""
+    tokens, parents = list(tokens), list(parents)
+    node, shared = -1, 0
+    for token in branch:
+        hit = next((i for i, (p, t) in enumerate(zip(parents, tokens)) if p == node and t == token), None)
+        if hit is None:
+            tokens.append(token)
+            parents.append(node)
+            node = len(tokens) - 1
+        else:
+            node, shared = hit, shared + 1
+    return tokens, parents, shared
 
 
 @dataclass
@@ -189,6 +228,17 @@ class HybridPolicy(CostAwarePolicy):
         # to learn); else a plain step.
         paying = [o for o in offers if o.plan.length and not o.plan.probe]
         best = max(paying, key=lambda o: o.plan.gain) if paying else next((o for o in offers if o.plan.probe), None)
+        copy = max((o for o in paying if o.draft is not None), key=lambda o: o.plan.gain, default=None)
+        if copy is not None and drafter.merges:
+            merged = self.merged(drafter, request, copy, offers, most, best.plan.gain)
+            if merged is not None:
+                draft, plan, second = merged
+                drafter.chosen = None           # every component rolls back to what the pass kept
+                seen += (dict(drafter=copy.component.name, length=plan.length, expected_tokens=plan.expected,
+                              gain=plan.gain, **{"with": second}),)
+                plans[request.index] = HybridPlan(plan.length, plan.gain, False, plan.expected, offers=seen,
+                                                  drafter=copy.component.name)
+                return [draft]
         draft = no_draft()
         if best is not None:
             request.budget = best.budget
@@ -203,6 +253,53 @@ class HybridPolicy(CostAwarePolicy):
             plans[request.index] = HybridPlan(plan.length, plan.gain, plan.probe, plan.expected, offers=seen,
                                               drafter=drafter.chosen.name if drafter.chosen is not None else None)
         return [draft]
+
+    def merged(self, drafter: HybridDrafter, request: Request, copy: _Offer, offers: Sequence[_Offer],
+               most: int, to_beat: float) -> tuple[Draft, Plan, str] | None:
+        """One tree holding `copy`'s draft (the best paying free drafter's, cut to its plan) and a short
+        chain of the model among the components (a head, a draft model, early exit: 1 to MERGE_LENGTH
+        tokens), verified in one pass, where its expected gain (`merged_gain`) beats `to_beat` (the best
+        single offer's): (the tree, its plan, the model's name), else None. The model's chain is scored against the
+        output as a probe is; it drafts greedily under classic sampling (so that its nodes are fixed
+        candidates, independent of verification's draws), with the request's sampler otherwise."""
+        model = next((o for o in offers if not o.component.free_to_propose), None)
+        if model is None or not copy.plan.length:
+            return None
+        name = model.component.name
+        part, copying = self.parts[name], self.parts[copy.component.name]
+        tokens = copy.draft.tokens.tolist()
+        parents = copy.draft.parents if copy.draft.parents is not None else list(range(-1, len(tokens) - 1))
+        depth = copy.plan.length
+        kept = tree_shape.subtree_without(parents, {i for i, d in enumerate(tree_shape.depths(parents)) if d > depth})
+        tokens, parents = [tokens[i] for i in kept], trees.reindex(parents, kept)
+        first = copying.reach(request.index, depth, free=True, signal=copy.draft.signal)
+        per_token = self.component_costs[name].per_token or 0.0
+        cost = self.costs.relative(len(tokens) + MERGE_LENGTH)
+        best = None
+        for length in range(1, min(MERGE_LENGTH, most) + 1):
+            expected, gain = merged_gain(first, part.reach(request.index, length, free=False), len(tokens) + length,
+                                         cost, length * per_token / self.costs.step)
+            if best is None or gain > best[2]:
+                best = (length, expected, gain)
+        length, expected, gain = best
+        if gain <= to_beat:
+            return None
+        request.budget = length
+        sampler = request.sampler if request.sampler.greedy or request.sampler.invariant else _GREEDY
+        chain = model.component.propose(torch.tensor([request.tokens]), length, sampler)
+        branch = chain.tokens.tolist()
+        if not branch:
+            return None
+        part.propose_freely(request.index, branch, request.generated)     # scored against the output
+        tokens, parents, _ = merge_branches(tokens, parents, branch)
+        added = len(tokens) - len(kept)
+        earlier = copy.draft.from_earlier
+        deepest = max(tree_shape.depths(parents))
+        request.budget = deepest
+        draft = Draft(torch.tensor(tokens, dtype=torch.long), None, parents,
+                      from_earlier=None if earlier is None else [earlier[i] for i in kept] + [False] * added,
+                      signal=copy.draft.signal, drafted_by=[copy.component.name] * len(kept) + [name] * added)
+        return draft, Plan(deepest, gain, expected=expected), name
 
     def shadow(self, part: CostAwarePolicy, component: Drafter, drafter: HybridDrafter, request: Request,
                length: int) -> None:

@@ -161,6 +161,7 @@ def check_cycle(cycle: Cycle, text: CycleText, number: int) -> None:
 VERDICT_NAMES = {ACCEPTED, REJECTED, NOT_REACHED}
 MAX_OFFERS = 8                     # a hybrid's drafters compared in a cycle (it has at most four kinds)
 OFFER_KEYS = {"drafter", "length", "expected_tokens", "gain"}
+MERGED_OFFER_KEYS = OFFER_KEYS | {"with"}     # a tree of two drafters' branches: the second drafter
 
 
 def check_hybrid(cycle: Cycle, where: str) -> None:
@@ -170,8 +171,14 @@ def check_hybrid(cycle: Cycle, where: str) -> None:
         raise ValueError(f"{where}: its drafter's name is too long")
     if len(cycle.offers) > MAX_OFFERS:
         raise ValueError(f"{where}: more than {MAX_OFFERS} drafters' offers")
+    if cycle.drafted_by is not None and (
+            cycle.drafter is None or len(cycle.drafted_by) != len(cycle.drafted)
+            or not all(isinstance(name, str) and len(name) <= MAX_NOTE_CHARS for name in cycle.drafted_by)):
+        raise ValueError(f"{where}: its drafters per token are not one name per drafted token")
     for offer in cycle.offers:
-        if (set(offer) != OFFER_KEYS or not isinstance(offer["drafter"], str) or len(offer["drafter"]) > MAX_NOTE_CHARS
+        if (set(offer) not in (OFFER_KEYS, MERGED_OFFER_KEYS)
+                or not all(isinstance(offer.get(key, ""), str) and len(offer.get(key, "")) <= MAX_NOTE_CHARS
+                           for key in ("drafter", "with"))
                 or not isinstance(offer["length"], int) or not 0 <= offer["length"] <= MAX_NODES
                 or not all(isinstance(offer[key], (int, float)) and math.isfinite(offer[key]) and offer[key] >= 0
                            for key in ("expected_tokens", "gain"))):

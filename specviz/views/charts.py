@@ -23,7 +23,7 @@ import plotly.graph_objects as go
 from ..core.events import ACCEPTED, Cycle, Step
 from ..core.tree_shape import draft_reach
 from ..metrics import EqualWork, SpecStats, Speed, running_speedup
-from .drafter_marks import drafter_colour, drafter_word
+from .drafter_marks import cycle_writers, drafter_colour, drafter_word
 from .render import COLOURS
 
 SPEC_COLOUR, PLAIN_COLOUR, THEORY_COLOUR = "#0072B2", "#7f7f7f", "#CC79A7"
@@ -107,7 +107,8 @@ def tokens_per_pass_figure(cycles: Sequence[Cycle], stats: SpecStats | None) -> 
         for word, chose in _by_drafter(cycles).items():
             traces.append(go.Scatter(x=_cycle_numbers(chose), y=[len(c.drafted) for c in chose],
                                      name=f"drafted by {word}", mode="markers",
-                                     marker=dict(symbol="circle", size=7, color=drafter_colour(chose[0].drafter)),
+                                     marker=dict(symbol="diamond" if " + " in word else "circle", size=7,
+                                                 color=drafter_colour(chose[0].drafter)),
                                      customdata=[[_policy_note(c)] for c in chose],
                                      hovertemplate="%{y} drafted%{customdata[0]}<extra></extra>"))
         paused = [c for c in cycles if c.planned == 0]
@@ -122,19 +123,24 @@ def tokens_per_pass_figure(cycles: Sequence[Cycle], stats: SpecStats | None) -> 
 
 
 def _by_drafter(cycles: Sequence[Cycle]) -> dict[str, list[Cycle]]:
-    """A hybrid run's drafting cycles by the word for their drafter (empty for a run of one drafter)."""
+    """A hybrid run's drafting cycles by the word for their drafter (empty for a run of one drafter); a tree
+    that held two drafters' branches: both words, 'suffix + head'."""
     groups: dict[str, list[Cycle]] = {}
     for c in cycles:
         if c.drafter and c.drafted:
-            groups.setdefault(drafter_word(c.drafter), []).append(c)
+            groups.setdefault(_writers_word(c), []).append(c)
     return groups
+
+
+def _writers_word(cycle: Cycle) -> str:
+    return " + ".join(drafter_word(name) for name in cycle_writers(cycle))
 
 
 def _policy_note(cycle: Cycle) -> str:
     """The policy's reason, for a hover: ': expected 0.92x' (paused) or ': expected 1.40x'."""
     if cycle.expected_gain is None:
         return ": nothing to propose" if cycle.planned is None and not cycle.drafted else ""
-    by = f" by {drafter_word(cycle.drafter)}" if cycle.drafter else ""
+    by = f" by {_writers_word(cycle)}" if cycle.drafter and cycle.drafted else ""
     return f"{by}: expected {cycle.expected_gain:.2f}x" + (" (a probe)" if cycle.probe else "")
 
 
@@ -231,6 +237,25 @@ def timeline_figure(cycles: Sequence[Cycle], steps: Sequence[Step], compared: Eq
                hovertemplate="step %{customdata[0]}: 1 token in %{customdata[1]:.1f} ms %{customdata[2]}"
                              "<extra></extra>", **lane),
     ]
+    # A hybrid run: a lane per drafter, each of its cycles (drafting and pass) in its colour; a tree of two
+    # drafters' branches shows in both lanes.
+    lanes: dict[str, list[int]] = {}
+    for i, c in enumerate(cycles):
+        if c.drafter and c.drafted:
+            for name in cycle_writers(c):
+                lanes.setdefault(name, []).append(i)
+    words = {}
+    for name, mine in lanes.items():
+        word = drafter_word(name)
+        words[word] = f"drafted by {word}"
+        traces.append(go.Bar(y=[words[word]] * len(mine), base=[starts[i] for i in mine],
+                             x=[cycles[i].seconds for i in mine], name=words[word], showlegend=False,
+                             marker=dict(color=drafter_colour(name), opacity=[1.0 if i < kept_cycles else
+                                                                              NOT_COMPARED_OPACITY for i in mine]),
+                             customdata=[[cycles[i].index + 1, _writers_word(cycles[i]), len(cycles[i].drafted),
+                                          len(cycles[i].emitted)] for i in mine],
+                             hovertemplate="cycle %{customdata[0]}: %{customdata[1]} drafted %{customdata[2]}, "
+                                           "wrote %{customdata[3]}<extra></extra>", **lane))
     title = "Where the time goes"
     spent = sum(c.seconds for c in cycles)
     if spent:
@@ -238,8 +263,9 @@ def timeline_figure(cycles: Sequence[Cycle], steps: Sequence[Step], compared: Eq
     if clock:
         title += f" \u00b7 {CLOCKED} {clock}"
     figure = go.Figure(traces, layout=layout(title, "seconds (each method's own time)", None,
-                                             barmode="overlay", height=260, hovermode="closest",
-                                             yaxis=dict(categoryorder="array", categoryarray=["plain", "speculative"],
+                                             barmode="overlay", height=260 + 28 * len(words), hovermode="closest",
+                                             yaxis=dict(categoryorder="array", categoryarray=["plain", "speculative"]
+                                                        + sorted(words.values(), reverse=True),
                                                         gridcolor="rgba(0,0,0,0)")))
     figure.update_layout(margin_b=84, legend_y=-0.34)      # the legend below the axis title, clear of it
     if compared is not None and (kept_cycles < len(cycles) or kept_steps < len(steps)):

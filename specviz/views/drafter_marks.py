@@ -53,6 +53,18 @@ def mark_html(name: str) -> str:
             f'{html.escape(drafter_letter(name))}</sup>')
 
 
+def cycle_writers(cycle) -> list[str]:
+    """The drafters that wrote a hybrid cycle's draft, the one expected to pay most alone first (two when
+    one tree held two drafters' branches)."""
+    return list(dict.fromkeys([cycle.drafter] + [w for w in cycle.node_drafters() if w]))
+
+
+def marks_html(cycle) -> str:
+    """A hybrid cycle's marks before its draft: each writer's letter (two for a tree of two drafters'
+    branches, joined by +)."""
+    return '<sup class="sv-by">+</sup>'.join(mark_html(name) for name in cycle_writers(cycle))
+
+
 def legend_items_html(names) -> str:
     """The token view's legend items for a hybrid run's drafters (none for a run of one drafter)."""
     return "".join(f'<span class="sv-legend-item"><sup class="sv-by" data-drafter="{html.escape(word)}">'
@@ -78,18 +90,28 @@ def choice_text(cycle) -> str:
     parts = []
     for offer in sorted(cycle.offers, key=lambda o: -o["gain"]):
         word = drafter_word(offer["drafter"])
-        if offer["length"]:
+        if offer.get("with"):       # one tree holding two drafters' branches
+            parts.append(f"one tree of {word}'s draft and {drafter_word(offer['with'])}'s, "
+                         f"{offer['length']} deep, expected {offer['expected_tokens']:.1f} tokens "
+                         f"({offer['gain']:.2f}\u00d7)")
+        elif offer["length"]:
             parts.append(f"{word} offered {offer['length']} token{'s' if offer['length'] != 1 else ''}, expecting "
                          f"{offer['expected_tokens']:.1f} tokens from the pass "
                          f"({offer['gain']:.2f}\u00d7 a plain step)")
         else:
             parts.append(f"{word} was not expected to pay ({offer['gain']:.2f}\u00d7)")
-    chosen = (f"{drafter_word(cycle.drafter)} drafted" if cycle.drafter else
+    writers = cycle_writers(cycle) if cycle.drafter else []
+    chosen = (f"{' and '.join(drafter_word(w) for w in writers)} drafted one tree, verified in one pass"
+              if len(writers) > 1 else f"{drafter_word(cycle.drafter)} drafted" if cycle.drafter else
               "none drafted: a plain step" if not cycle.drafted else "")
     return "; ".join(parts) + (f". So {chosen}." if chosen else ".")
 
 
-def drafted_by_text(drafter: str | None) -> str:
-    """A drafted token's tooltip line for a hybrid run's `drafter` ('' for any other run)."""
-    return (f"\ndrafted by {drafter_word(drafter)} ({drafter}), the drafter expected to pay most this cycle"
-            if drafter else "")
+def drafted_by_text(drafter: str | None, two_branches: bool = False) -> str:
+    """A drafted token's tooltip line for a hybrid run's `drafter` ('' for any other run); `two_branches`:
+    its cycle's tree held two drafters' branches."""
+    if not drafter:
+        return ""
+    why = ("one branch of a tree that held two drafters' drafts, expected to pay more together"
+           if two_branches else "the drafter expected to pay most this cycle")
+    return f"\ndrafted by {drafter_word(drafter)} ({drafter}), {why}"

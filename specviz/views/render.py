@@ -20,7 +20,7 @@ from ..clocks import timed
 from ..core import tree_shape
 from ..core.events import ACCEPTED, BONUS, NOT_REACHED, REJECTED, RESAMPLED, Cycle
 from ..runs.result import CycleText
-from .drafter_marks import drafted_by_text, drafter_css, drafter_word, legend_items_html, mark_html
+from .drafter_marks import drafted_by_text, drafter_css, drafter_word, legend_items_html, marks_html
 from .retokenization import retokenization, retokenization_html
 
 VERDICTS = (ACCEPTED, REJECTED, RESAMPLED, BONUS)
@@ -62,6 +62,7 @@ def cycle_pieces(cycle: Cycle, text: CycleText) -> list[Piece]:
     rejected = [i for i, v in enumerate(cycle.verdicts) if v == REJECTED]
     depths = tree_shape.depths(cycle.parents) if cycle.is_tree else None
     was_accepted = set(accepted)
+    writers, two_branches = cycle.node_drafters(), cycle.drafted_by is not None
     for i in accepted + rejected:
         verdict = ACCEPTED if i in was_accepted else REJECTED
         where = f"draft {i + 1}" if depths is None else f"node {i + 1} (depth {depths[i]})"
@@ -72,8 +73,9 @@ def cycle_pieces(cycle: Cycle, text: CycleText) -> list[Piece]:
             title += "\ndrafted from an earlier request's text (suffix decoding remembers this session's runs)"
         if across:
             title += f"\nacross tokenizers: {across}"
-        by = cycle.drafter and drafter_word(cycle.drafter)
-        pieces.append(Piece(text.drafted[i], verdict, title + drafted_by_text(cycle.drafter), earlier, by))
+        writer = writers[i]
+        pieces.append(Piece(text.drafted[i], verdict, title + drafted_by_text(writer, two_branches), earlier,
+                            writer and drafter_word(writer)))
     if cycle.correction is not None:
         if cycle.correction_kind == RESAMPLED:
             what = "the target's correction after the rejection"
@@ -115,7 +117,7 @@ def cycle_html(cycle: Cycle, text: CycleText) -> str:
     marker = (f'<span class="sv-branches" data-nodes="{len(cycle.drafted)}" tabindex="0" title="{html.escape(note)}">'
               f'\u2442{len(cycle.drafted)}</span>') if note else ""
     return render_cycle(cycle.index, cycle_pieces(cycle, text), marker + retokenization_html(cycle, text),
-                        mark_html(cycle.drafter) if cycle.drafter and cycle.drafted else "")
+                        marks_html(cycle) if cycle.drafter and cycle.drafted else "")
 
 
 def run_cycles_html(run) -> list[str]:
