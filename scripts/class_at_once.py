@@ -22,7 +22,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from session_soak import rss_mb, start_app  # noqa: E402
+
+from specviz.runs.race_worker import workers_of  # noqa: E402
 
 OWN_PROMPTS = ["Write a haiku about the sea.", "What is the capital of France?", "Name three prime numbers.",
                "Say hello in Spanish.", "Give me a synonym for happy.", "What colour is the sky?",
@@ -93,22 +96,12 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return tuple(sum(int(fields[i]) for i in pair) / os.sysconf("SC_CLK_TCK") for pair in ((11, 12), (13, 14)))
 
 
-def children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            found += [int(child) for child in (task / "children").read_text().split()]
-        except OSError:
-            pass
-    return found
-
-
 def tree_memory(pid: int) -> tuple[float, float]:
     """MB held by the server and its live race workers: the sum of their RSS (pages shared between
     them, the models' weights, counted once per process) and of their PSS (each shared page split
     between its sharers: what they hold together)."""
     rss = pss = 0.0
-    for each in [pid] + children(pid):
+    for each in [pid] + workers_of(pid):
         try:
             rss += rss_mb(each)
             for line in Path(f"/proc/{each}/smaps_rollup").read_text().splitlines():
@@ -141,7 +134,7 @@ def main() -> None:
                 try:
                     rss, pss = tree_memory(process.pid)
                     peak[:] = [max(peak[0], rss_mb(process.pid)), max(peak[1], rss), max(peak[2], pss),
-                               max(peak[3], len(children(process.pid)))]
+                               max(peak[3], len(workers_of(process.pid)))]
                 except (OSError, RuntimeError):      # the server is stopping
                     return
 

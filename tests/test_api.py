@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import running_app
 
+from specviz.runs.race_worker import workers_of
 from specviz.views.run_view import RunView
 
 pytestmark = pytest.mark.slow       # an app server in a subprocess (~11 s to start): CI runs it, the edit loop does not
@@ -199,17 +200,6 @@ def test_a_cancelled_teach_run_stops_the_servers_work():
         assert busy_fraction(app.pid, 3.0) < 0.15
 
 
-def race_workers(pid: int) -> list[int]:
-    """The server's live child processes (its races' workers, runs.race_worker)."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            found += [int(child) for child in (task / "children").read_text().split()]
-        except OSError:
-            pass
-    return found
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 def test_a_cancelled_run_ends_its_race_worker():
@@ -224,10 +214,10 @@ def test_a_cancelled_run_ends_its_race_worker():
             job = client.submit(*run_inputs(prompt=f"the cat sat on the mat {round_}", max_new_tokens=256),
                                 api_name="/run")
             deadline = time.monotonic() + 30
-            while not race_workers(app.pid):
+            while not workers_of(app.pid):
                 assert time.monotonic() < deadline, "no race worker ever started"
                 time.sleep(0.05)
-            worker = race_workers(app.pid)[0]
+            worker = workers_of(app.pid)[0]
             job.cancel()
             deadline = time.monotonic() + 5         # the race itself would go on for ~10-20 s
             while Path(f"/proc/{worker}").exists() and Path(f"/proc/{worker}/stat").read_text().split()[2] != "Z":

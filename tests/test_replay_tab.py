@@ -118,7 +118,10 @@ def test_bundled_recordings_open_and_the_tab_is_in_the_hosted_demo():
         assert opened.runs[0].cycles and opened.runs[0].steps, name
     kinds = {(r.settings.draft.split(":")[0], r.settings.temperature > 0)
              for path in files.values() for r in rec.load(path).runs}
-    assert {("ngram", False), ("self", False), ("ngram", True)} <= kinds
+    assert {("ngram", False), ("self", False), ("ngram", True), ("auto", False)} <= kinds
+    # The hybrid one shows trees that held two drafters' branches (bf16), each node with its writer.
+    hybrid = rec.load(files["hybrid-bf16-notice.json"]).runs[0]
+    assert any(c.drafted_by and {"head"} < set(c.drafted_by) for c in hybrid.cycles)
     config = build_demo(hosted=True).get_config_file()
     tabs = [c["props"]["label"] for c in config["components"] if c["type"] == "tabitem"]
     assert "Replay" in tabs

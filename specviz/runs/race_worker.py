@@ -41,6 +41,7 @@ import stat
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 from ..errors import SpecvizError
 from ..models import ModelPair
@@ -117,6 +118,18 @@ def _fields(run: Run) -> dict:
     """The run's fields besides its events and caches."""
     return {f.name: getattr(run, f.name) for f in dataclasses.fields(run)
             if f.name not in EVENT_FIELDS and not f.name.startswith("_")}
+
+
+def workers_of(pid: int) -> list[int]:
+    """The live child processes of process `pid` (a server's race workers), from Linux's /proc; [] where
+    there is none to read."""
+    found = []
+    for task in (Path(f"/proc/{pid}/task").iterdir() if Path(f"/proc/{pid}/task").is_dir() else []):
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return found
 
 
 def _race_in_child(send, settings: RunSettings, prompt: str, pair: ModelPair, options: dict, parent: int) -> None:
