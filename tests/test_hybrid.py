@@ -249,6 +249,43 @@ def test_one_tree_holds_the_copy_and_the_head_and_greedy_still_equals_generate(t
     assert [t for c in single for t in c.emitted] == greedy_reference(target, PROMPT, 40)
 
 
+def test_a_model_drafting_aside_never_keeps_a_token_the_target_did_not_write(target):
+    # Early exit (a draft model) keeps a cache of the tokens it drafted. Drafting a branch of a tree of two
+    # (or a probe that is scored), it must forget its own tokens after the pass, even where the pass kept
+    # that many positions (the copy's tokens were accepted there): else its next draft reads its own token
+    # where the target wrote another.
+    from specviz.core.drafters import DraftModelDrafter, early_exit_model
+    from specviz.core.request import Request
+
+    model = early_exit_model(target, 2)
+    sequence = PROMPT[0].tolist()
+    # Not aside (the chosen drafter's own verified draft), it keeps what the pass kept.
+    for aside, kept in ((True, len(sequence)), (False, len(sequence) + 2)):
+        exit_layers = DraftModelDrafter(model, name="self:2")
+        drafter = HybridDrafter([PromptLookupDrafter(), exit_layers])
+        drafter.begin(PROMPT)
+        request = Request(0, list(sequence), Sampler(), 40, 4, budget=3)
+        draft = drafter.propose_with(exit_layers, request, aside=aside)
+        assert exit_layers.cache.lengths() == [len(sequence) + 2]       # it fed its first two drafted tokens
+        # The pass accepted two tokens of another branch (one the drafter did not write at the first).
+        other = [(draft.tokens[0].item() + 1) % VOCAB, 5]
+        drafter.keep_path(len(sequence) + 2, [0, 1])
+        assert exit_layers.cache.lengths() == [kept]
+        request.tokens += other + [7]
+        fresh = DraftModelDrafter(model, name="fresh")
+        fresh.begin(torch.tensor([request.tokens]))
+        again = exit_layers.propose(torch.tensor([request.tokens]), 3, Sampler()).tokens.tolist()
+        same = again == fresh.propose(torch.tensor([request.tokens]), 3, Sampler()).tokens.tolist()
+        if aside:
+            assert same, "drafting aside, it drafts as a fresh drafter would"
+    # End to end: trees of two branches with early exit as the model stay lossless.
+    drafter = HybridDrafter([PromptLookupDrafter(), SuffixDrafter(), DraftModelDrafter(model, name="self:2")])
+    policy = HybridPolicy(PassCosts({w: 1.0 for w in range(0, 65)}, learn=False), {"self:2": DraftCosts(0.0)})
+    cycles = list(speculative_decode(target, drafter, PROMPT, max_new_tokens=40, k=4, policy=policy))
+    assert [t for c in cycles for t in c.emitted] == greedy_reference(target, PROMPT, 40)
+    assert any(c.drafted_by and "self:2" in c.drafted_by for c in cycles)
+
+
 def test_invariant_sampled_trees_of_two_branches_write_plain_samplings_text(target):
     from specviz.core.plain import autoregressive_decode
 

@@ -69,17 +69,25 @@ class HybridDrafter(Drafter):
         self.drafts_trees = any(c.drafts_trees for c in components) or self.merges
         self.budget = max((getattr(c, "budget", 0) or 0 for c in components), default=0)   # a tree's most nodes
         self.chosen: Drafter | None = None
+        self.aside: dict[str, int] = {}     # components that drafted aside this cycle: the length they drafted after
 
     def begin(self, prompt_ids: torch.Tensor) -> None:
-        self.chosen = None
+        self.chosen, self.aside = None, {}
         for component in self.components:
             component.begin(prompt_ids)
 
-    def propose_with(self, component: Drafter, request: Request) -> Draft:
-        """`component`'s draft of at most `request.budget` tokens."""
+    def propose_with(self, component: Drafter, request: Request, sampler: Sampler | None = None, *,
+                     aside: bool = False) -> Draft:
+        """`component`'s draft of at most `request.budget` tokens (with `sampler`, default the request's).
+        `aside`: a draft the pass will not verify as that component's (a probe that is scored, a branch of
+        a tree of two): after the pass the component rolls back to before it, whatever was accepted, so
+        that a drafter with a cache of its drafted tokens (a draft model, early exit) never keeps one the
+        target did not write there."""
         if request.budget <= 0:
             return no_draft()
-        return component.propose(torch.tensor([request.tokens]), request.budget, request.sampler)
+        if aside:
+            self.aside[component.name] = len(request.tokens)
+        return component.propose(torch.tensor([request.tokens]), request.budget, sampler or request.sampler)
 
     def propose(self, sequence: torch.Tensor, k: int, sampler: Sampler) -> Draft:
         for component in self.components:
@@ -92,14 +100,16 @@ class HybridDrafter(Drafter):
 
     def keep_path(self, valid_length: int, path: list[int]) -> None:
         for component in self.components:
-            if component is self.chosen:
+            if component is self.chosen and component.name not in self.aside:
                 component.keep_path(valid_length, path)
             else:
-                component.rollback(valid_length)
+                component.rollback(min(valid_length, self.aside.get(component.name, valid_length)))
+        self.aside = {}
 
     def rollback(self, valid_length: int) -> None:
         for component in self.components:
-            component.rollback(valid_length)
+            component.rollback(min(valid_length, self.aside.get(component.name, valid_length)))
+        self.aside = {}
 
     def observe(self, hidden: Sequence[torch.Tensor]) -> None:
         for component in self.components:
@@ -286,7 +296,7 @@ class HybridPolicy(CostAwarePolicy):
             return None
         request.budget = length
         sampler = request.sampler if request.sampler.greedy or request.sampler.invariant else _GREEDY
-        chain = model.component.propose(torch.tensor([request.tokens]), length, sampler)
+        chain = drafter.propose_with(model.component, request, sampler, aside=True)
         branch = chain.tokens.tolist()
         if not branch:
             return None
@@ -307,7 +317,7 @@ class HybridPolicy(CostAwarePolicy):
         verification would say; sampled: the chance the target writes the drafted token, at most its
         acceptance), never verified. Its state rolls back with the others' after the cycle."""
         request.budget = length
-        draft = drafter.propose_with(component, request)
+        draft = drafter.propose_with(component, request, aside=True)
         if draft.tokens.numel():
             part.propose_freely(request.index, draft.tokens.tolist(), request.generated, draft.signal, draft.parents)
 
