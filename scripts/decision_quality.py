@@ -12,8 +12,7 @@ would give if drafting cost nothing. `--without-head` adds `auto-no-head` (auto'
 head), to see what the head adds; `--float-head` adds `auto-float-head` (auto with its head drafting in
 float where it drafts in int8 on a CPU, `core.eagle3.int8_copy`), to see what int8 drafting does;
 `--one-branch` adds `auto-one-branch` (auto never holding two drafters' branches in one tree,
-`HybridDrafter(merge=False)`), to see what those trees do; `--verified-first` adds `auto-verified-first`
-(the head's first draft on a request verified at its prior, not scored first: `scored_first=False`).
+`HybridDrafter(merge=False)`), to see what those trees do.
 
 Defaults: the built-in model, the bundled benchmark prompts (not Spec-Bench: nothing is chosen on
 Spec-Bench), k = 8, 96 new tokens, one torch thread. Prints a table per category; `--json FILE`
@@ -44,7 +43,6 @@ from specviz.settings import LOCAL, RunSettings, validate  # noqa: E402
 WITHOUT_HEAD = "auto-no-head"
 FLOAT_HEAD = "auto-float-head"
 ONE_BRANCH = "auto-one-branch"
-VERIFIED_FIRST = "auto-verified-first"
 
 
 def priced(cycles, relative: list[float], step: float) -> dict:
@@ -80,7 +78,6 @@ def main(argv=None, loader=None) -> int:
     parser.add_argument("--without-head", action="store_true", help=f"add {WITHOUT_HEAD}")
     parser.add_argument("--float-head", action="store_true", help=f"add {FLOAT_HEAD}")
     parser.add_argument("--one-branch", action="store_true", help=f"add {ONE_BRANCH}")
-    parser.add_argument("--verified-first", action="store_true", help=f"add {VERIFIED_FIRST}")
     parser.add_argument("--target", default=None)
     parser.add_argument("--prompts", default="bundled", help="bundled or spec-bench")
     parser.add_argument("--limit", type=int, default=None, help="prompts per category")
@@ -97,12 +94,10 @@ def main(argv=None, loader=None) -> int:
     else:
         prompts = load_bench_prompts(categories="all", limit=args.limit)
     names = (args.draft.split(",") + ([WITHOUT_HEAD] if args.without_head else [])
-             + ([FLOAT_HEAD] if args.float_head else []) + ([ONE_BRANCH] if args.one_branch else [])
-             + ([VERIFIED_FIRST] if args.verified_first else []))
+             + ([FLOAT_HEAD] if args.float_head else []) + ([ONE_BRANCH] if args.one_branch else []))
     base = validate(RunSettings(target=args.target, k=args.k, max_new_tokens=args.max_new_tokens,
                                 dtype=args.dtype), LOCAL)
-    variants = (WITHOUT_HEAD, FLOAT_HEAD, ONE_BRANCH, VERIFIED_FIRST)      # auto's drafters, changed
-    configs = [validate(replace(base, draft="auto" if name in variants else name), LOCAL)
+    configs = [validate(replace(base, draft="auto" if name in (WITHOUT_HEAD, FLOAT_HEAD, ONE_BRANCH) else name), LOCAL)
                for name in names]
     pairs = []
 
@@ -124,9 +119,6 @@ def main(argv=None, loader=None) -> int:
         elif names[len(pairs)] == ONE_BRANCH:
             pair = replace(pair, draft=HybridDrafter(pair.draft.components, name=pair.draft.name, merge=False),
                            draft_name=ONE_BRANCH)
-        elif names[len(pairs)] == VERIFIED_FIRST:
-            pair = replace(pair, draft=HybridDrafter(pair.draft.components, name=pair.draft.name, scored_first=False),
-                           draft_name=VERIFIED_FIRST)
         pairs.append(pair)
         return pair
 

@@ -150,26 +150,6 @@ def test_a_head_that_does_not_pay_is_probed_by_scoring_not_by_verifying(target, 
     assert head.states[0].count == prompt.shape[1] + len(plain) - 1
 
 
-@pytest.mark.parametrize("scored_first", [True, False])
-def test_the_heads_first_draft_on_a_request_is_scored_before_one_is_verified(target, scored_first):
-    # With no evidence on this request the head's prior alone would have it draft (and a miss costs a
-    # wider pass): it is scored first, as a probe is, and drafts for verification only after.
-    drafter = hybrid(target)
-    drafter.scored_first = scored_first
-    proposals = recorded_proposals(drafter)
-    cycles = list(speculative_decode(target, drafter, PROMPT, max_new_tokens=40, k=4, policy=fixed_policy(1e-4)))
-    assert [t for c in cycles for t in c.emitted] == greedy_reference(target, PROMPT, 40)
-    length, first_verified = PROMPT.shape[1], None
-    for cycle in cycles:
-        if "head" in cycle.node_drafters():
-            first_verified = length
-            break
-        length += len(cycle.emitted)
-    assert first_verified is not None, "a cheap head drafts for verification at some point"
-    scored_before = [n for (name, n), tokens in proposals.items() if name == "head" and tokens and n < first_verified]
-    assert bool(scored_before) == scored_first
-
-
 @pytest.mark.parametrize("head_cost", [1e-4, 10.0], ids=["head-cheap", "head-dear"])
 def test_invariant_sampled_auto_writes_plain_samplings_text(target, head_cost):
     # Drafter-invariant sampling: whichever drafter each cycle chose, the text is plain sampling's.

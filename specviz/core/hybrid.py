@@ -14,10 +14,7 @@ not verified: where the drafter alone would verify a short draft it does not exp
 hybrid has it draft that chain and scores it against the output as it scores a free proposal (at its
 drafting cost, without the wider pass, which costs ~0.7 of a plain step in fp32 on a CPU). The gains compared are
 the policy's own, `expected_tokens / relative cost`, so the choice is the one the policy would make
-for each drafter alone, taken across them. A model drafter's first draft on a request is scored the same
-way before any is verified (its prior is no evidence). Where a copy pays, one tree may also hold the copy's
-draft and a model's short chain, verified in one pass, when its expected gain beats every single
-drafter's (`HybridPolicy.merged`); each node records its writer.
+for each drafter alone, taken across them.
 
 Components keep their state in every cycle, drafting or not: a head reads the target's hidden states
 of every kept position (`observe`) and catches up on its own cache when it next drafts; a draft model
@@ -55,8 +52,7 @@ class HybridDrafter(Drafter):
     verifying (None: nothing drafted this cycle). Without a `HybridPolicy` (a warm-up, a fixed k) the
     first component with a proposal drafts."""
 
-    def __init__(self, components: Sequence[Drafter], name: str = "auto", *, merge: bool = True,
-                 scored_first: bool = True):
+    def __init__(self, components: Sequence[Drafter], name: str = "auto", *, merge: bool = True):
         components = list(components)
         names = [c.name for c in components]
         if not components or len(set(names)) != len(names):
@@ -71,8 +67,6 @@ class HybridDrafter(Drafter):
         self.merges = merge and any(c.free_to_propose for c in components) and \
             any(not c.free_to_propose for c in components)
         self.drafts_trees = any(c.drafts_trees for c in components) or self.merges
-        # A model drafter's first draft on a request is scored, not verified (`HybridPolicy.draft`).
-        self.scored_first = scored_first
         self.budget = max((getattr(c, "budget", 0) or 0 for c in components), default=0)   # a tree's most nodes
         self.chosen: Drafter | None = None
         self.aside: dict[str, int] = {}     # components that drafted aside this cycle: the length they drafted after
@@ -127,8 +121,7 @@ class HybridDrafter(Drafter):
             component.forget()
 
     def without_memory(self) -> HybridDrafter:
-        return HybridDrafter([c.without_memory() for c in self.components], self.name, merge=self.merges,
-                             scored_first=self.scored_first)
+        return HybridDrafter([c.without_memory() for c in self.components], self.name, merge=self.merges)
 
 
 def components(drafter: Drafter) -> list[Drafter]:
@@ -231,10 +224,7 @@ class HybridPolicy(CostAwarePolicy):
                     offers.append(_Offer(component, planned[request.index], draft, request.budget))
             else:
                 plan = part.plan(request.index, most, free=False, tree=component.drafts_trees)
-                unseen = drafter.scored_first and not part.state(request.index).acceptance.reached
-                if plan.probe or (unseen and plan.length):
-                    # Before its first verified draft on a request, too: its prior alone is no evidence
-                    # (a first draft that misses costs a CPU a wider pass in fp32).
+                if plan.probe:
                     # Scored, not verified: where it alone would probe (a wider pass that mostly does not
                     # pay, ~0.7 of a plain step in fp32 here), it drafts a short chain that is scored
                     # against the tokens the target writes, as a free drafter's proposal is, at its
@@ -287,8 +277,6 @@ class HybridPolicy(CostAwarePolicy):
             return None
         name = model.component.name
         part, copying = self.parts[name], self.parts[copy.component.name]
-        if drafter.scored_first and not part.state(request.index).acceptance.reached:
-            return None         # scored first (`draft`), as before a verified draft of its own
         tokens = copy.draft.tokens.tolist()
         parents = copy.draft.parents if copy.draft.parents is not None else list(range(-1, len(tokens) - 1))
         depth = copy.plan.length
