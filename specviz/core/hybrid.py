@@ -14,7 +14,9 @@ not verified: where the drafter alone would verify a short draft it does not exp
 hybrid has it draft that chain and scores it against the output as it scores a free proposal (at its
 drafting cost, without the wider pass, which costs ~0.7 of a plain step in fp32 on a CPU). The gains compared are
 the policy's own, `expected_tokens / relative cost`, so the choice is the one the policy would make
-for each drafter alone, taken across them.
+for each drafter alone, taken across them. Where a copy pays, one tree may also hold the copy's draft and
+a model's short chain, verified in one pass, when its expected gain beats every single drafter's
+(`HybridPolicy.merged`); each node records its writer.
 
 Components keep their state in every cycle, drafting or not: a head reads the target's hidden states
 of every kept position (`observe`) and catches up on its own cache when it next drafts; a draft model
