@@ -15,6 +15,7 @@ the draft once, and the settings it returns carry the parsed `DraftSpec` to ever
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, fields, replace
 
@@ -211,6 +212,11 @@ def whole_number(name: str, value, low: int, high: int) -> int:
     if result is None or not low <= result <= high:
         raise SpecvizError(f"{name} must be a whole number from {low} to {high}, got {value!r}.")
     return result
+
+
+def switched_on(variable: str) -> bool:
+    """An environment switch that is on unless set to 0 (SPECVIZ_RACE_PROCESSES, SPECVIZ_HEAD_INT8)."""
+    return os.environ.get(variable, "1").strip() != "0"
 
 
 def flag(value) -> bool:

@@ -32,6 +32,7 @@ from transformers import LlamaConfig, PreTrainedModel
 from ..core.eagle3 import Eagle3Head, default_layer_ids, layer_ids_problem
 from ..core.head import HeadDrafter
 from ..errors import SpecvizError
+from ..settings import switched_on
 from .head_files import CONFIG, DEFAULT_K, NOTES, WEIGHTS, head_folder, made_for, read_config
 from .sources import BUILTINS, cache_folder
 
@@ -121,7 +122,7 @@ def load_head(location: Path | str, target: PreTrainedModel, *, target_name: str
     data = read_config(folder)
     head = _load_eagle3(folder, data, target, target_name, dtype or target.dtype)
     if int8 is None:
-        int8 = head.device.type == "cpu" and os.environ.get(INT8_ENV, "1").strip() != "0"
+        int8 = head.device.type == "cpu" and switched_on(INT8_ENV)
     drafter = HeadDrafter(head, name=name or f"head:{location}", int8=int8)
     drafter.default_k = int(data.get("k", DEFAULT_K))
     drafter.trained = data.get("notes", {}).get("trained", {})

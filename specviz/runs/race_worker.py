@@ -45,7 +45,7 @@ from pathlib import Path
 
 from ..errors import SpecvizError
 from ..models import ModelPair
-from ..settings import RunSettings
+from ..settings import RunSettings, switched_on
 from .result import Run
 from .run import adopt_costs, costs_for, race
 
@@ -65,7 +65,7 @@ def can_fork(pair: ModelPair) -> bool:
             and sys.platform.startswith("linux")        # macOS: forking after its frameworks start is unsafe
             and "fork" in multiprocessing.get_all_start_methods()
             and not multiprocessing.current_process().daemon
-            and os.environ.get(ENV, "1").strip() != "0")
+            and switched_on(ENV))
 
 
 def forked_race(settings: RunSettings, prompt: str, pair: ModelPair, **options) -> Iterator[Run]:
