@@ -101,16 +101,16 @@ class HybridDrafter(Drafter):
         return no_draft()
 
     def keep_path(self, valid_length: int, path: list[int]) -> None:
+        self.rollback(valid_length, keeping=path)
+
+    def rollback(self, valid_length: int, keeping: list[int] | None = None) -> None:
+        """Every component back to `valid_length`, one that drafted aside to before its draft; after a tree
+        the chosen component keeps its path (`keeping`)."""
         for component in self.components:
-            if component is self.chosen and component.name not in self.aside:
-                component.keep_path(valid_length, path)
+            if keeping is not None and component is self.chosen and component.name not in self.aside:
+                component.keep_path(valid_length, keeping)
             else:
                 component.rollback(min(valid_length, self.aside.get(component.name, valid_length)))
-        self.aside = {}
-
-    def rollback(self, valid_length: int) -> None:
-        for component in self.components:
-            component.rollback(min(valid_length, self.aside.get(component.name, valid_length)))
         self.aside = {}
 
     def observe(self, hidden: Sequence[torch.Tensor]) -> None:
@@ -240,8 +240,9 @@ class HybridPolicy(CostAwarePolicy):
         # to learn); else a plain step.
         paying = [o for o in offers if o.plan.length and not o.plan.probe]
         best = max(paying, key=lambda o: o.plan.gain) if paying else next((o for o in offers if o.plan.probe), None)
-        copy = max((o for o in paying if o.draft is not None), key=lambda o: o.plan.gain, default=None)
-        if copy is not None and drafter.merges:
+        copy = max((o for o in paying if o.draft is not None), key=lambda o: o.plan.gain, default=None) \
+            if drafter.merges else None
+        if copy is not None:
             merged = self.merged(drafter, request, copy, offers, most, best.plan.gain)
             if merged is not None:
                 draft, plan, second = merged
