@@ -166,27 +166,39 @@ def test_invariant_sampled_auto_writes_plain_samplings_text(target, head_cost):
     assert chosen                                           # something drafted
 
 
+def sample_with_auto(prompt, policy, sampling, runs=1000):
+    """A 3-layer target over 5 tokens, four new tokens, drafted by prompt lookup and a head under `policy()`:
+    the target, each output's count, and every run's cycles."""
+    target = make_llama(3, layers=3, vocab=HEAD_VOCAB, hidden=32)
+    head = small_head(target, HEAD_VOCAB - 2)
+    counts, cycles = np.zeros(HEAD_VOCAB ** HEAD_LENGTH), []
+    for seed in range(runs):
+        drafter = HybridDrafter([PromptLookupDrafter(), head])
+        run = list(speculative_decode(target, drafter, prompt, max_new_tokens=HEAD_LENGTH, k=2, temperature=1.0,
+                                      seed=seed, policy=policy(), sampling=sampling))
+        cycles += run
+        out = [t for c in run for t in c.emitted]
+        counts[int(np.ravel_multi_index(out, (HEAD_VOCAB,) * HEAD_LENGTH))] += 1
+    return target, counts, cycles
+
+
+def assert_follows_the_target(target, prompt, counts):
+    """The counts follow the target's distribution, and are told apart from another one (power)."""
+    assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(1.0), HEAD_LENGTH, HEAD_VOCAB)) > 1e-3
+    assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(2.0), HEAD_LENGTH, HEAD_VOCAB)) < 1e-4
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sampling", ["invariant", "classic"])
 def test_sampling_with_auto_follows_the_target_distribution(sampling):
-    # A 3-layer target over 5 tokens, four new tokens: the hybrid copies and drafts with the head in turn
-    # (the head drafts with its distribution, a copy one-hot), and the counts must follow the target.
-    target = make_llama(3, layers=3, vocab=HEAD_VOCAB, hidden=32)
+    # The hybrid copies and drafts with the head in turn (the head drafts with its distribution, a copy
+    # one-hot), and the counts must follow the target.
     prompt = torch.tensor([[1, 2, 3, 1, 2]])
-    head = small_head(target, HEAD_VOCAB - 2)
-    runs, counts, chosen = 1000, np.zeros(HEAD_VOCAB ** HEAD_LENGTH), set()
-    for seed in range(runs):
-        drafter = HybridDrafter([PromptLookupDrafter(), head])
-        policy = HybridPolicy(PassCosts({w: 1.0 + 0.01 * w for w in range(9)}, learn=False),
-                              {"head": DraftCosts(0.01, learn=False)})
-        cycles = list(speculative_decode(target, drafter, prompt, max_new_tokens=HEAD_LENGTH, k=2, temperature=1.0,
-                                         seed=seed, policy=policy, sampling=sampling))
-        chosen |= {c.drafter for c in cycles if c.drafted}
-        out = [t for c in cycles for t in c.emitted]
-        counts[int(np.ravel_multi_index(out, (HEAD_VOCAB,) * HEAD_LENGTH))] += 1
-    assert chosen == {"ngram", "head"}
-    assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(1.0), HEAD_LENGTH, HEAD_VOCAB)) > 1e-3
-    assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(2.0), HEAD_LENGTH, HEAD_VOCAB)) < 1e-4
+    target, counts, cycles = sample_with_auto(prompt, lambda: HybridPolicy(
+        PassCosts({w: 1.0 + 0.01 * w for w in range(9)}, learn=False), {"head": DraftCosts(0.01, learn=False)}),
+        sampling)
+    assert {c.drafter for c in cycles if c.drafted} == {"ngram", "head"}
+    assert_follows_the_target(target, prompt, counts)
 
 
 # ----------------------------------------------------------------------------- one tree, two drafters' branches
@@ -304,20 +316,10 @@ def test_invariant_sampled_trees_of_two_branches_write_plain_samplings_text(targ
 def test_sampling_with_trees_of_two_branches_follows_the_target_distribution(sampling):
     # As the test above, with every pass costing the same: wherever prompt lookup drafts, the head's chain
     # joins it in one tree (one-hot candidates; under classic sampling the head's chain is its greedy one).
-    target = make_llama(3, layers=3, vocab=HEAD_VOCAB, hidden=32)
     prompt = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0]])      # prompt lookup finds a copy in most cycles
-    head = small_head(target, HEAD_VOCAB - 2)
-    runs, counts, merged = 1000, np.zeros(HEAD_VOCAB ** HEAD_LENGTH), 0
-    for seed in range(runs):
-        drafter = HybridDrafter([PromptLookupDrafter(), head])
-        cycles = list(speculative_decode(target, drafter, prompt, max_new_tokens=HEAD_LENGTH, k=2, temperature=1.0,
-                                         seed=seed, policy=flat_policy(), sampling=sampling))
-        merged += sum(c.drafted_by is not None for c in cycles)
-        out = [t for c in cycles for t in c.emitted]
-        counts[int(np.ravel_multi_index(out, (HEAD_VOCAB,) * HEAD_LENGTH))] += 1
-    assert merged >= runs // 2
-    assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(1.0), HEAD_LENGTH, HEAD_VOCAB)) > 1e-3
-    assert pooled_chisquare(counts, exact_joint(target, prompt, Sampler(2.0), HEAD_LENGTH, HEAD_VOCAB)) < 1e-4
+    target, counts, cycles = sample_with_auto(prompt, flat_policy, sampling)
+    assert sum(c.drafted_by is not None for c in cycles) >= 1000 // 2
+    assert_follows_the_target(target, prompt, counts)
 
 
 def test_a_tree_of_two_branches_is_shown_and_recorded_with_both_writers(target, tmp_path):
