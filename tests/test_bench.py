@@ -197,6 +197,8 @@ def test_a_cross_tokenizer_bench_counts_the_draft_models_tokens_per_target_token
 
 
 def test_markdown_table_renders():
+    from specviz.metrics import ALONG_NEAR_TIES
+
     rows = [dict(category=c, target="t", draft="ngram", k=8, dtype="float32", acceptance_rate=0.5, tokens_per_cycle=2.0,
                  cost_ratio=0.01, baseline_tokens_per_s=10.0, specviz_tokens_per_s=20.0, transformers_tokens_per_s=19.0,
                  specviz_speedup=2.0, transformers_speedup=1.9, specviz_vs_transformers=1.05, expected_speedup=2.1,
@@ -207,6 +209,10 @@ def test_markdown_table_renders():
     assert len(lines) == 2 + 3 and all(line.startswith("|") and line.endswith("|") for line in lines)
     assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|")
     assert "**overall**" in lines[-1] and "2.00x" in lines[-1] and "2/2 (HF 2)" in lines[-1]
+    # An output that parted at a near-tie and was compared along the speculative text is counted apart.
+    rows[0].update(identical_to_baseline=False, compared_basis=ALONG_NEAR_TIES)
+    table = bench_table.markdown_table(bench.summarize_rows(rows))
+    assert "1/2 (+1 along near-ties) (HF 2)" in table.splitlines()[-1]
 
 
 def test_bench_command_writes_json_and_markdown(tmp_path, capsys):

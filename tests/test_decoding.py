@@ -336,3 +336,31 @@ def test_a_transformers_that_ignores_the_cache_is_refused_before_any_work(pairs,
         load_model("tiny")
     monkeypatch.setattr(transformers, "__version__", "5.24.0.dev0")     # a build of the first that works
     assert len(list(speculative_decode(target, drafts["smaller"], prompt, max_new_tokens=4))) >= 1
+
+
+def test_plain_steps_along_another_text(prompt):
+    """`core.plain.follow`: plain decoding's steps along a greedy text from a position on are plain
+    decoding's own where the text is its own (its tokens, its probabilities); a token more than a
+    near-tie below its argmax stops them there."""
+    from specviz.core.plain import follow
+
+    target = make_llama(0)
+    plain = reference(target, prompt)
+    own = list(autoregressive_decode(target, prompt, max_new_tokens=len(plain)))
+    for start in (0, 5):
+        followed = follow(target, prompt, plain, start)
+        assert [s.index for s in followed.steps] == list(range(start, len(plain)))
+        assert [s.token for s in followed.steps] == plain[start:]
+        assert [s.prob for s in followed.steps] == pytest.approx([s.prob for s in own[start:]], rel=1e-4)
+        assert (followed.start, followed.near_ties, followed.stopped_at) == (start, (), None)
+    other = plain[:8] + [(plain[8] + 1) % target.config.vocab_size] + plain[9:]
+    followed = follow(target, prompt, other, 5)
+    assert (followed.stopped_at, len(followed.steps), followed.near_ties) == (8, 3, ())
+
+
+def test_a_near_tie_is_within_two_roundings_of_the_dtype():
+    from specviz.core.plain import near_tie
+
+    # bf16: one step of 0.125 at a logit of 23 is a near-tie, four are not; fp32 rounds 65,536 times finer.
+    assert near_tie(0.125, 23.1, torch.bfloat16) and not near_tie(0.5, 23.1, torch.bfloat16)
+    assert not near_tie(0.125, 23.1, torch.float32) and near_tie(1e-6, 23.1, torch.float32)

@@ -204,6 +204,38 @@ def test_greedy_outputs_that_part_compare_only_the_tokens_both_wrote():
     assert (work.parted_at, work.tokens, len(work.cycles), len(work.steps)) == (7, 5, 1, 5)
 
 
+
+def test_outputs_that_part_at_a_near_tie_compare_the_same_text_along_plain_steps():
+    """Plain decoding followed along the speculative text (`core.plain.follow`) from the parting: its own
+    steps before it and its steps along the text after it, every token compared, the near-ties kept;
+    where the following stopped (more than a near-tie), the comparison stops there too."""
+    from specviz.core.events import Followed
+    from specviz.metrics import ALONG_NEAR_TIES, SHARED_PREFIX, equal_work, measure_speed
+
+    plain = list(range(10)) + [99] * 10
+    spec = list(range(10)) + [50, 51, 52, 53, 54] * 2
+    cycles = cycles_writing([spec[i:i + 5] for i in range(0, len(spec), 5)])
+    along = steps_writing(spec, seconds=0.03)[10:]            # the steps along the text: 0.03 s each
+    followed = Followed(start=10, steps=tuple(along), near_ties=((10, 0.125), (14, 0.06)))
+    work = equal_work(cycles, steps_writing(plain), greedy=True, followed=followed)
+    assert (work.parted_at, work.basis, work.tokens) == (10, ALONG_NEAR_TIES, 20)
+    assert [s.seconds for s in work.steps] == [s.seconds for s in steps_writing(plain)[:10]] + [0.03] * 10
+    assert [s.token for s in work.steps] == spec and work.near_ties == ((10, 0.125), (14, 0.06))
+    # Decode-only: 19 steps (9 of 0.04 s, 10 of 0.03 s) against 3 passes of 0.05 s for 15 tokens.
+    assert measure_speed(work.cycles, work.steps).speedup == pytest.approx((0.66 / 19) / (0.15 / 15))
+    # Stopped at 17 (plain decoding's argmax there was more than a near-tie away): the whole cycles before it.
+    stopped = Followed(start=10, steps=tuple(along[:7]), near_ties=((10, 0.125), (14, 0.06)), stopped_at=17)
+    work = equal_work(cycles, steps_writing(plain), greedy=True, followed=stopped)
+    assert (work.basis, work.tokens, len(work.cycles)) == (ALONG_NEAR_TIES, 15, 3)
+    assert work.near_ties == ((10, 0.125), (14, 0.06))
+    # Stopped at 13: the whole cycles before it end at the parting, so it is the shared prefix after all.
+    stopped = Followed(start=10, steps=tuple(along[:3]), near_ties=((10, 0.125),), stopped_at=13)
+    work = equal_work(cycles, steps_writing(plain), greedy=True, followed=stopped)
+    assert (work.basis, work.tokens, len(work.cycles), work.near_ties) == (SHARED_PREFIX, 10, 2, ())
+    # Followed from elsewhere than where these outputs part: not theirs, the shared prefix as before.
+    work = equal_work(cycles, steps_writing(plain), greedy=True, followed=Followed(start=12, steps=()))
+    assert (work.basis, work.tokens) == (SHARED_PREFIX, 10)
+
 def test_identical_and_sampled_outputs():
     from specviz.metrics import EQUAL_LENGTH, SAME_OUTPUT, equal_work
 

@@ -318,6 +318,28 @@ def test_outputs_that_part_are_said_before_the_headline_and_the_speedup_covers_w
     assert list(timeline.data[2].marker.opacity) == [1.0] * 6 + [charts.NOT_COMPARED_OPACITY] * 2
 
 
+def test_outputs_that_part_at_a_near_tie_compare_the_same_text_once_plain_decoding_followed_it():
+    """After the race, plain decoding stepped along the speculative text from the parting (`Run.followed`):
+    the speedup, the headline, the details and the charts compare the same 16 tokens and say so."""
+    from specviz.core.events import Followed
+    from specviz.views import charts
+    from specviz.views.prose import compared_text
+
+    run = parted_run()
+    spec = run.tokens
+    run.followed = Followed(start=6, steps=tuple(Step(index=i, token=spec[i], prob=0.5, seconds=0.04)
+                                                 for i in range(6, 16)), near_ties=((6, 0.125),))
+    assert (run.compared.tokens, len(run.compared.cycles), len(run.compared.steps)) == (16, 8, 16)
+    # Decode only: 7 passes of 0.05 s wrote 14 tokens, against 15 steps of 0.04 s.
+    assert run.speed.speedup == pytest.approx(0.04 / (7 * 0.05 / 14))
+    html = render.summary_html(run, state="")
+    assert "part at token 6" in html and "the same 16 tokens" in html and "near-ties apart" in html
+    assert "token 6 by 0.125" in compared_text(run) and "timed after the race" in compared_text(run)
+    timeline = charts.run_figures(run)[4]
+    plain = next(t for t in timeline.data if t.name == "plain step (one token)")
+    assert len(plain.x) == 16          # plain decoding's steps as the speedup timed them
+
+
 def test_identical_outputs_show_no_warning():
     cycles = [make_cycle(index=i, drafted=(1,), num_accepted=1, correction=1) for i in range(4)]
     steps = [Step(index=i, token=1, prob=0.5, seconds=0.04) for i in range(8)]

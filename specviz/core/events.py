@@ -155,6 +155,22 @@ class Step:
     seconds: float                  # forward plus sampling, device-synchronised
 
 
+
+@dataclass(frozen=True)
+class Followed:
+    """Plain decoding's one-token steps along another method's greedy text, from `start` (where the two
+    outputs parted) on (`core.plain.follow`): step i reads that text's tokens before position i, as plain
+    decoding's step i reads its own, and costs what it costs (a step's work does not depend on which token
+    it reads). Each `steps[j].token` is the followed text's token at `start + j`. Where plain decoding's own
+    argmax there was another token within a near-tie of it (`near_ties`: position, logit margin), the step
+    still counts; at the first position where it was more than a near-tie away (`stopped_at`) the steps stop."""
+
+    start: int
+    steps: tuple[Step, ...]
+    near_ties: tuple[tuple[int, float], ...] = ()
+    stopped_at: int | None = None
+
+
 # ----------------------------------------------------------------------------- batches
 
 @dataclass(frozen=True)

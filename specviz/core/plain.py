@@ -12,11 +12,11 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 from transformers import PreTrainedModel
 
-from .events import BatchStep, Step
+from .events import BatchStep, Followed, Step
 from .ragged_cache import RaggedCache
 from .request import Request, check_settings, eos_ids, make_samplers, prompt_lists, single_prompt
 from .sampling import to_host
-from .timing import Clock, timed_events
+from .timing import Clock, collector_paused, timed_events
 
 
 def autoregressive_decode(target: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int = 64,
@@ -46,6 +46,57 @@ def batched_autoregressive_decode(target: PreTrainedModel, prompts: Sequence[tor
     requests = [Request(row, ids, sampler, max_new_tokens, k=0)
                 for row, (ids, sampler) in enumerate(zip(lists, samplers))]
     return timed_events(_steps(target, requests, frozenset(eos_ids(target, eos_token_id))))
+
+
+# A near-tie: plain decoding's own argmax beat the followed token by at most this many units of the
+# dtype's rounding at the top logit's size (bf16, eps 2^-7: 0.36 at a logit of 23, where one bf16 step is
+# 0.125; fp32: 3e-6, so that an fp32 parting, which should not happen, is never passed over).
+NEAR_TIE_ROUNDINGS = 2.0
+
+
+def near_tie(margin: float, top: float, dtype: torch.dtype) -> bool:
+    """Whether a logit `margin` below the top logit `top` is within a near-tie in `dtype` (NEAR_TIE_ROUNDINGS)."""
+    return margin <= NEAR_TIE_ROUNDINGS * torch.finfo(dtype).eps * max(1.0, abs(top))
+
+
+@torch.inference_mode()
+def follow(target: PreTrainedModel, input_ids: torch.Tensor, tokens: Sequence[int], start: int) -> Followed:
+    """Plain greedy decoding's steps along `tokens` (another method's greedy output for the prompt
+    `input_ids`) from position `start` on: step i reads the prompt and `tokens[:i]`, one token at a time
+    as plain decoding does, and is timed as a plain step is, its argmax and that token's probability
+    included. The steps before `start` are plain decoding's own (its text is `tokens[:start]` there) and
+    are replayed untimed, so that the cache holds what plain decoding's did, bit for bit: a cache filled
+    by one multi-token pass rounds differently in reduced precision. Where a step's own argmax is not
+    `tokens[i]` it is checked for a near-tie (`near_tie`); the first that is not one stops the steps
+    there (`Followed.stopped_at`)."""
+    prompt = single_prompt(input_ids)[0]
+    tokens = [int(t) for t in tokens]
+    clock, dtype = Clock(target.device), next(target.parameters()).dtype
+    cache = RaggedCache(target, 1)
+    steps, ties = [], []
+    block = prompt
+    for index in range(start):          # plain decoding's own steps, untimed: its prefill, then a token a step
+        cache.forward([block], keep=1)
+        block = [tokens[index]]
+    for index in range(start, len(tokens)):
+        with collector_paused():
+            began = clock()
+            logits, _, _ = cache.forward([block], keep=1)
+            scores = logits[:, -1].float()
+            token = scores.argmax(dim=-1)
+            prob = (scores.gather(1, token[:, None])[:, 0] - torch.logsumexp(scores, dim=-1)).exp()
+            to_host(token, prob)    # the step's one device sync, as plain decoding's
+            seconds = clock() - began
+        wrote, followed = int(token), tokens[index]
+        if wrote != followed:
+            top, margin = float(scores[0, wrote]), float(scores[0, wrote] - scores[0, followed])
+            if not near_tie(margin, top, dtype):
+                return Followed(start, tuple(steps), tuple(ties), stopped_at=index)
+            ties.append((index, margin))
+        own = float((scores[0, followed] - torch.logsumexp(scores[0], dim=-1)).exp())
+        steps.append(Step(index=index, token=followed, prob=own, seconds=seconds))
+        block = [followed]
+    return Followed(start, tuple(steps), tuple(ties))
 
 
 @torch.inference_mode()

@@ -39,7 +39,7 @@ from ..core.plain import batched_autoregressive_decode
 from ..core.timing import Clock, collector_paused
 from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.drafters import PromptLookupDrafter
-from ..metrics import median, ratio, work_rates
+from ..metrics import ALONG_NEAR_TIES, median, ratio, work_rates
 from ..models import ModelPair
 from ..models.host import host_description
 from ..models.sources import TINY_TARGET
@@ -225,6 +225,9 @@ def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transforme
         "specviz_vs_transformers": ratio(rates["specviz"], rates["transformers"]) if hf else None,
         "identical_to_baseline": bool(run.identical),
         "compared_tokens": run.compared.tokens, "compared_basis": run.compared.basis,
+        # Greedy outputs that parted, compared along the speculative text (`metrics.ALONG_NEAR_TIES`): the
+        # positions where plain decoding's own argmax was another token by a near-tie, and by how much.
+        "near_ties": [list(tie) for tie in run.compared.near_ties],
         "first_divergence": run.divergence,
         # transformers wrote as many tokens as were compared: identical to plain decoding's over those.
         "transformers_identical_to_baseline": hf.tokens == run.baseline_tokens[:run.compared.tokens] if hf else None,
@@ -314,6 +317,7 @@ def summarize_rows(rows: Sequence[dict]) -> list[dict]:
             entry[key] = median(values) if values else None
         entry["cross_tokenizer"] = any(m.get("cross_tokenizer") for m in members)
         entry["identical"] = sum(m["identical_to_baseline"] for m in members)
+        entry["along_near_ties"] = sum(m.get("compared_basis") == ALONG_NEAR_TIES for m in members)
         told = [m["transformers_identical_to_baseline"] for m in members
                 if m["transformers_identical_to_baseline"] is not None]
         entry["transformers_identical"] = sum(told) if told else None

@@ -27,7 +27,7 @@ from typing_extensions import TypedDict   # pydantic needs this one on Python < 
 
 import pydantic
 
-from ..core.events import Cycle, Step, interleave
+from ..core.events import Cycle, Followed, Step, interleave
 from ..errors import SpecvizError
 from ..files import read_limited, write_atomic
 from ..models.host import HostLoad, environment
@@ -44,6 +44,7 @@ MAX_PLAYBACK_SECONDS = 120.0
 
 _CYCLES = pydantic.TypeAdapter(list[Cycle])
 _STEPS = pydantic.TypeAdapter(list[Step])
+_FOLLOWED = pydantic.TypeAdapter(Followed | None)
 _SETTINGS = pydantic.TypeAdapter(RunSettings)
 _STRINGS = pydantic.TypeAdapter(list[str])
 _TEXT = pydantic.TypeAdapter(str | None)
@@ -66,6 +67,8 @@ def run_record(run: Run, label: str | None = None) -> dict:
         "baseline": run.baseline, "spec_done": run.spec_done, "plain_done": run.plain_done,
         "cycles": run.cycle_records(),
         "steps": [{**dataclasses.asdict(s), "text": text} for s, text in zip(run.steps, run.step_texts)],
+        # Greedy outputs that parted: plain decoding's steps along the speculative text (`Run.followed`).
+        "followed": dataclasses.asdict(run.followed) if run.followed is not None else None,
         "text": run.text,
         "summary": run.summary(),
     }
@@ -207,6 +210,12 @@ def _run_from(record) -> tuple[Run, str]:
         if step.index != number:
             raise ValueError(f"plain step {number} has another step's index")
         check_time(step.seconds, f"plain step {number}")
+    followed = _strict(_FOLLOWED, record.get("followed"))
+    if followed is not None:
+        for number, step in enumerate(followed.steps, start=followed.start):
+            if step.index != number:
+                raise ValueError(f"plain step {number} along the speculative text has another step's index")
+            check_time(step.seconds, f"plain step {number} along the speculative text")
     # A run writes at most its max new tokens, each cycle at least one of them (so it has at most
     # that many cycles), and its baseline one per step.
     emitted = sum(len(c.emitted) for c in cycles)
@@ -224,6 +233,7 @@ def _run_from(record) -> tuple[Run, str]:
               baseline=fields_.get("baseline", bool(steps)), cycles=cycles, texts=texts, steps=steps,
               step_texts=step_texts, spec_done=fields_.get("spec_done", True),
               plain_done=fields_.get("plain_done", True), host_load=HostLoad.from_dict(record.get("summary")),
+              followed=followed,
               note=fields_.get("note", ""), **_wall_clock_figures(record.get("summary")))
     return run, fields_.get("label") or f"{run.target_name} + {run.draft_name}"
 
@@ -296,7 +306,8 @@ def replay(recorded: Run, events: list[tuple[float, Cycle | Step]] | None = None
     of `events` (default: its whole `timeline`), one fresh `Run` growing as it did live. After the
     whole timeline it equals `recorded` in every number. A run with no events is yielded once."""
     run = dataclasses.replace(recorded, cycles=[], texts=[], steps=[], step_texts=[], spec_done=False,
-                              plain_done=False, elapsed_wall_seconds=None, _stats=(-1, None), _speed=((-1, -1), None))
+                              plain_done=False, elapsed_wall_seconds=None, followed=None, _stats=(-1, None),
+                              _speed=((-1, -1), None))
     texts = dict(zip(map(id, recorded.cycles), recorded.texts))
     step_texts = dict(zip(map(id, recorded.steps), recorded.step_texts))
     events = timeline(recorded) if events is None else events
@@ -312,8 +323,9 @@ def replay(recorded: Run, events: list[tuple[float, Cycle | Step]] | None = None
             run.steps.append(event)
             run.step_texts.append(step_texts[id(event)])
             run.plain_done = len(run.steps) == len(recorded.steps) and recorded.plain_done
-        if run.done:    # the recorded race's wall time is its whole length's: said once it has all played
-            run.elapsed_wall_seconds = recorded.elapsed_wall_seconds
+        if run.done:    # the recorded race's wall time is its whole length's, and plain decoding along the
+            # speculative text came after the race: said once it has all played
+            run.elapsed_wall_seconds, run.followed = recorded.elapsed_wall_seconds, recorded.followed
         yield seconds, run
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..core.events import Cycle, Step
+from ..core.events import Cycle, Followed, Step
 from ..clocks import DECODE_ONLY, PREFILL_ONLY, WITH_PREFILL, timing
 from ..metrics import (EqualWork, PlainStats, SpecStats, Speed, equal_work, first_divergence, ideal_speedup,
                        measure_speed, summarize, summarize_plain, theory_at_pass_cost)
@@ -78,6 +78,9 @@ class Run:
     first_token_wall_seconds: float | None = None
     status: str = ""                # what the race is doing before its first event (calibrating), or ""
     elapsed_wall_seconds: float | None = None   # the race's wall time so far, its rendering too (whatever `clock` is)
+    # Greedy outputs that parted: plain decoding's steps along the speculative text from the parting,
+    # timed after the race (`core.plain.follow`), so that the speedup compares the same text.
+    followed: Followed | None = None
     _stats: tuple = (-1, None)
     _speed: tuple = ((-1, -1), None, None)
     _decode: Callable[[list[int]], str] | None = None   # holds the tokenizer only, never the models
@@ -135,9 +138,9 @@ class Run:
         return self._speed[2]
 
     def _measure(self) -> None:
-        key = (len(self.cycles), len(self.steps))
+        key = (len(self.cycles), len(self.steps), id(self.followed))
         if self._speed[0] != key:
-            work = equal_work(self.cycles, self.steps, greedy=self.settings.same_output)
+            work = equal_work(self.cycles, self.steps, greedy=self.settings.same_output, followed=self.followed)
             self._speed = (key, work, measure_speed(work.cycles, work.steps))
 
     @property
@@ -188,6 +191,7 @@ class Run:
             summary.update(speedup=speed.speedup, speedup_low=speed.low, speedup_high=speed.high,
                            speedup_reliable=speed.reliable, compared="decode-only seconds per token",
                            compared_tokens=self.compared.tokens, compared_basis=self.compared.basis,
+                           compared_near_ties=[list(tie) for tie in self.compared.near_ties],
                            spec_prefill_seconds=speed.spec_prefill_seconds,
                            spec_decode_seconds=speed.spec_decode_seconds,
                            baseline_prefill_seconds=speed.plain_prefill_seconds,

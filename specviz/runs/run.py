@@ -31,7 +31,7 @@ from typing import TypeVar
 import torch
 
 from ..core.cross_tokenizer import CrossTokenizerDrafter
-from ..core.plain import autoregressive_decode
+from ..core.plain import autoregressive_decode, follow
 from ..core.decoding import speculative_decode
 from ..core.draft_policy import CostAwarePolicy
 from ..core.pass_costs import DraftCosts, PassCosts, calibrate, calibration_widths
@@ -299,6 +299,10 @@ def _race(settings: RunSettings, prompt: str, pair: ModelPair, baseline: bool, w
         # says how busy the host was too.
         run.host_load = HostLoad.since(started)
         run.elapsed_wall_seconds = time.perf_counter() - wall_started
+    if baseline and settings.temperature == 0 and run.divergence is not None:
+        # Greedy outputs parted (a near-tie in reduced precision): plain decoding's steps along the
+        # speculative text from there, so that the speedup compares the same text (`metrics.equal_work`).
+        run.followed = follow(pair.target, input_ids, run.tokens, run.divergence)
     yield run
 
 

@@ -115,9 +115,10 @@ class SharedRace:
 
 
 # A run's fields that change as it goes, besides its events: what it is doing before its first event
-# (calibrating), what its calibration cost, when its first token came, its elapsed time, the host's load.
+# (calibrating), what its calibration cost, when its first token came, its elapsed time, the host's load,
+# plain decoding along the speculative text where greedy outputs parted.
 MEASURED_AS_IT_GOES = ("status", "calibration_seconds", "calibrated", "first_token_wall_seconds",
-                       "elapsed_wall_seconds", "host_load")
+                       "elapsed_wall_seconds", "host_load", "followed")
 
 
 def _without_events(run: Run) -> Run:

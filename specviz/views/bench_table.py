@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 from ..runs.comparison import CROSS_TOKENIZER_MARK
 
-# (header, summary key, format); the last column counts outputs identical to plain decoding.
+# (header, summary key, format); the last column counts outputs identical to plain decoding (and those
+# that parted at a near-tie and were compared along the speculative text, `metrics.ALONG_NEAR_TIES`).
 COLUMNS = [("draft", "draft", "{}"), ("category", "category", "{}"), ("accept", "acceptance_rate", "{:.0%}"),
            ("tok/pass", "tokens_per_cycle", "{:.2f}"), ("nodes/pass", "nodes_per_pass", "{:.1f}"),
            ("c", "cost_ratio", "{:.3f}"),
@@ -37,7 +38,9 @@ def markdown_table(summary: Sequence[dict]) -> str:
             if key is None:
                 hf = entry.get("transformers_identical")
                 theirs = "" if hf is None else f" (HF {hf})"
-                cells.append(f"{entry['identical']}/{entry['prompts']}{theirs}")
+                along = entry.get("along_near_ties") or 0
+                same = f" (+{along} along near-ties)" if along else ""
+                cells.append(f"{entry['identical']}/{entry['prompts']}{same}{theirs}")
             elif key == "draft" and entry.get("cross_tokenizer"):
                 cells.append(entry[key] + CROSS_TOKENIZER_MARK)
             elif key == "category" and entry[key] == "overall":

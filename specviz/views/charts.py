@@ -22,7 +22,7 @@ import plotly.graph_objects as go
 
 from ..core.events import ACCEPTED, Cycle, Step
 from ..core.tree_shape import draft_reach
-from ..metrics import EqualWork, SpecStats, Speed, running_speedup
+from ..metrics import ALONG_NEAR_TIES, EqualWork, SpecStats, Speed, running_speedup
 from .drafter_marks import cycle_writers, drafter_colour, drafter_word
 from .render import COLOURS
 
@@ -300,9 +300,12 @@ def run_figures(run=None, *, action: str = "Run") -> tuple[go.Figure, ...]:
         return tuple(waiting(figure, f"{action} to see {text}") for figure, text in zip(empty, EMPTY_TEXT))
     stats = run.stats if run.cycles else None
     compared = run.compared if run.steps else None
+    # Outputs that parted at a near-tie and were compared along the speculative text: plain decoding's
+    # steps as the speedup timed them (its own before the parting, along the text after it).
+    steps = compared.steps if compared is not None and compared.basis == ALONG_NEAR_TIES else run.steps
     return (acceptance_figure(run.cycles), tokens_per_pass_figure(run.cycles, stats),
-            race_figure(run.cycles, run.steps, run.speed, compared, run.clock), position_figure(run.cycles, stats),
-            timeline_figure(run.cycles, run.steps, compared, run.clock))
+            race_figure(run.cycles, steps, run.speed, compared, run.clock), position_figure(run.cycles, stats),
+            timeline_figure(run.cycles, steps, compared, run.clock))
 
 
 def training_figure(history: Sequence[tuple], baseline: float | None = None) -> go.Figure:

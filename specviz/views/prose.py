@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..clocks import clock_text, elapsed_text, timed
-from ..metrics import EQUAL_LENGTH, SHARED_PREFIX, draft_cost, drafted_per_cycle, ideal_speedup, pass_seconds
+from ..metrics import (ALONG_NEAR_TIES, EQUAL_LENGTH, SHARED_PREFIX, draft_cost, drafted_per_cycle, ideal_speedup,
+                       pass_seconds)
 from ..runs.comparison import Comparison, Sweep, ranked
 from ..runs.result import Run
 from .drafter_marks import drafter_word
@@ -72,12 +73,27 @@ def work_text(run: Run) -> str:
     if work.basis == SHARED_PREFIX:
         return (f"the first {work.tokens} tokens, which both wrote (the outputs part at token {work.parted_at}; "
                 f"the speculative side wrote {run.stats.tokens} in all, plain {len(run.steps)})")
+    if work.basis == ALONG_NEAR_TIES:
+        which = f"the same {work.tokens} tokens" if work.tokens == run.stats.tokens else \
+            f"the first {work.tokens} tokens (plain decoding's own argmax further on was more than a near-tie away)"
+        return (f"{which}: the speculative text, and plain decoding's steps along it after the outputs part at "
+                f"token {work.parted_at} ({ties_text(work.near_ties)}; timed after the race)")
     if work.basis == EQUAL_LENGTH:
         return (f"the first {work.tokens} tokens of each (sampled: the two texts differ by design; speculative "
                 f"wrote {run.stats.tokens} in all, plain {len(run.steps)})")
     if run.done and work.tokens == run.stats.tokens == len(run.steps):
         return f"the same {work.tokens} tokens, written by both"
     return f"the first {work.tokens} tokens, written by both so far"
+
+
+def ties_text(ties) -> str:
+    """Where plain decoding, stepped along the speculative text, would have chosen another token (a
+    near-tie of the logits: position, margin)."""
+    if not ties:
+        return "where its own argmax agreed at every token"
+    shown = ", ".join(f"token {at} by {margin:.3g}" for at, margin in ties[:3])
+    return (f"where its own argmax was another token by a near-tie of the logits only: {shown}"
+            + (f" and {len(ties) - 3} more" if len(ties) > 3 else ""))
 
 
 def compared_text(run: Run) -> str:
@@ -110,8 +126,10 @@ def parted_text(run: Run) -> str | None:
            "top two logits the argmax flips" if reduced else
            "a one-token step and a multi-token pass differ numerically at a near-tie of the top two logits")
     advice = f" {float32_advice(run.device)}." if reduced else ""
-    compared = (f"The speedup compares the {work.tokens} tokens both wrote." if run.speed is not None else
-                "Too few tokens were written alike for a speedup.")
+    compared = ("Too few tokens were written alike for a speedup." if run.speed is None else
+                f"The speedup compares the same {work.tokens} tokens: plain decoding, stepped along the speculative "
+                f"text after the race, writes it too but for near-ties." if work.basis == ALONG_NEAR_TIES else
+                f"The speedup compares the {work.tokens} tokens both wrote.")
     return f"Greedy outputs part at token {work.parted_at}: {why}. {compared}{advice}"
 
 

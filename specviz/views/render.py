@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ..clocks import timed
 from ..core import tree_shape
 from ..core.events import ACCEPTED, BONUS, NOT_REACHED, REJECTED, RESAMPLED, Cycle
+from ..metrics import ALONG_NEAR_TIES
 from ..runs.result import CycleText
 from .drafter_marks import drafted_by_text, drafter_css, drafter_word, legend_items_html, marks_html
 from .retokenization import retokenization, retokenization_html
@@ -283,6 +284,8 @@ def outputs_text(run) -> str:
         return ""
     if run.identical:
         return " \u00b7 identical outputs"
+    if run.compared.basis == ALONG_NEAR_TIES:
+        return f" \u00b7 over the same {run.compared.tokens} tokens, near-ties apart"
     return f" \u00b7 over the {run.compared.tokens} tokens both wrote"
 
 

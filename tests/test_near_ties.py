@@ -1,0 +1,99 @@
+"""Greedy outputs that part at a near-tie (reduced precision rounds a one-token step and a multi-token
+pass differently): after the race, plain decoding steps along the speculative text (`core.plain.follow`),
+and the speedup compares the same text (`metrics.ALONG_NEAR_TIES`). The tiny target is made to part so:
+two tokens get the same output row (their logits tie exactly, whatever the kernel), and a forward over
+more than one position breaks the tie the other way (the later token wins, where plain decoding's argmax
+takes the first), as rounding flips a near-tie between a pass and a step; one-token steps are untouched."""
+
+import collections
+import copy
+import dataclasses
+
+import pytest
+from tiny_pair import PROMPT
+
+from specviz.metrics import ALONG_NEAR_TIES, SHARED_PREFIX
+from specviz.runs import execute
+from specviz.runs import recording as rec
+from specviz.settings import RunSettings
+
+
+def breaking_ties_in_passes(model, first: int, second: int):
+    """`model` (a copy) whose `second` logit is always `first`'s, exactly (a tie that argmax breaks toward
+    `first`), and a multi-position forward puts `second` ahead by 0.001."""
+    model = copy.deepcopy(model)
+
+    def hook(_module, args, kwargs, output):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        logits = output.logits.clone()
+        logits[..., second] = logits[..., first] + (1e-3 if ids is not None and ids.shape[1] > 1 else 0.0)
+        output.logits = logits
+        return output
+
+    model.register_forward_hook(hook, with_kwargs=True)
+    return model
+
+
+def swapping_close_logits_in_passes(model, width: float):
+    """`model` (a copy) whose multi-position forwards swap the top two logits where they are within `width`:
+    more than a near-tie apart in float32."""
+    model = copy.deepcopy(model)
+
+    def hook(_module, args, kwargs, output):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is None or ids.shape[1] <= 1:
+            return output
+        logits = output.logits.clone()
+        top = logits.topk(2, dim=-1)
+        first, second = top.values[..., 0], top.values[..., 1]
+        rows = ((first - second) < width).nonzero(as_tuple=True)
+        logits[rows + (top.indices[..., 0][rows],)] = second[rows]
+        logits[rows + (top.indices[..., 1][rows],)] = first[rows]
+        output.logits = logits
+        return output
+
+    model.register_forward_hook(hook, with_kwargs=True)
+    return model
+
+
+def parted_race(tiny, made):
+    settings = RunSettings(target="tiny", draft="same", k=4, max_new_tokens=40, chat=False, fixed_k=True)
+    pair = tiny.loader(settings)
+    target = made(pair.target)
+    drafter = copy.copy(pair.draft)
+    drafter.model = target
+    return execute(settings, PROMPT, dataclasses.replace(pair, target=target, draft=drafter), baseline=True)
+
+
+def tied(tiny):
+    """The token plain decoding writes most for PROMPT, tied with the last token of the vocabulary."""
+    settings = RunSettings(target="tiny", draft="ngram", k=4, max_new_tokens=40, chat=False, fixed_k=True)
+    plain = execute(settings, PROMPT, tiny.loader(settings), baseline=True).baseline_tokens
+    first = collections.Counter(plain).most_common(1)[0][0]
+    return lambda model: breaking_ties_in_passes(model, first, model.config.vocab_size - 1)
+
+
+def test_a_near_tie_parting_is_compared_along_the_speculative_text(tiny, tmp_path):
+    run = parted_race(tiny, tied(tiny))
+    assert run.divergence is not None and run.followed is not None and run.followed.start == run.divergence
+    work = run.compared
+    assert work.basis == ALONG_NEAR_TIES and work.tokens == run.stats.tokens
+    assert [s.token for s in work.steps] == run.tokens                 # the same text on both sides
+    assert work.steps[:run.divergence] == run.steps[:run.divergence]   # plain decoding's own steps before it
+    # Every position where the speculative text took the later token: a tie, margin 0, the first the parting.
+    second = run.tokens[run.divergence]
+    ties = [at for at, token in enumerate(run.tokens) if token == second]
+    assert len(ties) > 1 and work.near_ties == tuple((at, 0.0) for at in ties) and ties[0] == run.divergence
+    assert run.summary()["compared_basis"] == ALONG_NEAR_TIES and run.summary()["compared_near_ties"]
+    # A recording keeps it, and its replay says the same once it has all played.
+    loaded = rec.load(rec.save(tmp_path / "run.json", [run])).runs[0]
+    assert loaded.followed == run.followed and loaded.summary() == run.summary()
+    *_, (_, played) = rec.replay(loaded)
+    assert played.compared.basis == ALONG_NEAR_TIES and played.speed.speedup == pytest.approx(run.speed.speedup)
+
+
+def test_a_parting_wider_than_a_near_tie_compares_the_shared_prefix_only(tiny):
+    run = parted_race(tiny, lambda model: swapping_close_logits_in_passes(model, 0.5))
+    assert run.divergence is not None and run.followed.stopped_at == run.divergence
+    assert run.followed.steps == () and run.compared.basis == SHARED_PREFIX
+    assert run.compared.tokens <= run.divergence
