@@ -97,3 +97,31 @@ def test_a_parting_wider_than_a_near_tie_compares_the_shared_prefix_only(tiny):
     assert run.divergence is not None and run.followed.stopped_at == run.divergence
     assert run.followed.steps == () and run.compared.basis == SHARED_PREFIX
     assert run.compared.tokens <= run.divergence
+
+
+@pytest.mark.slow
+def test_the_built_in_models_bf16_partings_are_near_ties_and_compared_along_the_text():
+    """The built-in SmolLM2-135M-Instruct in bfloat16, prompt lookup, four bundled prompts whose greedy
+    outputs part from plain decoding's on this project's CPUs: after each race plain decoding follows the
+    speculative text, and it writes it too but for near-ties, so the speedup compares past the parting."""
+    from specviz.catalog import load_bench_prompts
+    from specviz.runs import load_models
+
+    wanted = {"chat-sky", "chat-paris", "code-palindrome", "maths-speed"}
+    prompts = [p for p in load_bench_prompts() if p.id in wanted]
+    settings = RunSettings(draft="ngram", k=8, max_new_tokens=96, dtype="bfloat16")
+    pair = load_models(settings)
+    parted = []
+    for prompt in prompts:
+        run = execute(dataclasses.replace(settings, chat=prompt.chat), prompt.prompt, pair, baseline=True)
+        if run.divergence is None:
+            assert run.followed is None and run.compared.tokens == run.stats.tokens
+            continue
+        parted.append(run)
+        work = run.compared
+        assert run.followed.start == run.divergence
+        assert [s.token for s in work.steps] == run.tokens[:work.tokens]
+        assert all(margin <= 0.5 for _, margin in work.near_ties)       # a few bf16 steps at logits of ~20
+    if not parted:
+        pytest.skip("no bf16 output parted from plain decoding's on this CPU: nothing to follow")
+    assert any(run.compared.basis == ALONG_NEAR_TIES and run.compared.tokens > run.divergence for run in parted)

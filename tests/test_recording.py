@@ -147,6 +147,9 @@ def test_bad_files_get_one_clear_message(tiny, tmp_path):
         "must be a whole number": damaged(good, lambda r: r["runs"][0]["settings"].update(k=-3)),
         "valid integer": damaged(good, lambda r: r["runs"][0]["cycles"][0].update(num_accepted=False)),
         "no valid format version": damaged(good, lambda r: r.update(version=True)),
+        "along the speculative text has another step's index": damaged(good, lambda r: r["runs"][0].update(
+            followed={"start": 3, "steps": [{"index": 5, "token": 1, "prob": 0.5, "seconds": 0.01}],
+                      "near_ties": [], "stopped_at": None})),
     }
     for expected, text in cases.items():
         with pytest.raises(SpecvizError, match=expected):
