@@ -91,7 +91,7 @@ def ties_text(ties) -> str:
     near-tie of the logits: position, margin)."""
     if not ties:
         return "where its own argmax agreed at every token"
-    shown = ", ".join(f"token {at} by {margin:.3g}" for at, margin in ties[:3])
+    shown = ", ".join(f"token {at} (a tie)" if margin == 0 else f"token {at} by {margin:.3g}" for at, margin in ties[:3])
     return (f"where its own argmax was another token by a near-tie of the logits only: {shown}"
             + (f" and {len(ties) - 3} more" if len(ties) > 3 else ""))
 
