@@ -2,7 +2,7 @@
 new tokens, greedy) on its example prompts (`--prompts examples`, the first being the page's default,
 "Fix the spelling"; or another shipped set). For each run: whether the speculative and plain outputs are identical, both
 token counts, where they part, and the measured speedup with its 95% range over equal work (the
-tokens both wrote: `metrics.equal_work`). One torch thread, thread CPU time, through `runs.execute`
+tokens both wrote: `equal_work.equal_work`). One torch thread, thread CPU time, through `runs.execute`
 (the one run path the app and CLI use).
 
     python scripts/lossless_race.py                       # bfloat16 and auto (float32)

@@ -197,7 +197,7 @@ def test_a_cross_tokenizer_bench_counts_the_draft_models_tokens_per_target_token
 
 
 def test_markdown_table_renders():
-    from specviz.metrics import ALONG_NEAR_TIES
+    from specviz.equal_work import ALONG_NEAR_TIES
 
     rows = [dict(category=c, target="t", draft="ngram", k=8, dtype="float32", acceptance_rate=0.5, tokens_per_cycle=2.0,
                  cost_ratio=0.01, baseline_tokens_per_s=10.0, specviz_tokens_per_s=20.0, transformers_tokens_per_s=19.0,

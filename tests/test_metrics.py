@@ -3,8 +3,8 @@
 import pytest
 
 from conftest import make_cycle
-from specviz.metrics import (best_k, cost_ratio, expected_speedup, expected_tokens_per_pass, first_divergence,
-                             summarize)
+from specviz.equal_work import first_divergence
+from specviz.metrics import best_k, cost_ratio, expected_speedup, expected_tokens_per_pass, summarize
 
 
 def test_theory_formulas():
@@ -188,7 +188,8 @@ def cycles_writing(chunks, verify_seconds=0.05):
 
 
 def test_greedy_outputs_that_part_compare_only_the_tokens_both_wrote():
-    from specviz.metrics import SHARED_PREFIX, equal_work, measure_speed
+    from specviz.equal_work import SHARED_PREFIX, equal_work
+    from specviz.metrics import measure_speed
 
     plain = list(range(10)) + [99] * 4                       # plain ends (at its EOS, say) after 14 tokens
     spec = list(range(10)) + [50, 51, 52, 53, 54, 55] * 5    # parts at token 10, then writes 30 easy tokens
@@ -210,7 +211,8 @@ def test_outputs_that_part_at_a_near_tie_compare_the_same_text_along_plain_steps
     steps before it and its steps along the text after it, every token compared, the near-ties kept;
     where the following stopped (more than a near-tie), the comparison stops there too."""
     from specviz.core.events import Followed
-    from specviz.metrics import ALONG_NEAR_TIES, SHARED_PREFIX, equal_work, measure_speed
+    from specviz.equal_work import ALONG_NEAR_TIES, SHARED_PREFIX, equal_work
+    from specviz.metrics import measure_speed
 
     plain = list(range(10)) + [99] * 10
     spec = list(range(10)) + [50, 51, 52, 53, 54] * 2
@@ -237,7 +239,7 @@ def test_outputs_that_part_at_a_near_tie_compare_the_same_text_along_plain_steps
     assert (work.basis, work.tokens) == (SHARED_PREFIX, 10)
 
 def test_identical_and_sampled_outputs():
-    from specviz.metrics import EQUAL_LENGTH, SAME_OUTPUT, equal_work
+    from specviz.equal_work import EQUAL_LENGTH, SAME_OUTPUT, equal_work
 
     tokens = list(range(20))
     cycles = cycles_writing([tokens[i:i + 4] for i in range(0, 20, 4)])

@@ -1,6 +1,6 @@
 """Greedy outputs that part at a near-tie (reduced precision rounds a one-token step and a multi-token
 pass differently): after the race, plain decoding steps along the speculative text (`core.plain.follow`),
-and the speedup compares the same text (`metrics.ALONG_NEAR_TIES`). The tiny target is made to part so:
+and the speedup compares the same text (`equal_work.ALONG_NEAR_TIES`). The tiny target is made to part so:
 two tokens get the same output row (their logits tie exactly, whatever the kernel), and a forward over
 more than one position breaks the tie the other way (the later token wins, where plain decoding's argmax
 takes the first), as rounding flips a near-tie between a pass and a step; one-token steps are untouched."""
@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 from tiny_pair import PROMPT
 
-from specviz.metrics import ALONG_NEAR_TIES, SHARED_PREFIX
+from specviz.equal_work import ALONG_NEAR_TIES, SHARED_PREFIX
 from specviz.runs import execute
 from specviz.runs import recording as rec
 from specviz.settings import RunSettings

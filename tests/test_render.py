@@ -178,7 +178,7 @@ def test_the_headline_and_the_panels_name_their_clock_and_the_run_its_wall_time(
 
 def test_parted_outputs_advise_float32_by_the_devices_dtype_policy():
     """On a CPU 'auto' is float32; on a GPU it is the serving dtype, and float32 is not exact there either."""
-    from specviz.views.prose import parted_text
+    from specviz.views.compared_prose import parted_text
 
     cycles = [make_cycle(index=i, drafted=(1, 2), num_accepted=1, correction=9) for i in range(13)]
     steps = [Step(index=i, token=(1, 9)[i % 2] if i < 10 else 5, prob=0.5, seconds=0.04) for i in range(26)]
@@ -306,7 +306,8 @@ def test_outputs_that_part_are_said_before_the_headline_and_the_speedup_covers_w
     assert "over the 6 tokens both wrote" in html                # the headline says what it compares
     # Three passes of 0.05 s wrote 6 tokens; decode only: 2 passes, 4 tokens against 5 steps of 0.04 s.
     assert run.speed.speedup == pytest.approx((5 * 0.04 / 5) / (2 * 0.05 / 4))
-    from specviz.views.prose import compared_text, summary_lines
+    from specviz.views.compared_prose import compared_text
+    from specviz.views.prose import summary_lines
     assert "the first 6 tokens, which both wrote" in compared_text(run)
     lines = summary_lines(run)
     warning = next(i for i, line in enumerate(lines) if line.startswith("warning: Greedy outputs part"))
@@ -323,7 +324,7 @@ def test_outputs_that_part_at_a_near_tie_compare_the_same_text_once_plain_decodi
     the speedup, the headline, the details and the charts compare the same 16 tokens and say so."""
     from specviz.core.events import Followed
     from specviz.views import charts
-    from specviz.views.prose import compared_text
+    from specviz.views.compared_prose import compared_text
 
     run = parted_run()
     spec = run.tokens

@@ -39,7 +39,8 @@ from ..core.plain import batched_autoregressive_decode
 from ..core.timing import Clock, collector_paused
 from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.drafters import PromptLookupDrafter
-from ..metrics import ALONG_NEAR_TIES, median, ratio, work_rates
+from ..equal_work import ALONG_NEAR_TIES, work_rates
+from ..metrics import median, ratio
 from ..models import ModelPair
 from ..models.host import host_description
 from ..models.sources import TINY_TARGET
@@ -194,7 +195,7 @@ def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transforme
     run, hf = runs[0], transformers[0] if transformers else None
     loads = [r.host_load for r in runs if r.host_load is not None]
     stats, speed = run.stats, run.speed
-    # Over the tokens both methods wrote (`metrics.equal_work`): greedy outputs that part compare their
+    # Over the tokens both methods wrote (`equal_work.equal_work`): greedy outputs that part compare their
     # shared prefix, never a continuation only one side wrote.
     equal = [work_rates(r.compared) for r in runs]
     rates = {"plain": median([plain for _spec, plain in equal]),
@@ -225,7 +226,7 @@ def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transforme
         "specviz_vs_transformers": ratio(rates["specviz"], rates["transformers"]) if hf else None,
         "identical_to_baseline": bool(run.identical),
         "compared_tokens": run.compared.tokens, "compared_basis": run.compared.basis,
-        # Greedy outputs that parted, compared along the speculative text (`metrics.ALONG_NEAR_TIES`): the
+        # Greedy outputs that parted, compared along the speculative text (`equal_work.ALONG_NEAR_TIES`): the
         # positions where plain decoding's own argmax was another token by a near-tie, and by how much.
         "near_ties": [list(tie) for tie in run.compared.near_ties],
         "first_divergence": run.divergence,
@@ -274,7 +275,7 @@ def run_bench(setup: Setup, prompts: Sequence[BenchPrompt], *, repeats: int = 1,
 
     def with_transformers(_config: int, i: int, round_: int, run: Run) -> None:
         # The same harness as a prompt-set comparison; transformers runs right after each prompt's race,
-        # for as many new tokens as plain and specviz are rated over (`metrics.equal_work`: where
+        # for as many new tokens as plain and specviz are rated over (`equal_work.equal_work`: where
         # greedy outputs part, their shared prefix), so that the three rates are of the same work.
         runs[i].append(run)
         timed = run_transformers(setup, encoded[i], clock, max(1, run.compared.tokens))

@@ -48,7 +48,8 @@ from ..catalog import BenchPrompt
 from ..engines import SERVERS, Engine, EngineConfig, Request, Response, closed_loop, recommended_config
 from ..clocks import DECODE_ONLY, WITH_PREFILL, timing
 from ..errors import SpecvizError
-from ..metrics import acceptance_figures, accepted_per_position, first_divergence, ratio
+from ..equal_work import first_divergence
+from ..metrics import acceptance_figures, accepted_per_position, ratio
 from ..models.host import HostLoad, client_environment, read_cpu_times
 from ..settings import RunSettings
 from .load_result import LoadPoint, LoadResult, batch_prompts, paired_range

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 
 from ..core.events import Cycle, Followed, Step
 from ..clocks import DECODE_ONLY, PREFILL_ONLY, WITH_PREFILL, timing
-from ..metrics import (EqualWork, PlainStats, SpecStats, Speed, equal_work, first_divergence, ideal_speedup,
-                       measure_speed, summarize, summarize_plain, theory_at_pass_cost)
+from ..equal_work import EqualWork, equal_work, first_divergence
+from ..metrics import (PlainStats, SpecStats, Speed, ideal_speedup, measure_speed, summarize, summarize_plain,
+                       theory_at_pass_cost)
 from ..models.host import HostLoad, environment
 from ..settings import RunSettings
 
@@ -127,7 +128,7 @@ class Run:
 
     @property
     def compared(self) -> EqualWork:
-        """The events the speedup compares: the tokens both methods wrote (`metrics.equal_work`)."""
+        """The events the speedup compares: the tokens both methods wrote (`equal_work.equal_work`)."""
         self._measure()
         return self._speed[1]
 

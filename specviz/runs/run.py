@@ -301,7 +301,7 @@ def _race(settings: RunSettings, prompt: str, pair: ModelPair, baseline: bool, w
         run.elapsed_wall_seconds = time.perf_counter() - wall_started
     if baseline and settings.temperature == 0 and run.divergence is not None:
         # Greedy outputs parted (a near-tie in reduced precision): plain decoding's steps along the
-        # speculative text from there, so that the speedup compares the same text (`metrics.equal_work`).
+        # speculative text from there, so that the speedup compares the same text (`equal_work.equal_work`).
         run.followed = follow(pair.target, input_ids, run.tokens, run.divergence)
     yield run
 

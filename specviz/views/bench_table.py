@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from ..runs.comparison import CROSS_TOKENIZER_MARK
 
 # (header, summary key, format); the last column counts outputs identical to plain decoding (and those
-# that parted at a near-tie and were compared along the speculative text, `metrics.ALONG_NEAR_TIES`).
+# that parted at a near-tie and were compared along the speculative text, `equal_work.ALONG_NEAR_TIES`).
 COLUMNS = [("draft", "draft", "{}"), ("category", "category", "{}"), ("accept", "acceptance_rate", "{:.0%}"),
            ("tok/pass", "tokens_per_cycle", "{:.2f}"), ("nodes/pass", "nodes_per_pass", "{:.1f}"),
            ("c", "cost_ratio", "{:.3f}"),

@@ -22,7 +22,8 @@ import plotly.graph_objects as go
 
 from ..core.events import ACCEPTED, Cycle, Step
 from ..core.tree_shape import draft_reach
-from ..metrics import ALONG_NEAR_TIES, EqualWork, SpecStats, Speed, running_speedup
+from ..equal_work import ALONG_NEAR_TIES, EqualWork
+from ..metrics import SpecStats, Speed, running_speedup
 from .drafter_marks import cycle_writers, drafter_colour, drafter_word
 from .render import COLOURS
 
@@ -152,7 +153,7 @@ def race_figure(cycles: Sequence[Cycle], steps: Sequence[Step], speed: Speed | N
                 compared: EqualWork | None = None, clock: str = "") -> go.Figure:
     """Tokens generated against time, each method on its own clock (the sum of its own step
     times), and the running speedup on the right axis over the events `compared` (the tokens both
-    wrote: `metrics.equal_work`; default all)."""
+    wrote: `equal_work.equal_work`; default all)."""
     spec_x = [0.0] + list(accumulate(c.seconds for c in cycles))
     spec_y = [0] + list(accumulate(len(c.emitted) for c in cycles))
     plain_x = [0.0] + list(accumulate(s.seconds for s in steps))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..clocks import timed
 from ..core import tree_shape
 from ..core.events import ACCEPTED, BONUS, NOT_REACHED, REJECTED, RESAMPLED, Cycle
-from ..metrics import ALONG_NEAR_TIES
+from ..equal_work import ALONG_NEAR_TIES
 from ..runs.result import CycleText
 from .drafter_marks import drafted_by_text, drafter_css, drafter_word, legend_items_html, marks_html
 from .retokenization import retokenization, retokenization_html
@@ -294,8 +294,9 @@ def summary_html(run, *, state: str, notes: Sequence[str] = ()) -> str:
     numbers (acceptance, tokens per target pass, the cost of a pass), one headline sentence; then,
     behind "Details", every figure with what it compares and how sure it is. `notes` are extra
     paragraphs for the details (plain text)."""
-    from .prose import (compared_text, cost_ratio_text, cross_tokenizer_lines, parted_text, speed_text,
-                        speedup_caption, speedup_headline, theory_lines)
+    from .compared_prose import compared_text, parted_text
+    from .prose import (cost_ratio_text, cross_tokenizer_lines, speed_text, speedup_caption, speedup_headline,
+                        theory_lines)
 
     spec, plain, speed = run.stats, run.plain, run.speed
     big, headline = speedup_headline(run)

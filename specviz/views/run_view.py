@@ -91,7 +91,7 @@ def comparison_note(spec_tokens: Sequence[int], plain_tokens: Sequence[int], spe
     """For greedy runs, and sampled ones with drafter-invariant sampling (`invariant`): whether both
     methods wrote the same tokens, and if not, where they part (`*_texts`: each token's text as
     decoded in context, aligned with the tokens)."""
-    from ..metrics import first_divergence
+    from ..equal_work import first_divergence
 
     if not greedy and not invariant:
         return ("Sampled run, classic sampling: the two outputs are draws from the same distribution, "
