@@ -125,3 +125,26 @@ def test_the_built_in_models_bf16_partings_are_near_ties_and_compared_along_the_
     if not parted:
         pytest.skip("no bf16 output parted from plain decoding's on this CPU: nothing to follow")
     assert any(run.compared.basis == ALONG_NEAR_TIES and run.compared.tokens > run.divergence for run in parted)
+
+
+def test_configurations_sharing_one_baseline_are_each_followed(tiny):
+    """Compare's configurations share the first one's plain decoding (`Run.attach_baseline`): each whose
+    output parts from it is followed along its own text, as a race with its own baseline is."""
+    from specviz.runs.compare import compare
+
+    made = tied(tiny)
+    target = made(tiny.target)
+
+    def loader(settings, progress=None):
+        pair = tiny.loader(settings)
+        drafter = copy.copy(pair.draft)
+        drafter.model = target if settings.draft == "same" else drafter.model
+        return dataclasses.replace(pair, target=target, draft=drafter)
+
+    configs = [RunSettings(target="tiny", draft=draft, k=4, max_new_tokens=40, chat=False, fixed_k=True)
+               for draft in ("same", "small")]
+    first, second = compare(configs, PROMPT, loader=loader).results
+    assert second.steps is first.steps                                  # one baseline
+    for run in (first, second):
+        assert run.divergence is not None and run.followed.start == run.divergence
+        assert run.compared.basis == ALONG_NEAR_TIES and run.compared.tokens == run.stats.tokens

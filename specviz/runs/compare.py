@@ -20,7 +20,7 @@ from ..models import ModelPair
 from ..settings import RunSettings, parse_draft
 from .comparison import CROSS_TOKENIZER_MARK, SWEEP_KS, Comparison, Sweep, baseline_key, config_labels
 from .result import Run
-from .run import Loader, last, load, load_stepwise, race
+from .run import Loader, follow_parted, last, load, load_stepwise, race
 
 
 def loaded_label(label: str, pair: ModelPair) -> str:
@@ -59,6 +59,7 @@ def iter_comparison(configs: Sequence[RunSettings], prompt: str, *, loader: Load
             baselines[baseline_key(settings)] = run
         else:
             run.attach_baseline(shared)
+            follow_parted(run, pair)
         comparison.results.append(run)
         comparison.current = None
         if progress is not None:

@@ -24,7 +24,7 @@ from .compare import loaded_label
 from .comparison import baseline_key, config_labels
 from .prompt_set_result import PromptRun, PromptSetComparison
 from .result import Run
-from .run import Loader, last, load, load_stepwise, race
+from .run import Loader, follow_parted, last, load, load_stepwise, race
 
 
 def iter_prompt_set(configs: Sequence[RunSettings], prompts: Sequence[BenchPrompt], *, repeats: int = 1,
@@ -71,6 +71,7 @@ def iter_prompt_set(configs: Sequence[RunSettings], prompts: Sequence[BenchPromp
                     baselines[key] = run
                 else:
                     run.attach_baseline(shared)
+                    follow_parted(run, pair)
                 comparison.results.append(PromptRun.of(c, p, round_, run))
                 comparison.last_finished = time.monotonic()
                 comparison.clock = run.clock

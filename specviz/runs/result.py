@@ -164,6 +164,7 @@ class Run:
     def attach_baseline(self, other: Run) -> None:
         """Share another run's plain decoding (same target, prompt and sampling rule)."""
         self.baseline, self.steps, self.step_texts, self.plain_done = True, other.steps, other.step_texts, True
+        self.followed = None        # `runs.run.follow_parted` follows this run's text where it parts from those
 
     def summary(self) -> dict:
         summary = {"target": self.target_name, "draft": self.draft_name, "target_parameters": self.target_parameters,

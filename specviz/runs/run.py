@@ -299,11 +299,23 @@ def _race(settings: RunSettings, prompt: str, pair: ModelPair, baseline: bool, w
         # says how busy the host was too.
         run.host_load = HostLoad.since(started)
         run.elapsed_wall_seconds = time.perf_counter() - wall_started
-    if baseline and settings.temperature == 0 and run.divergence is not None:
-        # Greedy outputs parted (a near-tie in reduced precision): plain decoding's steps along the
-        # speculative text from there, so that the speedup compares the same text (`equal_work.equal_work`).
-        run.followed = follow(pair.target, input_ids, run.tokens, run.divergence)
+    if baseline:
+        follow_parted(run, pair, input_ids)
     yield run
+
+
+def follow_parted(run: Run, pair: ModelPair, input_ids: torch.Tensor | None = None) -> None:
+    """Where a finished greedy run's output parted from its baseline's (a near-tie in reduced precision):
+    plain decoding's steps along the speculative text from there (`core.plain.follow`, into
+    `run.followed`), so that the speedup compares the same text (`equal_work.equal_work`). A race with
+    its own baseline does it as it ends; a run given another's baseline (`Run.attach_baseline`: a
+    comparison's configurations share one) is followed after that."""
+    if not (run.steps and run.settings.temperature == 0 and run.divergence is not None):
+        return
+    if input_ids is None:
+        input_ids = encode(run.settings, run.prompt, pair)
+    with threads_for_run(pair.device):
+        run.followed = follow(pair.target, input_ids, run.tokens, run.divergence)
 
 
 def _calibrated(run: Run, settings: RunSettings, pair: ModelPair, drafter: Drafter, input_ids: torch.Tensor,
