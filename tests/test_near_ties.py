@@ -148,3 +148,22 @@ def test_configurations_sharing_one_baseline_are_each_followed(tiny):
     for run in (first, second):
         assert run.divergence is not None and run.followed.start == run.divergence
         assert run.compared.basis == ALONG_NEAR_TIES and run.compared.tokens == run.stats.tokens
+
+
+def test_a_race_stopped_while_plain_decoding_follows_stops_at_once(tiny):
+    """Following yields every few steps (untimed ones too), so that a Stop during it stops it there; what
+    was followed so far is what the speedup compares (nothing past the parting yet: the shared prefix)."""
+    from specviz.runs import race
+
+    settings = RunSettings(target="tiny", draft="same", k=4, max_new_tokens=40, chat=False, fixed_k=True)
+    pair = tiny.loader(settings)
+    target = tied(tiny)(pair.target)
+    drafter = copy.copy(pair.draft)
+    drafter.model = target
+    races = race(settings, PROMPT, dataclasses.replace(pair, target=target, draft=drafter), baseline=True)
+    for run in races:
+        if run.followed is not None:
+            break
+    races.close()
+    assert run.done and run.followed.steps == () and run.followed.stopped_at is None
+    assert run.compared.basis == SHARED_PREFIX and run.compared.tokens <= run.divergence

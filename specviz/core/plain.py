@@ -59,7 +59,6 @@ def near_tie(margin: float, top: float, dtype: torch.dtype) -> bool:
     return margin <= NEAR_TIE_ROUNDINGS * torch.finfo(dtype).eps * max(1.0, abs(top))
 
 
-@torch.inference_mode()
 def follow(target: PreTrainedModel, input_ids: torch.Tensor, tokens: Sequence[int], start: int) -> Followed:
     """Plain greedy decoding's steps along `tokens` (another method's greedy output for the prompt
     `input_ids`) from position `start` on: step i reads the prompt and `tokens[:i]`, one token at a time
@@ -68,7 +67,16 @@ def follow(target: PreTrainedModel, input_ids: torch.Tensor, tokens: Sequence[in
     are replayed untimed, so that the cache holds what plain decoding's did, bit for bit: a cache filled
     by one multi-token pass rounds differently in reduced precision. Where a step's own argmax is not
     `tokens[i]` it is checked for a near-tie (`near_tie`); the first that is not one stops the steps
-    there (`Followed.stopped_at`)."""
+    there (`Followed.stopped_at`). `following` drained."""
+    *_, followed = following(target, input_ids, tokens, start)
+    return followed
+
+
+@torch.inference_mode()
+def following(target: PreTrainedModel, input_ids: torch.Tensor, tokens: Sequence[int], start: int, *,
+              every: int = 8) -> Iterator[Followed]:
+    """`follow` as it goes (a consumer that stops iterating stops it): what has been followed so far
+    after every `every` steps, untimed ones included, and the whole at the end."""
     prompt = single_prompt(input_ids)[0]
     tokens = [int(t) for t in tokens]
     clock, dtype = Clock(target.device), next(target.parameters()).dtype
@@ -78,6 +86,8 @@ def follow(target: PreTrainedModel, input_ids: torch.Tensor, tokens: Sequence[in
     for index in range(start):          # plain decoding's own steps, untimed: its prefill, then a token a step
         cache.forward([block], keep=1)
         block = [tokens[index]]
+        if (index + 1) % every == 0:
+            yield Followed(start, ())
     for index in range(start, len(tokens)):
         with collector_paused():
             began = clock()
@@ -91,12 +101,15 @@ def follow(target: PreTrainedModel, input_ids: torch.Tensor, tokens: Sequence[in
         if wrote != followed:
             top, margin = float(scores[0, wrote]), float(scores[0, wrote] - scores[0, followed])
             if not near_tie(margin, top, dtype):
-                return Followed(start, tuple(steps), tuple(ties), stopped_at=index)
+                yield Followed(start, tuple(steps), tuple(ties), stopped_at=index)
+                return
             ties.append((index, margin))
         own = float((scores[0, followed] - torch.logsumexp(scores[0], dim=-1)).exp())
         steps.append(Step(index=index, token=followed, prob=own, seconds=seconds))
         block = [followed]
-    return Followed(start, tuple(steps), tuple(ties))
+        if len(steps) % every == 0:
+            yield Followed(start, tuple(steps), tuple(ties))
+    yield Followed(start, tuple(steps), tuple(ties))
 
 
 @torch.inference_mode()

@@ -59,7 +59,8 @@ def iter_comparison(configs: Sequence[RunSettings], prompt: str, *, loader: Load
             baselines[baseline_key(settings)] = run
         else:
             run.attach_baseline(shared)
-            follow_parted(run, pair)
+            for _ in follow_parted(run, pair):
+                yield comparison
         comparison.results.append(run)
         comparison.current = None
         if progress is not None:

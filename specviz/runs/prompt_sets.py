@@ -71,7 +71,8 @@ def iter_prompt_set(configs: Sequence[RunSettings], prompts: Sequence[BenchPromp
                     baselines[key] = run
                 else:
                     run.attach_baseline(shared)
-                    follow_parted(run, pair)
+                    for _ in follow_parted(run, pair):
+                        yield comparison
                 comparison.results.append(PromptRun.of(c, p, round_, run))
                 comparison.last_finished = time.monotonic()
                 comparison.clock = run.clock

@@ -31,7 +31,7 @@ from typing import TypeVar
 import torch
 
 from ..core.cross_tokenizer import CrossTokenizerDrafter
-from ..core.plain import autoregressive_decode, follow
+from ..core.plain import autoregressive_decode, following
 from ..core.decoding import speculative_decode
 from ..core.draft_policy import CostAwarePolicy
 from ..core.pass_costs import DraftCosts, PassCosts, calibrate, calibration_widths
@@ -300,22 +300,25 @@ def _race(settings: RunSettings, prompt: str, pair: ModelPair, baseline: bool, w
         run.host_load = HostLoad.since(started)
         run.elapsed_wall_seconds = time.perf_counter() - wall_started
     if baseline:
-        follow_parted(run, pair, input_ids)
+        yield from follow_parted(run, pair, input_ids)
     yield run
 
 
-def follow_parted(run: Run, pair: ModelPair, input_ids: torch.Tensor | None = None) -> None:
+def follow_parted(run: Run, pair: ModelPair, input_ids: torch.Tensor | None = None) -> Iterator[Run]:
     """Where a finished greedy run's output parted from its baseline's (a near-tie in reduced precision):
-    plain decoding's steps along the speculative text from there (`core.plain.follow`, into
-    `run.followed`), so that the speedup compares the same text (`equal_work.equal_work`). A race with
-    its own baseline does it as it ends; a run given another's baseline (`Run.attach_baseline`: a
+    plain decoding's steps along the speculative text from there (`core.plain.following`, into
+    `run.followed` as they come: the run is yielded every few steps, so that a consumer that stops
+    iterating stops them), so that the speedup compares the same text (`equal_work.equal_work`). A race
+    with its own baseline does it as it ends; a run given another's baseline (`Run.attach_baseline`: a
     comparison's configurations share one) is followed after that."""
     if not (run.steps and run.settings.temperature == 0 and run.divergence is not None):
         return
     if input_ids is None:
         input_ids = encode(run.settings, run.prompt, pair)
     with threads_for_run(pair.device):
-        run.followed = follow(pair.target, input_ids, run.tokens, run.divergence)
+        for followed in following(pair.target, input_ids, run.tokens, run.divergence):
+            run.followed = followed
+            yield run
 
 
 def _calibrated(run: Run, settings: RunSettings, pair: ModelPair, drafter: Drafter, input_ids: torch.Tensor,
