@@ -155,7 +155,6 @@ class Step:
     seconds: float                  # forward plus sampling, device-synchronised
 
 
-
 @dataclass(frozen=True)
 class Followed:
     """Plain decoding's one-token steps along another method's greedy text, from `start` (where the two

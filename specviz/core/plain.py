@@ -48,6 +48,13 @@ def batched_autoregressive_decode(target: PreTrainedModel, prompts: Sequence[tor
     return timed_events(_steps(target, requests, frozenset(eos_ids(target, eos_token_id))))
 
 
+def greedy_choice(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's greedy token in `scores` (float logits, one row per request): the argmax of the raw
+    logits, as `generate` takes it, and its probability from one logsumexp."""
+    token = scores.argmax(dim=-1)
+    return token, (scores.gather(1, token[:, None])[:, 0] - torch.logsumexp(scores, dim=-1)).exp()
+
+
 # A near-tie: plain decoding's own argmax beat the followed token by at most this many units of the
 # dtype's rounding at the top logit's size (bf16, eps 2^-7: 0.36 at a logit of 23, where one bf16 step is
 # 0.125; fp32: 3e-6, so that an fp32 parting, which should not happen, is never passed over).
@@ -93,18 +100,17 @@ def following(target: PreTrainedModel, input_ids: torch.Tensor, tokens: Sequence
             began = clock()
             logits, _, _ = cache.forward([block], keep=1)
             scores = logits[:, -1].float()
-            token = scores.argmax(dim=-1)
-            prob = (scores.gather(1, token[:, None])[:, 0] - torch.logsumexp(scores, dim=-1)).exp()
-            to_host(token, prob)    # the step's one device sync, as plain decoding's
+            token, prob = greedy_choice(scores)
+            (wrote,), (own,) = to_host(token, prob)     # the step's one device sync, as plain decoding's
             seconds = clock() - began
-        wrote, followed = int(token), tokens[index]
+        wrote, followed = int(wrote), tokens[index]
         if wrote != followed:
             top, margin = float(scores[0, wrote]), float(scores[0, wrote] - scores[0, followed])
             if not near_tie(margin, top, dtype):
                 yield Followed(start, tuple(steps), tuple(ties), stopped_at=index)
                 return
             ties.append((index, margin))
-        own = float((scores[0, followed] - torch.logsumexp(scores[0], dim=-1)).exp())
+            own = float((scores[0, followed] - torch.logsumexp(scores[0], dim=-1)).exp())
         steps.append(Step(index=index, token=followed, prob=own, seconds=seconds))
         block = [followed]
         if len(steps) % every == 0:
@@ -123,9 +129,7 @@ def _steps(target, requests: list[Request], eos: frozenset[int]) -> Iterator[Bat
         logits, slots, padded = cache.forward(blocks, keep=1)
         scores = logits[:, -1].float()
         if live[0].sampler.greedy:
-            # The argmax of the raw logits, as `generate` takes it; its probability from one logsumexp.
-            token = scores.argmax(dim=-1)
-            prob = (scores.gather(1, token[:, None])[:, 0] - torch.logsumexp(scores, dim=-1)).exp()
+            token, prob = greedy_choice(scores)
         else:
             probs = live[0].sampler.probs(logits[:, -1])
             # Request r's token at position t: the race under its noise of t (core.sampling).
