@@ -18,51 +18,58 @@ from specviz.runs import recording as rec
 from specviz.settings import RunSettings
 
 
-def breaking_ties_in_passes(model, first: int, second: int):
-    """`model` (a copy) whose `second` logit is always `first`'s, exactly (a tie that argmax breaks toward
-    `first`), and a multi-position forward puts `second` ahead by 0.001."""
+def changing_logits(model, change):
+    """`model` (a copy) whose logits go through `change(logits, passes)` after every forward, `passes`
+    true for a forward over more than one position; it returns the logits to keep."""
     model = copy.deepcopy(model)
 
     def hook(_module, args, kwargs, output):
         ids = kwargs.get("input_ids", args[0] if args else None)
-        logits = output.logits.clone()
-        logits[..., second] = logits[..., first] + (1e-3 if ids is not None and ids.shape[1] > 1 else 0.0)
-        output.logits = logits
+        output.logits = change(output.logits.clone(), ids is not None and ids.shape[1] > 1)
         return output
 
     model.register_forward_hook(hook, with_kwargs=True)
     return model
+
+
+def breaking_ties_in_passes(model, first: int, second: int):
+    """`model` (a copy) whose `second` logit is always `first`'s, exactly (a tie that argmax breaks toward
+    `first`), and a multi-position forward puts `second` ahead by 0.001."""
+    def change(logits, passes):
+        logits[..., second] = logits[..., first] + (1e-3 if passes else 0.0)
+        return logits
+
+    return changing_logits(model, change)
 
 
 def swapping_close_logits_in_passes(model, width: float):
     """`model` (a copy) whose multi-position forwards swap the top two logits where they are within `width`:
     more than a near-tie apart in float32."""
-    model = copy.deepcopy(model)
+    def change(logits, passes):
+        if passes:
+            top = logits.topk(2, dim=-1)
+            first, second = top.values[..., 0], top.values[..., 1]
+            rows = ((first - second) < width).nonzero(as_tuple=True)
+            logits[rows + (top.indices[..., 0][rows],)] = second[rows]
+            logits[rows + (top.indices[..., 1][rows],)] = first[rows]
+        return logits
 
-    def hook(_module, args, kwargs, output):
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        if ids is None or ids.shape[1] <= 1:
-            return output
-        logits = output.logits.clone()
-        top = logits.topk(2, dim=-1)
-        first, second = top.values[..., 0], top.values[..., 1]
-        rows = ((first - second) < width).nonzero(as_tuple=True)
-        logits[rows + (top.indices[..., 0][rows],)] = second[rows]
-        logits[rows + (top.indices[..., 1][rows],)] = first[rows]
-        output.logits = logits
-        return output
+    return changing_logits(model, change)
 
-    model.register_forward_hook(hook, with_kwargs=True)
-    return model
+
+SETTINGS = RunSettings(target="tiny", draft="same", k=4, max_new_tokens=40, chat=False, fixed_k=True)
+
+
+def made_pair(tiny, settings, target):
+    """The tiny pair for `settings` with `target`, which the "same" drafter drafts with too."""
+    pair = tiny.loader(settings)
+    drafter = copy.copy(pair.draft)
+    drafter.model = target if settings.draft == "same" else drafter.model
+    return dataclasses.replace(pair, target=target, draft=drafter)
 
 
 def parted_race(tiny, made):
-    settings = RunSettings(target="tiny", draft="same", k=4, max_new_tokens=40, chat=False, fixed_k=True)
-    pair = tiny.loader(settings)
-    target = made(pair.target)
-    drafter = copy.copy(pair.draft)
-    drafter.model = target
-    return execute(settings, PROMPT, dataclasses.replace(pair, target=target, draft=drafter), baseline=True)
+    return execute(SETTINGS, PROMPT, made_pair(tiny, SETTINGS, made(tiny.target)), baseline=True)
 
 
 def tied(tiny):
@@ -132,17 +139,11 @@ def test_configurations_sharing_one_baseline_are_each_followed(tiny):
     output parts from it is followed along its own text, as a race with its own baseline is."""
     from specviz.runs.compare import compare
 
-    made = tied(tiny)
-    target = made(tiny.target)
-
+    target = tied(tiny)(tiny.target)
+    configs = [dataclasses.replace(SETTINGS, draft=draft) for draft in ("same", "small")]
     def loader(settings, progress=None):
-        pair = tiny.loader(settings)
-        drafter = copy.copy(pair.draft)
-        drafter.model = target if settings.draft == "same" else drafter.model
-        return dataclasses.replace(pair, target=target, draft=drafter)
+        return made_pair(tiny, settings, target)
 
-    configs = [RunSettings(target="tiny", draft=draft, k=4, max_new_tokens=40, chat=False, fixed_k=True)
-               for draft in ("same", "small")]
     first, second = compare(configs, PROMPT, loader=loader).results
     assert second.steps is first.steps                                  # one baseline
     for run in (first, second):
@@ -155,12 +156,7 @@ def test_a_race_stopped_while_plain_decoding_follows_stops_at_once(tiny):
     was followed so far is what the speedup compares (nothing past the parting yet: the shared prefix)."""
     from specviz.runs import race
 
-    settings = RunSettings(target="tiny", draft="same", k=4, max_new_tokens=40, chat=False, fixed_k=True)
-    pair = tiny.loader(settings)
-    target = tied(tiny)(pair.target)
-    drafter = copy.copy(pair.draft)
-    drafter.model = target
-    races = race(settings, PROMPT, dataclasses.replace(pair, target=target, draft=drafter), baseline=True)
+    races = race(SETTINGS, PROMPT, made_pair(tiny, SETTINGS, tied(tiny)(tiny.target)), baseline=True)
     for run in races:
         if run.followed is not None:
             break
