@@ -12,7 +12,9 @@ would give if drafting cost nothing. `--without-head` adds `auto-no-head` (auto'
 head), to see what the head adds; `--float-head` adds `auto-float-head` (auto with its head drafting in
 float where it drafts in int8 on a CPU, `core.eagle3.int8_copy`), to see what int8 drafting does;
 `--one-branch` adds `auto-one-branch` (auto never holding two drafters' branches in one tree,
-`HybridDrafter(merge=False)`), to see what those trees do.
+`HybridDrafter(merge=False)`), to see what those trees do; `--by-gain` adds `auto-by-gain` (auto choosing
+between its two copies by their expected gains every cycle, `HybridDrafter(prefer=None)`, instead of
+suffix decoding unless prompt lookup has clearly paid more, core.copy_record).
 
 Defaults: the built-in model, the bundled benchmark prompts (not Spec-Bench: nothing is chosen on
 Spec-Bench), k = 8, 96 new tokens, one torch thread. Prints a table per category; `--json FILE`
@@ -43,6 +45,7 @@ from specviz.settings import LOCAL, RunSettings, validate  # noqa: E402
 WITHOUT_HEAD = "auto-no-head"
 FLOAT_HEAD = "auto-float-head"
 ONE_BRANCH = "auto-one-branch"
+BY_GAIN = "auto-by-gain"
 
 
 def priced(cycles, relative: list[float], step: float) -> dict:
@@ -78,6 +81,7 @@ def main(argv=None, loader=None) -> int:
     parser.add_argument("--without-head", action="store_true", help=f"add {WITHOUT_HEAD}")
     parser.add_argument("--float-head", action="store_true", help=f"add {FLOAT_HEAD}")
     parser.add_argument("--one-branch", action="store_true", help=f"add {ONE_BRANCH}")
+    parser.add_argument("--by-gain", action="store_true", help=f"add {BY_GAIN}")
     parser.add_argument("--target", default=None)
     parser.add_argument("--prompts", default="bundled", help="bundled or spec-bench")
     parser.add_argument("--limit", type=int, default=None, help="prompts per category")
@@ -94,11 +98,12 @@ def main(argv=None, loader=None) -> int:
     else:
         prompts = load_bench_prompts(categories="all", limit=args.limit)
     names = (args.draft.split(",") + ([WITHOUT_HEAD] if args.without_head else [])
-             + ([FLOAT_HEAD] if args.float_head else []) + ([ONE_BRANCH] if args.one_branch else []))
+             + ([FLOAT_HEAD] if args.float_head else []) + ([ONE_BRANCH] if args.one_branch else [])
+             + ([BY_GAIN] if args.by_gain else []))
     base = validate(RunSettings(target=args.target, k=args.k, max_new_tokens=args.max_new_tokens,
                                 dtype=args.dtype), LOCAL)
-    configs = [validate(replace(base, draft="auto" if name in (WITHOUT_HEAD, FLOAT_HEAD, ONE_BRANCH) else name), LOCAL)
-               for name in names]
+    variants = (WITHOUT_HEAD, FLOAT_HEAD, ONE_BRANCH, BY_GAIN)
+    configs = [validate(replace(base, draft="auto" if name in variants else name), LOCAL) for name in names]
     pairs = []
 
     def load_one(settings, progress=None):
@@ -106,7 +111,8 @@ def main(argv=None, loader=None) -> int:
         pair = (loader or load)(settings, progress)
         if names[len(pairs)] == WITHOUT_HEAD:
             kept = [c for c in pair.draft.components if not c.hidden_layers]
-            pair = replace(pair, draft=HybridDrafter(kept, name=pair.draft.name), draft_name=WITHOUT_HEAD)
+            pair = replace(pair, draft=HybridDrafter(kept, name=pair.draft.name, prefer=pair.draft.prefer),
+                           draft_name=WITHOUT_HEAD)
         elif names[len(pairs)] == FLOAT_HEAD:
             # Its own name: the process's drafting costs are kept per drafter name (the int8 head's apart).
             head = next((c for c in pair.draft.components if c.hidden_layers), None)
@@ -115,10 +121,13 @@ def main(argv=None, loader=None) -> int:
             floating = load_head(spec_location(head.name, pair.target_name), pair.target, int8=False,
                                  target_name=pair.target_name, name="head (float)")
             kept = [floating if c is head else c for c in pair.draft.components]
-            pair = replace(pair, draft=HybridDrafter(kept, name=pair.draft.name), draft_name=FLOAT_HEAD)
+            pair = replace(pair, draft=HybridDrafter(kept, name=pair.draft.name, prefer=pair.draft.prefer),
+                           draft_name=FLOAT_HEAD)
         elif names[len(pairs)] == ONE_BRANCH:
-            pair = replace(pair, draft=HybridDrafter(pair.draft.components, name=pair.draft.name, merge=False),
-                           draft_name=ONE_BRANCH)
+            pair = replace(pair, draft=HybridDrafter(pair.draft.components, name=pair.draft.name, merge=False,
+                                                     prefer=pair.draft.prefer), draft_name=ONE_BRANCH)
+        elif names[len(pairs)] == BY_GAIN:
+            pair = replace(pair, draft=HybridDrafter(pair.draft.components, name=pair.draft.name), draft_name=BY_GAIN)
         pairs.append(pair)
         return pair
 

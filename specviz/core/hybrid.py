@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from . import tree_shape, trees
+from .copy_record import CopyRecord, Offered
 from .draft_policy import PROBE_LENGTH, CostAwarePolicy, Plan
 from .pass_costs import DraftCosts, PassCosts
 from .drafters import Draft, Drafter, no_draft
@@ -54,11 +55,18 @@ class HybridDrafter(Drafter):
     verifying (None: nothing drafted this cycle). Without a `HybridPolicy` (a warm-up, a fixed k) the
     first component with a proposal drafts."""
 
-    def __init__(self, components: Sequence[Drafter], name: str = "auto", *, merge: bool = True):
+    def __init__(self, components: Sequence[Drafter], name: str = "auto", *, merge: bool = True,
+                 prefer: str | None = None):
         components = list(components)
         names = [c.name for c in components]
         if not components or len(set(names)) != len(names):
             raise ValueError(f"a hybrid drafter needs one or more drafters of distinct names, got {names}")
+        free = [c.name for c in components if c.free_to_propose]
+        if prefer is not None and prefer not in free:
+            raise ValueError(f"the preferred drafter must be one of the free ones ({free}), got {prefer}")
+        # Where two free drafters pay, this one drafts unless another has clearly paid more on the request
+        # (core.copy_record); None: the one with the best expected gain.
+        self.prefer = prefer
         readers = [c for c in components if c.hidden_layers]
         if len(readers) > 1:
             raise ValueError("a hybrid drafter takes at most one drafter that reads the target's hidden states")
@@ -123,7 +131,8 @@ class HybridDrafter(Drafter):
             component.forget()
 
     def without_memory(self) -> HybridDrafter:
-        return HybridDrafter([c.without_memory() for c in self.components], self.name, merge=self.merges)
+        return HybridDrafter([c.without_memory() for c in self.components], self.name, merge=self.merges,
+                             prefer=self.prefer)
 
 
 def components(drafter: Drafter) -> list[Drafter]:
@@ -142,6 +151,11 @@ class HybridPlan(Plan):
 
     def fields(self) -> dict:
         return dict(super().fields(), drafter=self.drafter, offers=[dict(offer) for offer in self.offers])
+
+
+def chain_or_tree(draft: Draft) -> list[int]:
+    """A draft's parents: a tree's own, a chain's i - 1."""
+    return list(draft.parents) if draft.parents is not None else list(range(-1, draft.tokens.shape[0] - 1))
 
 
 def merged_gain(first: Sequence[float], second: Sequence[float], nodes: int, pass_cost: Sequence[float],
@@ -193,6 +207,7 @@ class HybridPolicy(CostAwarePolicy):
         self.component_costs: dict[str, DraftCosts] = dict(draft_costs or {})
         self.parts: dict[str, CostAwarePolicy] = {}
         self.free: set[str] = set()
+        self.records: dict[int, CopyRecord] = {}      # per request: which free drafter pays (core.copy_record)
         self._options = options
 
     def part(self, component: Drafter) -> CostAwarePolicy:
@@ -234,11 +249,13 @@ class HybridPolicy(CostAwarePolicy):
                     self.shadow(part, component, drafter, request, min(PROBE_LENGTH, most))
                     plan = Plan(0, plan.gain)
                 offers.append(_Offer(component, plan, None, plan.length))
+        # The best expected gain among those expected to pay, of two free drafters only the preferred
+        # one unless the other has clearly paid more on this request (core.copy_record); else a probe (a
+        # drafter that must draft to learn); else a plain step.
+        paying, versus = self.copies(drafter, request, [o for o in offers if o.plan.length and not o.plan.probe])
         seen = tuple(dict(drafter=o.component.name, length=o.plan.length, expected_tokens=o.plan.expected,
-                          gain=o.plan.gain) for o in offers)
-        # The best expected gain among those expected to pay; else a probe (a drafter that must draft
-        # to learn); else a plain step.
-        paying = [o for o in offers if o.plan.length and not o.plan.probe]
+                          gain=o.plan.gain, **({"versus": versus[o.component.name]} if o.component.name in versus
+                                               else {})) for o in offers)
         best = max(paying, key=lambda o: o.plan.gain) if paying else next((o for o in offers if o.plan.probe), None)
         copy = max((o for o in paying if o.draft is not None), key=lambda o: o.plan.gain, default=None) \
             if drafter.merges else None
@@ -267,6 +284,21 @@ class HybridPolicy(CostAwarePolicy):
                                               drafter=drafter.chosen.name if drafter.chosen is not None else None)
         return [draft]
 
+    def copies(self, drafter: HybridDrafter, request: Request, paying: list[_Offer]) -> tuple[list[_Offer], dict]:
+        """`paying` with, where two or more free drafters pay, only one of them: the preferred one unless
+        another has clearly paid more on this request (core.copy_record); their offers go on the record.
+        Also what the record says of each other free drafter's offer, by name (`CopyRecord.versus`)."""
+        free = [o for o in paying if o.draft is not None]
+        names = [o.component.name for o in free]
+        if len(free) < 2 or drafter.prefer not in names:
+            return paying, {}
+        record = self.records.setdefault(request.index, CopyRecord(drafter.prefer))
+        versus = {name: record.versus(name) for name in names if name != drafter.prefer}
+        record.offer([Offered(o.component.name, o.draft.tokens.tolist(), chain_or_tree(o.draft), o.plan.length,
+                              request.generated) for o in free])
+        leader = record.leader(names)
+        return [o for o in paying if o.draft is None or o.component.name == leader], versus
+
     def merged(self, drafter: HybridDrafter, request: Request, copy: _Offer, offers: Sequence[_Offer],
                most: int, to_beat: float) -> tuple[Draft, Plan, str] | None:
         """One tree holding `copy`'s draft (the best paying free drafter's, cut to its plan) and a short
@@ -281,7 +313,7 @@ class HybridPolicy(CostAwarePolicy):
         name = model.component.name
         part, copying = self.parts[name], self.parts[copy.component.name]
         tokens = copy.draft.tokens.tolist()
-        parents = copy.draft.parents if copy.draft.parents is not None else list(range(-1, len(tokens) - 1))
+        parents = chain_or_tree(copy.draft)
         depth = copy.plan.length
         kept = tree_shape.subtree_without(parents, {i for i, d in enumerate(tree_shape.depths(parents)) if d > depth})
         tokens, parents = [tokens[i] for i in kept], trees.reindex(parents, kept)
@@ -329,6 +361,8 @@ class HybridPolicy(CostAwarePolicy):
         against the output; the pass's cost, and the drafting cost of a drafter that is not free."""
         (request,), (cycle,) = live, cycles
         output = request.tokens[len(request.tokens) - request.generated:]
+        if request.index in self.records and self.costs.known:
+            self.records[request.index].observe(output, self.costs.relative)
         for name, part in self.parts.items():
             if name == cycle.drafter:
                 part.observe(request.index, tree_shape.draft_reach(cycle), len(cycle.accepted_nodes), output,

@@ -174,14 +174,15 @@ def drafting_note(drafter: Drafter) -> str:
 
 def hybrid_drafter(target: PreTrainedModel, target_name: str, inner: Drafter | None = None) -> HybridDrafter:
     """'auto': prompt lookup, suffix decoding and `inner` (early exit or a head) or else, where one ships
-    for the target, its trained head; each cycle the one expected to pay most (core.hybrid)."""
+    for the target, its trained head; each cycle the one expected to pay most (core.hybrid), suffix
+    decoding where both copies pay unless prompt lookup has clearly paid more (core.copy_record)."""
     drafters: list[Drafter] = [PromptLookupDrafter(max_ngram=3), SuffixDrafter()]
     if inner is not None:
         drafters.append(inner)
     elif has_shipped_head(target_name):
         head = parse_draft("head")
         drafters.append(load_head(spec_location(head, target_name), target, target_name=target_name, name=head))
-    return HybridDrafter(drafters, name=parse_draft("auto"))
+    return HybridDrafter(drafters, name=parse_draft("auto"), prefer="suffix")
 
 
 def load_pair(target: str | None = None, draft: DraftSpec | str | None = None, *, device: str | torch.device = "auto",

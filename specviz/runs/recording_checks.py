@@ -162,6 +162,8 @@ VERDICT_NAMES = {ACCEPTED, REJECTED, NOT_REACHED}
 MAX_OFFERS = 8                     # a hybrid's drafters compared in a cycle (it has at most four kinds)
 OFFER_KEYS = {"drafter", "length", "expected_tokens", "gain"}
 MERGED_OFFER_KEYS = OFFER_KEYS | {"with"}     # a tree of two drafters' branches: the second drafter
+COMPARED_OFFER_KEYS = OFFER_KEYS | {"versus"}  # a copy compared with the preferred one (core.copy_record)
+VERSUS_KEYS = {"preferred", "cycles", "ahead", "clearly"}
 
 
 def check_hybrid(cycle: Cycle, where: str) -> None:
@@ -176,7 +178,14 @@ def check_hybrid(cycle: Cycle, where: str) -> None:
             or not all(isinstance(name, str) and len(name) <= MAX_NOTE_CHARS for name in cycle.drafted_by)):
         raise ValueError(f"{where}: its drafters per token are not one name per drafted token")
     for offer in cycle.offers:
-        if (set(offer) not in (OFFER_KEYS, MERGED_OFFER_KEYS)
+        versus = offer.get("versus", {})
+        if not isinstance(versus, dict) or (versus and (
+                set(versus) != VERSUS_KEYS or not isinstance(versus["preferred"], str)
+                or len(versus["preferred"]) > MAX_NOTE_CHARS or not isinstance(versus["cycles"], int)
+                or not 0 <= versus["cycles"] <= MAX_EVENTS or not isinstance(versus["ahead"], (int, float))
+                or not math.isfinite(versus["ahead"]) or not isinstance(versus["clearly"], bool))):
+            raise ValueError(f"{where}: an offer's comparison with the preferred copy is not one")
+        if (set(offer) not in (OFFER_KEYS, MERGED_OFFER_KEYS, COMPARED_OFFER_KEYS)
                 or not all(isinstance(offer.get(key, ""), str) and len(offer.get(key, "")) <= MAX_NOTE_CHARS
                            for key in ("drafter", "with"))
                 or not isinstance(offer["length"], int) or not 0 <= offer["length"] <= MAX_NODES

@@ -100,11 +100,24 @@ def choice_text(cycle) -> str:
                          f"({offer['gain']:.2f}\u00d7 a plain step)")
         else:
             parts.append(f"{word} was not expected to pay ({offer['gain']:.2f}\u00d7)")
+    parts += [versus_text(offer["drafter"], offer["versus"]) for offer in cycle.offers if offer.get("versus")]
     writers = cycle_writers(cycle) if cycle.drafter else []
     chosen = (f"{' and '.join(drafter_word(w) for w in writers)} drafted one tree, verified in one pass"
               if len(writers) > 1 else f"{drafter_word(cycle.drafter)} drafted" if cycle.drafter else
               "none drafted: a plain step" if not cycle.drafted else "")
     return "; ".join(parts) + (f". So {chosen}." if chosen else ".")
+
+
+def versus_text(name: str, versus: dict) -> str:
+    """Why the preferred copy drafted where another copy also paid, or why the other did (core.copy_record)."""
+    word, preferred = drafter_word(name), drafter_word(versus["preferred"])
+    rule = (f"where {word} and {preferred} both pay, {preferred} drafts unless {word} has clearly given more "
+            f"on this request")
+    if not versus["cycles"]:
+        return f"{rule}: not compared yet"
+    cycles = f"{versus['cycles']} cycle{'s' if versus['cycles'] != 1 else ''}"
+    return (f"{rule}: it has given {versus['ahead']:+.2f} tokens a plain step's time over {cycles}, "
+            + ("clearly more" if versus["clearly"] else "not clearly more"))
 
 
 def drafted_by_text(drafter: str | None, two_branches: bool = False) -> str:
@@ -113,5 +126,5 @@ def drafted_by_text(drafter: str | None, two_branches: bool = False) -> str:
     if not drafter:
         return ""
     why = ("one branch of a tree that held two drafters' drafts, expected to pay more together"
-           if two_branches else "the drafter expected to pay most this cycle")
+           if two_branches else "the drafter chosen to pay most this cycle")
     return f"\ndrafted by {drafter_word(drafter)} ({drafter}), {why}"
