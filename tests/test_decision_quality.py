@@ -12,10 +12,10 @@ import decision_quality  # noqa: E402 - after the sys.path insert
 def test_every_drafter_is_priced_on_the_same_work_per_category(tiny, tmp_path, capsys):
     out = tmp_path / "quality.json"
     assert decision_quality.main(["--target", "tiny", "--limit", "1", "--max-new-tokens", "12", "--without-head",
-                                  "--json", str(out)], loader=tiny.loader) == 0
+                                  "--by-gain", "--json", str(out)], loader=tiny.loader) == 0
     report = json.loads(out.read_text())
     rows, summary = report["rows"], report["summary"]
-    names = ["ngram", "suffix", "auto", "auto-no-head"]
+    names = ["ngram", "suffix", "auto", "auto-no-head", "auto-by-gain"]
     assert {r["config"] for r in rows} == set(names)
     # Greedy in fp32: every drafter emits the same tokens for a prompt (each priced over equal work).
     by_prompt = {}

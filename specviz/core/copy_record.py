@@ -10,15 +10,14 @@ suffix decoding for the built-in `auto`) unless another has given clearly more o
 mean paired difference over at least `MIN_COMPARED` cycles above `CLEAR` standard errors.
 
 Why not by their expected gains, and why a preferred one: measured on the bundled prompts (fp32, the
-built-in model, docs/benchmarks.md "Which copy drafts"), in the cycles where both paid, the copies'
-expected tokens moved with noise more than with what came true (prompt lookup expected 2.56 tokens
-where it was chosen and gave 2.38; 2.08 where it was not and would have given 2.57), so choosing by
-them every cycle gave 1.86 tokens per plain step's time where suffix decoding alone in the same
-cycles would have given 1.89 (prompt lookup 1.82); choosing by a decayed record 1.91 against 1.97, by
-the whole request's record 1.93; a tree of both copies 1.96. Suffix decoding finds what prompt lookup
-finds (the longest earlier match, up to 16 tokens, against prompt lookup's 3) and drafts the
-continuations that followed it, so it is preferred; prompt lookup drafts where suffix decoding does
-not pay, or where it has clearly paid more on this request."""
+built-in model; `scripts/copy_choice.py`, docs/benchmarks.md "Which copy drafts when both pay"), in the
+cycles where both paid, the copies' expected tokens moved with noise more than with what came true
+(prompt lookup expected 2.75 tokens where it was chosen and gave 2.64; 2.18 where it was not and would
+have given 2.73), so choosing by them every cycle gave 1.970 tokens per plain step's time where suffix
+decoding alone in the same cycles would have given 1.995 (prompt lookup 1.926). Suffix decoding finds
+what prompt lookup finds (the longest earlier match, up to 16 tokens, against prompt lookup's 3) and
+drafts the continuations that followed it, so it is preferred; prompt lookup drafts where suffix
+decoding does not pay, or where it has clearly paid more on this request."""
 
 from __future__ import annotations
 

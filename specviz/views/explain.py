@@ -249,9 +249,11 @@ what it would be with any $k$.
 With *auto* (hybrid drafting) the same objective chooses the drafter too: each drafter (prompt lookup,
 suffix decoding, the target's trained head) has its own $c_j$, learned on this request, and its own
 measured drafting cost, and each cycle the one with the highest expected tokens per unit of time drafts,
-or none. Where a copy pays and the head's short chain is expected to add more than its nodes cost, one
-tree holds both branches, verified in one pass. The token view marks each drafted token with the drafter
-that wrote it.
+or none; where both copies pay, suffix decoding drafts unless prompt lookup has clearly given more on this
+request (each copy's draft is scored against the text, so what either would have given is known).
+Where a copy pays and the head's short chain is expected to add more than its nodes cost, one tree holds
+both branches, verified in one pass. The token view marks each drafted token with the drafter that wrote
+it.
 """)
 
 
