@@ -52,7 +52,7 @@ class Offered:
             if self.start + depth >= len(output):
                 return None
             token = output[self.start + depth]
-            node = next((i for i, p in enumerate(self.parents) if p == node and self.tokens[i] == token), None)
+            node = tree_shape.child_with(self.parents, self.tokens, node, token)
             if node is None:
                 break
             depth += 1

@@ -178,7 +178,7 @@ def merge_branches(tokens: list[int], parents: list[int], branch: Sequence[int])
     tokens, parents = list(tokens), list(parents)
     node, shared = -1, 0
     for token in branch:
-        hit = next((i for i, (p, t) in enumerate(zip(parents, tokens)) if p == node and t == token), None)
+        hit = tree_shape.child_with(parents, tokens, node, token)
         if hit is None:
             tokens.append(token)
             parents.append(node)

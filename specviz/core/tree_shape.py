@@ -28,6 +28,11 @@ def children(parents: list[int]) -> list[list[int]]:
     return out
 
 
+def child_with(parents: list[int], tokens: list[int], node: int, token: int) -> int | None:
+    """The child of `node` (-1: the root) that holds `token`, the first drafted; None if it has none."""
+    return next((i for i, (p, t) in enumerate(zip(parents, tokens)) if p == node and t == token), None)
+
+
 def check_tree(parents: list[int]) -> None:
     if any(not -1 <= p < i for i, p in enumerate(parents)):
         raise ValueError(f"a tree lists each node after its parent (parents {parents})")
