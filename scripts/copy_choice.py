@@ -87,10 +87,10 @@ def main(argv=None) -> int:
             continue            # not both copies paying, or the head (or a tree with it) drafted instead
         output = request.tokens[len(request.tokens) - request.generated:]
         relative = noted["costs"].relative(64)
-        given = {}
+        given, reached = {}, {}
         for o in offers:
             offer = o["offer"]
-            matched = offer.matched(output)
+            matched = reached[offer.name] = offer.matched(output)
             if matched is None:
                 break
             given[offer.name] = (matched + 1) / relative[offer.width()]
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
         both["ngram always"] += given["ngram"]
         both["suffix always"] += given["suffix"]
         both["better each cycle"] += max(given.values())
-        both["a tree of both"] += (max(a.matched(output), b.matched(output)) + 1) / relative[tree_of_both(a, b)]
+        both["a tree of both"] += (max(reached.values()) + 1) / relative[tree_of_both(a, b)]
     for (config, name, side), figures in sorted(sums.items(), key=str):
         n = figures.pop("cycles")
         rule = f"prefer {config}" if config else "by expected gain"

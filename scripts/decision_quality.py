@@ -106,13 +106,17 @@ def main(argv=None, loader=None) -> int:
     configs = [validate(replace(base, draft="auto" if name in variants else name), LOCAL) for name in names]
     pairs = []
 
+    def like_auto(pair, components=None, **options) -> HybridDrafter:
+        # The pair's `auto` with other drafters or options; its name, trees and preference kept unless given.
+        options = dict(name=pair.draft.name, merge=pair.draft.merges, prefer=pair.draft.prefer) | options
+        return HybridDrafter(pair.draft.components if components is None else components, **options)
+
     def load_one(settings, progress=None):
         # Pairs load in the configurations' order: auto-no-head is auto's pair with its head taken out.
         pair = (loader or load)(settings, progress)
         if names[len(pairs)] == WITHOUT_HEAD:
             kept = [c for c in pair.draft.components if not c.hidden_layers]
-            pair = replace(pair, draft=HybridDrafter(kept, name=pair.draft.name, prefer=pair.draft.prefer),
-                           draft_name=WITHOUT_HEAD)
+            pair = replace(pair, draft=like_auto(pair, kept), draft_name=WITHOUT_HEAD)
         elif names[len(pairs)] == FLOAT_HEAD:
             # Its own name: the process's drafting costs are kept per drafter name (the int8 head's apart).
             head = next((c for c in pair.draft.components if c.hidden_layers), None)
@@ -121,13 +125,11 @@ def main(argv=None, loader=None) -> int:
             floating = load_head(spec_location(head.name, pair.target_name), pair.target, int8=False,
                                  target_name=pair.target_name, name="head (float)")
             kept = [floating if c is head else c for c in pair.draft.components]
-            pair = replace(pair, draft=HybridDrafter(kept, name=pair.draft.name, prefer=pair.draft.prefer),
-                           draft_name=FLOAT_HEAD)
+            pair = replace(pair, draft=like_auto(pair, kept), draft_name=FLOAT_HEAD)
         elif names[len(pairs)] == ONE_BRANCH:
-            pair = replace(pair, draft=HybridDrafter(pair.draft.components, name=pair.draft.name, merge=False,
-                                                     prefer=pair.draft.prefer), draft_name=ONE_BRANCH)
+            pair = replace(pair, draft=like_auto(pair, merge=False), draft_name=ONE_BRANCH)
         elif names[len(pairs)] == BY_GAIN:
-            pair = replace(pair, draft=HybridDrafter(pair.draft.components, name=pair.draft.name), draft_name=BY_GAIN)
+            pair = replace(pair, draft=like_auto(pair, prefer=None), draft_name=BY_GAIN)
         pairs.append(pair)
         return pair
 

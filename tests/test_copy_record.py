@@ -170,3 +170,6 @@ def test_the_comparison_is_said_in_teach_and_explain_and_kept_and_checked_in_rec
     forged = [dict(o, versus=dict(o["versus"], cycles=-1)) if "versus" in o else o for o in last.offers]
     with pytest.raises(ValueError, match="comparison with the preferred copy"):
         check_hybrid(dataclasses.replace(last, offers=forged), "cycle")
+    emptied = [dict(o, versus={}) if "versus" in o else o for o in last.offers]
+    with pytest.raises(ValueError, match="comparison with the preferred copy"):
+        check_hybrid(dataclasses.replace(last, offers=emptied), "cycle")

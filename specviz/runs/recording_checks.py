@@ -166,6 +166,16 @@ COMPARED_OFFER_KEYS = OFFER_KEYS | {"versus"}  # a copy compared with the prefer
 VERSUS_KEYS = {"preferred", "cycles", "ahead", "clearly"}
 
 
+def valid_versus(versus) -> bool:
+    """A copy's comparison with the preferred one (core.copy_record.CopyRecord.versus): the preferred
+    drafter's name, the cycles compared, the mean difference, whether it is clearly ahead."""
+    return (isinstance(versus, dict) and set(versus) == VERSUS_KEYS
+            and isinstance(versus["preferred"], str) and len(versus["preferred"]) <= MAX_NOTE_CHARS
+            and isinstance(versus["cycles"], int) and 0 <= versus["cycles"] <= MAX_EVENTS
+            and isinstance(versus["ahead"], (int, float)) and math.isfinite(versus["ahead"])
+            and isinstance(versus["clearly"], bool))
+
+
 def check_hybrid(cycle: Cycle, where: str) -> None:
     """A hybrid cycle's drafter (a name) and the offers it was chosen from (each a drafter's planned
     length, expected tokens and gain)."""
@@ -178,12 +188,7 @@ def check_hybrid(cycle: Cycle, where: str) -> None:
             or not all(isinstance(name, str) and len(name) <= MAX_NOTE_CHARS for name in cycle.drafted_by)):
         raise ValueError(f"{where}: its drafters per token are not one name per drafted token")
     for offer in cycle.offers:
-        versus = offer.get("versus", {})
-        if not isinstance(versus, dict) or (versus and (
-                set(versus) != VERSUS_KEYS or not isinstance(versus["preferred"], str)
-                or len(versus["preferred"]) > MAX_NOTE_CHARS or not isinstance(versus["cycles"], int)
-                or not 0 <= versus["cycles"] <= MAX_EVENTS or not isinstance(versus["ahead"], (int, float))
-                or not math.isfinite(versus["ahead"]) or not isinstance(versus["clearly"], bool))):
+        if "versus" in offer and not valid_versus(offer["versus"]):
             raise ValueError(f"{where}: an offer's comparison with the preferred copy is not one")
         if (set(offer) not in (OFFER_KEYS, MERGED_OFFER_KEYS, COMPARED_OFFER_KEYS)
                 or not all(isinstance(offer.get(key, ""), str) and len(offer.get(key, "")) <= MAX_NOTE_CHARS
