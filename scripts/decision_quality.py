@@ -14,7 +14,8 @@ float where it drafts in int8 on a CPU, `core.eagle3.int8_copy`), to see what in
 `--one-branch` adds `auto-one-branch` (auto never holding two drafters' branches in one tree,
 `HybridDrafter(merge=False)`), to see what those trees do; `--by-gain` adds `auto-by-gain` (auto choosing
 between its two copies by their expected gains every cycle, `HybridDrafter(prefer=None)`, instead of
-suffix decoding unless prompt lookup has clearly paid more, core.copy_record).
+suffix decoding unless prompt lookup has clearly paid more, core.copy_record); `--one-copy` adds
+`auto-one-copy` (auto never drafting one tree of both copies, `HybridDrafter(both=False)`).
 
 Defaults: the built-in model, the bundled benchmark prompts (not Spec-Bench: nothing is chosen on
 Spec-Bench), k = 8, 96 new tokens, one torch thread. Prints a table per category; `--json FILE`
@@ -46,6 +47,7 @@ WITHOUT_HEAD = "auto-no-head"
 FLOAT_HEAD = "auto-float-head"
 ONE_BRANCH = "auto-one-branch"
 BY_GAIN = "auto-by-gain"
+ONE_COPY = "auto-one-copy"
 
 
 def priced(cycles, relative: list[float], step: float) -> dict:
@@ -82,6 +84,7 @@ def main(argv=None, loader=None) -> int:
     parser.add_argument("--float-head", action="store_true", help=f"add {FLOAT_HEAD}")
     parser.add_argument("--one-branch", action="store_true", help=f"add {ONE_BRANCH}")
     parser.add_argument("--by-gain", action="store_true", help=f"add {BY_GAIN}")
+    parser.add_argument("--one-copy", action="store_true", help=f"add {ONE_COPY}")
     parser.add_argument("--target", default=None)
     parser.add_argument("--prompts", default="bundled", help="bundled or spec-bench")
     parser.add_argument("--limit", type=int, default=None, help="prompts per category")
@@ -99,16 +102,17 @@ def main(argv=None, loader=None) -> int:
         prompts = load_bench_prompts(categories="all", limit=args.limit)
     names = (args.draft.split(",") + ([WITHOUT_HEAD] if args.without_head else [])
              + ([FLOAT_HEAD] if args.float_head else []) + ([ONE_BRANCH] if args.one_branch else [])
-             + ([BY_GAIN] if args.by_gain else []))
+             + ([BY_GAIN] if args.by_gain else []) + ([ONE_COPY] if args.one_copy else []))
     base = validate(RunSettings(target=args.target, k=args.k, max_new_tokens=args.max_new_tokens,
                                 dtype=args.dtype), LOCAL)
-    variants = (WITHOUT_HEAD, FLOAT_HEAD, ONE_BRANCH, BY_GAIN)
+    variants = (WITHOUT_HEAD, FLOAT_HEAD, ONE_BRANCH, BY_GAIN, ONE_COPY)
     configs = [validate(replace(base, draft="auto" if name in variants else name), LOCAL) for name in names]
     pairs = []
 
     def like_auto(pair, components=None, **options) -> HybridDrafter:
         # The pair's `auto` with other drafters or options; its name, trees and preference kept unless given.
-        options = dict(name=pair.draft.name, merge=pair.draft.merges, prefer=pair.draft.prefer) | options
+        options = dict(name=pair.draft.name, merge=pair.draft.merges, prefer=pair.draft.prefer,
+                       both=pair.draft.both) | options
         return HybridDrafter(pair.draft.components if components is None else components, **options)
 
     def load_one(settings, progress=None):
@@ -130,6 +134,8 @@ def main(argv=None, loader=None) -> int:
             pair = replace(pair, draft=like_auto(pair, merge=False), draft_name=ONE_BRANCH)
         elif names[len(pairs)] == BY_GAIN:
             pair = replace(pair, draft=like_auto(pair, prefer=None), draft_name=BY_GAIN)
+        elif names[len(pairs)] == ONE_COPY:
+            pair = replace(pair, draft=like_auto(pair, both=False), draft_name=ONE_COPY)
         pairs.append(pair)
         return pair
 

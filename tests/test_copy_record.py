@@ -4,6 +4,7 @@ cycles; a hybrid with a preference stays lossless and drafts with the preferred 
 prompt lookup takes over on a request where suffix decoding, made short-sighted, clearly gives less."""
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -173,3 +174,123 @@ def test_the_comparison_is_said_in_teach_and_explain_and_kept_and_checked_in_rec
     emptied = [dict(o, versus={}) if "versus" in o else o for o in last.offers]
     with pytest.raises(ValueError, match="comparison with the preferred copy"):
         check_hybrid(dataclasses.replace(last, offers=emptied), "cycle")
+
+
+# ----------------------------------------------------------------------------- one tree of both copies
+
+def test_a_tree_of_both_holds_each_offer_cut_to_its_length_once_where_they_share():
+    from specviz.core.copy_record import union
+
+    chain = Offered("suffix", [5, 6, 7], [-1, 0, 1], length=2, start=0)     # its plan cut it at 2: 5 6
+    tree = Offered("ngram", [5, 9, 8], [-1, 0, -1], length=2, start=0)      # 5 9 and 8
+    both = union([chain, tree])
+    assert both.tokens == [5, 6, 9, 8] and both.parents == [-1, 0, 0, -1]
+    assert both.sources == [(0, 0), (0, 1), (1, 1), (1, 2)]                # 5 once, as the first offer's
+    assert both.depth() == 2
+
+
+def test_what_the_other_copys_nodes_add_is_recorded_where_it_offers_nodes_the_preferred_did_not():
+    # Suffix decoding matches 2 in one cycle, prompt lookup in the next: a tree of both would have given
+    # 2 tokens more than suffix decoding's draft in every other cycle.
+    record = CopyRecord("suffix", both=True)
+    assert record.added() == 0                                           # a request starts expecting nothing
+    output = []
+    for turn in range(2 * MIN_COMPARED):
+        start = len(output)
+        record.offer([Offered("suffix", [7, 7] if turn % 2 else [8, 8], [-1, 0], 2, start),
+                      Offered("ngram", [8, 8] if turn % 2 else [7, 7], [-1, 0], 2, start)])
+        output += [7, 7, 50]
+        record.observe(output, flat)
+    assert record.extra == [2 * MIN_COMPARED, 2 * MIN_COMPARED]
+    assert record.added() == pytest.approx(2 * MIN_COMPARED / (3 * MIN_COMPARED))   # shrunk towards none
+    assert record.tokens_added() == dict(cycles=2 * MIN_COMPARED, tokens=record.added())
+    assert record.leader(["ngram", "suffix"]) == "suffix"               # neither copy alone is clearly ahead
+
+
+def test_nothing_is_recorded_where_the_copies_agree_or_without_trees_of_both():
+    agreeing = [Offered(name, [7, 7], [-1, 0], 2, 0) for name in ("suffix", "ngram")]
+    for both in (True, False):
+        record = CopyRecord("suffix", both=both)
+        record.offer(agreeing)
+        record.observe([7, 7, 50], flat)
+        assert record.extra == [0, 0] and record.added() == 0
+
+
+def for_both(record_of) -> None:
+    """`record_of` (a policy's records) with request 0's record already expecting prompt lookup's extra
+    nodes to add half a token (what a request where they were right in half the cycles leaves), so that a
+    tree of both drafts from the first cycle the copies differ."""
+    record = CopyRecord("suffix", both=True)
+    record.extra = [float(2 * MIN_COMPARED), float(2 * MIN_COMPARED)]
+    record_of[0] = record
+
+
+def run_both(target, prompt, n, suffix=None, seeded=True, **sampling):
+    drafter = HybridDrafter([PromptLookupDrafter(), suffix or SuffixDrafter()], prefer="suffix", merge=False,
+                            both=True)
+    policy = HybridPolicy(PassCosts({w: 1.0 for w in range(65)}, learn=False))
+    if seeded:
+        for_both(policy.records)
+    return list(speculative_decode(target, drafter, prompt, max_new_tokens=n, k=4, policy=policy, **sampling))
+
+
+def of_both(cycle) -> bool:
+    return any(o.get("with") for o in cycle.offers)
+
+
+def test_a_tree_of_both_drafts_once_the_other_copys_nodes_have_added_and_greedy_still_equals_generate(target):
+    from specviz.runs.recording_checks import check_hybrid
+    from specviz.views.drafter_marks import choice_text
+
+    # The target repeats a phrase; suffix decoding, made to draft one token, leaves prompt lookup's deeper
+    # nodes to add: where passes cost the same at any width, a tree of both drafts once they have added
+    # on this request (not before), until prompt lookup alone is clearly ahead.
+    phrase = [3, 9, 14, 22, 5, 17, 30, 11, 8, 26]
+    copying = writing_phrase(target, phrase)
+    prompt = torch.tensor([phrase * 2 + phrase[:3]])
+    cycles = run_both(copying, prompt, 64, suffix=SuffixDrafter(spec_factor=1.0, budget=1), seeded=False)
+    assert [t for c in cycles for t in c.emitted] == greedy_reference(copying, prompt, 64)
+    compared = [c for c in cycles if sum(1 for o in c.offers if o["length"] and not o.get("with")) == 2]
+    trees = [c for c in compared if of_both(c)]
+    assert trees and not of_both(compared[0])                            # nothing added yet in the first
+    for cycle in trees:
+        assert cycle.drafter == "suffix" and set(cycle.drafted_by) == {"suffix", "ngram"}
+        assert cycle.drafted_by[0] == "suffix"                          # the preferred draft, then what ngram adds
+        check_hybrid(cycle, "cycle")
+        offer = next(o for o in cycle.offers if o.get("with"))
+        assert offer["with"] == "ngram" and offer["added"]["cycles"] >= 1 and offer["added"]["tokens"] > 0
+        assert "copy's nodes beyond suffix's draft are expected to add" in choice_text(cycle)
+        assert choice_text(cycle).endswith("suffix and copy drafted one tree, verified in one pass.")
+    forged = [dict(o, added=dict(o["added"], tokens=-1.0)) if "added" in o else o for o in trees[0].offers]
+    with pytest.raises(ValueError, match="what the others added"):
+        check_hybrid(dataclasses.replace(trees[0], offers=forged), "cycle")
+
+
+def test_invariant_sampled_trees_of_both_copies_write_plain_samplings_text(target):
+    from test_hybrid import writes_plain_samplings_text
+
+    cycles = writes_plain_samplings_text(target, lambda seed: run_both(target, PROMPT, 30, temperature=0.8, seed=seed),
+                                         PROMPT)
+    assert any(of_both(c) for c in cycles)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampling", ["invariant", "classic"])
+def test_sampling_with_trees_of_both_copies_follows_the_target_distribution(sampling):
+    import numpy as np
+    from test_head import HEAD_LENGTH, HEAD_VOCAB
+    from test_hybrid import assert_follows_the_target
+
+    # Where the text reads "0 1" after other than "3", prompt lookup copies what followed its first "0 1"
+    # (4), suffix decoding what followed most (2): the tree of both holds both branches.
+    prompt = torch.tensor([[0, 1, 4, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1]])
+    target = make_llama(3, layers=3, vocab=HEAD_VOCAB, hidden=32)
+    counts, trees, two = np.zeros(HEAD_VOCAB ** HEAD_LENGTH), 0, 0
+    for seed in range(1000):
+        cycles = run_both(target, prompt, HEAD_LENGTH, temperature=1.0, seed=seed, sampling=sampling)
+        trees += sum(of_both(c) for c in cycles)
+        two += sum(of_both(c) and len(set(c.drafted_by)) > 1 for c in cycles)
+        out = [t for c in cycles for t in c.emitted]
+        counts[int(np.ravel_multi_index(out, (HEAD_VOCAB,) * HEAD_LENGTH))] += 1
+    assert trees >= 500 and two >= 50, (trees, two)
+    assert_follows_the_target(target, prompt, counts)

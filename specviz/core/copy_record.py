@@ -17,7 +17,18 @@ have given 2.73), so choosing by them every cycle gave 1.970 tokens per plain st
 decoding alone in the same cycles would have given 1.995 (prompt lookup 1.926). Suffix decoding finds
 what prompt lookup finds (the longest earlier match, up to 16 tokens, against prompt lookup's 3) and
 drafts the continuations that followed it, so it is preferred; prompt lookup drafts where suffix
-decoding does not pay, or where it has clearly paid more on this request."""
+decoding does not pay, or where it has clearly paid more on this request.
+
+One tree of both (`union`, `HybridDrafter(both=True)`, the built-in `auto`): where the other copy's
+offer holds nodes the preferred one's does not, the record keeps what they would have added (a tree of
+both gives the deeper of the two matches: greedy, exactly what its verification accepts), and the tree
+drafts in a cycle where the preferred draft's expected tokens plus what those nodes are expected to add
+(`added`: their mean on this request, shrunk towards none by MIN_COMPARED cycles that added none) over
+the tree's pass beat the preferred draft alone over its own. Unlike a choice between the copies, this
+needs no clear lead: the tree holds the preferred draft whole, so it risks only its extra width, which
+the pass costs price. In the cycles where it drafted on the bundled prompts (`scripts/copy_choice.py`'s
+kind of count, docs/benchmarks.md "One tree of both copies"), what the other copy's nodes were expected
+to add came true (0.18 expected, 0.17 given, fp32)."""
 
 from __future__ import annotations
 
@@ -60,12 +71,43 @@ class Offered:
 
 
 @dataclass
+class Union:
+    """One tree of several offers, each cut to its plan's length, sharing what they share (a trie):
+    `sources[i]`, node i's first holder (the offer's index, its node there)."""
+
+    tokens: list[int]
+    parents: list[int]
+    sources: list[tuple[int, int]]
+
+    def depth(self) -> int:
+        return max(tree_shape.depths(self.parents), default=0)
+
+
+def union(offers: Sequence[Offered]) -> Union:
+    """The tree of `offers` (module docstring: what a tree of both gives is the deeper of their matches,
+    plus the token the pass adds, over a pass as wide as the tree)."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    sources: list[tuple[int, int]] = []
+    for index, offer in enumerate(offers):
+        depths, before = tree_shape.depths(offer.parents), len(tokens)
+        place = tree_shape.add_tree(tokens, parents, offer.tokens, offer.parents,
+                                    keep=lambda i, depths=depths, offer=offer: depths[i] <= offer.length)
+        sources += [(index, node) for node, at in enumerate(place) if at is not None and at >= before]
+    return Union(tokens, parents, sources)
+
+
+@dataclass
 class CopyRecord:
     """One request's record (module docstring): per drafter, its realized tokens per plain step's time
     less the preferred drafter's, over the cycles both offered (count, sum, sum of squares)."""
 
     prefer: str
+    both: bool = False          # a tree of both offers may draft (`tree_pays`)
     against: dict[str, list[float]] = field(default_factory=dict)
+    # Over the cycles where the other copies' offers held nodes the preferred one's did not: how many,
+    # and the tokens a tree of both would have given beyond the preferred copy's draft (count, sum).
+    extra: list[float] = field(default_factory=lambda: [0.0, 0.0])
     pending: list[list[Offered]] = field(default_factory=list)
 
     def offer(self, offers: Sequence[Offered]) -> None:
@@ -85,6 +127,10 @@ class CopyRecord:
             widths = [offer.width() for offer in offers]
             cost = relative(max(widths))
             realized = {offer.name: (m + 1) / cost[w] for offer, m, w in zip(offers, matched, widths)}
+            preferred = next(i for i, offer in enumerate(offers) if offer.name == self.prefer)
+            if self.both and len(union(offers).tokens) > widths[preferred]:
+                self.extra[0] += 1
+                self.extra[1] += max(matched) - matched[preferred]
             for name, value in realized.items():
                 if name != self.prefer:
                     difference = value - realized[self.prefer]
@@ -114,3 +160,15 @@ class CopyRecord:
         """Of `names` (the preferred among them), the one that drafts: another only when clearly ahead."""
         ahead = max((name for name in names if name != self.prefer), key=self.clearly_ahead, default=None)
         return ahead if ahead is not None and self.clearly_ahead(ahead) > 0 else self.prefer
+
+    def added(self) -> float:
+        """The tokens the other copies' nodes are expected to add to the preferred copy's draft in a cycle
+        where they hold nodes it does not: their mean over such cycles on this request, shrunk towards
+        none by MIN_COMPARED cycles that added none (a request starts expecting nothing of them)."""
+        n, total = self.extra
+        return total / (n + MIN_COMPARED)
+
+    def tokens_added(self) -> dict:
+        """What a tree of both records (an offer's "added"): the cycles where the other copies held nodes
+        the preferred one did not, and the tokens they are expected to add (`added`)."""
+        return dict(cycles=int(self.extra[0]), tokens=self.added())

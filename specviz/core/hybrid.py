@@ -14,9 +14,11 @@ not verified: where the drafter alone would verify a short draft it does not exp
 hybrid has it draft that chain and scores it against the output as it scores a free proposal (at its
 drafting cost, without the wider pass, which costs ~0.7 of a plain step in fp32 on a CPU). The gains compared are
 the policy's own, `expected_tokens / relative cost`, so the choice is the one the policy would make
-for each drafter alone, taken across them. Where a copy pays, one tree may also hold the copy's draft and
-a model's short chain, verified in one pass, when its expected gain beats every single drafter's
-(`HybridPolicy.merged`); each node records its writer.
+for each drafter alone, taken across them. Where both copies pay, the preferred one drafts unless the
+other has clearly given more on this request, and one tree may hold both copies' drafts where what the
+other's nodes have added pays for their width (core.copy_record). Where a copy pays, one tree may also
+hold the copy's draft and a model's short chain, verified in one pass, when its expected gain beats
+every single drafter's (`HybridPolicy.merged`); each node records its writer.
 
 Components keep their state in every cycle, drafting or not: a head reads the target's hidden states
 of every kept position (`observe`) and catches up on its own cache when it next drafts; a draft model
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from . import tree_shape, trees
-from .copy_record import CopyRecord, Offered
+from .copy_record import CopyRecord, Offered, union
 from .draft_policy import PROBE_LENGTH, CostAwarePolicy, Plan
 from .pass_costs import DraftCosts, PassCosts
 from .drafters import Draft, Drafter, no_draft
@@ -56,7 +58,7 @@ class HybridDrafter(Drafter):
     first component with a proposal drafts."""
 
     def __init__(self, components: Sequence[Drafter], name: str = "auto", *, merge: bool = True,
-                 prefer: str | None = None):
+                 prefer: str | None = None, both: bool = False):
         components = list(components)
         names = [c.name for c in components]
         if not components or len(set(names)) != len(names):
@@ -77,6 +79,9 @@ class HybridDrafter(Drafter):
         self.merges = merge and any(c.free_to_propose for c in components) and \
             any(not c.free_to_propose for c in components)
         self.drafts_trees = any(c.drafts_trees for c in components) or self.merges
+        # With a preference and trees: one tree of both copies' offers may draft where what the other's
+        # nodes have added on the request pays for their width (core.copy_record).
+        self.both = both and prefer is not None and self.drafts_trees
         self.budget = max((getattr(c, "budget", 0) or 0 for c in components), default=0)   # a tree's most nodes
         self.chosen: Drafter | None = None
         self.aside: dict[str, int] = {}     # components that drafted aside this cycle: the length they drafted after
@@ -132,7 +137,7 @@ class HybridDrafter(Drafter):
 
     def without_memory(self) -> HybridDrafter:
         return HybridDrafter([c.without_memory() for c in self.components], self.name, merge=self.merges,
-                             prefer=self.prefer)
+                             prefer=self.prefer, both=self.both)
 
 
 def components(drafter: Drafter) -> list[Drafter]:
@@ -175,17 +180,9 @@ def merge_branches(tokens: list[int], parents: list[int], branch: Sequence[int])
     """A tree (`tokens`, `parents`) with a chain `branch` from the root added as a trie: where the tree
     already has the chain's next token under the same node, the chain follows it. Returns the new
     tokens and parents (the tree's nodes first, as they were) and how many of the chain's were shared."""
-    tokens, parents = list(tokens), list(parents)
-    node, shared = -1, 0
-    for token in branch:
-        hit = tree_shape.child_with(parents, tokens, node, token)
-        if hit is None:
-            tokens.append(token)
-            parents.append(node)
-            node = len(tokens) - 1
-        else:
-            node, shared = hit, shared + 1
-    return tokens, parents, shared
+    tokens, parents, before = list(tokens), list(parents), len(tokens)
+    place = tree_shape.add_tree(tokens, parents, list(branch), list(range(-1, len(branch) - 1)))
+    return tokens, parents, sum(node < before for node in place)
 
 
 @dataclass
@@ -196,6 +193,7 @@ class _Offer:
     plan: Plan
     draft: Draft | None
     budget: int                 # the request's budget for its draft (a tree's depth cut)
+    seen: dict | None = None    # a tree of both copies: what the cycle's offers say of it
 
 
 class HybridPolicy(CostAwarePolicy):
@@ -256,6 +254,7 @@ class HybridPolicy(CostAwarePolicy):
         seen = tuple(dict(drafter=o.component.name, length=o.plan.length, expected_tokens=o.plan.expected,
                           gain=o.plan.gain, **({"versus": versus[o.component.name]} if o.component.name in versus
                                                else {})) for o in offers)
+        seen += tuple(o.seen for o in paying if o.seen is not None)
         best = max(paying, key=lambda o: o.plan.gain) if paying else next((o for o in offers if o.plan.probe), None)
         copy = max((o for o in paying if o.draft is not None), key=lambda o: o.plan.gain, default=None) \
             if drafter.merges else None
@@ -292,12 +291,42 @@ class HybridPolicy(CostAwarePolicy):
         names = [o.component.name for o in free]
         if len(free) < 2 or drafter.prefer not in names:
             return paying, {}
-        record = self.records.setdefault(request.index, CopyRecord(drafter.prefer))
+        record = self.records.setdefault(request.index, CopyRecord(drafter.prefer, both=drafter.both))
         versus = {name: record.versus(name) for name in names if name != drafter.prefer}
-        record.offer([Offered(o.component.name, o.draft.tokens.tolist(), chain_or_tree(o.draft), o.plan.length,
-                              request.generated) for o in free])
+        offered = [Offered(o.component.name, o.draft.tokens.tolist(), chain_or_tree(o.draft), o.plan.length,
+                           request.generated) for o in free]
+        record.offer(offered)
         leader = record.leader(names)
-        return [o for o in paying if o.draft is None or o.component.name == leader], versus
+        kept = [o for o in paying if o.draft is None or o.component.name == leader]
+        if drafter.both and leader == drafter.prefer:
+            tree = self.tree_of_both(drafter, free, offered, record)
+            preferred = free[names.index(leader)]
+            if tree is not None and tree.plan.gain > preferred.plan.gain:
+                kept = [tree if o is preferred else o for o in kept]
+        return kept, versus
+
+    def tree_of_both(self, drafter: HybridDrafter, free: list[_Offer], offered: list[Offered],
+                     record: CopyRecord) -> _Offer | None:
+        """One tree of the free drafters' offers (`copy_record.union`), as the preferred one's offer: its
+        draft, then the nodes the others add, each marked with its drafter; None where they add none. It
+        is expected to give the preferred draft's tokens and what the others' nodes have added on this
+        request (`CopyRecord.added`), priced at the tree's width."""
+        order = sorted(range(len(free)), key=lambda i: free[i].component.name != drafter.prefer)
+        free, offered = [free[i] for i in order], [offered[i] for i in order]
+        tree = union(offered)
+        if len(tree.tokens) <= offered[0].width():
+            return None
+        drafts = [o.draft for o in free]
+        earlier = None if all(d.from_earlier is None for d in drafts) else \
+            [drafts[i].from_earlier is not None and bool(drafts[i].from_earlier[node]) for i, node in tree.sources]
+        names = [o.component.name for o in free]
+        draft = Draft(torch.tensor(tree.tokens, dtype=torch.long), None, tree.parents, from_earlier=earlier,
+                      signal=drafts[0].signal, drafted_by=[names[i] for i, _ in tree.sources])
+        expected, depth = free[0].plan.expected + record.added(), tree.depth()
+        gain = expected / self.costs.relative(len(tree.tokens))[len(tree.tokens)]
+        seen = dict(drafter=drafter.prefer, length=depth, expected_tokens=expected, gain=gain,
+                    added=record.tokens_added(), **{"with": "+".join(names[1:])})
+        return _Offer(free[0].component, Plan(depth, gain, expected=expected), draft, depth, seen)
 
     def merged(self, drafter: HybridDrafter, request: Request, copy: _Offer, offers: Sequence[_Offer],
                most: int, to_beat: float) -> tuple[Draft, Plan, str] | None:
@@ -339,11 +368,12 @@ class HybridPolicy(CostAwarePolicy):
         tokens, parents, _ = merge_branches(tokens, parents, branch)
         added = len(tokens) - len(kept)
         earlier = copy.draft.from_earlier
+        writers = copy.draft.drafted_by or [copy.component.name] * len(copy.draft.tokens)
         deepest = max(tree_shape.depths(parents))
         request.budget = deepest
         draft = Draft(torch.tensor(tokens, dtype=torch.long), None, parents,
                       from_earlier=None if earlier is None else [earlier[i] for i in kept] + [False] * added,
-                      signal=copy.draft.signal, drafted_by=[copy.component.name] * len(kept) + [name] * added)
+                      signal=copy.draft.signal, drafted_by=[writers[i] for i in kept] + [name] * added)
         return draft, Plan(deepest, gain, expected=expected), name
 
     def shadow(self, part: CostAwarePolicy, component: Drafter, drafter: HybridDrafter, request: Request,

@@ -33,6 +33,27 @@ def child_with(parents: list[int], tokens: list[int], node: int, token: int) -> 
     return next((i for i, (p, t) in enumerate(zip(parents, tokens)) if p == node and t == token), None)
 
 
+def add_tree(tokens: list[int], parents: list[int], new_tokens: list[int], new_parents: list[int],
+             keep=None) -> list[int | None]:
+    """Add a tree (`new_tokens`, `new_parents`) to another (`tokens`, `parents`, extended in place) as a
+    trie: a node whose parent's place already has a child holding its token shares that child, any other
+    is appended. Only the nodes `keep(i)` holds (an ancestor-closed set; default all) are added. Returns
+    where each new node went (None: not kept)."""
+    place: list[int | None] = []
+    for i, (token, parent) in enumerate(zip(new_tokens, new_parents)):
+        if keep is not None and not keep(i):
+            place.append(None)
+            continue
+        under = -1 if parent < 0 else place[parent]
+        hit = child_with(parents, tokens, under, token)
+        if hit is None:
+            tokens.append(token)
+            parents.append(under)
+            hit = len(tokens) - 1
+        place.append(hit)
+    return place
+
+
 def check_tree(parents: list[int]) -> None:
     if any(not -1 <= p < i for i, p in enumerate(parents)):
         raise ValueError(f"a tree lists each node after its parent (parents {parents})")

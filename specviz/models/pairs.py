@@ -182,7 +182,7 @@ def hybrid_drafter(target: PreTrainedModel, target_name: str, inner: Drafter | N
     elif has_shipped_head(target_name):
         head = parse_draft("head")
         drafters.append(load_head(spec_location(head, target_name), target, target_name=target_name, name=head))
-    return HybridDrafter(drafters, name=parse_draft("auto"), prefer="suffix")
+    return HybridDrafter(drafters, name=parse_draft("auto"), prefer="suffix", both=True)
 
 
 def load_pair(target: str | None = None, draft: DraftSpec | str | None = None, *, device: str | torch.device = "auto",

@@ -163,6 +163,8 @@ MAX_OFFERS = 8                     # a hybrid's drafters compared in a cycle (it
 OFFER_KEYS = {"drafter", "length", "expected_tokens", "gain"}
 MERGED_OFFER_KEYS = OFFER_KEYS | {"with"}     # a tree of two drafters' branches: the second drafter
 COMPARED_OFFER_KEYS = OFFER_KEYS | {"versus"}  # a copy compared with the preferred one (core.copy_record)
+BOTH_OFFER_KEYS = MERGED_OFFER_KEYS | {"added"}   # one tree of both copies: what the others' nodes added
+ADDED_KEYS = {"cycles", "tokens"}
 VERSUS_KEYS = {"preferred", "cycles", "ahead", "clearly"}
 
 
@@ -174,6 +176,14 @@ def valid_versus(versus) -> bool:
             and isinstance(versus["cycles"], int) and 0 <= versus["cycles"] <= MAX_EVENTS
             and isinstance(versus["ahead"], (int, float)) and math.isfinite(versus["ahead"])
             and isinstance(versus["clearly"], bool))
+
+
+def valid_added(added) -> bool:
+    """What the other copies' nodes in a tree of both added (core.copy_record.CopyRecord.tokens_added):
+    the cycles they held nodes the preferred copy's draft did not, the tokens they are expected to add."""
+    return (isinstance(added, dict) and set(added) == ADDED_KEYS
+            and isinstance(added["cycles"], int) and 0 <= added["cycles"] <= MAX_EVENTS
+            and isinstance(added["tokens"], (int, float)) and math.isfinite(added["tokens"]) and added["tokens"] >= 0)
 
 
 def check_hybrid(cycle: Cycle, where: str) -> None:
@@ -190,7 +200,9 @@ def check_hybrid(cycle: Cycle, where: str) -> None:
     for offer in cycle.offers:
         if "versus" in offer and not valid_versus(offer["versus"]):
             raise ValueError(f"{where}: an offer's comparison with the preferred copy is not one")
-        if (set(offer) not in (OFFER_KEYS, MERGED_OFFER_KEYS, COMPARED_OFFER_KEYS)
+        if "added" in offer and not valid_added(offer["added"]):
+            raise ValueError(f"{where}: a tree of both copies' record of what the others added is not one")
+        if (set(offer) not in (OFFER_KEYS, MERGED_OFFER_KEYS, COMPARED_OFFER_KEYS, BOTH_OFFER_KEYS)
                 or not all(isinstance(offer.get(key, ""), str) and len(offer.get(key, "")) <= MAX_NOTE_CHARS
                            for key in ("drafter", "with"))
                 or not isinstance(offer["length"], int) or not 0 <= offer["length"] <= MAX_NODES

@@ -28,6 +28,11 @@ def drafter_word(name: str) -> str:
     return _mark(name)[0]
 
 
+def drafters_word(names: str) -> str:
+    """The words of drafters named together ('ngram+suffix': 'copy and suffix')."""
+    return " and ".join(drafter_word(name) for name in names.split("+"))
+
+
 def drafter_letter(name: str) -> str:
     return _mark(name)[1]
 
@@ -91,7 +96,7 @@ def choice_text(cycle) -> str:
     for offer in sorted(cycle.offers, key=lambda o: -o["gain"]):
         word = drafter_word(offer["drafter"])
         if offer.get("with"):       # one tree holding two drafters' branches
-            parts.append(f"one tree of {word}'s draft and {drafter_word(offer['with'])}'s, "
+            parts.append(f"one tree of {word}'s draft and {drafters_word(offer['with'])}'s, "
                          f"{offer['length']} deep, expected {offer['expected_tokens']:.1f} tokens "
                          f"({offer['gain']:.2f}\u00d7)")
         elif offer["length"]:
@@ -101,6 +106,7 @@ def choice_text(cycle) -> str:
         else:
             parts.append(f"{word} was not expected to pay ({offer['gain']:.2f}\u00d7)")
     parts += [versus_text(offer["drafter"], offer["versus"]) for offer in cycle.offers if offer.get("versus")]
+    parts += [added_text(offer) for offer in cycle.offers if offer.get("added")]
     writers = cycle_writers(cycle) if cycle.drafter else []
     chosen = (f"{' and '.join(drafter_word(w) for w in writers)} drafted one tree, verified in one pass"
               if len(writers) > 1 else f"{drafter_word(cycle.drafter)} drafted" if cycle.drafter else
@@ -118,6 +124,15 @@ def versus_text(name: str, versus: dict) -> str:
     cycles = f"{versus['cycles']} cycle{'s' if versus['cycles'] != 1 else ''}"
     return (f"{rule}: it has given {versus['ahead']:+.2f} tokens a plain step's time over {cycles}, "
             + ("clearly more" if versus["clearly"] else "not clearly more"))
+
+
+def added_text(offer: dict) -> str:
+    """What a tree of both copies expects of the nodes the other copy adds to the preferred one's draft."""
+    added, other, preferred = offer["added"], drafters_word(offer["with"]), drafter_word(offer["drafter"])
+    cycles = f"{added['cycles']} cycle{'s' if added['cycles'] != 1 else ''}"
+    return (f"{other}'s nodes beyond {preferred}'s draft are expected to add {added['tokens']:.2f} tokens a pass "
+            f"(from the {cycles} on this request where {other} offered nodes {preferred} did not, "
+            f"counted cautiously while few)")
 
 
 def drafted_by_text(drafter: str | None, two_branches: bool = False) -> str:
