@@ -252,9 +252,9 @@ measured drafting cost, and each cycle the one with the highest expected tokens 
 or none; where both copies pay, suffix decoding drafts unless prompt lookup has clearly given more on this
 request (each copy's draft is scored against the text, so what either would have given is known), and
 prompt lookup's nodes that suffix decoding's draft lacks join it in one tree where what they have added
-on this request pays for the wider pass. Where a copy pays and the head's short chain is expected to add more than its nodes cost, one tree holds
-both branches, verified in one pass. The token view marks each drafted token with the drafter that wrote
-it.
+on this request pays for the wider pass. Where a copy pays and the head's short chain is expected to add
+more than its nodes cost, one tree holds both branches, verified in one pass. The token view marks each
+drafted token with the drafter that wrote it.
 """)
 
 
