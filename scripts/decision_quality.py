@@ -2,7 +2,7 @@
 
 Runs every drafter on every prompt as `bench` does (plain decoding too, for the measured speedup), then
 prices each run's cycles with one fixed table: each pass at this process's calibrated cost for its
-width (core.pass_costs, the table the cost-aware policy decided with), plus the drafting seconds the
+width after its context (core.pass_costs, the table the cost-aware policy decided with), plus the drafting seconds the
 cycle measured, over a plain step. "priced" is tokens over that priced time: the same cycles give the
 same figure whatever the host did meanwhile, so a 2% difference between two drafters' decisions is
 resolved, where the measured speedups of three prompts per category move by up to 10% between
@@ -40,7 +40,8 @@ from specviz.models.head_files import spec_location  # noqa: E402
 from specviz.models.heads import load_head  # noqa: E402
 from specviz.runs import last  # noqa: E402
 from specviz.runs.prompt_sets import iter_prompt_set  # noqa: E402
-from specviz.runs.run import costs_for, load  # noqa: E402
+from specviz.runs.cost_tables import costs_for  # noqa: E402
+from specviz.runs.run import load  # noqa: E402
 from specviz.settings import LOCAL, RunSettings, validate  # noqa: E402
 
 WITHOUT_HEAD = "auto-no-head"
@@ -50,13 +51,18 @@ BY_GAIN = "auto-by-gain"
 ONE_COPY = "auto-one-copy"
 
 
-def priced(cycles, relative: list[float], step: float) -> dict:
-    """One run's cycles priced by a fixed table: `relative[w]` a pass over w drafted tokens in plain
-    steps, `step` a plain step's seconds. The first pass (which also read the prompt) is priced as the
-    others are, so that every drafter's run of a prompt is priced over the same tokens."""
-    return dict(tokens=sum(len(c.emitted) for c in cycles), passes=len(cycles),
-                pass_steps=sum(relative[len(c.drafted)] for c in cycles),
-                draft_steps=sum(c.draft_seconds for c in cycles) / step,
+def priced(cycles, table, widest: int, prompt_tokens: int) -> dict:
+    """One run's cycles priced by a fixed table (`PassCosts`): each pass over w drafted tokens at its
+    cost in plain steps after the context it followed (the prompt's `prompt_tokens` and the tokens
+    emitted before it), drafting over the table's plain step. The first pass (which also read the
+    prompt) is priced as the others are, so that every drafter's run of a prompt is priced over the
+    same tokens."""
+    steps, context = 0.0, prompt_tokens
+    for c in cycles:
+        steps += table.relative(widest, context)[len(c.drafted)]
+        context += len(c.emitted)
+    return dict(tokens=sum(len(c.emitted) for c in cycles), passes=len(cycles), pass_steps=steps,
+                draft_steps=sum(c.draft_seconds for c in cycles) / table.step,
                 chosen=dict(Counter(str(c.drafter) for c in cycles if c.drafted)))
 
 
@@ -143,14 +149,17 @@ def main(argv=None, loader=None) -> int:
     result = last(iter_prompt_set(configs, prompts, loader=load_one,
                                   after_run=lambda c, p, _round, run: runs.__setitem__((c, p), run)))
     table = costs_for(pairs[0])[0][torch.get_num_threads()]
-    relative = table.relative(max(len(c.drafted) for run in runs.values() for c in run.cycles) + 1)
+    widest = max(len(c.drafted) for run in runs.values() for c in run.cycles) + 1
+    relative = table.relative(widest)
+    by_context = {c: table.at(c).relative(widest) for c in table.contexts}
     rows = []
     for (c, p), run in sorted(runs.items()):
         rows.append(dict(config=names[c], prompt=prompts[p].id, category=prompts[p].category,
-                         measured=result.per_prompt(c)[p], **priced(run.cycles, relative, table.step)))
+                         measured=result.per_prompt(c)[p], **priced(run.cycles, table, widest, run.prompt_tokens)))
     summary = summarize(rows, names)
-    print(f"pass costs (plain steps, widths 0-8): {' '.join(f'{x:.2f}' for x in relative[:9])}; "
-          f"a plain step {table.step * 1000:.1f} ms")
+    for context, costs in by_context.items():
+        print(f"pass costs after {context} tokens (plain steps, widths 0-8): {' '.join(f'{x:.2f}' for x in costs[:9])}"
+              + (f"; a plain step {table.step * 1000:.1f} ms" if context == table.context else ""))
     for key in sorted(summary, key=lambda k: (k == "overall", k)):
         cells = summary[key]
         best_single = max((v["priced"] for n, v in cells.items() if not n.startswith("auto")), default=None)
@@ -164,7 +173,8 @@ def main(argv=None, loader=None) -> int:
     for c, name in enumerate(names):
         print(f"{name}: measured median speedup {result.summary(c).speedup_median:.2f}x")
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(rows=rows, summary=summary, pass_costs=relative), indent=1))
+        Path(args.json).write_text(json.dumps(dict(rows=rows, summary=summary, pass_costs=relative,
+                                                   pass_costs_by_context=by_context), indent=1))
     return 0
 
 

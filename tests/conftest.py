@@ -218,10 +218,10 @@ def prompt():
 @pytest.fixture(scope="module", autouse=True)
 def measured_costs_of_this_module_only():
     """Each test module starts from a process that has measured no pass or drafting costs (the
-    cost-aware policy's tables, `runs.run`), as an app or a command starts: the session's cached tiny
+    cost-aware policy's tables, `runs.cost_tables`), as an app or a command starts: the session's cached tiny
     models would otherwise carry one module's tables into the next, including those timed by a faked
     clock, and whether a test's run calibrates would depend on which modules ran before it."""
-    from specviz.runs import run as run_module
+    from specviz.runs import cost_tables as run_module
 
     kept = run_module._PASS_COSTS, run_module._DRAFT_COSTS
     run_module._PASS_COSTS, run_module._DRAFT_COSTS = weakref.WeakKeyDictionary(), weakref.WeakKeyDictionary()

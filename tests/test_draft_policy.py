@@ -7,7 +7,8 @@ import pytest
 from conftest import make_gpt2, make_llama, reference, truncated_copy
 from specviz import DraftModelDrafter, PromptLookupDrafter, speculative_decode
 from specviz.core.draft_policy import EVIDENCE_REACH, MIN_GAIN, Acceptance, CostAwarePolicy, expected_tokens
-from specviz.core.pass_costs import DraftCosts, PassCosts, _non_decreasing, calibrate, calibration_widths
+from specviz.core.pass_costs import (DraftCosts, PassCosts, _non_decreasing, calibrate, calibration_widths,
+                                     CONTEXTS, context_tokens, contexts_for)
 from specviz.core.timing import Clock
 
 N = 40
@@ -114,6 +115,51 @@ def test_calibration_times_every_width_asked(pairs_llama):
     assert widths == [0, 1, 2, 3, 4, 8]
     calibrate(target, list(range(5, 25)), widths, costs, Clock(target.device), samples=1)
     assert sorted(costs.seconds) == widths and all(s > 0 for s in costs.seconds.values())
+
+
+def test_a_pass_is_priced_between_the_two_timed_contexts_nearest_its_own():
+    # As measured in float32 here (scripts/context_costs.py): a pass over drafted tokens costs more
+    # plain steps after a long context than after a short one.
+    costs = PassCosts(learn=False)
+    for context, table in ((64, {0: 1.0, 4: 1.2}), (1024, {0: 1.2, 4: 2.4})):
+        for width, seconds in table.items():
+            costs.at(context).seed(width, seconds)
+    assert costs.context == 64 and costs.contexts == [64, 1024] and costs.at(1024) is costs.longer[1024]
+    assert costs.relative(4)[4] == pytest.approx(1.2)                 # its own context's
+    assert costs.relative(4, 10)[4] == pytest.approx(1.2)             # before the shortest: the shortest's
+    assert costs.relative(4, 544)[4] == pytest.approx(1.6)            # halfway: halfway between
+    assert costs.relative(4, 4000)[4] == pytest.approx(2.0)           # past the longest: the longest's
+    assert PassCosts({0: 1.0, 4: 1.5}).relative(4, 4000)[4] == 1.5    # a given table: any context
+    # A learning table refreshes the context nearest the pass it saw.
+    learning = PassCosts(context=64)
+    learning.seed(0, 1.0)
+    learning.at(1024).seed(0, 1.0)
+    learning.observe(0, 2.0, context=900)
+    assert learning.seconds[0] == 1.0 and learning.at(1024).seconds[0] == pytest.approx(1.25)
+
+
+def test_a_request_is_priced_between_the_contexts_around_its_prompt_and_its_last_token():
+    # CONTEXTS = 64, 256, 1024, 4096: the shortest always (every table's own), then those around the
+    # request, those a model's positions hold.
+    assert contexts_for(40, 128, 8192, 8) == [64, 256]
+    assert contexts_for(800, 96, 8192, 8) == [64, 256, 1024]
+    assert contexts_for(20, 20, 8192, 8) == [64]
+    assert contexts_for(3000, 2000, 8192, 8) == [64, 1024, 4096]
+    assert contexts_for(3000, 2000, 2048, 8) == [64, 1024]            # 4096 does not fit the model
+    assert context_tokens([1, 2, 3], 7) == [1, 2, 3, 1, 2, 3, 1] and context_tokens([1, 2, 3], 2) == [1, 2]
+
+
+def test_the_same_drafts_pay_after_a_short_context_and_not_after_a_long_one():
+    costs = PassCosts(learn=False)
+    for context, table in ((64, {0: 1.0, 1: 1.2, 8: 1.4}), (1024, {0: 1.0, 1: 2.2, 8: 3.0})):
+        for width, seconds in table.items():
+            costs.at(context).seed(width, seconds)
+    policy = CostAwarePolicy(costs)
+    for _ in range(6):                                        # half of each position accepted
+        policy.state(0).acceptance.observe(matched=1, length=2)
+    short, long = policy.plan(0, 8, free=True, context=100), policy.plan(0, 8, free=True, context=1024)
+    assert short.length > 0 and short.gain > MIN_GAIN
+    assert long.length == 0 and long.gain < short.gain
 
 
 # ----------------------------------------------------------------------------- decisions
@@ -248,6 +294,7 @@ def test_a_drafters_measured_costs_never_price_another_drafters_drafts():
     # table is shared (same target, device, dtype, threads) and timed once.
     import torch
 
+    from specviz.runs import cost_tables
     from specviz.runs import run as runs
 
     pair, lookup, prompt, lookup_settings, model_settings = lookup_and_model(max_new_tokens=24)
@@ -264,7 +311,7 @@ def test_a_drafters_measured_costs_never_price_another_drafters_drafts():
     again = runs.execute(lookup_settings, prompt, lookup)
     assert again.calibration_seconds == 0
 
-    tables = runs._DRAFT_COSTS[pair.target]
+    tables = cost_tables._DRAFT_COSTS[pair.target]
     threads = torch.get_num_threads()
     assert tables[threads, model.draft_name].per_token > 0
     assert not tables[threads, "prompt lookup"].known            # the draft model's cost stayed its own
@@ -277,20 +324,21 @@ def test_a_configuration_decides_the_same_whatever_ran_before_it():
     # and identical runs in one process drafted 54-63 tokens of 96 on a summarisation prompt).
     import torch
 
+    from specviz.runs import cost_tables
     from specviz.runs import run as runs
 
     pair, lookup, prompt, lookup_settings, model_settings = lookup_and_model(max_new_tokens=32)
 
     fresh = runs.execute(lookup_settings, prompt, lookup, baseline=True)
-    table = runs._PASS_COSTS[pair.target][torch.get_num_threads()]
+    table = cost_tables._PASS_COSTS[pair.target][torch.get_num_threads()]
     calibrated = dict(table.seconds)
     model = runs.execute(model_settings, prompt, pair, baseline=True)
-    drafting = runs._DRAFT_COSTS[pair.target][torch.get_num_threads(), model.draft_name].per_token
+    drafting = cost_tables._DRAFT_COSTS[pair.target][torch.get_num_threads(), model.draft_name].per_token
     runs.execute(model_settings, prompt, pair)
     after = runs.execute(lookup_settings, prompt, lookup, baseline=True)
 
     assert table.seconds == calibrated
-    assert runs._DRAFT_COSTS[pair.target][torch.get_num_threads(), model.draft_name].per_token == drafting
+    assert cost_tables._DRAFT_COSTS[pair.target][torch.get_num_threads(), model.draft_name].per_token == drafting
     assert [len(c.drafted) for c in after.cycles] == [len(c.drafted) for c in fresh.cycles]
     assert after.stats.drafted == fresh.stats.drafted
     # The costs it decided from, in its summary and its JSON (string keys only) and in Explain's words.
@@ -300,4 +348,29 @@ def test_a_configuration_decides_the_same_whatever_ran_before_it():
     decided = json.loads(json.dumps(after.summary()["decided_on"]))
     assert decided == fresh.summary()["decided_on"] and decided["pass_steps"][0] == 1.0
     assert decided["step_seconds"] == calibrated[0] and len(decided["pass_steps"]) == lookup_settings.k + 1
+    assert table.context == CONTEXTS[0] and decided["pass_steps_by_context"][str(CONTEXTS[0])] == decided["pass_steps"]
     assert "decided from a plain step of" in calibration_text(after)
+
+
+def test_a_long_prompts_run_is_priced_after_the_contexts_around_it(monkeypatch):
+    # A prompt of ~300 tokens: its passes are timed after 64 (every table's own), 256 and 1024 tokens,
+    # said before the race and kept in the summary; a later short run times nothing more.
+    import weakref
+
+    from specviz.runs import cost_tables
+    from specviz.runs import run as runs
+    from specviz.views.prose import calibration_text
+
+    monkeypatch.setattr(cost_tables, "_PASS_COSTS", weakref.WeakKeyDictionary())
+    pair, lookup, prompt, lookup_settings, _ = lookup_and_model(max_new_tokens=8)
+    statuses, long = [], None
+    for long in runs.race(lookup_settings, "the cat sat on the mat. " * 12, lookup):
+        statuses.append(long.status)
+    assert 256 < long.prompt_tokens < 1000
+    assert "after 64, 256 and 1024 tokens" in statuses[0] and "after 64, 256 and 1024 tokens" in long.calibrated[0]
+    steps = long.summary()["decided_on"]["pass_steps_by_context"]
+    assert sorted(steps, key=int) == ["64", "256", "1024"]
+    assert all(len(v) == lookup_settings.k + 1 for v in steps.values())
+    assert "steps after 1024 tokens of context" in calibration_text(long)
+    short = runs.execute(lookup_settings, prompt, lookup)
+    assert short.calibration_seconds == 0 and short.summary()["decided_on"]["pass_steps_by_context"] == steps

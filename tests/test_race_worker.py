@@ -15,7 +15,7 @@ import pytest
 from specviz.core.drafters import PromptLookupDrafter
 from specviz.errors import SpecvizError
 from specviz.models.tiny import tiny_pair
-from specviz.runs import race_worker
+from specviz.runs import cost_tables, race_worker
 from specviz.runs import run as runs
 from specviz.settings import RunSettings, validate
 
@@ -35,8 +35,8 @@ def settings(**changes):
 def test_a_forked_race_is_the_race_run_here_and_its_costs_come_back(monkeypatch):
     pair = tiny_pair("tiny")
     assert race_worker.can_fork(pair)
-    monkeypatch.setattr(runs, "_PASS_COSTS", weakref.WeakKeyDictionary())    # nothing measured here yet
-    monkeypatch.setattr(runs, "_DRAFT_COSTS", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(cost_tables, "_PASS_COSTS", weakref.WeakKeyDictionary())    # nothing measured here yet
+    monkeypatch.setattr(cost_tables, "_DRAFT_COSTS", weakref.WeakKeyDictionary())
     seen = [(run, run.status, len(run.cycles) + len(run.steps))
             for run in race_worker.forked_race(settings(), PROMPT, pair, baseline=True)]
     forked = seen[-1][0]
@@ -44,7 +44,7 @@ def test_a_forked_race_is_the_race_run_here_and_its_costs_come_back(monkeypatch)
     assert all(run is forked for run, _, _ in seen)       # one run, grown here event by event
     assert [events for _, _, events in seen[1:-1]] == list(range(1, len(seen) - 1))
     # The child measured the policy's tables; this process keeps them, so a race here calibrates nothing.
-    assert runs._PASS_COSTS[pair.target] and runs._DRAFT_COSTS[pair.target]
+    assert cost_tables._PASS_COSTS[pair.target] and cost_tables._DRAFT_COSTS[pair.target]
     here = runs.execute(settings(), PROMPT, pair, baseline=True)
     assert here.calibration_seconds == 0 and forked.calibration_seconds > 0
     assert [c.emitted for c in forked.cycles] == [c.emitted for c in here.cycles]
@@ -141,7 +141,7 @@ def test_a_race_ends_with_the_process_that_forked_it(tmp_path):
     script.write_text(f"""
 import multiprocessing, os, signal, sys
 from specviz.models.tiny import tiny_pair
-from specviz.runs import race_worker
+from specviz.runs import cost_tables, race_worker
 from specviz.settings import RunSettings, validate
 settings = validate(RunSettings(target="tiny", draft="tiny", k=4, max_new_tokens={LONG_RACE_TOKENS}, chat=False))
 runs = race_worker.forked_race(settings, {PROMPT!r} * 20, tiny_pair("tiny"), baseline=True)

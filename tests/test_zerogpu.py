@@ -280,9 +280,9 @@ def test_the_run_events_other_drafters_and_failures_cross_too(tiny, zerogpu, cha
 @pytest.mark.parametrize("zerogpu", [False, True], indirect=True, ids=["fresh worker", "reused worker"])
 def test_what_a_run_learns_is_kept_for_the_next_call_only_where_the_worker_is_reused(tiny, zerogpu, monkeypatch):
     from specviz.core.lookup_trees import SuffixDrafter
-    from specviz.runs import run as run_module
+    from specviz.runs import cost_tables
 
-    calibrate, begin = run_module.calibrate, SuffixDrafter.begin
+    calibrate, begin = cost_tables.calibrate, SuffixDrafter.begin
 
     def calibrating(*args, **kwargs):
         zerogpu.note("calibrated")
@@ -292,12 +292,12 @@ def test_what_a_run_learns_is_kept_for_the_next_call_only_where_the_worker_is_re
         begin(drafter, prompt_ids)
         zerogpu.note(f"remembers {drafter.requests} requests")
 
-    monkeypatch.setattr(run_module, "calibrate", calibrating)
+    monkeypatch.setattr(cost_tables, "calibrate", calibrating)
     monkeypatch.setattr(SuffixDrafter, "begin", beginning)
     # The app's process has measured nothing yet (earlier tests in this process may have, on the same
     # cached tiny target: a forked worker would inherit their tables).
-    monkeypatch.setattr(run_module, "_PASS_COSTS", weakref.WeakKeyDictionary())
-    monkeypatch.setattr(run_module, "_DRAFT_COSTS", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(cost_tables, "_PASS_COSTS", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(cost_tables, "_DRAFT_COSTS", weakref.WeakKeyDictionary())
     demo = build_demo(loader=tiny.loader, hosted=False)
     run = gpu_events(demo, zerogpu.decorated)["run"]
     for _ in range(2):                              # the same click twice, in one session

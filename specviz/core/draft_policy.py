@@ -156,10 +156,11 @@ class CostAwarePolicy:
         self.probe_after, self.max_probe_after = probe_after, max_probe_after
         self.states: dict[int, _State] = {}
 
-    def relative(self, max_width: int, drafted: Sequence[int] | None = None) -> list[float]:
+    def relative(self, max_width: int, drafted: Sequence[int] | None = None, context: int | None = None) -> list[float]:
         """cost[w] for w = 0..max_width: a pass over w drafted tokens plus drafting them (`drafted[w]`
-        tokens drafted for a pass of width w; a chain: w), over a plain step."""
-        passes = self.costs.relative(max_width)
+        tokens drafted for a pass of width w; a chain: w), over a plain step, after `context` tokens
+        (`PassCosts.relative`; drafting is priced as calibrated)."""
+        passes = self.costs.relative(max_width, context)
         per_token = self.draft_costs.per_token
         if not per_token:
             return passes
@@ -170,8 +171,9 @@ class CostAwarePolicy:
         return self.states.setdefault(request, _State(probe_after=self.probe_after))
 
     def plan(self, request: int, max_length: int, *, free: bool, tree: bool = False,
-             signal: int | None = None, widths: Sequence[int] | None = None) -> Plan:
-        """How deep request `request` drafts this cycle, out of at most `max_length`. A free drafter's
+             signal: int | None = None, widths: Sequence[int] | None = None, context: int | None = None) -> Plan:
+        """How deep request `request` drafts this cycle, out of at most `max_length`, its passes priced
+        after `context` tokens (its prompt and output so far). A free drafter's
         plan is made after it proposed, for that proposal's kind (`signal`) and, for a tree, its width at
         each depth (`widths[n]`: the nodes a pass verifies when the tree is cut to depth n). Any other
         tree (`tree`) is drafted whole or not at all, priced at the width of this request's trees so far."""
@@ -190,10 +192,10 @@ class CostAwarePolicy:
             return Plan(max_length, expected[-1], expected=expected[-1])
         if widths is None and tree:
             width = max(1, round(state.tree_nodes)) if state.tree_nodes else max_length
-            best, gain = max_length, expected[-1] / self.relative(width)[width]
+            best, gain = max_length, expected[-1] / self.relative(width, context=context)[width]
         else:
             widths = list(widths) if widths is not None else list(range(max_length + 1))
-            cost = self.relative(widths[max_length])
+            cost = self.relative(widths[max_length], context=context)
             best = max(range(1, max_length + 1), key=lambda n: (expected[n] / cost[widths[n]], -n))
             gain = expected[best] / cost[widths[best]]
         if gain >= MIN_GAIN:
@@ -227,7 +229,7 @@ class CostAwarePolicy:
         if not free:
             for request in live:
                 plans[request.index] = plan = self.plan(request.index, request.budget, free=False,
-                                                        tree=drafter.drafts_trees)
+                                                        tree=drafter.drafts_trees, context=len(request.tokens))
                 request.budget = plan.length
         drafts = drafter.propose_batch(live)
         if free:
@@ -243,14 +245,15 @@ class CostAwarePolicy:
             return draft
         self.propose_freely(request.index, draft.tokens.tolist(), request.generated, draft.signal, draft.parents)
         if draft.parents is None:
-            plans[request.index] = plan = self.plan(request.index, n, free=True, signal=draft.signal)
+            plans[request.index] = plan = self.plan(request.index, n, free=True, signal=draft.signal,
+                                                    context=len(request.tokens))
             return draft if n <= plan.length else Draft(draft.tokens[:plan.length],
                                                         None if draft.probs is None else draft.probs[:plan.length])
         depths = tree_shape.depths(list(draft.parents))
         deepest = min(max(depths), request.budget)
         widths = [sum(d <= n for d in depths) for n in range(deepest + 1)]
         plans[request.index] = plan = self.plan(request.index, deepest, free=True, tree=True, signal=draft.signal,
-                                                widths=widths)
+                                                widths=widths, context=len(request.tokens))
         if plan.length == 0:
             return no_draft()
         request.budget = plan.length
@@ -265,7 +268,7 @@ class CostAwarePolicy:
                          request.tokens[len(request.tokens) - request.generated:], nodes=len(cycle.drafted))
         if len(live) == 1 and index > 0:
             cycle = cycles[0]
-            self.costs.observe(len(cycle.drafted), cycle.verify_seconds)
+            self.costs.observe(len(cycle.drafted), cycle.verify_seconds, len(live[0].tokens))
             if not free:
                 self.draft_costs.observe(len(cycle.drafted), cycle.draft_seconds)
 

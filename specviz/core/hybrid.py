@@ -238,7 +238,8 @@ class HybridPolicy(CostAwarePolicy):
                 if request.index in planned:
                     offers.append(_Offer(component, planned[request.index], draft, request.budget))
             else:
-                plan = part.plan(request.index, most, free=False, tree=component.drafts_trees)
+                plan = part.plan(request.index, most, free=False, tree=component.drafts_trees,
+                                 context=len(request.tokens))
                 if plan.probe:
                     # Scored, not verified: where it alone would probe (a wider pass that mostly does not
                     # pay, ~0.7 of a plain step in fp32 here), it drafts a short chain that is scored
@@ -299,18 +300,18 @@ class HybridPolicy(CostAwarePolicy):
         leader = record.leader(names)
         kept = [o for o in paying if o.draft is None or o.component.name == leader]
         if drafter.both and leader == drafter.prefer:
-            tree = self.tree_of_both(drafter, free, offered, record)
+            tree = self.tree_of_both(drafter, free, offered, record, len(request.tokens))
             preferred = free[names.index(leader)]
             if tree is not None and tree.plan.gain > preferred.plan.gain:
                 kept = [tree if o is preferred else o for o in kept]
         return kept, versus
 
     def tree_of_both(self, drafter: HybridDrafter, free: list[_Offer], offered: list[Offered],
-                     record: CopyRecord) -> _Offer | None:
+                     record: CopyRecord, context: int) -> _Offer | None:
         """One tree of the free drafters' offers (`copy_record.union`), as the preferred one's offer: its
         draft, then the nodes the others add, each marked with its drafter; None where they add none. It
         is expected to give the preferred draft's tokens and what the others' nodes have added on this
-        request (`CopyRecord.added`), priced at the tree's width."""
+        request (`CopyRecord.added`), priced at the tree's width after `context` tokens."""
         order = sorted(range(len(free)), key=lambda i: free[i].component.name != drafter.prefer)
         free, offered = [free[i] for i in order], [offered[i] for i in order]
         tree = union(offered)
@@ -323,7 +324,7 @@ class HybridPolicy(CostAwarePolicy):
         draft = Draft(torch.tensor(tree.tokens, dtype=torch.long), None, tree.parents, from_earlier=earlier,
                       signal=drafts[0].signal, drafted_by=[names[i] for i, _ in tree.sources])
         expected, depth = free[0].plan.expected + record.added(), tree.depth()
-        gain = expected / self.costs.relative(len(tree.tokens))[len(tree.tokens)]
+        gain = expected / self.costs.relative(len(tree.tokens), context)[len(tree.tokens)]
         seen = dict(drafter=drafter.prefer, length=depth, expected_tokens=expected, gain=gain,
                     added=record.tokens_added(), **{"with": "+".join(names[1:])})
         return _Offer(free[0].component, Plan(depth, gain, expected=expected), draft, depth, seen)
@@ -348,7 +349,7 @@ class HybridPolicy(CostAwarePolicy):
         tokens, parents = [tokens[i] for i in kept], trees.reindex(parents, kept)
         first = copying.reach(request.index, depth, free=True, signal=copy.draft.signal)
         per_token = self.component_costs[name].per_token or 0.0
-        cost = self.costs.relative(len(tokens) + MERGE_LENGTH)
+        cost = self.costs.relative(len(tokens) + MERGE_LENGTH, len(request.tokens))
         best = None
         for length in range(1, min(MERGE_LENGTH, most) + 1):
             expected, gain = merged_gain(first, part.reach(request.index, length, free=False), len(tokens) + length,
@@ -392,7 +393,8 @@ class HybridPolicy(CostAwarePolicy):
         (request,), (cycle,) = live, cycles
         output = request.tokens[len(request.tokens) - request.generated:]
         if request.index in self.records and self.costs.known:
-            self.records[request.index].observe(output, self.costs.relative)
+            context = len(request.tokens)
+            self.records[request.index].observe(output, lambda width: self.costs.relative(width, context))
         for name, part in self.parts.items():
             if name == cycle.drafter:
                 part.observe(request.index, tree_shape.draft_reach(cycle), len(cycle.accepted_nodes), output,
@@ -400,7 +402,7 @@ class HybridPolicy(CostAwarePolicy):
             else:
                 part.observe(request.index, 0, 0, output)
         if index > 0:
-            self.costs.observe(len(cycle.drafted), cycle.verify_seconds)
+            self.costs.observe(len(cycle.drafted), cycle.verify_seconds, len(request.tokens))
             if cycle.drafter is not None and cycle.drafter not in self.free:
                 self.parts[cycle.drafter].draft_costs.observe(len(cycle.drafted), cycle.draft_seconds)
 

@@ -1,7 +1,9 @@
 """What a target pass and drafting cost on this device, for the cost-aware policy (core.draft_policy): a
 target pass's seconds by width (`PassCosts`, one table per target, device, dtype and thread count) and a
 drafter's seconds per drafted token (`DraftCosts`, one per drafter), calibrated once (`calibrate`:
-medians, the collector paused); `learn=False` keeps a table as calibrated (the runs' tables: `runs.run`)."""
+medians, the collector paused); `learn=False` keeps a table as calibrated (the runs' tables: `runs.run`).
+A pass's cost over a plain step depends on the context it follows, so a table is timed after each of
+a few fixed context lengths (`CONTEXTS`) and prices a pass between the two nearest its own."""
 
 from __future__ import annotations
 
@@ -14,6 +16,13 @@ from .timing import interleaved_seconds
 
 COST_SMOOTHING = 0.25       # each new pass's weight in its width's running cost
 CALIBRATION_SAMPLES = 5     # timed rounds over the widths (medians), after one untimed
+# The context lengths (tokens before a pass) a target's passes are timed after. Drafted tokens attend to
+# every earlier one, so a pass's cost over a plain step moves with the context: in float32 on a CPU a
+# pass over 1-3 drafted tokens costs 1.19 plain steps after 64 tokens, 1.45 after 800 and 1.8 after
+# 1600 (SmolLM2-135M, AMD EPYC, `scripts/context_costs.py`), and in bfloat16 it falls below one step.
+# A table timed after a short prompt alone misprices every pass after a long one. Fixed lengths, not a
+# request's own: what a table holds never depends on which request came first.
+CONTEXTS = (64, 256, 1024, 4096)
 
 
 # ----------------------------------------------------------------------------- what a pass costs
@@ -23,9 +32,14 @@ class PassCosts:
     one model on one device, dtype and thread count. Seeded by `calibrate` (or the constructor),
     refreshed by `observe`. Widths never timed are interpolated between timed ones; the table is made
     non-decreasing (a wider pass never costs less: a cheaper wide pass is noise), weighted by how often
-    each width was timed. Drafting is priced apart, per drafter (`DraftCosts`)."""
+    each width was timed. Drafting is priced apart, per drafter (`DraftCosts`). A table timed after
+    several contexts (`at`) prices a pass after `context` tokens linearly between the two timed contexts
+    nearest it (`relative(max_width, context)`), as the nearest beyond them; its own widths are those
+    timed after `context` (None: a given table, any context)."""
 
-    def __init__(self, seconds: dict[int, float] | None = None, *, learn: bool = True):
+    def __init__(self, seconds: dict[int, float] | None = None, *, learn: bool = True, context: int | None = None):
+        self.context = context                  # tokens before the passes its own widths timed
+        self.longer: dict[int, PassCosts] = {}  # context -> the table timed after it (other contexts than own)
         self.seconds: dict[int, float] = {}     # width -> running mean seconds
         self.counts: dict[int, float] = {}      # width -> observations behind it (capped)
         self._relative: dict[int, list[float]] = {}     # `relative` by max width, until the next observation
@@ -48,17 +62,54 @@ class PassCosts:
         self.seconds[width] = seconds
         self.counts[width] = min(weight, 1.0 / COST_SMOOTHING)
 
-    def observe(self, width: int, seconds: float) -> None:
+    def at(self, context: int) -> PassCosts:
+        """The table timed after `context` tokens (this one, if it has none timed yet or was timed there)."""
+        if self.context is None and not self.seconds:
+            self.context = context
+        if context == self.context:
+            return self
+        if context not in self.longer:
+            self.longer[context] = PassCosts(learn=self.learn, context=context)
+        return self.longer[context]
+
+    @property
+    def contexts(self) -> list[int]:
+        """The contexts timed, shortest first (none for a given table)."""
+        own = [self.context] if self.context is not None and self.known else []
+        return sorted(own + [c for c, table in self.longer.items() if table.known])
+
+    def observe(self, width: int, seconds: float, context: int | None = None) -> None:
+        """A pass of `width` took `seconds` (after `context` tokens: it refreshes the nearest context's table)."""
         if seconds <= 0 or not self.learn:
             return
+        if context is not None and self.longer:
+            nearest = min(self.contexts, key=lambda c: abs(c - context))
+            if nearest != self.context:
+                self.longer[nearest].observe(width, seconds)
+                return
         old = self.seconds.get(width)
         self._relative.clear()
         self.seconds[width] = seconds if old is None else old + COST_SMOOTHING * (seconds - old)
         self.counts[width] = min(self.counts.get(width, 0.0) + 1.0, 1.0 / COST_SMOOTHING)
 
-    def relative(self, max_width: int) -> list[float]:
-        """cost[n] for n = 0..max_width: a pass over n drafted tokens / a plain step (computed once per
-        table: every cycle plans with it, and a table changes only when observed)."""
+    def relative(self, max_width: int, context: int | None = None) -> list[float]:
+        """cost[n] for n = 0..max_width: a pass over n drafted tokens / a plain step, both after `context`
+        tokens (linear between the two timed contexts nearest it; None: this table's own context)."""
+        own = self._own_relative(max_width)
+        if context is None or not self.longer:
+            return own
+        points = [(c, self.at(c)._own_relative(max_width)) for c in self.contexts]
+        if len(points) < 2 or context <= points[0][0]:
+            return points[0][1] if points else own
+        for (c0, low), (c1, high) in zip(points, points[1:]):
+            if context <= c1:
+                t = (context - c0) / (c1 - c0)
+                return [a + t * (b - a) for a, b in zip(low, high)]
+        return points[-1][1]
+
+    def _own_relative(self, max_width: int) -> list[float]:
+        """This table's own cost[n] (computed once per table: every cycle plans with it, and a table
+        changes only when observed)."""
         cached = self._relative.get(max_width)        # one lookup: another run's observe may clear it
         if cached is not None:
             return cached
@@ -115,6 +166,21 @@ def _non_decreasing(points: Sequence[tuple[float, float]]) -> list[float]:
 
 
 # ----------------------------------------------------------------------------- calibration
+
+def contexts_for(prompt_length: int, max_new_tokens: int, max_positions: int, widest: int) -> list[int]:
+    """The `CONTEXTS` a request's passes are priced between: the shortest (every table's own), and from
+    the one at or below its prompt to the one at or above its last token, those that fit the model."""
+    fits = [c for c in CONTEXTS if c + widest + 1 <= max_positions] or [max(1, max_positions - widest - 1)]
+    low, high = prompt_length, prompt_length + max_new_tokens
+    start = max((c for c in fits if c <= low), default=fits[0])
+    end = min((c for c in fits if c >= high), default=fits[-1])
+    return [c for c in fits if c == fits[0] or start <= c <= end]
+
+
+def context_tokens(prompt: Sequence[int], context: int) -> list[int]:
+    """`context` tokens to time passes after: the prompt, cycled or cut (a pass's cost does not read them)."""
+    return [prompt[i % len(prompt)] for i in range(context)]
+
 
 def calibration_widths(max_length: int) -> list[int]:
     """The widths `calibrate` times: 0 to 4, then doubling, and max_length itself."""

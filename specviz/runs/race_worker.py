@@ -10,7 +10,7 @@ How: the child is forked after the models are loaded, so their weights are share
 (copy-on-write: nothing writes to them), and it runs only the race. It sends the run once without
 events, then each event as it comes (a cycle or a plain step with its text) and whichever of the run's
 other fields changed, never the whole run again; at the end, the cost tables it measured (the policy's,
-`run.costs_for`), which this process keeps as if it had measured them, so the next race skips the
+`cost_tables.costs_for`), which this process keeps as if it had measured them, so the next race skips the
 calibration. A consumer that stops reading (a Stop, a viewer leaving) ends the child. An error in the
 child is raised here; a child that dies (killed for memory) is a `SpecvizError` saying so.
 
@@ -47,7 +47,8 @@ from ..errors import SpecvizError
 from ..models import ModelPair
 from ..settings import RunSettings, switched_on
 from .result import Run
-from .run import adopt_costs, costs_for, race
+from .cost_tables import adopt_costs, costs_for
+from .run import race
 
 EVENT_FIELDS = ("cycles", "texts", "steps", "step_texts")
 ENV = "SPECVIZ_RACE_PROCESSES"

@@ -20,10 +20,8 @@ from __future__ import annotations
 import collections
 import functools
 import secrets
-import statistics
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import TypeVar
@@ -34,7 +32,7 @@ from ..core.cross_tokenizer import CrossTokenizerDrafter
 from ..core.plain import autoregressive_decode, following
 from ..core.decoding import speculative_decode
 from ..core.draft_policy import CostAwarePolicy
-from ..core.pass_costs import DraftCosts, PassCosts, calibrate, calibration_widths
+from ..core.pass_costs import PassCosts
 from ..core.timing import Clock
 from ..core.draft_trees import DraftTreeDrafter
 from ..core.drafters import DraftModelDrafter, Drafter
@@ -47,6 +45,7 @@ from ..models.host import HostLoad, read_cpu_times
 from ..models.sources import TINY_TARGET, Progress
 from ..models.tiny import tiny_pair
 from ..settings import RunSettings
+from .cost_tables import drafting_costs, drafting_untimed, pass_costs, untimed_widths
 from .result import CycleText, Run
 
 Loader = Callable[[RunSettings, Progress | None], ModelPair]
@@ -139,83 +138,6 @@ def _warm_up(settings: RunSettings, pair: ModelPair, drafter: Drafter, input_ids
             pass
     for _ in autoregressive_decode(pair.target, input_ids, **dict(warm, max_new_tokens=2)):
         pass
-
-
-# What a target pass costs on this machine, per model (its device and dtype) and torch thread count,
-# and what each drafter spends drafting for it: measured before the first cost-aware run that needs
-# them (`pass_costs`, `drafting_costs`: medians) and then fixed for the process (`learn=False`): no
-# run's own cycles move them, so a configuration decides the same whatever ran before it. A drafter's
-# drafting cost is its own: one drafter's measurement never prices another's drafts.
-_PASS_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_DRAFT_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-CALIBRATION_DRAFT = 2       # tokens a drafter drafts per cycle while its drafting is timed
-
-
-def _pass_table(pair: ModelPair) -> PassCosts:
-    return _PASS_COSTS.setdefault(pair.target, {}).setdefault(torch.get_num_threads(), PassCosts(learn=False))
-
-
-def _draft_table(pair: ModelPair, draft_name: str) -> DraftCosts:
-    tables = _DRAFT_COSTS.setdefault(pair.target, {})
-    return tables.setdefault((torch.get_num_threads(), draft_name), DraftCosts(learn=False))
-
-
-def costs_for(pair: ModelPair) -> tuple[dict, dict]:
-    """The cost tables measured for the pair's target in this process (its passes by thread count, each
-    drafter's drafting by thread count and name): what a race in a child process sends back."""
-    return dict(_PASS_COSTS.get(pair.target, {})), dict(_DRAFT_COSTS.get(pair.target, {}))
-
-
-def adopt_costs(pair: ModelPair, tables: tuple[dict, dict]) -> None:
-    """Keep tables measured elsewhere (a race's child process) for the pair's target, where this
-    process has none of its own: a table, once measured, is fixed for the process."""
-    passes, drafting = tables
-    for kept, measured in ((_PASS_COSTS, passes), (_DRAFT_COSTS, drafting)):
-        own = kept.setdefault(pair.target, {})
-        for key, table in measured.items():
-            mine = own.setdefault(key, table)
-            if isinstance(mine, PassCosts) and mine is not table:    # widths timed there only
-                for width in set(table.seconds) - set(mine.seconds):
-                    mine.seed(width, table.seconds[width], table.counts.get(width, 1.0))
-
-
-def untimed_widths(pair: ModelPair, max_length: int) -> list[int]:
-    """The pass widths up to `max_length` that `pass_costs` would time now."""
-    costs = _pass_table(pair)
-    return [w for w in calibration_widths(max_length) if w not in costs.seconds]
-
-
-def drafting_untimed(pair: ModelPair, drafter: Drafter, draft_name: str) -> bool:
-    """Whether `drafting_costs` would time this drafter's drafting now."""
-    return not drafter.free_to_propose and not _draft_table(pair, draft_name).known
-
-
-def pass_costs(pair: ModelPair, input_ids: torch.Tensor, max_length: int) -> tuple[PassCosts, list[int]]:
-    """The pass costs kept for the pair's target, with every width up to `max_length` timed (the
-    widths not yet timed are timed now, after the prompt), and the widths timed now."""
-    costs, missing = _pass_table(pair), untimed_widths(pair, max_length)
-    if missing:
-        calibrate(pair.target, input_ids[0].tolist(), missing, costs, Clock(pair.device))
-    return costs, missing
-
-
-def drafting_costs(settings: RunSettings, pair: ModelPair, drafter: Drafter, draft_name: str,
-                   input_ids: torch.Tensor, options: dict) -> tuple[DraftCosts, bool]:
-    """This drafter's drafting seconds per token for the pair's target (nothing for a drafter that
-    proposes for free), measured now if never measured: a short greedy run drafting `CALIBRATION_DRAFT`
-    tokens a cycle, the median over its cycles after the first (whose drafting also read the prompt).
-    Returns the costs and whether they were measured now."""
-    costs = _draft_table(pair, draft_name)
-    if not drafting_untimed(pair, drafter, draft_name):
-        return costs, False
-    k = min(settings.k, CALIBRATION_DRAFT)      # drafting's cost per token hardly depends on k: short drafts
-    short = dict(options, max_new_tokens=min(settings.max_new_tokens, 3 * (k + 1) + 1), temperature=0.0)
-    per_token = [cycle.draft_seconds / len(cycle.drafted)
-                 for cycle in speculative_decode(pair.target, drafter.without_memory(), input_ids, k=k, **short)
-                 if cycle.index > 0 and cycle.drafted]
-    if per_token:
-        costs.per_token = statistics.median(per_token)
-    return costs, True
 
 
 def new_policy(drafter: Drafter) -> CostAwarePolicy:
@@ -327,7 +249,8 @@ def _calibrated(run: Run, settings: RunSettings, pair: ModelPair, drafter: Draft
     in this process (yielding `run` once first, its status saying what is timed); the seconds it took
     (wall clock) go to `run.calibration_seconds`: before either method's clock, so in neither's
     figures, but in the time to the first token."""
-    needs_passes = bool(untimed_widths(pair, widest))
+    contexts = untimed_widths(pair, widest, input_ids.shape[1], settings.max_new_tokens)
+    needs_passes = bool(contexts)
     # Each drafter's own drafting cost (a hybrid's components each, under their own names).
     named = {run.draft_name: drafter} if not isinstance(drafter, HybridDrafter) else \
         {str(each.name): each for each in drafter.components}
@@ -335,7 +258,7 @@ def _calibrated(run: Run, settings: RunSettings, pair: ModelPair, drafter: Draft
     needs_drafting = bool(unmeasured)
     if needs_passes or needs_drafting:
         what = " and ".join(part for part, needed in (
-            (f"target passes verifying 0 to {widest} drafted tokens", needs_passes),
+            (f"target passes verifying 0 to {widest} drafted tokens after {_joined(contexts)} tokens", needs_passes),
             (f"{', '.join(unmeasured)}'s drafting", needs_drafting)) if needed)
         run.status = (f"Calibrating: timing {what} on this machine (once per process; excluded from both "
                       f"methods' figures)\u2026")
@@ -343,7 +266,7 @@ def _calibrated(run: Run, settings: RunSettings, pair: ModelPair, drafter: Draft
             progress(0.0, run.status)
         yield run
     started = time.perf_counter()
-    policy.costs, widths = pass_costs(pair, input_ids, widest)
+    policy.costs, timed = pass_costs(pair, input_ids, widest, settings.max_new_tokens)
     measured = []
     for name, each in named.items():
         costs, drafting = drafting_costs(settings, pair, each, name, input_ids, options)
@@ -357,16 +280,28 @@ def _calibrated(run: Run, settings: RunSettings, pair: ModelPair, drafter: Draft
     run.decided_on = {
         "step_seconds": table.step,
         "pass_steps": [round(steps, 4) for steps in table.relative(widest)],     # by width 0..widest
+        # The same after each context timed (tokens before the pass): a pass is priced between the two
+        # nearest its own.
+        "pass_steps_by_context": {str(context): [round(steps, 4) for steps in table.at(context).relative(widest)]
+                                  for context in table.contexts},
         "drafting_steps_per_token": {name: round(costs.per_token / table.step, 4)
                                      for name, costs in drafters.items() if costs is not None and costs.known}}
     oriented = getattr(pair.target, "_specviz_oriented", None)      # models.cpu_linear, measured at load
     if oriented:
         run.decided_on["transposed_rows"] = {f"{out}x{into}": rows for (out, into), rows in oriented.items()}
-    if widths or measured:
+    if timed or measured:
         run.calibration_seconds = time.perf_counter() - started
-        run.calibrated = ([f"target passes of {', '.join(map(str, widths))} drafted tokens"] if widths else []) + \
+        widths = sorted({w for each in timed.values() for w in each})
+        run.calibrated = ([f"target passes of {', '.join(map(str, widths))} drafted tokens after {_joined(timed)} "
+                           f"tokens"] if timed else []) + \
                          [f"{name}'s drafting" for name in measured]
     run.status = ""
+
+
+def _joined(numbers) -> str:
+    """1, 2 and 3."""
+    words = [str(n) for n in sorted(numbers)]
+    return "".join(words) if len(words) <= 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def cycle_text(cycle: Cycle, detok: Detokenizer) -> CycleText:

@@ -149,6 +149,12 @@ def decided_on_text(run: Run) -> str:
     shown = [w for w in (1, 4, widest) if 0 < w <= widest]
     text = (f"; it decided from a plain step of {table['step_seconds'] * 1000:.1f} ms ({run.clock}), a pass verifying "
             + ", ".join(f"{w} drafted token{'s' if w > 1 else ''} {passes[w]:.2f} steps" for w in dict.fromkeys(shown)))
+    by_context = {int(c): steps for c, steps in (table.get("pass_steps_by_context") or {}).items()}
+    if len(by_context) > 1:
+        w = min(4, widest)
+        text += (f"; a pass verifying {w} drafted token{'s' if w > 1 else ''} "
+                 + ", ".join(f"{steps[w]:.2f} steps after {c} tokens" for c, steps in sorted(by_context.items()))
+                 + " of context (priced between the two nearest each pass's)")
     if drafting := table.get("drafting_steps_per_token") or {}:
         text += "; drafting per token " + ", ".join(f"{name} {v:.2f} steps" for name, v in drafting.items())
     if rows := sorted({r for counts in (table.get("transposed_rows") or {}).values() for r in counts}):
