@@ -138,14 +138,15 @@ def test_a_pass_is_priced_between_the_two_timed_contexts_nearest_its_own():
     assert learning.seconds[0] == 1.0 and learning.at(1024).seconds[0] == pytest.approx(1.25)
 
 
-def test_a_request_is_priced_between_the_contexts_around_its_prompt_and_its_last_token():
-    # CONTEXTS = 64, 256, 1024, 4096: the shortest always (every table's own), then those around the
-    # request, those a model's positions hold.
-    assert contexts_for(40, 128, 8192, 8) == [64, 256]
-    assert contexts_for(800, 96, 8192, 8) == [64, 256, 1024]
-    assert contexts_for(20, 20, 8192, 8) == [64]
-    assert contexts_for(3000, 2000, 8192, 8) == [64, 1024, 4096]
-    assert contexts_for(3000, 2000, 2048, 8) == [64, 1024]            # 4096 does not fit the model
+def test_a_request_is_priced_between_the_contexts_around_its_prompt():
+    # CONTEXTS = 128, 256, ... 4096: the shortest always (every table's own), then the two around the
+    # prompt, of those a model's positions hold.
+    assert contexts_for(40, 8192, 8) == [128]
+    assert contexts_for(128, 8192, 8) == [128]
+    assert contexts_for(200, 8192, 8) == [128, 256]
+    assert contexts_for(790, 8192, 8) == [128, 512, 1024]
+    assert contexts_for(3000, 8192, 32) == [128, 2048, 4096]
+    assert contexts_for(3000, 2048, 8) == [128, 1024]                 # 2048 and up do not fit the model
     assert context_tokens([1, 2, 3], 7) == [1, 2, 3, 1, 2, 3, 1] and context_tokens([1, 2, 3], 2) == [1, 2]
 
 
@@ -353,7 +354,7 @@ def test_a_configuration_decides_the_same_whatever_ran_before_it():
 
 
 def test_a_long_prompts_run_is_priced_after_the_contexts_around_it(monkeypatch):
-    # A prompt of ~300 tokens: its passes are timed after 64 (every table's own), 256 and 1024 tokens,
+    # A prompt of ~300 tokens: its passes are timed after 128 (every table's own), 256 and 512 tokens,
     # said before the race and kept in the summary; a later short run times nothing more.
     import weakref
 
@@ -366,11 +367,11 @@ def test_a_long_prompts_run_is_priced_after_the_contexts_around_it(monkeypatch):
     statuses, long = [], None
     for long in runs.race(lookup_settings, "the cat sat on the mat. " * 12, lookup):
         statuses.append(long.status)
-    assert 256 < long.prompt_tokens < 1000
-    assert "after 64, 256 and 1024 tokens" in statuses[0] and "after 64, 256 and 1024 tokens" in long.calibrated[0]
+    assert 256 < long.prompt_tokens < 512
+    assert "after 128, 256 and 512 tokens" in statuses[0] and "after 128, 256 and 512 tokens" in long.calibrated[0]
     steps = long.summary()["decided_on"]["pass_steps_by_context"]
-    assert sorted(steps, key=int) == ["64", "256", "1024"]
+    assert sorted(steps, key=int) == ["128", "256", "512"]
     assert all(len(v) == lookup_settings.k + 1 for v in steps.values())
-    assert "steps after 1024 tokens of context" in calibration_text(long)
+    assert "steps after 512 tokens of context" in calibration_text(long)
     short = runs.execute(lookup_settings, prompt, lookup)
     assert short.calibration_seconds == 0 and short.summary()["decided_on"]["pass_steps_by_context"] == steps

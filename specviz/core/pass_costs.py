@@ -22,7 +22,7 @@ CALIBRATION_SAMPLES = 5     # timed rounds over the widths (medians), after one 
 # 1600 (SmolLM2-135M, AMD EPYC, `scripts/context_costs.py`), and in bfloat16 it falls below one step.
 # A table timed after a short prompt alone misprices every pass after a long one. Fixed lengths, not a
 # request's own: what a table holds never depends on which request came first.
-CONTEXTS = (64, 256, 1024, 4096)
+CONTEXTS = (128, 256, 512, 1024, 2048, 4096)
 
 
 # ----------------------------------------------------------------------------- what a pass costs
@@ -167,14 +167,15 @@ def _non_decreasing(points: Sequence[tuple[float, float]]) -> list[float]:
 
 # ----------------------------------------------------------------------------- calibration
 
-def contexts_for(prompt_length: int, max_new_tokens: int, max_positions: int, widest: int) -> list[int]:
-    """The `CONTEXTS` a request's passes are priced between: the shortest (every table's own), and from
-    the one at or below its prompt to the one at or above its last token, those that fit the model."""
+def contexts_for(prompt_length: int, max_positions: int, widest: int) -> list[int]:
+    """The `CONTEXTS` a request's passes are priced between: the shortest (every table's own) and the two
+    around its prompt, of those the model's positions hold. Its output's later passes are priced as the
+    nearest of them (a context of its own would cost a user another calibration's seconds before the
+    first token, for a difference of a few hundredths of a step over one doubling of the context)."""
     fits = [c for c in CONTEXTS if c + widest + 1 <= max_positions] or [max(1, max_positions - widest - 1)]
-    low, high = prompt_length, prompt_length + max_new_tokens
-    start = max((c for c in fits if c <= low), default=fits[0])
-    end = min((c for c in fits if c >= high), default=fits[-1])
-    return [c for c in fits if c == fits[0] or start <= c <= end]
+    below = max((c for c in fits if c <= prompt_length), default=fits[0])
+    above = min((c for c in fits if c >= prompt_length), default=fits[-1])
+    return sorted({fits[0], below, above})
 
 
 def context_tokens(prompt: Sequence[int], context: int) -> list[int]:

@@ -59,14 +59,13 @@ def adopt_costs(pair: ModelPair, tables: tuple[dict, dict]) -> None:
                         kept_here.seed(width, theirs.seconds[width], theirs.counts.get(width, 1.0))
 
 
-def untimed_widths(pair: ModelPair, max_length: int, prompt_length: int, max_new_tokens: int) -> dict[int, list[int]]:
+def untimed_widths(pair: ModelPair, max_length: int, prompt_length: int) -> dict[int, list[int]]:
     """The pass widths up to `max_length` that `pass_costs` would time now, by the context they follow
-    (`pass_costs.contexts_for`: those a request of `prompt_length` tokens writing up to `max_new_tokens` is
-    priced between)."""
+    (`pass_costs.contexts_for`: those a request of `prompt_length` tokens is priced between)."""
     costs = _pass_table(pair)
     limit = getattr(pair.target.config, "max_position_embeddings", None) or 1 << 20
     missing = {}
-    for context in contexts_for(prompt_length, max_new_tokens, limit, max_length):
+    for context in contexts_for(prompt_length, limit, max_length):
         timed = costs.at(context).seconds if context in ([costs.context] + list(costs.longer)) else {}
         widths = [w for w in calibration_widths(max_length) if w not in timed]
         if widths:
@@ -79,13 +78,12 @@ def drafting_untimed(pair: ModelPair, drafter: Drafter, draft_name: str) -> bool
     return not drafter.free_to_propose and not _draft_table(pair, draft_name).known
 
 
-def pass_costs(pair: ModelPair, input_ids: torch.Tensor, max_length: int,
-               max_new_tokens: int) -> tuple[PassCosts, dict[int, list[int]]]:
+def pass_costs(pair: ModelPair, input_ids: torch.Tensor, max_length: int) -> tuple[PassCosts, dict[int, list[int]]]:
     """The pass costs kept for the pair's target, with every width up to `max_length` timed after each
     context this request is priced between (those not yet timed are timed now, after the prompt cycled
     to that length), and the widths timed now by context."""
     prompt = input_ids[0].tolist()
-    costs, missing = _pass_table(pair), untimed_widths(pair, max_length, len(prompt), max_new_tokens)
+    costs, missing = _pass_table(pair), untimed_widths(pair, max_length, len(prompt))
     for context, widths in missing.items():
         calibrate(pair.target, context_tokens(prompt, context), widths, costs.at(context), Clock(pair.device))
     return costs, missing

@@ -249,7 +249,7 @@ def _calibrated(run: Run, settings: RunSettings, pair: ModelPair, drafter: Draft
     in this process (yielding `run` once first, its status saying what is timed); the seconds it took
     (wall clock) go to `run.calibration_seconds`: before either method's clock, so in neither's
     figures, but in the time to the first token."""
-    contexts = untimed_widths(pair, widest, input_ids.shape[1], settings.max_new_tokens)
+    contexts = untimed_widths(pair, widest, input_ids.shape[1])
     needs_passes = bool(contexts)
     # Each drafter's own drafting cost (a hybrid's components each, under their own names).
     named = {run.draft_name: drafter} if not isinstance(drafter, HybridDrafter) else \
@@ -266,7 +266,7 @@ def _calibrated(run: Run, settings: RunSettings, pair: ModelPair, drafter: Draft
             progress(0.0, run.status)
         yield run
     started = time.perf_counter()
-    policy.costs, timed = pass_costs(pair, input_ids, widest, settings.max_new_tokens)
+    policy.costs, timed = pass_costs(pair, input_ids, widest)
     measured = []
     for name, each in named.items():
         costs, drafting = drafting_costs(settings, pair, each, name, input_ids, options)
