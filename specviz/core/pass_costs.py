@@ -72,6 +72,10 @@ class PassCosts:
             self.longer[context] = PassCosts(learn=self.learn, context=context)
         return self.longer[context]
 
+    def timed_after(self, context: int) -> PassCosts | None:
+        """The table timed after `context` tokens, if one was made (this one or a longer context's)."""
+        return self if context == self.context else self.longer.get(context)
+
     @property
     def contexts(self) -> list[int]:
         """The contexts timed, shortest first (none for a given table)."""
@@ -98,7 +102,7 @@ class PassCosts:
         own = self._own_relative(max_width)
         if context is None or not self.longer:
             return own
-        points = [(c, self.at(c)._own_relative(max_width)) for c in self.contexts]
+        points = [(c, self.timed_after(c)._own_relative(max_width)) for c in self.contexts]
         if len(points) < 2 or context <= points[0][0]:
             return points[0][1] if points else own
         for (c0, low), (c1, high) in zip(points, points[1:]):

@@ -13,6 +13,7 @@ import torch
 
 from ..core.drafters import DraftModelDrafter, PromptLookupDrafter
 from ..core.events import BatchCycle, BatchStep
+from ..core.pass_costs import context_tokens
 from ..core.ragged_cache import RaggedCache
 from ..core.sampling import Sampler
 from ..core.timing import Clock, median_seconds
@@ -75,7 +76,7 @@ def calibrate(pair: ModelPair, ids: Sequence[Sequence[int]], ks: Sequence[int], 
     `samples` times; the median of those, read by the clock the sweep's events are read by."""
     clock = Clock(pair.device)
     # Each row's context continues its own prompt, cycled: the tokens do not change a forward's cost.
-    context = [[row[i % len(row)] for i in range(len(row) + max_new_tokens // 2)] for row in ids]
+    context = [context_tokens(row, len(row) + max_new_tokens // 2) for row in ids]
     drafted = [k for k in ks if k > 0]
     calibration = Calibration()
     with torch.inference_mode():

@@ -66,8 +66,8 @@ def untimed_widths(pair: ModelPair, max_length: int, prompt_length: int) -> dict
     limit = getattr(pair.target.config, "max_position_embeddings", None) or 1 << 20
     missing = {}
     for context in contexts_for(prompt_length, limit, max_length):
-        timed = costs.at(context).seconds if context in ([costs.context] + list(costs.longer)) else {}
-        widths = [w for w in calibration_widths(max_length) if w not in timed]
+        table = costs.timed_after(context)
+        widths = [w for w in calibration_widths(max_length) if table is None or w not in table.seconds]
         if widths:
             missing[context] = widths
     return missing
