@@ -7,7 +7,7 @@ import pytest
 from conftest import make_gpt2, make_llama, reference, truncated_copy
 from specviz import DraftModelDrafter, PromptLookupDrafter, speculative_decode
 from specviz.core.draft_policy import EVIDENCE_REACH, MIN_GAIN, Acceptance, CostAwarePolicy, expected_tokens
-from specviz.core.pass_costs import (DraftCosts, PassCosts, _non_decreasing, calibrate, calibration_widths,
+from specviz.core.pass_costs import (DraftCosts, PassCosts, calibrate, calibration_widths,
                                      CONTEXTS, context_tokens, contexts_for)
 from specviz.core.timing import Clock
 
@@ -33,14 +33,26 @@ def test_expected_tokens_is_one_plus_the_chance_of_reaching_each_position():
     assert expected_tokens([1.0, 1.0, 1.0]) == [1.0, 2.0, 3.0, 4.0]
 
 
-def test_pass_costs_are_non_decreasing_and_interpolated():
-    assert _non_decreasing([(1.0, 1), (3.0, 1), (2.0, 1), (4.0, 1)]) == [1.0, 2.5, 2.5, 4.0]
-    costs = PassCosts({0: 0.05, 2: 0.10, 4: 0.08, 8: 0.12})   # width 4 timed cheaper than 2: noise
+def test_pass_costs_keep_what_each_width_measured_and_interpolate_the_rest():
+    costs = PassCosts({0: 0.05, 2: 0.10, 3: 0.06, 4: 0.08, 8: 0.12})   # 3 timed cheaper than 2 (a CPU's kernels)
     relative = costs.relative(8)
     assert relative[0] == 1.0
-    assert all(a <= b + 1e-12 for a, b in zip(relative, relative[1:]))
-    assert relative[1] == pytest.approx(1.5)                  # halfway between widths 0 and 2 (pooled)
-    assert relative[8] == pytest.approx(2.4)
+    assert relative[1] == pytest.approx(1.5)                  # halfway between widths 0 and 2
+    assert relative[2] == pytest.approx(2.0) and relative[3] == pytest.approx(1.2)   # kept, not pooled
+    assert relative[6] == pytest.approx(2.0) and relative[8] == pytest.approx(2.4)
+
+
+def test_the_policy_drafts_further_where_a_wider_pass_costs_less():
+    # The first drafted token is always accepted, the second never: one token is all a draft gives. Priced
+    # smoothly, the policy drafts one; where the pass over 3 costs less than the one over 1 (as in float32
+    # on a CPU, `PassCosts`), it drafts 3 (for the same expected tokens).
+    bumpy = CostAwarePolicy(PassCosts({0: 1.0, 1: 1.25, 2: 1.35, 3: 1.05, 4: 1.3}, learn=False))
+    smooth = CostAwarePolicy(PassCosts({0: 1.0, 1: 1.25, 2: 1.35, 3: 1.45, 4: 1.55}, learn=False))
+    for policy in (bumpy, smooth):
+        for _ in range(20):
+            policy.observe(0, 4, 1, [])
+    assert bumpy.plan(0, 4, free=False).length == 3
+    assert smooth.plan(0, 4, free=False).length == 1
 
 
 def test_a_fixed_table_does_not_learn():

@@ -30,9 +30,12 @@ CONTEXTS = (128, 256, 512, 1024, 2048, 4096)
 class PassCosts:
     """Seconds of a target pass by how many drafted tokens it verifies (0: a plain one-token step), for
     one model on one device, dtype and thread count. Seeded by `calibrate` (or the constructor),
-    refreshed by `observe`. Widths never timed are interpolated between timed ones; the table is made
-    non-decreasing (a wider pass never costs less: a cheaper wide pass is noise), weighted by how often
-    each width was timed. Drafting is priced apart, per drafter (`DraftCosts`). A table timed after
+    refreshed by `observe`. Widths never timed are interpolated between timed ones; timed widths keep
+    what they measured, even where a wider pass costs less than a narrower one: in float32 on a CPU a
+    pass over 3 drafted tokens (4 rows) costs 1.04-1.08 plain steps where one over 1 or 2 costs
+    1.23-1.38 (SmolLM2-135M, AMD EPYC: the math library's kernels by row count, under
+    `models.cpu_linear`), and the policy drafts 3 there rather than 1. Drafting is priced apart, per
+    drafter (`DraftCosts`). A table timed after
     several contexts (`at`) prices a pass after `context` tokens linearly between the two timed contexts
     nearest it (`relative(max_width, context)`), as the nearest beyond them; its own widths are those
     timed after `context` (None: a given table, any context)."""
@@ -127,9 +130,8 @@ class PassCosts:
             else:   # linear between the nearest timed widths
                 t = (n - below) / (above - below)
                 value = self.seconds[below] + t * (self.seconds[above] - self.seconds[below])
-            weight = self.counts.get(n, 0.25)
-            raw.append((value, weight))
-        costs = [value / self.step for value in _non_decreasing(raw)]
+            raw.append(value)
+        costs = [value / self.step for value in raw]
         self._relative[max_width] = costs
         return costs
 
@@ -154,19 +156,6 @@ class DraftCosts:
         per_token = seconds / drafted
         self.per_token = per_token if self.per_token is None else \
             self.per_token + COST_SMOOTHING * (per_token - self.per_token)
-
-
-def _non_decreasing(points: Sequence[tuple[float, float]]) -> list[float]:
-    """The weighted least-squares non-decreasing fit of (value, weight) pairs (pool adjacent violators)."""
-    blocks: list[list[float]] = []      # [mean, weight, size]
-    for value, weight in points:
-        blocks.append([value, weight, 1])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            mean2, weight2, size2 = blocks.pop()
-            mean1, weight1, size1 = blocks.pop()
-            total = weight1 + weight2
-            blocks.append([(mean1 * weight1 + mean2 * weight2) / total, total, size1 + size2])
-    return [mean for mean, _, size in blocks for _ in range(int(size))]
 
 
 # ----------------------------------------------------------------------------- calibration

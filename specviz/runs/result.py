@@ -73,7 +73,7 @@ class Run:
     calibrated: list[str] = field(default_factory=list)
     # The costs the policy decided from (fixed for the process once calibrated): a plain step's seconds
     # on the run's clock, a pass verifying n = 0..widest drafted tokens in plain steps (a list by n; the table as the
-    # policy reads it: interpolated, made non-decreasing; after the shortest context timed, and the same
+    # policy reads it: timed widths as measured, others interpolated; after the shortest context timed, and the same
     # after each context timed by its length in `pass_steps_by_context`), and each drafter's drafting
     # per token in plain steps (a drafter that proposes for free has none). Empty without the policy.
     decided_on: dict = field(default_factory=dict)
