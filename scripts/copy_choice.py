@@ -1,10 +1,10 @@
 """How well `auto` chooses between its two copies (`python scripts/copy_choice.py`): in every cycle where
 prompt lookup and suffix decoding both offered a draft that pays, each offer is scored against the
 output the target wrote (fp32 greedy: exactly what verification would have accepted), at the length
-its own plan chose, as tokens per pass-priced time (the process's calibrated table). Prints, over those
-cycles: what the drafter `auto` chose gave, what each copy would have given had it always been chosen,
-a tree of both, the better of the two every cycle (an oracle), and each copy's expected tokens against
-what came true, where it was chosen and where not.
+its own plan chose, as tokens per pass-priced time (the process's calibrated table, after the cycle's
+context). Prints, over those cycles: what the drafter `auto` chose gave, what each copy would have
+given had it always been chosen, a tree of both, the better of the two every cycle (an oracle), and
+each copy's expected tokens against what came true, where it was chosen and where not.
 
 Runs `auto` less its head (`decision_quality.py --without-head`, the bundled prompts; any of its
 options) with the policy's offers noted as they are made. The rule `auto` chooses by is the one in the
@@ -51,10 +51,11 @@ def _noting_part(original):
 def _noting_draft(original):
     def draft(self, drafter, live, plans):
         _offers.clear()
+        context = len(live[0].tokens)      # the tokens before this cycle's pass
         out = original(self, drafter, live, plans)
         (request,) = live
         NOTED.append(dict(request=request, offers=list(_offers), chosen=plans[request.index].drafter,
-                          costs=self.costs, config=drafter.prefer))
+                          costs=self.costs, context=context, config=drafter.prefer))
         return out
     return draft
 
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
         if len(offers) != 2 or names != {"ngram", "suffix"} or noted["chosen"] not in names:
             continue            # not both copies paying, or the head (or a tree with it) drafted instead
         output = request.tokens[len(request.tokens) - request.generated:]
-        relative = noted["costs"].relative(64)
+        relative = noted["costs"].relative(64, noted["context"])
         given, reached = {}, {}
         for o in offers:
             offer = o["offer"]

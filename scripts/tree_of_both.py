@@ -3,8 +3,8 @@ bfloat16]`): in every cycle where the hybrid drafted a tree of prompt lookup's a
 drafts (core.copy_record), the tree and suffix decoding's draft alone are scored against the text the
 target wrote (greedy: the deeper match is what the tree's verification accepts), each at its plan's
 length, as tokens per plain step's time over the pass its width costs (the process's calibrated
-table). Prints, over those cycles: tokens per plain step's time of each, the tokens each was expected
-to give and gave, and the nodes the tree added.
+table, after the cycle's context). Prints, over those cycles: tokens per plain step's time of each,
+the tokens each was expected to give and gave, and the nodes the tree added.
 
 Runs the built-in `auto` on the bundled prompts (not Spec-Bench), k = 8, 96 new tokens, one thread."""
 
@@ -36,7 +36,7 @@ def _noting_copies(original):
             free = {o.component.name: o for o in paying if o.draft is not None}
             other = next(name for name in free if name != drafter.prefer)
             TREES.append(dict(start=request.generated, preferred=free[drafter.prefer], other=free[other],
-                              tree=tree, costs=self.costs))
+                              tree=tree, costs=self.costs, context=len(request.tokens)))
         return kept, versus
     return copies
 
@@ -69,7 +69,7 @@ def main(argv=None) -> None:
             if matched is None or theirs is None:
                 continue
             nodes = len(union([alone, other]).tokens)
-            cost = cycle["costs"].relative(nodes)
+            cost = cycle["costs"].relative(nodes, cycle["context"])
             total["cycles"] += 1
             total["alone"] += (matched + 1) / cost[alone.width()]
             total["tree"] += (max(matched, theirs) + 1) / cost[nodes]
