@@ -150,6 +150,26 @@ def test_a_pass_is_priced_between_the_two_timed_contexts_nearest_its_own():
     assert learning.seconds[0] == 1.0 and learning.at(1024).seconds[0] == pytest.approx(1.25)
 
 
+def test_drafting_is_priced_between_the_two_timed_contexts_nearest_its_own():
+    # A model's drafting reads every earlier position (a head's attention, its catch-up on the target's
+    # features): timed after each context a request is priced between, in plain steps after it.
+    drafting = DraftCosts(learn=False)
+    drafting.set(128, 0.1)
+    drafting.set(1024, 0.3)
+    assert drafting.per_token == 0.1 and drafting.contexts == [128, 1024]
+    assert drafting.at() == 0.1 and drafting.at(100) == 0.1 and drafting.at(4000) == 0.3
+    assert drafting.at(576) == pytest.approx(0.2)
+    assert DraftCosts(0.1).at(4000) == 0.1                            # a given cost: any context
+    passes = PassCosts(learn=False)
+    for context, step in ((128, 1.0), (1024, 2.0)):
+        passes.at(context).seed(0, step)
+        passes.at(context).seed(4, 1.5 * step)
+    assert passes.step_after(576) == pytest.approx(1.5)
+    policy = CostAwarePolicy(passes, drafting)
+    assert policy.relative(4, context=128)[4] == pytest.approx(1.5 + 4 * 0.1)
+    assert policy.relative(4, context=1024)[4] == pytest.approx(1.5 + 4 * 0.3 / 2.0)   # in steps after 1024
+
+
 def test_a_request_is_priced_between_the_contexts_around_its_prompt():
     # CONTEXTS = 128, 256, ... 4096: the shortest always (every table's own), then the two around the
     # prompt, of those a model's positions hold.
@@ -317,7 +337,7 @@ def test_a_drafters_measured_costs_never_price_another_drafters_drafts():
     first = runs.execute(lookup_settings, prompt, lookup)       # the tables exist now: nothing to time
     assert first.calibration_seconds == 0 and first.summary()["calibration_seconds"] == 0
     model = runs.execute(model_settings, prompt, pair)
-    assert model.calibration_seconds > 0 and model.calibrated == [f"{model.draft_name}'s drafting"]
+    assert model.calibration_seconds > 0 and model.calibrated == [f"{model.draft_name}'s drafting after 128 tokens"]
     summary = model.summary()
     assert summary["calibration_seconds"] == model.calibration_seconds
     assert summary["first_token_wall_seconds"] >= model.calibration_seconds
@@ -375,7 +395,7 @@ def test_a_long_prompts_run_is_priced_after_the_contexts_around_it(monkeypatch):
     from specviz.views.prose import calibration_text
 
     monkeypatch.setattr(cost_tables, "_PASS_COSTS", weakref.WeakKeyDictionary())
-    pair, lookup, prompt, lookup_settings, _ = lookup_and_model(max_new_tokens=8)
+    pair, lookup, prompt, lookup_settings, model_settings = lookup_and_model(max_new_tokens=8)
     statuses, long = [], None
     for long in runs.race(lookup_settings, "the cat sat on the mat. " * 12, lookup):
         statuses.append(long.status)
@@ -387,3 +407,10 @@ def test_a_long_prompts_run_is_priced_after_the_contexts_around_it(monkeypatch):
     assert "steps after 512 tokens of context" in calibration_text(long)
     short = runs.execute(lookup_settings, prompt, lookup)
     assert short.calibration_seconds == 0 and short.summary()["decided_on"]["pass_steps_by_context"] == steps
+    # A draft model's drafting is timed after the same contexts, and priced between them too.
+    monkeypatch.setattr(cost_tables, "_DRAFT_COSTS", weakref.WeakKeyDictionary())
+    model = runs.execute(model_settings, "the cat sat on the mat. " * 12, pair)
+    assert model.calibrated == [f"{model.draft_name}'s drafting after 128, 256 and 512 tokens"]
+    by_context = model.summary()["decided_on"]["drafting_steps_by_context"][model.draft_name]
+    assert sorted(by_context, key=int) == ["128", "256", "512"] and all(v > 0 for v in by_context.values())
+    assert "after 512 tokens)" in calibration_text(model) and f"{model.draft_name} " in calibration_text(model)

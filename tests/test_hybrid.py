@@ -441,7 +441,7 @@ def test_a_race_with_a_head_in_the_hybrid_calibrates_its_drafting_and_stays_loss
     drafter = HybridDrafter([PromptLookupDrafter(), SuffixDrafter(), small_head(pair.target, vocab, seed=3)])
     pair = dataclasses.replace(pair, draft=drafter, draft_name="auto")
     run = execute(settings, "the cat sat on the mat and the dog ran in the park", pair, baseline=True)
-    assert "head's drafting" in run.calibrated                  # its own cost, under its own name
+    assert "head's drafting after 128 tokens" in run.calibrated  # its own cost, under its own name
     assert run.identical
     assert all(c.offers for c in run.cycles[1:]) and {o["drafter"] for o in run.cycles[1].offers} >= {"head"}
 
@@ -453,7 +453,7 @@ def test_auto_with_early_exit_drafts_with_it_too_and_stays_lossless(tiny):
     pair = tiny.loader(settings)
     assert [str(c.name) for c in pair.draft.components] == ["ngram", "suffix", "self:2"]
     run = execute(settings, "the cat sat on the mat and the dog ran in the park", pair, baseline=True)
-    assert "self:2's drafting" in run.calibrated and run.identical
+    assert "self:2's drafting after 128 tokens" in run.calibrated and run.identical
     assert {o["drafter"] for o in run.cycles[1].offers} >= {"self:2"}
     for bad in ("auto:ngram", "auto:org/model", "auto:"):
         with pytest.raises(SpecvizError, match="'auto' takes early exit or a head"):

@@ -159,12 +159,12 @@ class CostAwarePolicy:
     def relative(self, max_width: int, drafted: Sequence[int] | None = None, context: int | None = None) -> list[float]:
         """cost[w] for w = 0..max_width: a pass over w drafted tokens plus drafting them (`drafted[w]`
         tokens drafted for a pass of width w; a chain: w), over a plain step, after `context` tokens
-        (`PassCosts.relative`; drafting is priced as calibrated)."""
+        (`PassCosts.relative`, `DraftCosts.at`)."""
         passes = self.costs.relative(max_width, context)
-        per_token = self.draft_costs.per_token
+        per_token = self.draft_costs.at(context)
         if not per_token:
             return passes
-        drafting = per_token / self.costs.step
+        drafting = per_token / self.costs.step_after(context)      # in plain steps after the same context
         return [cost + (w if drafted is None else drafted[w]) * drafting for w, cost in enumerate(passes)]
 
     def state(self, request: int) -> _State:

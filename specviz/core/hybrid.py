@@ -348,12 +348,12 @@ class HybridPolicy(CostAwarePolicy):
         kept = tree_shape.subtree_without(parents, {i for i, d in enumerate(tree_shape.depths(parents)) if d > depth})
         tokens, parents = [tokens[i] for i in kept], trees.reindex(parents, kept)
         first = copying.reach(request.index, depth, free=True, signal=copy.draft.signal)
-        per_token = self.component_costs[name].per_token or 0.0
+        per_token = self.component_costs[name].at(len(request.tokens)) or 0.0
         cost = self.costs.relative(len(tokens) + MERGE_LENGTH, len(request.tokens))
         best = None
         for length in range(1, min(MERGE_LENGTH, most) + 1):
             expected, gain = merged_gain(first, part.reach(request.index, length, free=False), len(tokens) + length,
-                                         cost, length * per_token / self.costs.step)
+                                         cost, length * per_token / self.costs.step_after(len(request.tokens)))
             if best is None or gain > best[2]:
                 best = (length, expected, gain)
         length, expected, gain = best

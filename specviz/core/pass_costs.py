@@ -99,20 +99,20 @@ class PassCosts:
         self.seconds[width] = seconds if old is None else old + COST_SMOOTHING * (seconds - old)
         self.counts[width] = min(self.counts.get(width, 0.0) + 1.0, 1.0 / COST_SMOOTHING)
 
+    def step_after(self, context: int | None = None) -> float:
+        """Seconds of a plain step after `context` tokens (between the two timed contexts nearest it; None:
+        this table's own): the unit `relative` prices a pass after `context` in."""
+        if context is None or not self.longer:
+            return self.step
+        return between([(c, [self.timed_after(c).step]) for c in self.contexts], context)[0]
+
     def relative(self, max_width: int, context: int | None = None) -> list[float]:
         """cost[n] for n = 0..max_width: a pass over n drafted tokens / a plain step, both after `context`
         tokens (linear between the two timed contexts nearest it; None: this table's own context)."""
         own = self._own_relative(max_width)
         if context is None or not self.longer:
             return own
-        points = [(c, self.timed_after(c)._own_relative(max_width)) for c in self.contexts]
-        if len(points) < 2 or context <= points[0][0]:
-            return points[0][1] if points else own
-        for (c0, low), (c1, high) in zip(points, points[1:]):
-            if context <= c1:
-                t = (context - c0) / (c1 - c0)
-                return [a + t * (b - a) for a, b in zip(low, high)]
-        return points[-1][1]
+        return between([(c, self.timed_after(c)._own_relative(max_width)) for c in self.contexts], context) or own
 
     def _own_relative(self, max_width: int) -> list[float]:
         """This table's own cost[n] (computed once per table: every cycle plans with it, and a table
@@ -139,16 +139,42 @@ class PassCosts:
 class DraftCosts:
     """Seconds one drafter spends per drafted token on one target and device (a draft model, early
     exit, a head; a drafter that proposes for free, prompt lookup or suffix, has none: it proposes
-    whether or not the policy drafts). Unknown until first measured; the first observation is taken
-    as it is, later ones refresh a running mean."""
+    whether or not the policy drafts), after each context timed (`set`): a model's drafting reads every
+    earlier position too (a head's attention over its cache, its catch-up on the target's features), so
+    it costs more after a long context, and is priced after `c` tokens between the two timed contexts
+    nearest `c` (`at`), as passes are. Unknown until first measured; the first observation is taken as
+    it is, later ones refresh a running mean."""
 
-    def __init__(self, per_token: float | None = None, *, learn: bool = True):
-        self.per_token = per_token
+    def __init__(self, per_token: float | None = None, *, learn: bool = True, context: int | None = None):
+        self.per_token = per_token          # after its own context (the first timed: the shortest)
+        self.context = context
+        self.longer: dict[int, float] = {}  # context -> seconds per drafted token after it
         self.learn = learn
 
     @property
     def known(self) -> bool:
         return self.per_token is not None
+
+    @property
+    def contexts(self) -> list[int]:
+        """The contexts timed, shortest first (none for a given cost)."""
+        own = [self.context] if self.context is not None and self.known else []
+        return sorted(own + list(self.longer))
+
+    def set(self, context: int, per_token: float) -> None:
+        """The seconds per drafted token timed after `context` tokens (the first timed is its own)."""
+        if self.per_token is None or context == self.context:
+            self.per_token, self.context = per_token, context
+        else:
+            self.longer[context] = per_token
+
+    def at(self, context: int | None = None) -> float | None:
+        """Seconds per drafted token after `context` tokens (linear between the two timed contexts nearest
+        it; None: its own context's)."""
+        if context is None or not self.longer:
+            return self.per_token
+        points = [(c, [self.per_token if c == self.context else self.longer[c]]) for c in self.contexts]
+        return between(points, context)[0]
 
     def observe(self, drafted: int, seconds: float) -> None:
         if drafted <= 0 or seconds < 0 or not self.learn:
@@ -156,6 +182,20 @@ class DraftCosts:
         per_token = seconds / drafted
         self.per_token = per_token if self.per_token is None else \
             self.per_token + COST_SMOOTHING * (per_token - self.per_token)
+
+
+def between(points: Sequence[tuple[int, list[float]]], context: int) -> list[float] | None:
+    """Values timed after several contexts (`points`: (context, values), shortest first), after
+    `context`: linear between the two nearest, as the nearest beyond them (None: nothing timed)."""
+    if not points:
+        return None
+    if len(points) < 2 or context <= points[0][0]:
+        return points[0][1]
+    for (c0, low), (c1, high) in zip(points, points[1:]):
+        if context <= c1:
+            t = (context - c0) / (c1 - c0)
+            return [a + t * (b - a) for a, b in zip(low, high)]
+    return points[-1][1]
 
 
 # ----------------------------------------------------------------------------- calibration

@@ -57,25 +57,28 @@ def adopt_costs(pair: ModelPair, tables: tuple[dict, dict]) -> None:
                     theirs, kept_here = (table, mine) if context is None else (table.at(context), mine.at(context))
                     for width in set(theirs.seconds) - set(kept_here.seconds):
                         kept_here.seed(width, theirs.seconds[width], theirs.counts.get(width, 1.0))
+            elif isinstance(mine, DraftCosts) and mine is not table:        # contexts timed there only
+                for context in set(table.contexts) - set(mine.contexts):
+                    mine.set(context, table.at(context))
+
+
+def _contexts(pair: ModelPair, prompt_length: int, widest: int) -> list[int]:
+    """The contexts a request of `prompt_length` tokens is priced between (`pass_costs.contexts_for`)."""
+    limit = getattr(pair.target.config, "max_position_embeddings", None) or 1 << 20
+    return contexts_for(prompt_length, limit, widest)
 
 
 def untimed_widths(pair: ModelPair, max_length: int, prompt_length: int) -> dict[int, list[int]]:
     """The pass widths up to `max_length` that `pass_costs` would time now, by the context they follow
     (`pass_costs.contexts_for`: those a request of `prompt_length` tokens is priced between)."""
     costs = _pass_table(pair)
-    limit = getattr(pair.target.config, "max_position_embeddings", None) or 1 << 20
     missing = {}
-    for context in contexts_for(prompt_length, limit, max_length):
+    for context in _contexts(pair, prompt_length, max_length):
         table = costs.timed_after(context)
         widths = [w for w in calibration_widths(max_length) if table is None or w not in table.seconds]
         if widths:
             missing[context] = widths
     return missing
-
-
-def drafting_untimed(pair: ModelPair, drafter: Drafter, draft_name: str) -> bool:
-    """Whether `drafting_costs` would time this drafter's drafting now."""
-    return not drafter.free_to_propose and not _draft_table(pair, draft_name).known
 
 
 def pass_costs(pair: ModelPair, input_ids: torch.Tensor, max_length: int) -> tuple[PassCosts, dict[int, list[int]]]:
@@ -89,20 +92,39 @@ def pass_costs(pair: ModelPair, input_ids: torch.Tensor, max_length: int) -> tup
     return costs, missing
 
 
-def drafting_costs(settings: RunSettings, pair: ModelPair, drafter: Drafter, draft_name: str,
-                   input_ids: torch.Tensor, options: dict) -> tuple[DraftCosts, bool]:
-    """This drafter's drafting seconds per token for the pair's target (nothing for a drafter that
-    proposes for free), measured now if never measured: a short greedy run drafting `CALIBRATION_DRAFT`
-    tokens a cycle, the median over its cycles after the first (whose drafting also read the prompt).
-    Returns the costs and whether they were measured now."""
-    costs = _draft_table(pair, draft_name)
-    if not drafting_untimed(pair, drafter, draft_name):
-        return costs, False
+def _drafting_run(settings: RunSettings) -> tuple[int, int]:
+    """Drafting is timed over a short greedy run: (tokens drafted a cycle, new tokens)."""
     k = min(settings.k, CALIBRATION_DRAFT)      # drafting's cost per token hardly depends on k: short drafts
-    short = dict(options, max_new_tokens=min(settings.max_new_tokens, 3 * (k + 1) + 1), temperature=0.0)
-    per_token = [cycle.draft_seconds / len(cycle.drafted)
-                 for cycle in speculative_decode(pair.target, drafter.without_memory(), input_ids, k=k, **short)
-                 if cycle.index > 0 and cycle.drafted]
-    if per_token:
-        costs.per_token = statistics.median(per_token)
-    return costs, True
+    return k, min(settings.max_new_tokens, 3 * (k + 1) + 1)
+
+
+def drafting_untimed(pair: ModelPair, drafter: Drafter, draft_name: str, prompt_length: int,
+                     settings: RunSettings) -> list[int]:
+    """The contexts `drafting_costs` would time this drafter's drafting after now (of those a request of
+    `prompt_length` tokens is priced between); none for a drafter that proposes for free."""
+    if drafter.free_to_propose:
+        return []
+    timed = _draft_table(pair, draft_name).contexts
+    return [c for c in _contexts(pair, prompt_length, sum(_drafting_run(settings))) if c not in timed]
+
+
+def drafting_costs(settings: RunSettings, pair: ModelPair, drafter: Drafter, draft_name: str,
+                   input_ids: torch.Tensor, options: dict) -> tuple[DraftCosts, list[int]]:
+    """This drafter's drafting seconds per token for the pair's target (nothing for a drafter that
+    proposes for free), measured now after each context this request is priced between that was never
+    timed: a short greedy run drafting `CALIBRATION_DRAFT` tokens a cycle after the prompt cycled to that
+    length, the median over its cycles after the first (whose drafting also read the prompt). Returns
+    the costs and the contexts timed now."""
+    costs = _draft_table(pair, draft_name)
+    prompt = input_ids[0].tolist()
+    missing = drafting_untimed(pair, drafter, draft_name, len(prompt), settings)
+    k, new_tokens = _drafting_run(settings)
+    short = dict(options, max_new_tokens=new_tokens, temperature=0.0)
+    for context in missing:
+        ids = torch.tensor([context_tokens(prompt, context)], device=input_ids.device)
+        per_token = [cycle.draft_seconds / len(cycle.drafted)
+                     for cycle in speculative_decode(pair.target, drafter.without_memory(), ids, k=k, **short)
+                     if cycle.index > 0 and cycle.drafted]
+        if per_token:
+            costs.set(context, statistics.median(per_token))
+    return costs, missing

@@ -254,12 +254,15 @@ def _calibrated(run: Run, settings: RunSettings, pair: ModelPair, drafter: Draft
     # Each drafter's own drafting cost (a hybrid's components each, under their own names).
     named = {run.draft_name: drafter} if not isinstance(drafter, HybridDrafter) else \
         {str(each.name): each for each in drafter.components}
-    unmeasured = [name for name, each in named.items() if drafting_untimed(pair, each, name)]
+    drafting = {name: drafting_untimed(pair, each, name, input_ids.shape[1], settings) for name, each in named.items()}
+    unmeasured = [name for name, contexts in drafting.items() if contexts]
     needs_drafting = bool(unmeasured)
+    drafting_contexts = sorted({c for name in unmeasured for c in drafting[name]})
     if needs_passes or needs_drafting:
         what = " and ".join(part for part, needed in (
             (f"target passes verifying 0 to {widest} drafted tokens after {_joined(contexts)} tokens", needs_passes),
-            (f"{', '.join(unmeasured)}'s drafting", needs_drafting)) if needed)
+            (f"{', '.join(unmeasured)}'s drafting after {_joined(drafting_contexts)} tokens", needs_drafting))
+            if needed)
         run.status = (f"Calibrating: timing {what} on this machine (once per process; excluded from both "
                       f"methods' figures)\u2026")
         if progress is not None:
@@ -267,14 +270,15 @@ def _calibrated(run: Run, settings: RunSettings, pair: ModelPair, drafter: Draft
         yield run
     started = time.perf_counter()
     policy.costs, timed = pass_costs(pair, input_ids, widest)
-    measured = []
+    measured = {}
     for name, each in named.items():
-        costs, drafting = drafting_costs(settings, pair, each, name, input_ids, options)
+        costs, contexts = drafting_costs(settings, pair, each, name, input_ids, options)
         if isinstance(policy, HybridPolicy):
             policy.component_costs[name] = costs
         else:
             policy.draft_costs = costs
-        measured += [name] if drafting else []
+        if contexts:
+            measured[name] = contexts
     table = policy.costs
     drafters = policy.component_costs if isinstance(policy, HybridPolicy) else {run.draft_name: policy.draft_costs}
     run.decided_on = {
@@ -285,7 +289,12 @@ def _calibrated(run: Run, settings: RunSettings, pair: ModelPair, drafter: Draft
         "pass_steps_by_context": {str(context): [round(steps, 4) for steps in table.at(context).relative(widest)]
                                   for context in table.contexts},
         "drafting_steps_per_token": {name: round(costs.per_token / table.step, 4)
-                                     for name, costs in drafters.items() if costs is not None and costs.known}}
+                                     for name, costs in drafters.items() if costs is not None and costs.known},
+        # The same after each context timed, in plain steps after it, where more than one was.
+        "drafting_steps_by_context": {name: {str(c): round(costs.at(c) / table.step_after(c), 4)
+                                             for c in costs.contexts}
+                                      for name, costs in drafters.items()
+                                      if costs is not None and len(costs.contexts) > 1}}
     oriented = getattr(pair.target, "_specviz_oriented", None)      # models.cpu_linear, measured at load
     if oriented:
         run.decided_on["transposed_rows"] = {f"{out}x{into}": rows for (out, into), rows in oriented.items()}
@@ -294,7 +303,7 @@ def _calibrated(run: Run, settings: RunSettings, pair: ModelPair, drafter: Draft
         widths = sorted({w for each in timed.values() for w in each})
         run.calibrated = ([f"target passes of {', '.join(map(str, widths))} drafted tokens after {_joined(timed)} "
                            f"tokens"] if timed else []) + \
-                         [f"{name}'s drafting" for name in measured]
+                         [f"{name}'s drafting after {_joined(contexts)} tokens" for name, contexts in measured.items()]
     run.status = ""
 
 

@@ -156,7 +156,13 @@ def decided_on_text(run: Run) -> str:
                  + ", ".join(f"{steps[w]:.2f} steps after {c} tokens" for c, steps in sorted(by_context.items()))
                  + " of context (priced between the two nearest each pass's)")
     if drafting := table.get("drafting_steps_per_token") or {}:
-        text += "; drafting per token " + ", ".join(f"{name} {v:.2f} steps" for name, v in drafting.items())
+        later = table.get("drafting_steps_by_context") or {}
+
+        def after(name: str) -> str:
+            steps = sorted((int(c), v) for c, v in (later.get(name) or {}).items())[1:]
+            return f" ({', '.join(f'{v:.2f} after {c} tokens' for c, v in steps)})" if steps else ""
+        text += "; drafting per token " + ", ".join(f"{name} {v:.2f} steps{after(name)}"
+                                                    for name, v in drafting.items())
     if rows := sorted({r for counts in (table.get("transposed_rows") or {}).values() for r in counts}):
         text += f"; products of {rows[0]}-{rows[-1]} rows oriented as measured fastest here, for both methods"
     return text + " (fixed for this process once measured)"
