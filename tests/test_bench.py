@@ -117,6 +117,7 @@ def test_tokens_per_second_is_tokens_over_each_methods_own_event_time(monkeypatc
     assert rows[0]["specviz_tokens_per_s"] == pytest.approx(run.stats.tokens / run.stats.seconds)
     assert rows[0]["baseline_tokens_per_s"] == pytest.approx(len(run.steps) / run.plain.seconds)
     assert rows[0]["verify_pass_cost"] == pytest.approx(run.speed.pass_cost)
+    assert rows[0]["decided_on"] == run.decided_on and rows[0]["decided_on"]["pass_steps"][0] == 1.0
 
 
 def test_transformers_gets_the_same_drafter_with_fixed_k():
