@@ -35,10 +35,10 @@ class PassCosts:
     pass over 3 drafted tokens (4 rows) costs 1.04-1.08 plain steps where one over 1 or 2 costs
     1.23-1.38 (SmolLM2-135M, AMD EPYC: the math library's kernels by row count, under
     `models.cpu_linear`), and the policy drafts 3 there rather than 1. Drafting is priced apart, per
-    drafter (`DraftCosts`). A table timed after
-    several contexts (`at`) prices a pass after `context` tokens linearly between the two timed contexts
-    nearest it (`relative(max_width, context)`), as the nearest beyond them; its own widths are those
-    timed after `context` (None: a given table, any context)."""
+    drafter (`DraftCosts`). A table timed after several contexts (`at`) prices a pass after `context`
+    tokens linearly between the two timed contexts nearest it (`relative(max_width, context)`), as the
+    nearest beyond them; its own widths are those timed after `context` (None: a given table, any
+    context)."""
 
     def __init__(self, seconds: dict[int, float] | None = None, *, learn: bool = True, context: int | None = None):
         self.context = context                  # tokens before the passes its own widths timed
