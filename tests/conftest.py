@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import shutil
 import time
 import weakref
 from pathlib import Path
@@ -270,8 +271,10 @@ def running_app(*args: str, tiny: bool = False, log: Path | None = None, seconds
         env.pop(hosted, None)
     env.update(extra_env)
     script = root / "tests" / "serve_tiny.py" if tiny else root / "app.py"
+    scratch = None      # a folder made here for the log: removed with the app (a given log is the caller's)
     if log is None:
-        log = Path(tempfile.mkdtemp(prefix="specviz-app-")) / "app.log"
+        scratch = Path(tempfile.mkdtemp(prefix="specviz-app-"))
+        log = scratch / "app.log"
     with open(log, "w") as output:
         process = subprocess.Popen([sys.executable, str(script), *args], env=env, cwd=root, stdout=output,
                                    stderr=subprocess.STDOUT)
@@ -296,6 +299,8 @@ def running_app(*args: str, tiny: bool = False, log: Path | None = None, seconds
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def default_sigint():

@@ -5,7 +5,6 @@ was before them (issue 21: 40 sessions took RSS from 810 to 1,790 MB, and it sta
 `python -m pytest -q -m slow tests/test_soak.py -s` prints the figures: baseline, peak, after."""
 
 import random
-import tempfile
 import time
 from pathlib import Path
 
@@ -56,11 +55,11 @@ def settle(pid: int, log: Path, ended: int, seconds: float = 2.0, deadline_s: fl
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
-def test_suffix_memory_returns_when_the_sessions_close():
+def test_suffix_memory_returns_when_the_sessions_close(tmp_path):
     from gradio_client import Client
 
     rng = random.Random(0)
-    log = Path(tempfile.mkdtemp(prefix="specviz-soak-")) / "app.log"
+    log = tmp_path / "app.log"
     # The server notices a closed client at its next heartbeat (every 15 s by default), then runs the unload.
     with running_app("long", tiny=True, log=log, GRADIO_HEARTBEAT_INTERVAL="1") as app:
         def sessions() -> float:
