@@ -44,7 +44,6 @@ class PassCosts:
         self.context = context                  # tokens before the passes its own widths timed
         self.longer: dict[int, PassCosts] = {}  # context -> the table timed after it (other contexts than own)
         self.seconds: dict[int, float] = {}     # width -> running mean seconds
-        self.counts: dict[int, float] = {}      # width -> observations behind it (capped)
         self._relative: dict[int, list[float]] = {}     # `relative` by max width, until the next observation
         self.learn = learn                      # False: a fixed table (tests, replays of a decision)
         for width, value in (seconds or {}).items():
@@ -59,11 +58,10 @@ class PassCosts:
         """Seconds of a plain one-token step: the unit every cost is relative to."""
         return self.seconds[0]
 
-    def seed(self, width: int, seconds: float, weight: float = 1.0) -> None:
-        """Set width's cost outright (a calibration's median, or a given table), worth `weight` observations."""
+    def seed(self, width: int, seconds: float) -> None:
+        """Set width's cost outright (a calibration's median, or a given table)."""
         self._relative.clear()
         self.seconds[width] = seconds
-        self.counts[width] = min(weight, 1.0 / COST_SMOOTHING)
 
     def at(self, context: int) -> PassCosts:
         """The table timed after `context` tokens (this one, if it has none timed yet or was timed there)."""
@@ -97,7 +95,6 @@ class PassCosts:
         old = self.seconds.get(width)
         self._relative.clear()
         self.seconds[width] = seconds if old is None else old + COST_SMOOTHING * (seconds - old)
-        self.counts[width] = min(self.counts.get(width, 0.0) + 1.0, 1.0 / COST_SMOOTHING)
 
     def step_after(self, context: int | None = None) -> float:
         """Seconds of a plain step after `context` tokens (between the two timed contexts nearest it; None:
@@ -247,4 +244,4 @@ def calibrate(target, prompt: Sequence[int], widths: Sequence[int], costs: PassC
     seconds = interleaved_seconds([work(w) for w in timed], clock, samples, undo=lambda: cache.keep([held]))
     for width, value in zip(timed, seconds):
         if width in widths:
-            costs.seed(width, value, weight=samples)
+            costs.seed(width, value)

@@ -56,7 +56,7 @@ def adopt_costs(pair: ModelPair, tables: tuple[dict, dict]) -> None:
                 for context in table.contexts or [None]:
                     theirs, kept_here = (table, mine) if context is None else (table.at(context), mine.at(context))
                     for width in set(theirs.seconds) - set(kept_here.seconds):
-                        kept_here.seed(width, theirs.seconds[width], theirs.counts.get(width, 1.0))
+                        kept_here.seed(width, theirs.seconds[width])
             elif isinstance(mine, DraftCosts) and mine is not table:        # contexts timed there only
                 for context in set(table.contexts) - set(mine.contexts):
                     mine.set(context, table.at(context))
