@@ -161,11 +161,16 @@ class CostAwarePolicy:
         tokens drafted for a pass of width w; a chain: w), over a plain step, after `context` tokens
         (`PassCosts.relative`, `DraftCosts.at`)."""
         passes = self.costs.relative(max_width, context)
-        per_token = self.draft_costs.at(context)
-        if not per_token:
+        drafting = self.drafting_steps(context)
+        if not drafting:
             return passes
-        drafting = per_token / self.costs.step_after(context)      # in plain steps after the same context
         return [cost + (w if drafted is None else drafted[w]) * drafting for w, cost in enumerate(passes)]
+
+    def drafting_steps(self, context: int | None = None) -> float:
+        """Drafting one token after `context` tokens, in plain steps after the same context (0: unmeasured,
+        or a drafter that proposes for free)."""
+        per_token = self.draft_costs.at(context)
+        return per_token / self.costs.step_after(context) if per_token else 0.0
 
     def state(self, request: int) -> _State:
         return self.states.setdefault(request, _State(probe_after=self.probe_after))

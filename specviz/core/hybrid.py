@@ -212,12 +212,12 @@ class HybridPolicy(CostAwarePolicy):
         """The component's own policy: its acceptance per request, its drafting cost, the shared pass costs."""
         name = component.name
         if name not in self.parts:
-            self.parts[name] = CostAwarePolicy(self.costs, self.component_costs.setdefault(name, DraftCosts()),
-                                               **self._options)
+            self.parts[name] = CostAwarePolicy(self.costs, **self._options)
             if component.free_to_propose:
                 self.free.add(name)
         part = self.parts[name]
-        part.costs = self.costs         # the target's, replaced when calibrated
+        # The target's pass costs and this component's drafting costs, each replaced when calibrated.
+        part.costs, part.draft_costs = self.costs, self.component_costs.setdefault(name, DraftCosts())
         return part
 
     def draft(self, drafter: Drafter, live: Sequence[Request], plans: dict[int, Plan]) -> list[Draft]:
@@ -348,12 +348,12 @@ class HybridPolicy(CostAwarePolicy):
         kept = tree_shape.subtree_without(parents, {i for i, d in enumerate(tree_shape.depths(parents)) if d > depth})
         tokens, parents = [tokens[i] for i in kept], trees.reindex(parents, kept)
         first = copying.reach(request.index, depth, free=True, signal=copy.draft.signal)
-        per_token = self.component_costs[name].at(len(request.tokens)) or 0.0
+        drafting = part.drafting_steps(len(request.tokens))
         cost = self.costs.relative(len(tokens) + MERGE_LENGTH, len(request.tokens))
         best = None
         for length in range(1, min(MERGE_LENGTH, most) + 1):
             expected, gain = merged_gain(first, part.reach(request.index, length, free=False), len(tokens) + length,
-                                         cost, length * per_token / self.costs.step_after(len(request.tokens)))
+                                         cost, length * drafting)
             if best is None or gain > best[2]:
                 best = (length, expected, gain)
         length, expected, gain = best
