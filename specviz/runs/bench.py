@@ -251,12 +251,12 @@ def bench_row(setup: Setup, prompt: BenchPrompt, runs: Sequence[Run], transforme
         # How busy the host was (models.host): a busy host inflates every tokens/s of the row, the
         # interleaved ones alike; the worst of the repeats.
         "busy_host_repeats": sum(load.busy for load in loads),
+        "host_load_average": max((load.load_average for load in loads if load.load_average is not None), default=None),
+        "host_steal_share": max((load.steal_share for load in loads if load.steal_share is not None), default=None),
         # The cost tables the policy decided from (fixed for the process once measured; a row after a
         # longer prompt than any before it adds that context's): which widths it priced how, and which
         # row counts the process's products were oriented for (models.cpu_linear).
         "decided_on": run.decided_on,
-        "host_load_average": max((load.load_average for load in loads if load.load_average is not None), default=None),
-        "host_steal_share": max((load.steal_share for load in loads if load.steal_share is not None), default=None),
     }
     row["speedup_vs_theory"] = ratio(row["specviz_speedup"], row["expected_speedup"])
     return row
