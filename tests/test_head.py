@@ -551,6 +551,36 @@ def test_the_loop_hands_the_drafter_the_target_hidden_states_of_every_kept_posit
         assert torch.allclose(kept[row], full[:n], atol=1e-4)
 
 
+@pytest.mark.parametrize("tree", [False, True], ids=["chain", "tree"])
+def test_a_head_reads_a_window_of_a_long_prompt_and_stays_lossless(tree):
+    # The first read of a request takes the last `window` positions only (core.head.WINDOW on long
+    # prompts): its keys and values hold those, at their true positions, and grow from there; every
+    # output is still the target's own. A window longer than the prompt is the whole prompt.
+    target = make_llama(2, layers=3, vocab=V, hidden=32)
+    prompt = torch.tensor([[0, 5, 0, 5, 0, 5, 2, 1, 0, 5, 0, 5]])
+    reference = target.generate(prompt, max_new_tokens=16, do_sample=False)[0, prompt.shape[1]:].tolist()
+    drafts, held = {}, {}
+    for window in (3, 64, None):
+        chain = small_head(target, V, seed=1)
+        chain.window = window
+        drafter = HeadTreeDrafter(chain, 2, 8) if tree else chain
+        cycles = list(speculative_decode(target, drafter, prompt, max_new_tokens=16, k=3))
+        assert [t for c in cycles for t in c.emitted] == reference
+        drafts[window] = [c.drafted.tolist() if hasattr(c.drafted, "tolist") else list(c.drafted) for c in cycles]
+        held[window] = (chain.states[0].keys.shape[2], chain.states[0].start)
+        if window == 3:
+            # Its first read came at the first cycle that drafted, after the tokens the cycles before it wrote.
+            first = next(i for i, c in enumerate(cycles) if len(c.drafted))
+            length = prompt.shape[1] + sum(len(c.emitted) for c in cycles[:first])
+            state = chain.states[0]
+            assert state.start == length - 1 - 3                    # the last 3 positions before its newest token
+            assert state.keys.shape[2] == state.true - state.start  # then every position after them
+    # The same positions held in the end, less those before the window's start.
+    assert drafts[64] == drafts[None] and held[64] == held[None] == (held[3][0] + held[3][1], 0)
+    with pytest.raises(ValueError, match="window"):
+        HeadDrafter(small_head(target, V).head, window=0)
+
+
 @pytest.mark.parametrize("batched", [False, True], ids=["alone", "batch"])
 def test_the_heads_drafts_in_the_loop_are_its_teacher_forced_predictions(batched):
     # Inside the loop the head drafts from cached keys and values, features handed over pass by pass,
