@@ -15,15 +15,18 @@ float where it drafts in int8 on a CPU, `core.eagle3.int8_copy`), to see what in
 `HybridDrafter(merge=False)`), to see what those trees do; `--by-gain` adds `auto-by-gain` (auto choosing
 between its two copies by their expected gains every cycle, `HybridDrafter(prefer=None)`, instead of
 suffix decoding unless prompt lookup has clearly paid more, core.copy_record); `--one-copy` adds
-`auto-one-copy` (auto never drafting one tree of both copies, `HybridDrafter(both=False)`).
+`auto-one-copy` (auto never drafting one tree of both copies, `HybridDrafter(both=False)`); `--no-window` adds
+`auto-no-window` (auto whose head reads a request's whole prompt when it first drafts, `HeadDrafter(window=None)`,
+where it reads the last `core.head.WINDOW` positions).
 
 Defaults: the built-in model, the bundled benchmark prompts (not Spec-Bench: nothing is chosen on
-Spec-Bench), k = 8, 96 new tokens, one torch thread. Prints a table per category; `--json FILE`
-writes every run's figures."""
+Spec-Bench; `--prompts FILE` takes a set of one's own, such as `scripts/long_prompts.py`'s), k = 8, 96 new
+tokens, one torch thread. Prints a table per category; `--json FILE` writes every run's figures."""
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 from collections import Counter, defaultdict
@@ -49,6 +52,7 @@ FLOAT_HEAD = "auto-float-head"
 ONE_BRANCH = "auto-one-branch"
 BY_GAIN = "auto-by-gain"
 ONE_COPY = "auto-one-copy"
+NO_WINDOW = "auto-no-window"
 
 
 def priced(cycles, table, widest: int, prompt_tokens: int) -> dict:
@@ -91,8 +95,10 @@ def main(argv=None, loader=None) -> int:
     parser.add_argument("--one-branch", action="store_true", help=f"add {ONE_BRANCH}")
     parser.add_argument("--by-gain", action="store_true", help=f"add {BY_GAIN}")
     parser.add_argument("--one-copy", action="store_true", help=f"add {ONE_COPY}")
+    parser.add_argument("--no-window", action="store_true", help=f"add {NO_WINDOW}")
     parser.add_argument("--target", default=None)
-    parser.add_argument("--prompts", default="bundled", help="bundled or spec-bench")
+    parser.add_argument("--prompts", default="bundled",
+                        help="bundled, spec-bench, or a JSON file in the bundled set's format (every category in it)")
     parser.add_argument("--limit", type=int, default=None, help="prompts per category")
     parser.add_argument("--sample-seed", type=int, default=None)
     parser.add_argument("--dtype", default="auto")
@@ -105,13 +111,15 @@ def main(argv=None, loader=None) -> int:
     if args.prompts == "spec-bench":
         prompts = load_spec_bench(limit=args.limit, sample_seed=args.sample_seed)
     else:
-        prompts = load_bench_prompts(categories="all", limit=args.limit)
+        prompts = load_bench_prompts(categories="all", limit=args.limit) if args.prompts == "bundled" else \
+            load_bench_prompts(args.prompts, categories="all", limit=args.limit)
     names = (args.draft.split(",") + ([WITHOUT_HEAD] if args.without_head else [])
              + ([FLOAT_HEAD] if args.float_head else []) + ([ONE_BRANCH] if args.one_branch else [])
-             + ([BY_GAIN] if args.by_gain else []) + ([ONE_COPY] if args.one_copy else []))
+             + ([BY_GAIN] if args.by_gain else []) + ([ONE_COPY] if args.one_copy else [])
+             + ([NO_WINDOW] if args.no_window else []))
     base = validate(RunSettings(target=args.target, k=args.k, max_new_tokens=args.max_new_tokens,
                                 dtype=args.dtype), LOCAL)
-    variants = (WITHOUT_HEAD, FLOAT_HEAD, ONE_BRANCH, BY_GAIN, ONE_COPY)
+    variants = (WITHOUT_HEAD, FLOAT_HEAD, ONE_BRANCH, BY_GAIN, ONE_COPY, NO_WINDOW)
     configs = [validate(replace(base, draft="auto" if name in variants else name), LOCAL) for name in names]
     pairs = []
 
@@ -142,6 +150,15 @@ def main(argv=None, loader=None) -> int:
             pair = replace(pair, draft=like_auto(pair, prefer=None), draft_name=BY_GAIN)
         elif names[len(pairs)] == ONE_COPY:
             pair = replace(pair, draft=like_auto(pair, both=False), draft_name=ONE_COPY)
+        elif names[len(pairs)] == NO_WINDOW:
+            # Its own name, as the float head's: its drafting after a long context costs what it costs.
+            head = next((c for c in pair.draft.components if c.hidden_layers), None)
+            if head is None:
+                raise SystemExit(f"--no-window: auto has no head for {pair.target_name}")
+            whole = copy.copy(head)
+            whole.window, whole.name, whole.states = None, "head (no window)", []
+            kept = [whole if c is head else c for c in pair.draft.components]
+            pair = replace(pair, draft=like_auto(pair, kept), draft_name=NO_WINDOW)
         pairs.append(pair)
         return pair
 

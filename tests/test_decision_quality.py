@@ -38,3 +38,22 @@ def test_every_drafter_is_priced_on_the_same_work_per_category(tiny, tmp_path, c
     assert report["pass_costs"][0] == 1.0
     printed = capsys.readouterr().out
     assert "vs best single" in printed and "overall:" in printed
+
+
+def test_a_prompt_file_of_ones_own_is_priced_per_its_categories(tiny, tmp_path, capsys):
+    import long_prompts
+
+    made = long_prompts.long_prompts()
+    # Each request holds every bundled summarisation and rewrite passage: long, and not Spec-Bench's.
+    assert len(made["prompts"]) == 4 and min(len(p["prompt"]) for p in made["prompts"]) > 3000
+    assert long_prompts.main([str(tmp_path / "long.json")]) == 0
+    assert json.loads((tmp_path / "long.json").read_text()) == made
+    # A set of one's own (the tiny target's 512 positions hold a short one).
+    own, out = tmp_path / "own.json", tmp_path / "quality.json"
+    own.write_text(json.dumps({"categories": ["mine"], "prompts": [
+        {"id": "mine-0", "category": "mine", "prompt": made["prompts"][0]["prompt"][-200:]}]}))
+    assert decision_quality.main(["--target", "tiny", "--prompts", str(own), "--max-new-tokens", "8",
+                                  "--draft", "ngram", "--json", str(out)], loader=tiny.loader) == 0
+    report = json.loads(out.read_text())
+    assert [r["prompt"] for r in report["rows"]] == ["mine-0"] and set(report["summary"]) == {"mine", "overall"}
+    assert "mine: ngram" in capsys.readouterr().out
