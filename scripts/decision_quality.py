@@ -37,7 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specviz.catalog import load_bench_prompts, load_spec_bench  # noqa: E402 - after the sys.path insert
+from specviz.catalog import BENCH_PROMPTS_FILE, load_bench_prompts, load_spec_bench  # noqa: E402 - after the sys.path insert
 from specviz.core.hybrid import HybridDrafter  # noqa: E402
 from specviz.models.head_files import spec_location  # noqa: E402
 from specviz.models.heads import load_head  # noqa: E402
@@ -111,8 +111,8 @@ def main(argv=None, loader=None) -> int:
     if args.prompts == "spec-bench":
         prompts = load_spec_bench(limit=args.limit, sample_seed=args.sample_seed)
     else:
-        prompts = load_bench_prompts(categories="all", limit=args.limit) if args.prompts == "bundled" else \
-            load_bench_prompts(args.prompts, categories="all", limit=args.limit)
+        path = BENCH_PROMPTS_FILE if args.prompts == "bundled" else args.prompts
+        prompts = load_bench_prompts(path, categories="all", limit=args.limit)
     names = (args.draft.split(",") + ([WITHOUT_HEAD] if args.without_head else [])
              + ([FLOAT_HEAD] if args.float_head else []) + ([ONE_BRANCH] if args.one_branch else [])
              + ([BY_GAIN] if args.by_gain else []) + ([ONE_COPY] if args.one_copy else [])
