@@ -89,3 +89,20 @@ def test_what_the_views_read_of_a_pass_is_timed(fake_time, monkeypatch):
                                      max_new_tokens=NEW_TOKENS, k=3, temperature=1.0, seed=0, sampling="classic"))
     assert all(c.verify_seconds >= COST for c in cycles)
     assert any(c.residual_top for c in cycles)            # classic sampling resamples from a residual
+
+
+def test_what_the_policy_learns_from_a_cycle_is_timed_as_the_next_cycles_drafting(fake_time, monkeypatch):
+    # The cost-aware policy's work after a pass (scoring proposals, updating acceptance and costs) is
+    # work plain decoding does not do: it counts, in the next cycle's drafting (the cycle just
+    # reported has been timed already), so a hybrid's heavier bookkeeping is not left off its speedup.
+    from specviz.core.draft_policy import CostAwarePolicy
+    from specviz.core.pass_costs import PassCosts
+
+    monkeypatch.setattr(CostAwarePolicy, "learn", costing(fake_time, CostAwarePolicy.learn))
+    target = make_llama(0, layers=2, eos=EOS)
+    policy = CostAwarePolicy(PassCosts({0: 1.0, 1: 1.05, 2: 1.1, 3: 1.15}, learn=False))
+    cycles = list(speculative_decode(target, truncated_copy(target, 1), ragged_prompts(3, seed=3)[2],
+                                     max_new_tokens=NEW_TOKENS, k=3, policy=policy))
+    assert len(cycles) > 2
+    assert cycles[0].draft_seconds < COST
+    assert all(COST <= c.draft_seconds < 2 * COST and c.verify_seconds < COST for c in cycles[1:])

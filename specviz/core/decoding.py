@@ -146,7 +146,8 @@ def _cycles(target, drafter: Drafter, requests: list[Request], options: LoopOpti
         # 1. Draft up to k tokens per request (never past its length budget: the pass adds one more);
         # with the policy, as many as are expected to pay (a drafter that proposes for free proposes
         # its most, and its proposal is cut to that after being noted for scoring; a hybrid's policy
-        # also chooses which of its drafters drafts: core.hybrid), its planning timed as drafting.
+        # also chooses which of its drafters drafts: core.hybrid), its planning (and
+        # its learning from the cycle before) timed as drafting.
         plans = {}
         for request in live:
             request.budget = request.draft_budget()
@@ -179,8 +180,11 @@ def _cycles(target, drafter: Drafter, requests: list[Request], options: LoopOpti
                         draft_seconds=draft_seconds,
                         verify_seconds=verify_seconds, **planned_fields(plans.get(request.index)), **fields)
                   for request, fields in zip(live, passed.cycles)]
-        if policy is not None:
+        learning = 0.0
+        if policy is not None:      # what it learns from this cycle is timed as the next cycle's drafting
+            start = clock()
             policy.learn(live, cycles, index, free)
+            learning = clock() - start
         # Dynamic k: longer after a fully accepted draft, shorter after a rejection.
         if options.dynamic_k:
             for request, cycle in zip(live, cycles):
@@ -192,7 +196,7 @@ def _cycles(target, drafter: Drafter, requests: list[Request], options: LoopOpti
                          verify_seconds=verify_seconds, tokens=passed.tokens, slots=passed.slots,
                          padded_slots=passed.padded_slots, regathered=regathered)
         live = [live[row] for row in staying]
-        index, draft_seconds = index + 1, 0.0
+        index, draft_seconds = index + 1, learning
 
 
 @dataclass(frozen=True)
