@@ -36,7 +36,20 @@ def test_an_oriented_layer_computes_the_stock_layers_product(bias, shape):
     with torch.inference_mode():
         want, got = stock(x), oriented(x)
     assert got.shape == want.shape == (*shape, 80)
+    # Contiguous, as the stock layer's: a column-major result slowed the next layer's product 4x.
+    assert got.is_contiguous()
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_one_row_is_computed_as_two_and_keeps_its_own_values():
+    # A 1-row input goes through the 2-row kernel (the row twice); the row's values are its own product.
+    torch.manual_seed(1)
+    weight, row = torch.randn(80, 48), torch.randn(1, 48)
+    got = cpu_linear.transposed_product(weight, row)
+    assert got.shape == (1, 80) and got.is_contiguous()
+    torch.testing.assert_close(got, row @ weight.t(), rtol=1e-5, atol=1e-5)
+    two = torch.randn(2, 48)
+    torch.testing.assert_close(cpu_linear.transposed_product(weight, two), two @ weight.t(), rtol=1e-5, atol=1e-5)
 
 
 def test_orienting_times_each_float32_layer_shape_once_and_leaves_other_layers(monkeypatch):
